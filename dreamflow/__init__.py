@@ -1,0 +1,3 @@
+"""Dreamflow: local-first, file-native long-term memory for AI agents."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,36 @@
+"""Errors raised by the storage layer, each with a stable exit code and HTTP status for the CLI and API."""
+
+
+class DreamflowError(Exception):
+    """Base class: a clear message for people, an exit code for the CLI and a status for HTTP."""
+
+    exit_code = 1
+    http_status = 400
+
+
+class PathError(DreamflowError):
+    """A path is absolute, escapes the workspace, or points somewhere it must not."""
+
+    exit_code = 2
+    http_status = 400
+
+
+class NotFound(DreamflowError):
+    """The file or node does not exist."""
+
+    exit_code = 3
+    http_status = 404
+
+
+class Conflict(DreamflowError):
+    """The request does not fit the current state (e.g. an edit whose text matches 0 or >1 times)."""
+
+    exit_code = 4
+    http_status = 409
+
+
+class IndexBusy(DreamflowError):
+    """Another process held the index lock for longer than the wait timeout."""
+
+    exit_code = 5
+    http_status = 503

@@ -1,0 +1,48 @@
+"""Plain data shared by the parser, the index and search: what a file is made of once read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Link:
+    """A wikilink `[[target#anchor|alias]]` found at `line` (1-based) of its source file.
+
+    `target` is the literal workspace-relative path as written (no `.md` guessing); `anchor` is kept verbatim
+    (e.g. `L3-L9`); `predicate` is set for typed links such as `uses:: [[x]]`.
+    """
+
+    target: str
+    line: int
+    anchor: str | None = None
+    alias: str | None = None
+    predicate: str | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A searchable piece of a file: lines `start_line`..`end_line` (1-based, inclusive) of the original."""
+
+    text: str
+    start_line: int
+    end_line: int
+    headings: tuple[str, ...] = ()  # heading skeleton, outermost first, e.g. ("Title", "Setup")
+
+
+@dataclass
+class ParsedFile:
+    """Everything the index needs from one file."""
+
+    path: str
+    kind: str  # markdown | jsonl | text | binary
+    name: str | None = None
+    description: str | None = None
+    frontmatter: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    date: str | None = None  # YYYY-MM-DD from the daily path or a `date` frontmatter key
+    chunks: list[Chunk] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    line_count: int = 0
+    errors: list[str] = field(default_factory=list)  # e.g. malformed frontmatter; the file is still indexed
