@@ -34,3 +34,10 @@ class IndexBusy(DreamflowError):
 
     exit_code = 5
     http_status = 503
+
+
+class InvalidInput(DreamflowError):
+    """An argument has the wrong form (e.g. a date that is not YYYY-MM-DD, start_line after end_line)."""
+
+    exit_code = 2
+    http_status = 400
