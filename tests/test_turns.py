@@ -1,0 +1,103 @@
+"""Turn counting: threshold, compact, persistence across instances, failed launches kept pending."""
+
+import json
+
+import pytest
+
+from dreamflow.turns import TurnCounter, check_session_id, record_turn
+from storage.errors import InvalidInput
+
+
+class Sessions:
+    """Appends turns as jsonl records (what the service does through Memory) and records launches."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.launches: list[str] = []
+        self.fail = False
+
+    def append(self, session_id, messages):
+        path = self.ws.root / f"session/dialog/{session_id}.jsonl"
+        with open(path, "a") as fh:
+            for m in messages:
+                fh.write(json.dumps(m) + "\n")
+        return {"appended": len(messages)}
+
+    def launch(self, session_id):
+        if self.fail:
+            raise ConnectionError("prefect api down")
+        self.launches.append(session_id)
+        return f"run-{len(self.launches)}"
+
+
+def turn(n):
+    return [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+
+
+def test_every_n_turns_launches_once_and_records_are_appended(ws):
+    s, counter = Sessions(ws), TurnCounter(ws, every=3)
+    results = [record_turn(counter, s.append, s.launch, "chat-1", turn(i)) for i in range(7)]
+    assert s.launches == ["chat-1", "chat-1"]
+    assert [r["launched"] for r in results] == [None, None, "run-1", None, None, "run-2", None]
+    assert results[-1]["pending"] == 1 and results[-1]["turns"] == 7
+    lines = (ws.root / "session/dialog/chat-1.jsonl").read_text().splitlines()
+    assert len(lines) == 14
+
+
+def test_sessions_count_separately_and_counts_survive_a_new_counter(ws):
+    s = Sessions(ws)
+    first = TurnCounter(ws, every=2)
+    record_turn(first, s.append, s.launch, "a", turn(1))
+    record_turn(first, s.append, s.launch, "b", turn(1))
+    again = TurnCounter(ws, every=2)  # as after a service restart
+    out = record_turn(again, s.append, s.launch, "a", turn(2))
+    assert out["launched"] == "run-1" and s.launches == ["a"]
+    assert again.sessions()["b"]["pending"] == 1
+
+
+def test_compact_launches_now_even_without_new_messages(ws):
+    s, counter = Sessions(ws), TurnCounter(ws, every=10)
+    record_turn(counter, s.append, s.launch, "a", turn(1))
+    out = record_turn(counter, s.append, s.launch, "a", [], compact=True)
+    assert out["launched"] == "run-1" and out["appended"] == 0 and out["pending"] == 0
+
+
+def test_failed_launch_keeps_turns_pending_and_the_next_turn_retries(ws):
+    s, counter = Sessions(ws), TurnCounter(ws, every=2)
+    record_turn(counter, s.append, s.launch, "a", turn(1))
+    s.fail = True
+    out = record_turn(counter, s.append, s.launch, "a", turn(2))
+    assert out["launched"] is None and "prefect api down" in out["launch_error"] and out["pending"] == 2
+    assert counter.due_sessions() == ["a"]
+    s.fail = False
+    out = record_turn(counter, s.append, s.launch, "a", turn(3))
+    assert out["launched"] == "run-1" and out["pending"] == 0
+    assert counter.due_sessions() == []
+
+
+def test_without_a_launcher_due_sessions_wait_for_the_service(ws):
+    s, counter = Sessions(ws), TurnCounter(ws, every=1)
+    out = record_turn(counter, s.append, None, "a", turn(1))
+    assert out["launched"] is None and "dreamflow start" in out["waiting"]
+    assert TurnCounter(ws, every=1).due_sessions() == ["a"]
+
+
+def test_damaged_state_file_restarts_counting(ws):
+    (ws.metadata / "turns.json").write_text("{not json")
+    s, counter = Sessions(ws), TurnCounter(ws, every=5)
+    assert record_turn(counter, s.append, s.launch, "a", turn(1))["turns"] == 1
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", "x" * 200, None])
+def test_bad_session_ids_are_refused(bad):
+    with pytest.raises(InvalidInput):
+        check_session_id(bad)
+
+
+def test_bad_messages_are_refused_before_anything_is_written(ws):
+    s, counter = Sessions(ws), TurnCounter(ws, every=5)
+    with pytest.raises(InvalidInput):
+        record_turn(counter, s.append, s.launch, "a", {"role": "user"})
+    with pytest.raises(InvalidInput):
+        record_turn(counter, s.append, s.launch, "a", [])
+    assert counter.sessions() == {}
