@@ -1,0 +1,228 @@
+"""The `dreamflow` command line: one command per operation in `dreamflow.ops`, plus registered extensions.
+
+Memory commands are generated from the `Memory` method signatures (type hints -> click options, the docstring
+-> help). They import only click, the storage layer and (for people) rich: never prefect, openai, torch,
+sentence-transformers, pydantic or fastapi, so `dreamflow search` starts in a fraction of a second.
+Errors print a clear message and exit with the error's `exit_code` (usage errors: 2).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dreamflow import __version__, ops
+from dreamflow.settings import Settings
+from storage.errors import DreamflowError
+
+# Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
+# prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
+EXTENSIONS: list[str] = []
+
+
+@dataclass
+class CliContext:
+    """What every command receives as `ctx.obj` (`@click.pass_obj`): the workspace and a way to open it."""
+
+    workspace: Path
+
+    def memory(self):
+        return open_memory(self.workspace)
+
+
+def open_memory(workspace: Path):
+    """The service client (`dreamflow.client.open_memory`) when that module exists, else an in-process Memory."""
+    if importlib.util.find_spec("dreamflow.client") is not None:
+        from dreamflow.client import open_memory as open_via_client
+
+        return open_via_client(workspace)
+    from storage.memory import Memory
+
+    return Memory(workspace)
+
+
+class OrderedGroup(click.Group):
+    """Lists commands in declaration order (files, frontmatter, search, index, then extensions)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=OrderedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=lambda: Settings().workspace,
+    show_default="$DREAMFLOW_WORKSPACE or ./.dreamflow", help="Workspace folder (created on first use).",
+)
+@click.version_option(__version__, prog_name="dreamflow")
+@click.pass_context
+def cli(ctx: click.Context, workspace: Path) -> None:
+    """Dreamflow: file-native long-term memory for AI agents.
+
+    Every PATH is relative to the workspace. Add --json to any command for machine-readable output.
+    """
+    ctx.obj = CliContext(workspace)
+
+
+# ---- commands generated from the operation registry --------------------------------------------------
+
+def build_command(op: ops.Op) -> click.Command:
+    """A click command for `op`: positional args and options from the Memory signature, plus --json."""
+    params: list[click.Parameter] = [_click_param(op, p) for p in ops.parameters(op)]
+    if op.body:
+        params.append(click.Option(["--file", "body_file"], type=click.File("r", encoding="utf-8"),
+                                   help=f"Read {op.body} from this file ('-' for stdin)."))
+    params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the result as JSON."))
+    epilog = "\b\n" + "\n".join(f"{p.name.upper()}: {p.help}" for p in ops.parameters(op) if p.name in op.args)
+
+    @click.pass_obj
+    def callback(obj: CliContext, as_json: bool, body_file=None, **kwargs: Any) -> None:
+        kwargs = {name: _from_click(value) for name, value in kwargs.items()}
+        if op.body:
+            body = _body(op, kwargs.pop(op.body, None), body_file)
+            if body is not None:
+                kwargs[op.body] = body
+        memory = obj.memory()
+        method = getattr(memory, op.method_name)
+        try:
+            if "progress" in inspect.signature(method).parameters and not as_json:
+                from dreamflow import render
+
+                with render.progress(op.cli_name) as bar:
+                    result = method(**kwargs, progress=bar)
+            else:
+                result = method(**kwargs)
+        except DreamflowError as exc:
+            fail(exc, as_json)
+        if as_json:
+            click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+        else:
+            from dreamflow import render
+
+            render.show(op.name, result)
+
+    return click.Command(op.cli_name, params=params, callback=callback, help=op.help, short_help=op.summary,
+                         epilog=epilog if op.args else None)
+
+
+def fail(exc: DreamflowError, as_json: bool = False) -> typing.NoReturn:
+    """Print a DreamflowError (as JSON on stdout with --json, else on stderr) and exit with its code."""
+    if as_json:
+        payload = {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+        click.echo(json.dumps(payload, ensure_ascii=False))
+    else:
+        from dreamflow import render
+
+        render.error(str(exc))
+    sys.exit(exc.exit_code)
+
+
+class KeyValue(click.ParamType):
+    """A JSON object (`'{"k": 1}'`) or a `key=value` pair whose value is parsed as JSON when it can be."""
+
+    name = "KEY=VALUE|JSON"
+
+    def convert(self, value: Any, param, ctx) -> dict:
+        if isinstance(value, dict):
+            return value
+        text = str(value).strip()
+        if text.startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as exc:
+                self.fail(f"not valid JSON: {exc}", param, ctx)
+            if not isinstance(parsed, dict):
+                self.fail("expected a JSON object", param, ctx)
+            return parsed
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            self.fail(f"expected key=value or a JSON object, got {value!r}", param, ctx)
+        try:
+            return {key.strip(): json.loads(raw)}
+        except json.JSONDecodeError:
+            return {key.strip(): raw}
+
+
+def _click_param(op: ops.Op, p: ops.Param) -> click.Parameter:
+    hint = _strip_none(p.annotation)
+    is_list = typing.get_origin(hint) is list
+    base = typing.get_args(hint)[0] if is_list else hint
+    ptype = _click_type(base)
+    default = None if p.required else p.default
+    if p.name in op.args:
+        return click.Argument([p.name], type=ptype, nargs=-1 if is_list else 1, required=p.required,
+                              default=None if is_list else default)
+    flag = "--" + p.name.replace("_", "-")
+    if base is bool:
+        decls = [flag] if not default else [f"{flag}/--no-{flag[2:]}"]
+        return click.Option([*decls, p.name], is_flag=True, default=bool(default), help=p.help)
+    multiple = is_list or base is dict or typing.get_origin(base) is dict
+    return click.Option(
+        [flag, p.name], type=ptype, multiple=multiple, required=p.required and p.name != op.body,
+        default=None if multiple else default, show_default=default not in (None, "") and not multiple,
+        help=p.help + (" (repeatable)" if multiple else ""),
+    )
+
+
+def _click_type(hint: Any) -> click.ParamType:
+    if typing.get_origin(hint) is typing.Literal:
+        return click.Choice([str(v) for v in typing.get_args(hint)])
+    if hint is dict or typing.get_origin(hint) is dict:
+        return KeyValue()
+    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(hint, click.STRING)
+
+
+def _strip_none(hint: Any) -> Any:
+    """`X | None` -> `X`."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
+def _from_click(value: Any) -> Any:
+    """Click hands repeatable options and variadic args over as tuples; Memory takes lists/dicts or None."""
+    if isinstance(value, tuple):
+        if value and all(isinstance(v, dict) for v in value):
+            merged: dict = {}
+            for item in value:
+                merged.update(item)
+            return merged
+        return list(value) or None
+    return value
+
+
+def _body(op: ops.Op, content: str | None, body_file) -> str | None:
+    """Content from --content, else --file, else piped stdin; required bodies must come from somewhere."""
+    if content is not None and body_file is not None:
+        raise click.UsageError(f"give --{op.body} or --file, not both")
+    if content is not None:
+        return content
+    if body_file is not None:
+        return body_file.read()
+    piped = "" if sys.stdin.isatty() else sys.stdin.read()
+    if piped:
+        return piped
+    if next(p for p in ops.parameters(op) if p.name == op.body).required:
+        raise click.UsageError(f"no {op.body}: give --{op.body} TEXT, --file PATH, or pipe text on stdin")
+    return None
+
+
+for _op in ops.OPS:
+    cli.add_command(build_command(_op))
+for _module in EXTENSIONS:
+    importlib.import_module(_module).register(cli)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli.main(prog_name="dreamflow")

@@ -1,0 +1,184 @@
+"""Every memory operation, declared once.
+
+An operation is a method of `storage.memory.Memory`; `OPS` names it and says how the surfaces expose it.
+`dreamflow/cli.py` builds a click command per entry, the HTTP API a route, the agent loop a tool schema, all from
+the method's signature (type hints, defaults) and docstring. Adding an operation = a `Memory` method + one line
+here. This module stays import-light (no pydantic) so the CLI starts fast; schemas are generated on demand.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import types
+import typing
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Op:
+    """How one `Memory` method is exposed."""
+
+    name: str                  # tool / route name (snake_case); the CLI command uses dashes
+    writes: bool               # changes files (POST) or only reads (GET-like)
+    args: tuple[str, ...] = ()  # parameters taken positionally on the CLI, in order
+    body: str | None = None    # parameter the CLI may also read from --file or stdin
+    method: str | None = None  # Memory method, when it differs from `name`
+
+    @property
+    def cli_name(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def method_name(self) -> str:
+        return self.method or self.name
+
+    @property
+    def help(self) -> str:
+        """The method docstring: the single description shared by CLI help, API docs and tool schemas."""
+        return inspect.getdoc(_memory_method(self)) or ""
+
+    @property
+    def summary(self) -> str:
+        return self.help.split("\n", 1)[0]
+
+
+OPS: tuple[Op, ...] = (
+    # files
+    Op("read", writes=False, args=("path",)),
+    Op("write", writes=True, args=("path",), body="content"),
+    Op("create", writes=True, args=("path",), body="content"),
+    Op("edit", writes=True, args=("path",)),
+    Op("append", writes=True, args=("path",), body="content"),
+    Op("prepend", writes=True, args=("path",), body="content"),
+    Op("delete", writes=True, args=("path",)),
+    Op("move", writes=True, args=("src", "dst")),
+    Op("stat", writes=False, args=("path",)),
+    Op("list", writes=False, args=("prefix",)),
+    Op("upload", writes=True, args=("source",)),
+    Op("download", writes=False, args=("path", "dest")),
+    # frontmatter, tags, days
+    Op("frontmatter_get", writes=False, args=("path",)),
+    Op("frontmatter_update", writes=True, args=("path",)),
+    Op("frontmatter_delete_keys", writes=True, args=("path", "keys")),
+    Op("tags", writes=False, args=("tag",)),
+    Op("daily_list", writes=False, args=("date",)),
+    Op("daily_reindex", writes=True, args=("date",)),
+    # search and graph
+    Op("search", writes=False, args=("query",)),
+    Op("node_search", writes=False, args=("query",)),
+    Op("traverse", writes=False, args=("paths",)),
+    # index maintenance
+    Op("reindex", writes=True),
+    Op("reconcile", writes=True),
+    Op("index_stats", writes=False),
+)
+
+BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
+
+# One description per parameter name, shared by every operation that takes it.
+PARAM_HELP: dict[str, str] = {
+    "path": "Workspace-relative path of the file, e.g. daily/2024-05-08/trip.md",
+    "content": "Text of the file or of the part to add (may start with a frontmatter block)",
+    "name": "Frontmatter `name`: a short title",
+    "description": "Frontmatter `description`: one sentence saying what the file holds",
+    "metadata": "Frontmatter keys to set, as a JSON object or key=value pairs",
+    "old": "Exact text to replace",
+    "new": "Replacement text",
+    "replace_all": "Replace every match instead of requiring exactly one",
+    "start_line": "First line to return (1-based)",
+    "end_line": "Last line to return (inclusive)",
+    "numbered": "Prefix each line with its line number",
+    "src": "Current workspace-relative path",
+    "dst": "New workspace-relative path (a missing suffix is taken from the source)",
+    "prefix": "Folder or path prefix to list; empty for the whole workspace",
+    "recursive": "Include files in sub-folders",
+    "limit": "Maximum number of results",
+    "keys": "Frontmatter keys to remove",
+    "tag": "Only this tag, with its files",
+    "date": "Day as YYYY-MM-DD, or `today`",
+    "source": "Path of a file outside the workspace to copy in",
+    "dest": "Outside path (file or existing folder) to copy to",
+    "overwrite": "Replace the destination if it exists",
+    "query": "Search text (any language)",
+    "min_score": "Drop hits scoring below this",
+    "start_date": "Only files dated on or after this day (YYYY-MM-DD)",
+    "end_date": "Only files dated on or before this day (YYYY-MM-DD)",
+    "tags": "Only files with all of these tags",
+    "path_prefix": "Only files under this path prefix, e.g. digest/",
+    "expand": "Linked neighbours to attach per hit (0 = none)",
+    "paths": "Workspace-relative paths to start from",
+    "depth": "How many link hops to follow",
+    "direction": "Follow links forward (out), backward (in) or both",
+    "predicate": "Only typed links with this predicate (e.g. `uses`)",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an operation, as every surface sees it."""
+
+    name: str
+    annotation: Any  # resolved type hint, e.g. int | None, list[str], Literal[...]
+    default: Any     # inspect.Parameter.empty when required
+    help: str
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+@cache
+def parameters(op: Op) -> tuple[Param, ...]:
+    """The operation's parameters from the Memory signature; callables (progress callbacks) are left out."""
+    method = _memory_method(op)
+    hints = typing.get_type_hints(method)
+    params = []
+    for p in inspect.signature(method).parameters.values():
+        if p.name == "self" or _is_callable(hints.get(p.name)):
+            continue
+        params.append(Param(p.name, hints.get(p.name, str), p.default, PARAM_HELP.get(p.name, "")))
+    return tuple(params)
+
+
+def request_model(op: Op):
+    """A pydantic model of the operation's parameters (imported lazily: not on the CLI path)."""
+    from pydantic import Field, create_model
+
+    fields = {
+        p.name: (p.annotation, Field(... if p.required else p.default, description=p.help or None))
+        for p in parameters(op)
+    }
+    title = "".join(part.title() for part in op.name.split("_"))
+    return create_model(title, __doc__=op.help, **fields)
+
+
+def tool_schema(op: Op) -> dict:
+    """`{name, description, parameters}` with a JSON schema of the parameters, for agent tools."""
+    schema = request_model(op).model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return {"name": op.name, "description": op.help, "parameters": schema}
+
+
+def tool_schemas(writes: bool | None = None):
+    """Yield a tool schema per operation (only writing or only reading ones when `writes` is given)."""
+    for op in OPS:
+        if writes is None or op.writes == writes:
+            yield tool_schema(op)
+
+
+def _memory_method(op: Op):
+    from storage.memory import Memory
+
+    return getattr(Memory, op.method_name)
+
+
+def _is_callable(hint: Any) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_is_callable(arg) for arg in typing.get_args(hint))
+    return hint is collections.abc.Callable or typing.get_origin(hint) is collections.abc.Callable
