@@ -17,3 +17,57 @@ from storage.workspace import Workspace
 def ws(tmp_path) -> Workspace:
     """A fresh workspace with the standard layout."""
     return Workspace(tmp_path / "ws")
+
+
+# ---- Prefect and the scripted LLM server (memory jobs; reusable by any test) -----------------------------
+
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+from dreamflow import prefect_env  # noqa: E402
+from llm_server import LLMServer  # noqa: E402
+
+# Prefect's home (its DB and persisted task results) goes to a temp folder for the test session, never ~/.prefect.
+if "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-")
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], True)
+prefect_env.configure()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect API (prefect_test_harness, ~11 s, once per session) with in-process-run settings
+    (no flow heartbeat). Request it in any test that runs flows."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120), prefect_env.interactive_runs():
+        yield
+
+
+@pytest.fixture(scope="session")
+def llm_server():
+    """The scripted OpenAI-compatible server on 127.0.0.1 (see tests/llm_server.py), one per session."""
+    server = LLMServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def llm(llm_server, monkeypatch):
+    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries)."""
+    llm_server.reset()
+    monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", llm_server.base_url)
+    monkeypatch.setenv("DREAMFLOW_LLM_MODEL", llm_server.model)
+    monkeypatch.setenv("DREAMFLOW_LLM_API_KEY", "test-key")
+    monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "2")
+    monkeypatch.setenv("DREAMFLOW_LLM_MAX_RETRIES", "0")
+    yield llm_server
+    llm_server.reset()
+
+
+@pytest.fixture
+def no_llm(monkeypatch):
+    """No LLM configured."""
+    for key in ("DREAMFLOW_LLM_BASE_URL", "DREAMFLOW_LLM_MODEL", "DREAMFLOW_LLM_API_KEY"):
+        monkeypatch.delenv(key, raising=False)

@@ -1,0 +1,234 @@
+"""How every process outside storage/ gets at a workspace's memory: `open_memory(workspace)`.
+
+Flows, tasks and the CLI call this and nothing else. When `dreamflow start` runs for the workspace (its
+`metadata/service.json` names a live pid that answers), they get a `RemoteMemory` speaking HTTP to it, since
+the service owns the index; otherwise an in-process `Memory`. Both have the same operation methods and return
+the same JSON-ready values, and remote errors come back as the same `DreamflowError` classes, so callers print
+the same output either way. This module stays import-light (stdlib http.client, no httpx/pydantic).
+"""
+
+from __future__ import annotations
+
+import http.client
+import inspect
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from dreamflow.settings import Settings
+from storage.errors import DreamflowError
+
+SERVICE_FILE = "metadata/service.json"
+
+
+def open_memory(workspace: str | os.PathLike[str] | None = None):
+    """The memory of `workspace` (default: `DREAMFLOW_WORKSPACE`): through the running service if there is
+    one, else in this process."""
+    root = Path(workspace if workspace is not None else Settings().workspace)
+    remote = connect(root)
+    return remote if remote is not None else local_memory(root)
+
+
+def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
+    """An in-process `Memory`; `keep_open=True` holds the index for the life of the process (service only)."""
+    from storage.memory import Memory
+
+    if not keep_open:
+        return Memory(workspace)
+    from storage.db import IndexDB
+    from storage.workspace import Workspace
+
+    return Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True))
+
+
+def service_info(workspace: str | os.PathLike[str]) -> dict | None:
+    """`metadata/service.json` of the workspace when it names a live process, else None."""
+    try:
+        info = json.loads((Path(workspace) / SERVICE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
+        return None
+    return info
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def connect(workspace: str | os.PathLike[str]) -> RemoteMemory | None:
+    """A `RemoteMemory` for the workspace's running service, or None when no service answers."""
+    info = service_info(workspace)
+    if info is None:
+        return None
+    remote = RemoteMemory(info["url"], token=Settings().api_token)
+    try:
+        remote.health()
+    except ServiceUnavailable:  # a stale file whose pid was reused, or a service shutting down
+        return None
+    except DreamflowError:  # it answered (e.g. 401 without a token): the service is there
+        pass
+    return remote
+
+
+class ServiceUnavailable(DreamflowError):
+    """The service named in service.json does not answer."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class RemoteError(DreamflowError):
+    """An error the service reported whose class this process does not know; keeps its code and status."""
+
+    def __init__(self, message: str, exit_code: int = 1, http_status: int = 500):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.http_status = http_status
+
+
+class RemoteMemory:
+    """The running service's memory over HTTP: each `Memory` operation is a method with the same signature
+    (callback parameters such as `progress` left out) posting to `/ops/<name>`; plus `turn`, `launch`,
+    `status` and `health`. One keep-alive connection per thread."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0):
+        parts = urlsplit(url)
+        self.url = url.rstrip("/")
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._token = token
+        self._timeout = timeout
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"RemoteMemory({self.url!r})"
+
+    def __getattr__(self, name: str):
+        from dreamflow import ops
+
+        op = next((o for o in ops.OPS if o.method_name == name), None)
+        if op is None:
+            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
+        method = _remote_method(self, op)
+        setattr(self, name, method)  # build once per instance
+        return method
+
+    # -- routes beyond the operations
+
+    def health(self) -> dict:
+        return self.request("GET", "/health")
+
+    def status(self) -> dict:
+        """What the service runs, index size, turn counters, last/next dream, runs in progress."""
+        return self.request("GET", "/status")
+
+    def turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
+        """Record a conversation turn (the service counts it and launches auto_memory when due)."""
+        return self.request("POST", "/turn", {"session_id": session_id, "messages": messages, "compact": compact})
+
+    def launch(self, flow: str, parameters: dict | None = None) -> dict:
+        """Start a run of a flow's deployment: `{id, name, deployment, state}`."""
+        return self.request("POST", f"/flows/{flow}", parameters or {})
+
+    # -- transport
+
+    def request(self, method: str, path: str, payload: Any = None) -> Any:
+        """Send one request; return the decoded JSON or raise the error the service reported."""
+        body = None if payload is None else json.dumps(payload, ensure_ascii=False, default=str).encode()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (ConnectionRefusedError, socket_timeout()) as exc:
+                self._local.conn = None
+                raise ServiceUnavailable(f"the Dreamflow service at {self.url} does not answer ({exc})") from exc
+            except (http.client.HTTPException, ConnectionError, OSError) as exc:
+                self._local.conn = None  # a dropped keep-alive connection: retry once on a fresh one
+                if attempt == 2:
+                    raise ServiceUnavailable(f"the Dreamflow service at {self.url} dropped the request ({exc})") from exc
+        result = json.loads(data) if data else None
+        if resp.status >= 400:
+            raise _error_from(resp.status, result)
+        return result
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+        return conn
+
+
+def socket_timeout() -> type[Exception]:
+    import socket
+
+    return socket.timeout
+
+
+def _remote_method(remote: RemoteMemory, op):
+    """A callable with the signature of `Memory.<op>` (without self/callbacks) that calls the service."""
+    from dreamflow import ops
+
+    params = ops.parameters(op)
+    signature = inspect.Signature([
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.annotation)
+        for p in params
+    ])
+    outside_paths = {"source", "dest"}  # paths on this machine: the service's working directory differs
+
+    def call(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        payload = {}
+        for name, value in bound.arguments.items():
+            if name in outside_paths and isinstance(value, str):
+                value = os.path.abspath(os.path.expanduser(value))
+            payload[name] = value
+        return remote.request("POST", f"/ops/{op.name}", payload)
+
+    call.__name__ = op.method_name
+    call.__doc__ = op.help
+    call.__signature__ = signature
+    return call
+
+
+def _error_classes() -> dict[str, type[DreamflowError]]:
+    found, todo = {}, [DreamflowError]
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def _error_from(status: int, body: Any) -> DreamflowError:
+    """The DreamflowError the service reported (same class, message and exit code when known here)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return RemoteError(f"the service answered HTTP {status}: {body!r}", http_status=status)
+    message, exit_code = str(error.get("message", "")), int(error.get("exit_code") or 1)
+    cls = _error_classes().get(str(error.get("type")))
+    if cls is not None and cls not in (RemoteError,) and cls.exit_code == exit_code:
+        try:
+            return cls(message)
+        except TypeError:  # a subclass with a different constructor
+            pass
+    return RemoteError(message, exit_code=exit_code, http_status=status)

@@ -1,0 +1,1 @@
+"""Memory jobs as Prefect flows: one module per job; prompts in prompts/*.md."""

@@ -1,0 +1,1 @@
+"""Small Prefect tasks around plain functions, used by the flows."""

@@ -1,0 +1,206 @@
+"""Conversation records: `session/dialog/<session_id>.jsonl`, one filtered message per line.
+
+Plain functions (no prefect), shared by auto_memory and by whatever records turns (CLI `turn`, the service):
+`append_messages` filters and appends; `pending` returns the records auto_memory has not summarised yet,
+using the per-session checkpoint `metadata/checkpoints/sessions/<id>.json` (`{"records": N, ...}`: the first
+N non-blank lines are summarised). `mark_summarised` moves that checkpoint forward, after the card is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from dreamflow.turns import check_session_id
+from storage.errors import NotFound
+from storage.workspace import Workspace
+from tasks import checkpoints
+
+TIME_KEYS = ("created_at", "timestamp", "createdAt", "time_created", "timeCreated", "created_time")
+DROP_ROLES = {"tool", "function", "ipython"}
+DROP_BLOCKS = {"tool_result", "function_call_output", "tool_output", "computer_call_output"}
+DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\s]+")
+MAX_PROMPT_CHARS = 60_000  # records beyond this wait for the next run
+
+
+def dialog_path(session_id: str) -> str:
+    return f"session/dialog/{check_session_id(session_id)}.jsonl"
+
+
+def checkpoint_name(session_id: str) -> str:
+    return f"sessions/{check_session_id(session_id)}"
+
+
+# ---- filtering ---------------------------------------------------------------------------------------------
+
+def message_time(message: dict) -> str | None:
+    """The message timestamp (top level or in `metadata`, under any usual key) as ISO 8601, else None."""
+    for holder in (message, message.get("metadata") if isinstance(message.get("metadata"), dict) else {}):
+        for key in TIME_KEYS:
+            if holder.get(key) not in (None, ""):
+                return _iso(holder[key])
+    return None
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 1e11 else value  # epoch milliseconds or seconds
+        return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+    text = str(value).strip()
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        return text  # kept as given; it just cannot date the card
+
+
+def local_date(iso: str | None) -> str | None:
+    """The calendar day of a timestamp, in local time when the timestamp has a zone."""
+    if not iso:
+        return None
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return (moment.astimezone() if moment.tzinfo else moment).date().isoformat()
+
+
+def _has_binary(value: Any) -> bool:
+    if isinstance(value, dict):
+        if value.get("type") == "base64" or "b64_json" in value:
+            return True
+        return any(_has_binary(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_binary(v) for v in value)
+    return isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]
+
+
+def _clean_content(content: Any) -> Any:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return DATA_URI.sub("[base64 omitted]", content)
+    blocks = content if isinstance(content, list) else [content]
+    kept = []
+    for block in blocks:
+        if isinstance(block, str):
+            kept.append(DATA_URI.sub("[base64 omitted]", block))
+        elif isinstance(block, dict) and block.get("type") not in DROP_BLOCKS and not _has_binary(block):
+            if isinstance(block.get("text"), str):
+                block = {**block, "text": DATA_URI.sub("[base64 omitted]", block["text"])}
+            kept.append(block)
+    return kept
+
+
+def clean_message(message: dict) -> dict | None:
+    """The record kept for a message (role, content, created_at) or None when nothing is worth keeping:
+    tool results and base64 payloads are dropped, timestamps kept."""
+    if not isinstance(message, dict):
+        return None
+    role = str(message.get("role") or "user")
+    if role in DROP_ROLES:
+        return None
+    content = _clean_content(message.get("content"))
+    if content in (None, "", []) or (isinstance(content, str) and not content.strip()):
+        return None
+    record = {"role": role, "content": content}
+    created = message_time(message)
+    if created:
+        record["created_at"] = created
+    return record
+
+
+def append_messages(memory, session_id: str, messages: list[dict]) -> dict:
+    """Filter `messages` and append them to the session's jsonl: `{path, appended, dropped}`."""
+    records = [r for r in (clean_message(m) for m in messages) if r]
+    path = dialog_path(session_id)
+    if records:
+        memory.append(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return {"path": path, "appended": len(records), "dropped": len(messages) - len(records)}
+
+
+# ---- what is left to summarise -----------------------------------------------------------------------------
+
+@dataclass
+class Pending:
+    """Records `start`..`end` (0-based, end exclusive, counting non-blank lines) not yet summarised."""
+
+    session_id: str
+    start: int
+    end: int
+    records: list[dict] = field(default_factory=list)
+    total: int = 0  # records in the file
+
+    @property
+    def latest_date(self) -> str | None:
+        dates = [d for d in (local_date(r.get("created_at")) for r in self.records) if d]
+        return max(dates) if dates else None
+
+
+def read_records(memory, session_id: str) -> list[dict | None]:
+    """Every non-blank line of the session jsonl, parsed (None for a line that is not a JSON object)."""
+    try:
+        text = memory.read(dialog_path(session_id), numbered=False)["content"]
+    except NotFound:
+        return []
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        records.append(value if isinstance(value, dict) else None)
+    return records
+
+
+def pending(memory, ws: Workspace, session_id: str, max_chars: int = MAX_PROMPT_CHARS) -> Pending:
+    """The records after the session checkpoint, up to about `max_chars` of text (the rest waits)."""
+    records = read_records(memory, session_id)
+    done = int(checkpoints.load(ws, checkpoint_name(session_id)).get("records", 0))
+    start = min(done, len(records))  # a shortened file restarts from its end rather than skipping
+    taken, size, end = [], 0, start
+    for record in records[start:]:
+        cost = len(json.dumps(record, ensure_ascii=False)) if record else 0
+        if taken and size + cost > max_chars:
+            break
+        if record and record.get("content") not in (None, "", []):
+            taken.append(record)
+        size += cost
+        end += 1
+    return Pending(session_id, start, end, taken, len(records))
+
+
+def mark_summarised(ws: Workspace, session_id: str, end: int, card: str) -> dict:
+    """Record that the first `end` records of the session are summarised into `card`."""
+    with checkpoints.update(ws, checkpoint_name(session_id)) as data:
+        data.update(records=end, card=card,
+                    updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        return dict(data)
+
+
+def transcript(records: list[dict]) -> str:
+    """Records as plain text for a prompt: `[time] role: text`."""
+    lines = []
+    for r in records:
+        stamp = f"[{r['created_at']}] " if r.get("created_at") else ""
+        lines.append(f"{stamp}{r.get('role', 'user')}: {_text(r.get('content'))}")
+    return "\n".join(lines)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content if isinstance(content, list) else [content]:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            text = block.get("text") or block.get("content")
+            parts.append(text if isinstance(text, str) else f"[{block.get('type', 'block')}]")
+    return "\n".join(parts)

@@ -1,0 +1,199 @@
+"""A real OpenAI chat-completions compatible HTTP server on 127.0.0.1 that tests script.
+
+Every test talks to it through the real `openai` client. Script replies in three ways, checked in this order:
+
+- `server.on(match, *replies)`: replies for requests whose message text contains `match` (a string) or for
+  which `match(request_body)` is true, used in order (for concurrent calls, e.g. mapped dream units);
+- `server.reply(...)` / `server.reply_json(obj)` / `server.tool_call(name, args)`: a FIFO queue for the rest;
+- `server.responder = fn(request_body) -> Reply | None`: computes a reply (benchmarks, catch-alls).
+
+A request nothing answers gets HTTP 500 "no scripted reply", so a test fails loudly rather than hanging.
+Every request body is recorded in `server.requests`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Reply:
+    """One scripted answer: text `content` and/or `tool_calls`, after `delay` seconds; `status` != 200 is an
+    HTTP error; `raw` replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts."""
+
+    content: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)
+    delay: float = 0.0
+    status: int = 200
+    raw: bytes | None = None
+    usage: dict | None = None
+
+
+def text_of(body: dict) -> str:
+    """All message text of a request, for matching."""
+    parts = []
+    for m in body.get("messages", []):
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(str(content or ""))
+    return "\n".join(parts)
+
+
+class LLMServer:
+    """The scripted server; start with `start()`, stop with `stop()`; `reset()` between tests."""
+
+    model = "scripted-model"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._queue: list[Reply] = []
+        self._routes: list[tuple[Callable[[dict], bool], list[Reply]]] = []
+        self.responder: Callable[[dict], Reply | None] | None = None
+        self.requests: list[dict] = []
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # -- scripting -----------------------------------------------------------------------------------------
+    def reply(self, content: str | None = None, **kwargs) -> LLMServer:
+        """Queue a text reply (see `Reply` for delay/status/raw/usage)."""
+        with self._lock:
+            self._queue.append(Reply(content=content, **kwargs))
+        return self
+
+    def reply_json(self, obj: Any, **kwargs) -> LLMServer:
+        """Queue a reply whose text is `obj` as JSON."""
+        return self.reply(json.dumps(obj, ensure_ascii=False), **kwargs)
+
+    def tool_call(self, name: str, arguments: dict, **kwargs) -> LLMServer:
+        """Queue a reply that calls one tool."""
+        with self._lock:
+            self._queue.append(tool_reply(name, arguments, **kwargs))
+        return self
+
+    def on(self, match: str | Callable[[dict], bool], *replies: Reply) -> LLMServer:
+        """Answer requests matching `match` with `replies`, in order."""
+        pred = match if callable(match) else (lambda body, m=match: m in text_of(body))
+        with self._lock:
+            self._routes.append((pred, list(replies)))
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._routes.clear()
+            self.requests.clear()
+            self.responder = None
+
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        with self._lock:
+            return len(self._queue) + sum(len(r) for _, r in self._routes)
+
+    def _next(self, body: dict) -> Reply | None:
+        with self._lock:
+            self.requests.append(body)
+            for pred, replies in self._routes:
+                if replies and pred(body):
+                    return replies.pop(0)
+            if self._queue:
+                return self._queue.pop(0)
+            responder = self.responder
+        return responder(body) if responder else None
+
+    # -- serving -------------------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> LLMServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    return self._send(400, {"error": {"message": "request body is not JSON"}})
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    return self._send(404, {"error": {"message": f"unknown route {self.path}"}})
+                reply = server._next(body)
+                if reply is None:
+                    return self._send(500, {"error": {"message": "no scripted reply for this request"}})
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.raw is not None:
+                    return self._send(reply.status, reply.raw)
+                if reply.status != 200:
+                    return self._send(reply.status, {"error": {"message": reply.content or "scripted error"}})
+                self._send(200, completion(body, reply))
+
+            def _send(self, status: int, payload: dict | bytes):
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True, name="llm-server").start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+
+def call(name: str, arguments: dict) -> dict:
+    """A tool call in the chat-completions wire format."""
+    return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def completion(body: dict, reply: Reply) -> dict:
+    """A chat.completion object for `reply`, with usage counted roughly as characters / 4."""
+    prompt_tokens = max(1, len(text_of(body)) // 4)
+    completion_tokens = max(1, len(reply.content or json.dumps(reply.tool_calls)) // 4)
+    usage = reply.usage or {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = reply.tool_calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", LLMServer.model),
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+        "usage": usage,
+    }
+
+
+def json_reply(obj: Any, **kwargs) -> Reply:
+    """A reply whose text is `obj` as JSON."""
+    return Reply(content=json.dumps(obj, ensure_ascii=False), **kwargs)
+
+
+def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:
+    """A reply that calls one tool."""
+    return Reply(tool_calls=[call(name, arguments)], **kwargs)
