@@ -1,0 +1,609 @@
+"""Cut files into searchable chunks, each with its exact 1-based line range in the original file.
+
+Markdown is chunked by structure. `parse_blocks` reads the body into an `Outline`: the block tree
+(headings, paragraphs, lists and their items, quotes, GFM tables, fenced and indented code, HTML) with
+the first and last line of each block. Line ranges come from marko's `source_span` character offsets
+(marko >= 2.2 records one for every block element), mapped to lines with a bisect over line starts; only
+the block pass of marko runs, inline parsing is skipped (nothing here needs it; it would double the cost).
+Measured on this machine marko's block pass reads ~1 MB/s, which alone would use most of the 1 s budget for
+reindexing a 1 MB workspace. So a body with no block syntax except ATX headings (no list markers, quotes,
+fences, indentation, tables, HTML, setext underlines, thematic breaks or link definitions: `_COMPLEX` finds
+the first such line) is outlined by a line scan instead: in CommonMark such a text is exactly ATX headings and
+blank-line-separated paragraphs, which is what marko returns for it (tests compare both paths).
+
+Chunking a Markdown body (`chunk_markdown`):
+- headings at the top level make a section tree; a section that fits `max_chars` is one chunk, never cut;
+- a section that does not fit is cut into its own blocks and its subsections (each handled the same way);
+  neighbouring pieces that belong to the same section are packed greedily up to `max_chars`, so small
+  sibling sections share a chunk (its `headings` is then the parent's skeleton);
+- a block that does not fit alone is cut by its structure: lists by item (an item too big by its own
+  blocks), quotes by their blocks, tables by rows with the header and delimiter rows repeated in every piece,
+  fenced code by lines with the opening and closing fence repeated; anything else (a long paragraph,
+  indented code, HTML) by a greedy line split, each piece ending in a `[Part i/N]` line; a single line
+  longer than the limit is cut at a sentence end or a space, never inside a `[[wikilink]]`.
+- chunk text is the source lines of its range, joined by "\\n" (a CR before it dropped), plus only those
+  repeated headers, fences and `[Part i/N]` markers; ancestor headings are not copied into the text: they
+  are in `Chunk.headings`. Blank-only pieces are never emitted.
+
+`.jsonl` files are chunked by records (`chunk_jsonl`); other text by size with a small line overlap
+(`chunk_text`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from marko.block import Document
+from marko.ext.gfm import GFM
+from marko.parser import Parser
+from marko.source import Source
+
+from storage.model import Chunk
+
+MAX_CHARS = 1500  # default chunk size in characters (tuned with the LoCoMo retrieval benchmark)
+TEXT_OVERLAP_LINES = 2  # lines repeated between consecutive chunks of plain text files
+_MARKER_ROOM = len("\n[Part 999/999]")
+
+_WIKILINK = re.compile(r"\[\[[^\[\]\n]+?\]\]")
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*?)(?:[ \t]+#+)?[ \t]*$")
+_CLOSING_FENCE = re.compile(r"^[ \t>]*(?:[-*+]\s+)?(`{3,}|~{3,})[ \t]*$")
+_OPENING_FENCE = re.compile(r"(`{3,}|~{3,})")
+# Any line that could start block syntax other than an ATX heading or a plain paragraph line.
+_COMPLEX = re.compile(
+    r"^(?:"
+    r" {0,3}(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)"  # list item
+    r"| {0,3}(?:>|<|```|~~~)"  # quote, HTML block, fence
+    r"|(?: {4}| {0,3}\t)"  # indented code or continuation
+    r"| {0,3}\[.*\]:"  # link reference definition, footnote
+    r"|[ \t|:-]*-[ \t|:-]*$"  # setext underline, thematic break, table delimiter row
+    r"| {0,3}=+[ \t]*$"  # setext underline
+    r"| {0,3}([*_])[ \t]*(?:\1[ \t]*){2,}$"  # thematic break
+    r")",
+    re.MULTILINE,
+)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of `text` as every Dreamflow tool numbers them: split on "\\n" only, a trailing CR dropped."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- outline
+
+
+@dataclass
+class Block:
+    """A Markdown block spanning lines `start`..`end` (0-based, inclusive) of the body."""
+
+    kind: str  # heading | paragraph | list | item | quote | table | fence | code | other
+    start: int
+    end: int
+    level: int = 0  # heading level
+    title: str = ""  # heading text
+    children: list[Block] = field(default_factory=list)  # items of a list, blocks of an item or quote
+    rows: list[int] = field(default_factory=list)  # table: line of each body row (header lines precede)
+
+
+@dataclass
+class Outline:
+    """The lines of a Markdown body and its top-level blocks."""
+
+    lines: list[str]
+    blocks: list[Block]
+
+    def leaves(self) -> list[tuple[int, int, bool]]:
+        """Line ranges of leaf blocks in order, as (start, end, is_code); container markers included."""
+        out: list[tuple[int, int, bool]] = []
+
+        def walk(blocks: list[Block]) -> None:
+            for b in blocks:
+                if b.children:
+                    walk(b.children)
+                elif b.kind == "table":
+                    out.append((b.start, b.rows[0] - 1 if b.rows else b.end, False))
+                    out.extend((r, r, False) for r in b.rows)
+                else:
+                    out.append((b.start, b.end, b.kind in ("fence", "code")))
+
+        walk(self.blocks)
+        return out
+
+
+_PARSER = Parser()
+for _element in GFM.elements:
+    _PARSER.add_element(_element)
+
+
+def parse_blocks(body: str, fast: bool = True) -> Outline:
+    """Outline a Markdown body: its lines and block tree (marko, or a line scan for plain prose)."""
+    lines = split_lines(body)
+    if not body.strip():
+        return Outline(lines, [])
+    if fast and not _COMPLEX.search(body):
+        return Outline(lines, _scan_plain(lines))
+    return Outline(lines, _marko_blocks(body, lines))
+
+
+def _scan_plain(lines: list[str]) -> list[Block]:
+    """Blocks of a text that holds only ATX headings and paragraphs."""
+    blocks: list[Block] = []
+    para = -1
+    for i, line in enumerate(lines):
+        heading = _ATX.match(line) if line[:4].lstrip(" ").startswith("#") else None
+        if heading or not line.strip():
+            if para >= 0:
+                blocks.append(Block("paragraph", para, i - 1))
+                para = -1
+            if heading:
+                blocks.append(Block("heading", i, i, len(heading.group(1)), heading.group(2).strip()))
+        elif para < 0:
+            para = i
+    if para >= 0:
+        blocks.append(Block("paragraph", para, len(lines) - 1))
+    return blocks
+
+
+def _marko_blocks(body: str, lines: list[str]) -> list[Block]:
+    # Same length as `body`, so offsets map 1:1; marko would turn a lone CR or a form feed into a line break.
+    text = body.replace("\r", " ").replace("\f", " ")
+    starts = [0]
+    starts.extend(m.end() for m in re.finditer("\n", text))
+    source = Source(text)
+    source.parser = _PARSER
+    doc = Document()
+    with source.under_state(doc):
+        doc.children = _PARSER.parse_source(source)
+
+    def line_of(offset: int) -> int:
+        return bisect_right(starts, offset) - 1
+
+    def convert(el) -> Block | None:
+        kind = _KINDS.get(type(el).__name__, "other")
+        if kind == "blank" or el.source_span is None:
+            return None
+        a, b = el.source_span
+        start, end = line_of(a), line_of(max(a, b - 1))
+        while end > start and not lines[end].strip():
+            end -= 1
+        block = Block(kind, start, end)
+        if kind == "heading":
+            block.level = el.level
+            if type(el).__name__ == "SetextHeading":
+                block.title = " ".join(s.strip() for s in lines[start:end])
+            else:
+                m = _ATX.match(lines[start].lstrip(" >"))
+                block.title = m.group(2).strip() if m else lines[start].strip().strip("#").strip()
+        elif kind == "table":
+            block.rows = [line_of(row.source_span[0]) for row in el.children[1:] if row.source_span]
+        elif kind in ("list", "item", "quote"):
+            block.children = [c for c in map(convert, el.children) if c is not None]
+        return block
+
+    return [b for b in map(convert, doc.children) if b is not None]
+
+
+_KINDS = {
+    "BlankLine": "blank",
+    "Heading": "heading",
+    "SetextHeading": "heading",
+    "Paragraph": "paragraph",
+    "List": "list",
+    "ListItem": "item",
+    "Quote": "quote",
+    "Alert": "quote",
+    "Table": "table",
+    "FencedCode": "fence",
+    "CodeBlock": "code",
+}
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+
+
+class _Piece:
+    """Part of a chunk: lines start..end, or an explicit `body` (a cut line), between synthetic text."""
+
+    __slots__ = ("start", "end", "prefix", "body", "suffix", "joins_prev", "group", "headings", "parent")
+
+    def __init__(self, start, end, prefix="", body=None, suffix="", joins_prev=True):
+        self.start, self.end = start, end
+        self.prefix, self.body, self.suffix = prefix, body, suffix
+        self.joins_prev = joins_prev and not prefix  # may follow other lines in one chunk
+        self.group = self.headings = self.parent = None
+
+
+class _Lines:
+    """Body lines with O(1) lengths of line ranges."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.offsets = [0]
+        total = 0
+        for line in lines:
+            total += len(line) + 1
+            self.offsets.append(total)
+
+    def size(self, a: int, b: int) -> int:
+        return self.offsets[b + 1] - self.offsets[a] - 1 if b >= a else 0
+
+    def text(self, a: int, b: int) -> str:
+        return "\n".join(self.lines[a : b + 1])
+
+    def piece_size(self, p: _Piece) -> int:
+        body = len(p.body) if p.body is not None else self.size(p.start, p.end)
+        return len(p.prefix) + body + len(p.suffix)
+
+    def piece_text(self, p: _Piece) -> str:
+        return p.prefix + (p.body if p.body is not None else self.text(p.start, p.end)) + p.suffix
+
+
+def _cut_line(line: str, budget: int) -> list[str]:
+    """Cut one long line into pieces of at most `budget` characters (more only for a longer wikilink).
+
+    Cuts after a sentence end if one lies in the second half of the window, else after a space or comma,
+    else at the limit; a cut never falls inside a `[[wikilink]]`. The pieces concatenate to the line.
+    """
+    budget = max(budget, 20)
+    links = [m.span() for m in _WIKILINK.finditer(line)] if "[[" in line else []
+    out: list[str] = []
+    pos = 0
+    while len(line) - pos > budget:
+        lo, hi = pos + budget // 2, pos + budget
+        cut = -1
+        for seps in ((". ", "! ", "? ", "。", "！", "？", "; ", "；"), (" ", "\t", "，", "、", ", ")):
+            for sep in seps:
+                i = line.rfind(sep, lo, hi)
+                if i >= 0:
+                    cut = max(cut, i + len(sep))
+            if cut > pos:
+                break
+        if cut <= pos:
+            cut = hi
+        for a, b in links:
+            if a < cut < b:
+                cut = a if a > pos else b
+                break
+        out.append(line[pos:cut])
+        pos = cut
+    out.append(line[pos:])
+    return out
+
+
+def _pack_lines(lines: list[str], budget: int) -> list[tuple[int, int, str | None, bool]]:
+    """Greedy groups of whole lines of at most `budget` characters, as (first, last, None, True).
+
+    A line longer than `budget` becomes several (i, i, text, is_first_piece) entries.
+    """
+    budget = max(budget, 20)
+    out: list[tuple[int, int, str | None, bool]] = []
+    first, size = -1, 0
+    for i, line in enumerate(lines):
+        if len(line) > budget:
+            if first >= 0:
+                out.append((first, i - 1, None, True))
+                first = -1
+            out.extend((i, i, text, k == 0) for k, text in enumerate(_cut_line(line, budget)))
+            continue
+        if first >= 0 and size + 1 + len(line) > budget:
+            out.append((first, i - 1, None, True))
+            first = -1
+        if first < 0:
+            first, size = i, len(line)
+        else:
+            size += 1 + len(line)
+    if first >= 0:
+        out.append((first, len(lines) - 1, None, True))
+    return out
+
+
+def _trim(lines: list[str], a: int, b: int) -> tuple[int, int]:
+    """Narrow a..b to its first and last non-blank lines (a > b when all blank)."""
+    while a <= b and not lines[a].strip():
+        a += 1
+    while b >= a and not lines[b].strip():
+        b -= 1
+    return a, b
+
+
+def _part_pieces(src: _Lines, a: int, b: int, max_chars: int) -> list[_Piece]:
+    """The last resort: lines a..b packed greedily, each piece marked `[Part i/N]`."""
+    a, b = _trim(src.lines, a, b)
+    if a > b:
+        return []
+    groups = _pack_lines(src.lines[a : b + 1], max_chars - _MARKER_ROOM)
+    if len(groups) == 1:
+        return [_Piece(a, b)]
+    n = len(groups)
+    return [
+        _Piece(a + i, a + j, body=text, suffix=f"\n[Part {k}/{n}]", joins_prev=first)
+        for k, (i, j, text, first) in enumerate(groups, 1)
+    ]
+
+
+def _fence_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
+    """A long fenced code block cut by lines, each piece opened and closed by the fence."""
+    lines = src.lines
+    opening = lines[block.start]
+    m = _OPENING_FENCE.search(opening)
+    closed = block.end > block.start and _CLOSING_FENCE.match(lines[block.end]) is not None
+    closing = lines[block.end] if closed else (m.group(1) if m else "```")
+    last = block.end - 1 if closed else block.end
+    if last <= block.start:
+        return _part_pieces(src, block.start, block.end, max_chars)
+    open_text, close_text = opening.lstrip(" ") + "\n", "\n" + closing.lstrip(" ")
+    groups = _pack_lines(lines[block.start + 1 : last + 1], max_chars - len(open_text) - len(close_text))
+    pieces = []
+    for k, (i, j, text, first) in enumerate(groups):
+        i, j = i + block.start + 1, j + block.start + 1
+        head, tail = k == 0 and text is None, k == len(groups) - 1 and text is None
+        pieces.append(
+            _Piece(
+                block.start if head else i,
+                block.end if tail and closed else j,
+                prefix="" if head else open_text,
+                body=text,
+                suffix="" if tail and closed else close_text,
+            )
+        )
+    return pieces
+
+
+def _table_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
+    """A long table cut by rows, the header and delimiter rows repeated in every piece."""
+    if not block.rows:
+        return _part_pieces(src, block.start, block.end, max_chars)
+    head_end = block.rows[0] - 1
+    header = src.text(block.start, head_end) + "\n"
+    groups = _pack_lines(src.lines[head_end + 1 : block.end + 1], max_chars - len(header))
+    pieces = []
+    for k, (i, j, text, first) in enumerate(groups):
+        i, j = i + head_end + 1, j + head_end + 1
+        head = k == 0 and text is None
+        pieces.append(_Piece(block.start if head else i, j, prefix="" if head else header, body=text))
+    return pieces
+
+
+def _block_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
+    """One piece for a block that fits, else the pieces of its structure (see the module docstring)."""
+    if src.size(block.start, block.end) <= max_chars:
+        return [_Piece(block.start, block.end)]
+    if block.kind == "table":
+        return _table_pieces(src, block, max_chars)
+    if block.kind == "fence":
+        return _fence_pieces(src, block, max_chars)
+    if block.children:
+        pieces = [p for child in block.children for p in _block_pieces(src, child, max_chars)]
+        if pieces and pieces[0].body is None and not pieces[0].prefix:
+            pieces[0].start = min(pieces[0].start, block.start)  # keep a line holding only the list marker
+        return pieces
+    return _part_pieces(src, block.start, block.end, max_chars)
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+@dataclass
+class _Section:
+    headings: tuple[str, ...]
+    level: int
+    start: int
+    end: int = 0
+    blocks: list[Block] = field(default_factory=list)
+    children: list[_Section] = field(default_factory=list)
+
+
+def _sections(outline: Outline) -> _Section:
+    """The section tree of the top-level headings; the root holds what precedes the first heading."""
+    root = _Section((), 0, 0)
+    stack = [root]
+    for b in outline.blocks:
+        if b.kind == "heading":
+            while stack[-1].level >= b.level:
+                stack.pop()
+            section = _Section(stack[-1].headings + (b.title,), b.level, b.start)
+            stack[-1].children.append(section)
+            stack.append(section)
+        stack[-1].blocks.append(b)
+
+    def close(s: _Section, end: int) -> None:
+        s.end = end
+        for k, child in enumerate(s.children):
+            close(child, s.children[k + 1].start - 1 if k + 1 < len(s.children) else end)
+
+    close(root, len(outline.lines) - 1)
+    return root
+
+
+def _section_pieces(src: _Lines, s: _Section, parent: _Section | None, max_chars: int) -> list[_Piece]:
+    """Pieces of a section: itself whole when it fits, else its blocks and subsections."""
+    a, b = _trim(src.lines, s.start, s.end)
+    if a > b:
+        return []
+    if src.size(a, b) <= max_chars:
+        piece = _Piece(a, b)
+        piece.group, piece.headings = parent or s, s.headings
+        return [piece]
+    pieces = []
+    for block in s.blocks:
+        for piece in _block_pieces(src, block, max_chars):
+            piece.group, piece.headings = s, s.headings
+            pieces.append(piece)
+    for child in s.children:
+        pieces.extend(_section_pieces(src, child, s, max_chars))
+    return pieces
+
+
+def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) -> list[Chunk]:
+    """Join neighbouring pieces of the same section while they fit; make chunks."""
+    chunks: list[Chunk] = []
+    cur: _Piece | None = None
+
+    def flush(p: _Piece) -> None:
+        text = src.piece_text(p)
+        if text.strip():
+            chunks.append(Chunk(text, p.start + first_line, p.end + first_line, p.headings))
+
+    for p in pieces:
+        if (
+            cur is not None
+            and cur.group is p.group
+            and cur.body is None
+            and not cur.suffix
+            and p.joins_prev
+            and len(cur.prefix) + src.size(cur.start, p.start - 1) + 1 + src.piece_size(p) <= max_chars
+        ):
+            joined = _Piece(cur.start, p.end, cur.prefix, None, p.suffix)
+            if p.body is not None:
+                joined.body = src.text(cur.start, p.start - 1) + "\n" + p.body
+            joined.group, joined.headings = cur.group, cur.group.headings
+            cur = joined
+            continue
+        if cur is not None:
+            flush(cur)
+        cur = p
+    if cur is not None:
+        flush(cur)
+    return chunks
+
+
+def chunk_markdown(
+    body: str, first_line: int = 1, max_chars: int = MAX_CHARS, outline: Outline | None = None
+) -> list[Chunk]:
+    """Structure-aware chunks of a Markdown body whose first line is line `first_line` of its file.
+
+    Pass the `outline` from `parse_blocks(body)` when you already have one.
+    """
+    outline = outline or parse_blocks(body)
+    if not outline.blocks:
+        return []
+    src = _Lines(outline.lines)
+    root = _sections(outline)
+    while not root.blocks and len(root.children) == 1:  # a document under one title is that section
+        root = root.children[0]
+    return _pack(src, _section_pieces(src, root, None, max_chars), first_line, max_chars)
+
+
+# ---------------------------------------------------------------------------------------------- other files
+
+
+def _record_text(value, key: str = "", out: list[str] | None = None) -> list[str]:
+    """Readable lines of a JSON record: `key.sub: value`, strings unescaped, nulls and empties left out."""
+    out = [] if out is None else out
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _record_text(v, f"{key}.{k}" if key else str(k), out)
+    elif isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value):
+            items = [v if isinstance(v, str) else json.dumps(v) for v in value if v is not None]
+            if items:
+                out.append(f"{key}: {', '.join(items)}" if key else ", ".join(items))
+        else:
+            for v in value:
+                _record_text(v, key, out)
+    elif value is not None and value != "":
+        text = value if isinstance(value, str) else json.dumps(value)
+        out.append(f"{key}: {text}" if key else text)
+    return out
+
+
+def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS) -> list[Chunk]:
+    """Chunks of a JSON Lines file: whole records packed up to `max_chars`, each chunk's lines exact.
+
+    A record's text is its fields as `key: value` lines (nested keys dotted, strings unescaped, so words
+    and CJK text are searchable); a line that is not valid JSON is kept as it is. Records are separated by
+    a blank line. A record longer than `max_chars` alone is split into `[Part i/N]` pieces.
+    """
+    records: list[tuple[int, str]] = []
+    for i, line in enumerate(split_lines(text)):
+        if not line.strip():
+            continue
+        try:
+            rendered = "\n".join(_record_text(json.loads(line)))
+        except ValueError:
+            rendered = line
+        records.append((i, rendered if rendered.strip() else line))
+
+    chunks: list[Chunk] = []
+    group: list[tuple[int, str]] = []
+    size = 0
+
+    def flush() -> None:
+        if group:
+            chunks.append(
+                Chunk("\n\n".join(r for _, r in group), group[0][0] + first_line, group[-1][0] + first_line)
+            )
+            group.clear()
+
+    for i, rendered in records:
+        if len(rendered) > max_chars:
+            flush()
+            parts = _pack_lines(rendered.split("\n"), max_chars - _MARKER_ROOM)
+            lines = rendered.split("\n")
+            for k, (a, b, cut, _) in enumerate(parts, 1):
+                body = cut if cut is not None else "\n".join(lines[a : b + 1])
+                chunks.append(Chunk(f"{body}\n[Part {k}/{len(parts)}]", i + first_line, i + first_line))
+            size = 0
+            continue
+        if group and size + 2 + len(rendered) > max_chars:
+            flush()
+            size = 0
+        size += len(rendered) + (2 if group else 0)
+        group.append((i, rendered))
+    flush()
+    return chunks
+
+
+def chunk_text(
+    text: str,
+    first_line: int = 1,
+    max_chars: int = MAX_CHARS,
+    overlap: int = TEXT_OVERLAP_LINES,
+    header_lines: int = 0,
+) -> list[Chunk]:
+    """Chunks of plain text by size: whole lines up to `max_chars`, consecutive chunks sharing `overlap` lines.
+
+    `header_lines` (e.g. 1 for CSV) are repeated at the top of every later chunk. A line longer than
+    `max_chars` is split into `[Part i/N]` pieces.
+    """
+    lines = split_lines(text)
+    src = _Lines(lines)
+    header = src.text(0, header_lines - 1) + "\n" if 0 < header_lines < len(lines) else ""
+    chunks: list[Chunk] = []
+
+    def emit(body: str, a: int, b: int) -> None:
+        if body.strip():
+            chunks.append(Chunk(body, a + first_line, b + first_line))
+
+    i, n = 0, len(lines)
+    while i < n:
+        i, _ = _trim(lines, i, n - 1)
+        if i >= n:
+            break
+        prefix = header if header and i >= header_lines else ""
+        budget = max(max_chars - len(prefix), 20)
+        if len(lines[i]) > budget:
+            parts = _cut_line(lines[i], budget - _MARKER_ROOM)
+            for k, part in enumerate(parts, 1):
+                emit(f"{prefix}{part}\n[Part {k}/{len(parts)}]", i, i)
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and src.size(i, j + 1) <= budget:
+            j += 1
+        a, b = _trim(lines, i, j)
+        emit(prefix + src.text(a, b), a, b)
+        if j + 1 >= n:
+            break
+        long_next = len(lines[j + 1]) > budget
+        i = j + 1 if long_next or j - i + 1 <= overlap else max(j + 1 - overlap, i + 1, header_lines)
+    return chunks

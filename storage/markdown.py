@@ -1,0 +1,492 @@
+"""The Markdown model: frontmatter, wikilinks, link rewriting, and `parse_file` (bytes -> ParsedFile).
+
+Frontmatter is a YAML block between a first line `---` and a closing `---` (or `...`) line, loaded with
+python-frontmatter's YAML handler (PyYAML's C SafeLoader). Keys `name`, `description`, `tags` and `date`
+are recognised; every key is kept, in order, and `render_frontmatter` writes them back unchanged.
+
+Wikilinks: `[[target]]`, `[[target|alias]]` (`[[target\\|alias]]` inside tables), `[[target#anchor]]`,
+`![[embed]]`. The target is the literal workspace-relative path as written (trimmed; no `.md` appended, no
+title lookup); the anchor is stored verbatim (`L9`, `L9-L10,L15-L20`, a heading). `[[#anchor]]` (a link
+into the same file) has no target and is not a link edge. Links in fenced or indented code blocks and in
+inline code spans are ignored.
+
+Typed links (Dataview-style inline fields): the word before `::` is the link's predicate, stored as
+written. The field's value runs to the end of the line, or to the matching bracket when the field itself
+is bracketed (`[uses:: [[a]]]`, `(uses:: [[a]])`); every link in the value carries the predicate, so
+`uses:: [[a]], [[b]]`, `- uses:: [[a]]` and `uses:: [[[a]], [[b]]]` all give `uses`. The legacy wrapper
+`related:: [[x]]` is therefore a link with predicate `related`; a plain `[[x]]` has none.
+
+Links in frontmatter values (`source_conversation: "[[session/dialog/x.jsonl]]"`) are links too, found
+in the raw YAML text (so also when it does not parse), on their own line, with the top-level key as
+predicate (`source_conversation`), the way Dataview treats frontmatter fields.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+
+from storage.chunking import Outline, chunk_jsonl, chunk_markdown, chunk_text, parse_blocks, split_lines
+from storage.model import Link, ParsedFile
+
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+BINARY_SNIFF_BYTES = 8192
+
+_YAML = YAMLHandler()
+_FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
+_FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
+_WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
+_FIELD = re.compile(r"(\w[\w-]*)\*{0,2}::(?!:)")
+_BACKTICKS = re.compile(r"`+")
+_TOP_KEY = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([^\s#'"?:\-][^:#]*?|-[^\s:#][^:#]*?))[ \t]*:(?:[ \t]|$)""")
+_PATH_DATE = re.compile(r"^(?:daily/(\d{4}-\d{2}-\d{2})(?:\.md$|/)|resource/(\d{4}-\d{2}-\d{2})/)")
+_ISO_DATE = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})(?:$|[T ])")
+
+
+# ---------------------------------------------------------------------------------------------- frontmatter
+
+
+@dataclass
+class Frontmatter:
+    """A file split into its YAML frontmatter and body.
+
+    `meta`: the keys in file order ({} when there is no block or it does not parse). `body`: the text after
+    the block, starting at line `body_line`. `error`: why the block did not parse, else None; on error the
+    whole text is `body` (body_line 1), so re-rendering never drops the unparsed block. `raw`: the YAML text
+    between the fences (None without a block). `end_line`: line of the closing fence (0 without a block).
+    """
+
+    meta: dict[str, Any]
+    body: str
+    body_line: int = 1
+    error: str | None = None
+    raw: str | None = None
+    end_line: int = 0
+
+
+def _find_block(text: str) -> tuple[str, int, int] | None:
+    """(raw YAML, closing fence line, offset of the body) of a leading frontmatter block, if any."""
+    start = 1 if text.startswith("\ufeff") else 0
+    opening = _FENCE_OPEN.match(text, start)
+    if not opening:
+        return None
+    closing = _FENCE_CLOSE.search(text, opening.end())
+    if not closing:
+        return None
+    raw = text[opening.end() : closing.start()]
+    body_at = closing.end() + (1 if text.startswith("\n", closing.end()) else 0)
+    return raw, raw.count("\n") + 2, body_at
+
+
+def _load_yaml(raw: str) -> tuple[dict[str, Any], str | None]:
+    """The mapping in a frontmatter block, or ({}, a message saying why not)."""
+    try:
+        meta = _YAML.load(raw) if raw.strip() else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return {}, f"malformed frontmatter (YAML){where}: {problem}; the file is indexed as text"
+    if meta is None:
+        return {}, None
+    if not isinstance(meta, dict):
+        kind = type(meta).__name__
+        return {}, f"frontmatter is a YAML {kind}, not a mapping of keys; the file is indexed as text"
+    return meta, None
+
+
+def split_frontmatter(text: str) -> Frontmatter:
+    """Split `text` into frontmatter (`meta`, `raw`) and body; malformed YAML sets `error`, never raises."""
+    found = _find_block(text)
+    if found is None:
+        return Frontmatter({}, text)
+    raw, end_line, body_at = found
+    meta, error = _load_yaml(raw)
+    if error:
+        return Frontmatter({}, text, 1, error, raw, end_line)
+    return Frontmatter(meta, text[body_at:], end_line + 1, None, raw, end_line)
+
+
+def render_frontmatter(meta: dict[str, Any], body: str) -> str:
+    """Text of a file with `meta` as YAML frontmatter (keys in the given order) followed by `body`.
+
+    No block is written when `meta` is empty. Values round-trip through `split_frontmatter` unchanged
+    (dates stay dates). Raises ValueError for a value YAML cannot represent.
+    """
+    if not meta:
+        return body
+    try:
+        block = _YAML.export(meta, sort_keys=False, width=1 << 20)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"frontmatter cannot be written as YAML: {exc}") from exc
+    return f"---\n{block}\n---\n{body}"
+
+
+# ---------------------------------------------------------------------------------------------- wikilinks
+
+
+@dataclass
+class _Match:
+    """One wikilink occurrence: the Link and where its target sits in the scanned text."""
+
+    link: Link
+    target_span: tuple[int, int]
+
+
+def _link_parts(inner: str) -> tuple[str, str | None, str | None, int, int]:
+    """(target, anchor, alias, target start, target end) of the text between `[[` and `]]`."""
+    head, alias = inner, None
+    bar = inner.find("|")
+    if bar >= 0:
+        head, alias = inner[:bar], inner[bar + 1 :].strip() or None
+        if head.endswith("\\"):
+            head = head[:-1]
+    hash_at = head.find("#")
+    anchor = None
+    if hash_at >= 0:
+        anchor = head[hash_at + 1 :].strip() or None
+        head = head[:hash_at]
+    target = head.strip()
+    lead = len(head) - len(head.lstrip())
+    return target, anchor, alias, lead, lead + len(target)
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """Character ranges of inline code spans (CommonMark backtick-run matching) in one block's text."""
+    runs = [m for m in _BACKTICKS.finditer(text) if not (m.start() and text[m.start() - 1] == "\\")]
+    spans = []
+    k = 0
+    while k < len(runs):
+        opener = runs[k]
+        width = opener.end() - opener.start()
+        for j in range(k + 1, len(runs)):
+            if runs[j].end() - runs[j].start() == width:
+                spans.append((opener.start(), runs[j].end()))
+                k = j + 1
+                break
+        else:
+            k += 1
+    return spans
+
+
+def _fields(line: str, skip: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """Inline fields on a line as (value start, value end, predicate), skipping ranges in `skip`."""
+    out = []
+    for m in _FIELD.finditer(line):
+        if any(a <= m.start() < b for a, b in skip):
+            continue
+        end = len(line)
+        before = m.start() - 1
+        while before >= 0 and line[before] == "*":
+            before -= 1
+        if before >= 0 and line[before] in "[(":
+            opening, closing = line[before], "]" if line[before] == "[" else ")"
+            depth = 0
+            for i in range(before, len(line)):
+                if line[i] == opening:
+                    depth += 1
+                elif line[i] == closing:
+                    depth -= 1
+                    if depth == 0:
+                        end = i
+                        break
+        out.append((m.end(), end, m.group(1)))
+    return out
+
+
+def _predicate(fields: list[tuple[int, int, str]], pos: int) -> str | None:
+    best = None
+    for a, b, name in fields:
+        if a <= pos < b and (best is None or a >= best[0]):
+            best = (a, name)
+    return best[1] if best else None
+
+
+def _body_matches(body: str, outline: Outline | None, first_line: int) -> list[_Match]:
+    """Wikilinks of a Markdown body outside code, with predicates and original line numbers."""
+    if "[[" not in body:
+        return []
+    outline = outline or parse_blocks(body)
+    lines = outline.lines
+    leaves = outline.leaves()
+    leaf_starts = [a for a, _, _ in leaves]
+    line_starts = [0]
+    for line in lines:
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    out: list[_Match] = []
+    per_line: dict[int, tuple[list[tuple[int, int]], list]] = {}
+    spans_of_leaf: dict[int, list[tuple[int, int]]] = {}
+    text = "\n".join(lines)  # CR-free, so offsets agree with `lines`
+    for m in _WIKILINK.finditer(text):
+        row = bisect_right(line_starts, m.start()) - 1
+        leaf = bisect_right(leaf_starts, row) - 1
+        if leaf < 0 or leaves[leaf][1] < row or leaves[leaf][2]:
+            continue  # in a code block (or outside any block)
+        a, b, _ = leaves[leaf]
+        if leaf not in spans_of_leaf:
+            block_text = text[line_starts[a] : line_starts[b + 1] - 1]
+            spans_of_leaf[leaf] = (
+                [(s + line_starts[a], e + line_starts[a]) for s, e in _code_spans(block_text)]
+                if "`" in block_text
+                else []
+            )
+        code = spans_of_leaf[leaf]
+        if any(s <= m.start() < e for s, e in code):
+            continue
+        if row not in per_line:
+            base = line_starts[row]
+            skip = [(s - base, e - base) for s, e in code] + [
+                (x.start(), x.end()) for x in _WIKILINK.finditer(lines[row])
+            ]
+            per_line[row] = (skip, _fields(lines[row], skip) if "::" in lines[row] else [])
+        target, anchor, alias, t0, t1 = _link_parts(m.group(1))
+        if not target:
+            continue
+        predicate = _predicate(per_line[row][1], m.start() - line_starts[row])
+        out.append(
+            _Match(
+                Link(target, row + first_line, anchor, alias, predicate),
+                (m.start(1) + t0, m.start(1) + t1),
+            )
+        )
+    return out
+
+
+def _frontmatter_matches(raw: str, first_line: int) -> list[_Match]:
+    """Wikilinks in raw frontmatter YAML; each carries the top-level key it sits under as predicate."""
+    out: list[_Match] = []
+    if "[[" not in raw:
+        return out
+    key = None
+    offset = 0
+    for row, line in enumerate(raw.split("\n")):
+        m = _TOP_KEY.match(line)
+        if m:
+            key = next(g for g in m.groups() if g is not None).strip()
+        for w in _WIKILINK.finditer(line):
+            target, anchor, alias, t0, t1 = _link_parts(w.group(1))
+            if target:
+                start = offset + w.start(1)
+                out.append(_Match(Link(target, row + first_line, anchor, alias, key), (start + t0, start + t1)))
+        offset += len(line) + 1
+    return out
+
+
+def _file_matches(text: str) -> list[_Match]:
+    """Every wikilink of a Markdown file (frontmatter included), target spans as offsets into `text`."""
+    found = _find_block(text)
+    if found is None:
+        return _body_matches_at(text, 0, 1)
+    raw, end_line, body_at = found
+    raw_at = text.index("\n", 1 if text.startswith("\ufeff") else 0) + 1
+    matches = _frontmatter_matches(raw, 2)
+    for m in matches:
+        m.target_span = (m.target_span[0] + raw_at, m.target_span[1] + raw_at)
+    return matches + _body_matches_at(text[body_at:], body_at, end_line + 1)
+
+
+def _body_matches_at(body: str, base: int, first_line: int) -> list[_Match]:
+    """`_body_matches` with target spans shifted to offsets into the original text (CRs counted)."""
+    matches = _body_matches(body, None, first_line)
+    if matches and "\r" in body:
+        # spans were computed on the CR-free join of lines: map them back line by line
+        starts = [0]
+        for line in body.split("\n"):
+            starts.append(starts[-1] + len(line) + 1)
+        clean = [0]
+        for line in split_lines(body):
+            clean.append(clean[-1] + len(line) + 1)
+        for m in matches:
+            row = m.link.line - first_line
+            shift = starts[row] - clean[row]
+            m.target_span = (m.target_span[0] + shift, m.target_span[1] + shift)
+    for m in matches:
+        m.target_span = (m.target_span[0] + base, m.target_span[1] + base)
+    return matches
+
+
+def parse_links(text: str, first_line: int = 1) -> list[Link]:
+    """Wikilinks of a Markdown text whose first line is line `first_line` of its file, in order.
+
+    A leading frontmatter block is read too (its links take their YAML key as predicate). Links in code
+    blocks and code spans are skipped; `pred:: [[t]]` gives predicate `pred`.
+    """
+    shift = first_line - 1
+    links = [m.link for m in _file_matches(text)]
+    if shift:
+        links = [Link(k.target, k.line + shift, k.anchor, k.alias, k.predicate) for k in links]
+    return links
+
+
+def rewrite_links(text: str, old_target: str, new_target: str) -> tuple[str, int]:
+    """Point every `[[old_target...]]` (exact literal target) at `new_target`; returns (text, count).
+
+    Anchors, aliases, predicates, embeds and spacing stay as written; code blocks and spans are not
+    touched; links in the frontmatter are rewritten too.
+    """
+    if not new_target.strip() or any(c in new_target for c in "[]|#\n\r"):
+        raise ValueError(f"{new_target!r} cannot be a wikilink target (no [ ] | # or line breaks)")
+    old = old_target.strip()
+    hits = [m.target_span for m in _file_matches(text) if m.link.target == old]
+    if not hits:
+        return text, 0
+    parts, pos = [], 0
+    for a, b in hits:
+        parts.append(text[pos:a])
+        parts.append(new_target)
+        pos = b
+    parts.append(text[pos:])
+    return "".join(parts), len(hits)
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _tags(value: Any) -> list[str]:
+    """Tags from `tags: [a, b]`, `tags: a, b` or `tags: a b` (a leading `#` dropped), deduplicated."""
+    if isinstance(value, str):
+        items = value.split(",") if "," in value else value.split()
+    elif isinstance(value, (list, tuple)):
+        items = [str(v) for v in value if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+    else:
+        return []
+    out: list[str] = []
+    for item in items:
+        tag = item.strip().lstrip("#").strip()
+        if tag and tag not in out:
+            out.append(tag)
+    return out
+
+
+def _frontmatter_date(value: Any) -> str | None:
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, str):
+        m = _ISO_DATE.match(value)
+        if m:
+            try:
+                return dt.date.fromisoformat(m.group(1)).isoformat()
+            except ValueError:
+                return None
+    return None
+
+
+def path_date(path: str) -> str | None:
+    """YYYY-MM-DD of `daily/YYYY-MM-DD.md`, `daily/YYYY-MM-DD/...` or `resource/YYYY-MM-DD/...`."""
+    m = _PATH_DATE.match(path)
+    if not m:
+        return None
+    try:
+        return dt.date.fromisoformat(m.group(1) or m.group(2)).isoformat()
+    except ValueError:
+        return None
+
+
+def _jsonable(value: Any) -> Any:
+    """Frontmatter values as JSON-ready data (dates as ISO strings)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def file_kind(path: str) -> str:
+    """markdown | jsonl | text, by suffix (content may still make a file `binary`)."""
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix in MARKDOWN_SUFFIXES:
+        return "markdown"
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    return "text"
+
+
+def decode_text(data: bytes) -> str | None:
+    """UTF-8 text of `data` (BOM dropped), or None when it looks binary (NUL early on, or not UTF-8)."""
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def parse_file(path: str, data: bytes) -> ParsedFile:
+    """Everything the index needs from one file; bad input never raises, it lands in `errors`.
+
+    Markdown: frontmatter (JSON-ready copy in `frontmatter`), name, description, tags, date (a valid
+    `date` key wins over the date in the path), structure-aware chunks of the body and links. A file whose
+    body is empty gets one chunk of its frontmatter text; malformed frontmatter is chunked as plain text.
+    JSON Lines: chunks by records. Other text: chunks by size (CSV repeats its header row). Binary: no chunks.
+    """
+    parsed = ParsedFile(path=path, kind=file_kind(path), date=path_date(path))
+    text = decode_text(data)
+    if text is None:
+        parsed.kind = "binary"
+        parsed.errors.append("binary file (NUL bytes or not UTF-8): stored, not indexed as text")
+        return parsed
+    lines = split_lines(text)
+    parsed.line_count = len(lines)
+    try:
+        if parsed.kind == "markdown":
+            _parse_markdown(parsed, text)
+        elif parsed.kind == "jsonl":
+            parsed.chunks = chunk_jsonl(text)
+        else:
+            header = 1 if PurePosixPath(path).suffix.lower() in (".csv", ".tsv") else 0
+            parsed.chunks = chunk_text(text, header_lines=header, overlap=0 if header else 2)
+    except Exception as exc:  # a parser bug must not stop indexing: fall back to plain text
+        parsed.errors.append(f"could not parse as {parsed.kind} ({type(exc).__name__}: {exc}); indexed as text")
+        parsed.chunks = chunk_text(text)
+    return parsed
+
+
+def _parse_markdown(parsed: ParsedFile, text: str) -> None:
+    found = _find_block(text)
+    body, body_line, chunks, links = text, 1, [], []
+    if found is not None:
+        raw, end_line, body_at = found
+        meta, error = _load_yaml(raw)
+        body, body_line = text[body_at:], end_line + 1
+        links = [m.link for m in _frontmatter_matches(raw, 2)]
+        if error:
+            parsed.errors.append(error)
+            chunks = chunk_text(raw, first_line=2)
+        _apply_meta(parsed, meta)
+    outline = parse_blocks(body)
+    chunks += chunk_markdown(body, body_line, outline=outline)
+    if not chunks and found is not None:
+        chunks = chunk_text(found[0], first_line=2)  # frontmatter only: name/description stay searchable
+    parsed.chunks = chunks
+    parsed.links = links + [m.link for m in _body_matches(body, outline, body_line)]
+
+
+def _apply_meta(parsed: ParsedFile, meta: dict[str, Any]) -> None:
+    parsed.frontmatter = _jsonable(meta)
+    for key in ("name", "description"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, (dict, list)):
+            setattr(parsed, key, str(value).strip())
+    parsed.tags = _tags(meta.get("tags"))
+    if meta.get("date") is not None:
+        date = _frontmatter_date(meta["date"])
+        if date:
+            parsed.date = date
+        else:
+            parsed.errors.append(f"frontmatter date {meta['date']!r} is not a YYYY-MM-DD date; ignored")
+
