@@ -34,6 +34,7 @@ class Settings:
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
+    optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
 
     @property
