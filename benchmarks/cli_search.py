@@ -1,0 +1,113 @@
+"""Wall time of `dreamflow search` as a user calls it: a fresh process per query, over a LoCoMo-sized workspace.
+
+    python benchmarks/cli_search.py [--workspace DIR] [--queries 20] [--copies 3]
+
+Without --workspace it builds one in a temp folder from ../shared/data/locomo (one daily note per session,
+repeated --copies times to reach LoCoMo's full size: ~270+ files, ~1+ MB) and indexes it. Prints p50/p95/max
+wall time for `--json` and for the rich output, next to a bare `python -c pass` for scale. Target: <= 0.3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from storage.memory import Memory  # noqa: E402
+
+LOCOMO = Path(os.environ.get("DREAMFLOW_LOCOMO", ROOT.parent / "shared" / "data" / "locomo"))
+
+
+def sessions(data_dir: Path):
+    """(conversation id, session number, YYYY-MM-DD, [(speaker, text)]) for every LoCoMo session."""
+    for conv_file in sorted(data_dir.glob("conv-*.json")):
+        conv = json.loads(conv_file.read_text())
+        n = 1
+        while f"session_{n}" in conv:
+            when = datetime.strptime(conv[f"session_{n}_date_time"], "%I:%M %p on %d %B, %Y")
+            turns = [(t["speaker"], t["text"]) for t in conv[f"session_{n}"]]
+            yield conv_file.stem, n, when.date().isoformat(), turns
+            n += 1
+
+
+def questions(data_dir: Path, limit: int) -> list[str]:
+    qs = []
+    for conv_file in sorted(data_dir.glob("conv-*.json")):
+        qs += [q["question"] for q in json.loads(conv_file.read_text())["qa"] if q.get("category") in (1, 2, 3, 4)]
+    step = max(len(qs) // limit, 1)
+    return qs[::step][:limit]
+
+
+def build_workspace(root: Path, copies: int) -> dict:
+    """Write one daily note per session (times `copies`) and rebuild the index; returns index stats."""
+    mem = Memory(root)
+    for copy in range(copies):
+        for conv, n, day, turns in sessions(LOCOMO):
+            body = "\n\n".join(f"**{speaker}**: {text}" for speaker, text in turns) + "\n"
+            mem.ws.write_text(f"daily/{day}/{conv}-session-{n}-{copy}.md",
+                              f"---\nname: {conv} session {n}\ndescription: Conversation of {day}\n---\n{body}")
+    started = time.perf_counter()
+    stats = mem.reindex()
+    stats["reindex_s"] = round(time.perf_counter() - started, 3)
+    return stats
+
+
+def dreamflow_command() -> list[str]:
+    script = Path(sys.executable).parent / "dreamflow"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "dreamflow"]
+
+
+def wall(cmd: list[str]) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
+    return elapsed
+
+
+def summary(label: str, times: list[float]) -> str:
+    times = sorted(times)
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return f"{label:<28} p50 {statistics.median(times) * 1000:6.0f} ms   p95 {p95 * 1000:6.0f} ms   " \
+           f"max {times[-1] * 1000:6.0f} ms   (n={len(times)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workspace", type=Path, help="an existing, indexed workspace to query")
+    parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--copies", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = args.workspace or Path(tmp) / "ws"
+        if not args.workspace:
+            stats = build_workspace(ws, args.copies)
+            print(f"workspace: {stats.get('files')} files, {stats.get('chunks')} chunks, "
+                  f"reindex {stats['reindex_s']} s")
+        cmd = dreamflow_command()
+        qs = questions(LOCOMO, args.queries)
+        wall([*cmd, "--workspace", str(ws), "search", qs[0], "--json"])  # warm the OS file cache once
+        baseline = [wall([sys.executable, "-c", "pass"]) for _ in range(5)]
+        as_json = [wall([*cmd, "--workspace", str(ws), "search", q, "--limit", "10", "--json"]) for q in qs]
+        people = [wall([*cmd, "--workspace", str(ws), "search", q, "--limit", "10"]) for q in qs]
+        print(f"command: {' '.join(cmd)} --workspace WS search QUERY --limit 10")
+        print(summary("python -c pass", baseline))
+        print(summary("dreamflow search --json", as_json))
+        print(summary("dreamflow search (rich)", people))
+        print(f"target: p50 <= 300 ms -> {'met' if statistics.median(as_json) <= 0.3 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
