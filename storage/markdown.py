@@ -41,6 +41,18 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson")
 BINARY_SNIFF_BYTES = 8192
 
 _YAML = YAMLHandler()
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    """Safe YAML dumper writing lists of plain values inline (`tags: [a, b]`), everything else in blocks."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, value: list) -> yaml.Node:
+    inline = all(isinstance(v, (str, int, float, bool)) and "\n" not in str(v) for v in value)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=inline)
+
+
+_Dumper.add_representer(list, _represent_list)
 _FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
 _FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
 _WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
@@ -124,7 +136,7 @@ def render_frontmatter(meta: dict[str, Any], body: str) -> str:
     if not meta:
         return body
     try:
-        block = _YAML.export(meta, sort_keys=False, width=1 << 20)
+        block = _YAML.export(meta, Dumper=_Dumper, sort_keys=False, width=1 << 20)
     except yaml.YAMLError as exc:
         raise ValueError(f"frontmatter cannot be written as YAML: {exc}") from exc
     return f"---\n{block}\n---\n{body}"
