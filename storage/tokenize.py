@@ -1,0 +1,81 @@
+"""BM25 terms: the one tokenizer used for documents and queries alike.
+
+English (and other Latin-script) words are lowercased, stopwords dropped and Snowball-stemmed with
+PyStemmer; numbers are kept as they are. CJK runs (Chinese, Japanese kana, Korean Hangul) have no spaces
+between words, so each run becomes overlapping character bigrams (a one-character run becomes that
+character), which finds Chinese words without a dictionary.
+"""
+
+from __future__ import annotations
+
+import re
+
+import Stemmer
+
+# A word: letters/digits optionally joined by apostrophes (don't, Mel's). A CJK run: Han, kana, Hangul.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_HAS_CJK = re.compile(f"[{_CJK}]")
+_WORD = re.compile(r"\w+(?:'\w+)*")  # fast path for text without CJK
+_WORD_OR_CJK = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+(?:'[^\W{_CJK}]+)*)")
+
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before being below
+    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during
+    each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's
+    hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's
+    me more most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over
+    own same shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs
+    them themselves then there there's these they they'd they'll they're they've this those through to too
+    under until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+    where's which while who who's whom why why's will with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves s t d ll m re ve
+    """.split()
+)
+
+_stemmer = Stemmer.Stemmer("english")
+_stems: dict[str, str] = {}  # word -> stem ("" for a stopword); cleared when it grows past _MAX_CACHE
+_MAX_CACHE = 500_000
+
+
+def _stem(word: str) -> str:
+    """Stem of one lowercased word ("" for a stopword); possessives and contractions keep their stem."""
+    base = word.split("'", 1)[0]
+    if word in STOPWORDS or base in STOPWORDS:
+        stem = ""
+    else:
+        stem = base if base.isdigit() else _stemmer.stemWord(base)
+    if len(_stems) >= _MAX_CACHE:
+        _stems.clear()
+    _stems[word] = stem
+    return stem
+
+
+def terms(text: str) -> list[str]:
+    """BM25 terms of `text`, in order, duplicates kept (callers count term frequency)."""
+    text = text.lower()
+    if "\u2019" in text:
+        text = text.replace("\u2019", "'")
+    get = _stems.get
+    out: list[str] = []
+    append = out.append
+    if not _HAS_CJK.search(text):
+        for word in _WORD.findall(text):
+            stem = get(word)
+            if stem is None:
+                stem = _stem(word)
+            if stem:
+                append(stem)
+        return out
+    for cjk, word in _WORD_OR_CJK.findall(text):
+        if word:
+            stem = get(word)
+            if stem is None:
+                stem = _stem(word)
+            if stem:
+                append(stem)
+        elif len(cjk) == 1:
+            append(cjk)
+        else:
+            out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+    return out
