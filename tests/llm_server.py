@@ -7,6 +7,9 @@ Every test talks to it through the real `openai` client. Script replies in three
 - `server.reply(...)` / `server.reply_json(obj)` / `server.tool_call(name, args)`: a FIFO queue for the rest;
 - `server.responder = fn(request_body) -> Reply | None`: computes a reply (benchmarks, catch-alls).
 
+`POST /v1/embeddings` is answered by `server.embedder = fn(texts) -> list[vector]` (HTTP 500 while it is None
+or when it raises), so the real `openai` embeddings path runs too.
+
 A request nothing answers gets HTTP 500 "no scripted reply", so a test fails loudly rather than hanging.
 Every request body is recorded in `server.requests`.
 """
@@ -56,6 +59,7 @@ class LLMServer:
         self._queue: list[Reply] = []
         self._routes: list[tuple[Callable[[dict], bool], list[Reply]]] = []
         self.responder: Callable[[dict], Reply | None] | None = None
+        self.embedder: Callable[[list[str]], list[list[float]]] | None = None
         self.requests: list[dict] = []
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -89,6 +93,7 @@ class LLMServer:
             self._routes.clear()
             self.requests.clear()
             self.responder = None
+            self.embedder = None
 
     def pending(self) -> int:
         """Scripted replies not consumed yet."""
@@ -105,6 +110,22 @@ class LLMServer:
                 return self._queue.pop(0)
             responder = self.responder
         return responder(body) if responder else None
+
+    def _embeddings(self, body: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.requests.append(body)
+            embedder = self.embedder
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        if embedder is None:
+            return 500, {"error": {"message": "no scripted embedder"}}
+        try:
+            vectors = embedder(texts)
+        except Exception as exc:  # noqa: BLE001 - a scripted failure becomes an HTTP error
+            return 500, {"error": {"message": f"embedder failed: {exc}"}}
+        data = [{"object": "embedding", "index": i, "embedding": list(map(float, v))} for i, v in enumerate(vectors)]
+        return 200, {"object": "list", "data": data, "model": body.get("model", self.model),
+                     "usage": {"prompt_tokens": sum(len(t) // 4 for t in texts), "total_tokens": 0}}
 
     # -- serving -------------------------------------------------------------------------------------------
     @property
@@ -127,6 +148,8 @@ class LLMServer:
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
                     return self._send(400, {"error": {"message": "request body is not JSON"}})
+                if self.path.rstrip("/").endswith("/embeddings"):
+                    return self._send(*server._embeddings(body))
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": f"unknown route {self.path}"}})
                 reply = server._next(body)
