@@ -323,15 +323,16 @@ _KINDS = {
 
 
 class _Piece:
-    """Part of a chunk: lines start..end, or an explicit `body` (a cut line), between synthetic text."""
+    """Part of a chunk: lines start..end, or an explicit `body` (with a cut line), between synthetic text."""
 
-    __slots__ = ("start", "end", "prefix", "body", "suffix", "joins_prev", "group", "headings", "parent")
+    __slots__ = ("start", "end", "prefix", "body", "suffix", "joins_prev", "group", "headings", "heading_only")
 
     def __init__(self, start, end, prefix="", body=None, suffix="", joins_prev=True):
         self.start, self.end = start, end
         self.prefix, self.body, self.suffix = prefix, body, suffix
         self.joins_prev = joins_prev and not prefix  # may follow other lines in one chunk
-        self.group = self.headings = self.parent = None
+        self.group = self.headings = None
+        self.heading_only = False
 
 
 class _Lines:
@@ -359,18 +360,19 @@ class _Lines:
         return p.prefix + (p.body if p.body is not None else self.text(p.start, p.end)) + p.suffix
 
 
-def _cut_line(line: str, budget: int) -> list[str]:
-    """Cut one long line into pieces of at most `budget` characters (more only for a longer wikilink).
+def _cut_line(line: str, budget: int, first_budget: int | None = None) -> list[str]:
+    """Cut one long line into pieces of at most `budget` characters (the first at most `first_budget`).
 
     Cuts after a sentence end if one lies in the second half of the window, else after a space or comma,
-    else at the limit; a cut never falls inside a `[[wikilink]]`. The pieces concatenate to the line.
+    else at the limit; a cut never falls inside a `[[wikilink]]` (a longer link stays whole). The pieces
+    concatenate to the line.
     """
-    budget = max(budget, 20)
     links = [m.span() for m in _WIKILINK.finditer(line)] if "[[" in line else []
     out: list[str] = []
     pos = 0
-    while len(line) - pos > budget:
-        lo, hi = pos + budget // 2, pos + budget
+    window = first_budget or budget
+    while len(line) - pos > window:
+        lo, hi = pos + window // 2, pos + window
         cut = -1
         for seps in ((". ", "! ", "? ", "。", "！", "？", "; ", "；"), (" ", "\t", "，", "、", ", ")):
             for sep in seps:
@@ -387,34 +389,56 @@ def _cut_line(line: str, budget: int) -> list[str]:
                 break
         out.append(line[pos:cut])
         pos = cut
+        window = budget
     out.append(line[pos:])
     return out
 
 
-def _pack_lines(lines: list[str], budget: int) -> list[tuple[int, int, str | None, bool]]:
-    """Greedy groups of whole lines of at most `budget` characters, as (first, last, None, True).
+def _pack_lines(lines: list[str], budget: int, first_budget: int | None = None):
+    """Greedy groups of lines of at most `budget` characters (the first group at most `first_budget`).
 
-    A line longer than `budget` becomes several (i, i, text, is_first_piece) entries.
+    Yields (first, last, text, at_line_start): `text` is None for whole lines first..last, else the
+    group's text, which holds a piece of a line longer than `budget` (the tail of one such line may start
+    a group: then `at_line_start` is False).
     """
     budget = max(budget, 20)
+    limit = budget if first_budget is None else max(min(first_budget, budget), 0)
     out: list[tuple[int, int, str | None, bool]] = []
-    first, size = -1, 0
+    first, parts, size, whole, at_start = -1, [], 0, True, True
+
+    def flush(last: int) -> None:
+        nonlocal first, limit
+        if first >= 0:
+            out.append((first, last, None if whole else "\n".join(parts), at_start))
+        first, limit = -1, budget
+
     for i, line in enumerate(lines):
-        if len(line) > budget:
-            if first >= 0:
-                out.append((first, i - 1, None, True))
-                first = -1
-            out.extend((i, i, text, k == 0) for k, text in enumerate(_cut_line(line, budget)))
+        room = limit - size - 1 if first >= 0 else limit
+        if len(line) <= room:
+            if first < 0:
+                first, parts, size, whole, at_start = i, [line], len(line), True, True
+            else:
+                parts.append(line)
+                size += 1 + len(line)
             continue
-        if first >= 0 and size + 1 + len(line) > budget:
-            out.append((first, i - 1, None, True))
-            first = -1
-        if first < 0:
-            first, size = i, len(line)
+        if len(line) <= budget:
+            flush(i - 1)
+            first, parts, size, whole, at_start = i, [line], len(line), True, True
+            continue
+        if room < max(20, budget // 4):
+            flush(i - 1)
+            room = limit if limit >= 20 else budget
+        pieces = _cut_line(line, budget, room)
+        if first >= 0:
+            parts.append(pieces[0])
+            whole = False
+            flush(i)
         else:
-            size += 1 + len(line)
-    if first >= 0:
-        out.append((first, len(lines) - 1, None, True))
+            out.append((i, i, pieces[0], True))
+            limit = budget
+        out.extend((i, i, piece, False) for piece in pieces[1:-1])
+        first, parts, size, whole, at_start = i, [pieces[-1]], len(pieces[-1]), False, False
+    flush(len(lines) - 1)
     return out
 
 
@@ -427,22 +451,23 @@ def _trim(lines: list[str], a: int, b: int) -> tuple[int, int]:
     return a, b
 
 
-def _part_pieces(src: _Lines, a: int, b: int, max_chars: int) -> list[_Piece]:
+def _part_pieces(src: _Lines, a: int, b: int, max_chars: int, lead: int = 0) -> list[_Piece]:
     """The last resort: lines a..b packed greedily, each piece marked `[Part i/N]`."""
     a, b = _trim(src.lines, a, b)
     if a > b:
         return []
-    groups = _pack_lines(src.lines[a : b + 1], max_chars - _MARKER_ROOM)
-    if len(groups) == 1:
+    budget = max_chars - _MARKER_ROOM
+    groups = _pack_lines(src.lines[a : b + 1], budget, budget - lead if lead else None)
+    if len(groups) == 1 and groups[0][2] is None:
         return [_Piece(a, b)]
     n = len(groups)
     return [
-        _Piece(a + i, a + j, body=text, suffix=f"\n[Part {k}/{n}]", joins_prev=first)
-        for k, (i, j, text, first) in enumerate(groups, 1)
+        _Piece(a + i, a + j, body=text, suffix=f"\n[Part {k}/{n}]", joins_prev=at_start)
+        for k, (i, j, text, at_start) in enumerate(groups, 1)
     ]
 
 
-def _fence_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
+def _fence_pieces(src: _Lines, block: Block, max_chars: int, lead: int = 0) -> list[_Piece]:
     """A long fenced code block cut by lines, each piece opened and closed by the fence."""
     lines = src.lines
     opening = lines[block.start]
@@ -451,57 +476,66 @@ def _fence_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
     closing = lines[block.end] if closed else (m.group(1) if m else "```")
     last = block.end - 1 if closed else block.end
     if last <= block.start:
-        return _part_pieces(src, block.start, block.end, max_chars)
+        return _part_pieces(src, block.start, block.end, max_chars, lead)
     open_text, close_text = opening.lstrip(" ") + "\n", "\n" + closing.lstrip(" ")
-    groups = _pack_lines(lines[block.start + 1 : last + 1], max_chars - len(open_text) - len(close_text))
+    budget = max_chars - len(open_text) - len(close_text)
+    groups = _pack_lines(lines[block.start + 1 : last + 1], budget, budget - lead if lead else None)
     pieces = []
-    for k, (i, j, text, first) in enumerate(groups):
+    for k, (i, j, text, at_start) in enumerate(groups):
         i, j = i + block.start + 1, j + block.start + 1
-        head, tail = k == 0 and text is None, k == len(groups) - 1 and text is None
-        pieces.append(
-            _Piece(
-                block.start if head else i,
-                block.end if tail and closed else j,
-                prefix="" if head else open_text,
-                body=text,
-                suffix="" if tail and closed else close_text,
-            )
+        head, tail = k == 0, k == len(groups) - 1 and closed
+        piece = _Piece(
+            block.start if head else i,
+            block.end if tail else j,
+            prefix="" if head else open_text,
+            suffix="" if tail else close_text,
         )
+        if text is not None:
+            piece.body = (opening + "\n" if head else "") + text + ("\n" + closing if tail else "")
+            piece.joins_prev = head
+        pieces.append(piece)
     return pieces
 
 
-def _table_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
+def _table_pieces(src: _Lines, block: Block, max_chars: int, lead: int = 0) -> list[_Piece]:
     """A long table cut by rows, the header and delimiter rows repeated in every piece."""
     if not block.rows:
-        return _part_pieces(src, block.start, block.end, max_chars)
+        return _part_pieces(src, block.start, block.end, max_chars, lead)
     head_end = block.rows[0] - 1
     header = src.text(block.start, head_end) + "\n"
-    groups = _pack_lines(src.lines[head_end + 1 : block.end + 1], max_chars - len(header))
+    budget = max_chars - len(header)
+    groups = _pack_lines(src.lines[head_end + 1 : block.end + 1], budget, budget - lead if lead else None)
     pieces = []
-    for k, (i, j, text, first) in enumerate(groups):
+    for k, (i, j, text, at_start) in enumerate(groups):
         i, j = i + head_end + 1, j + head_end + 1
-        head = k == 0 and text is None
-        pieces.append(_Piece(block.start if head else i, j, prefix="" if head else header, body=text))
+        piece = _Piece(block.start if k == 0 else i, j, prefix="" if k == 0 else header)
+        if text is not None:
+            piece.body = (header if k == 0 else "") + text
+            piece.joins_prev = k == 0
+        pieces.append(piece)
     return pieces
 
 
-def _block_pieces(src: _Lines, block: Block, max_chars: int) -> list[_Piece]:
-    """One piece for a block that fits, else the pieces of its structure (see the module docstring)."""
+def _block_pieces(src: _Lines, block: Block, max_chars: int, lead: int = 0) -> list[_Piece]:
+    """One piece for a block that fits, else the pieces of its structure (see the module docstring).
+
+    `lead`: characters of a heading waiting to join the first piece of a block that is cut anyway.
+    """
     if src.size(block.start, block.end) <= max_chars:
         return [_Piece(block.start, block.end)]
     if block.kind == "table":
-        return _table_pieces(src, block, max_chars)
+        return _table_pieces(src, block, max_chars, lead)
     if block.kind == "fence":
-        return _fence_pieces(src, block, max_chars)
+        return _fence_pieces(src, block, max_chars, lead)
     if block.children:
-        pieces = [p for child in block.children for p in _block_pieces(src, child, max_chars)]
-        if pieces and pieces[0].body is None and not pieces[0].prefix:
+        pieces = []
+        for k, child in enumerate(block.children):
+            gap = src.size(block.start, child.start - 1) + 1 if child.start > block.start else 0
+            pieces.extend(_block_pieces(src, child, max_chars, lead + gap if k == 0 and lead else 0))
+        if pieces and pieces[0].joins_prev:
             pieces[0].start = min(pieces[0].start, block.start)  # keep a line holding only the list marker
         return pieces
-    return _part_pieces(src, block.start, block.end, max_chars)
-
-
-# ---------------------------------------------------------------------------------------------- sections
+    return _part_pieces(src, block.start, block.end, max_chars, lead)
 
 
 @dataclass
@@ -536,8 +570,14 @@ def _sections(outline: Outline) -> _Section:
     return root
 
 
-def _section_pieces(src: _Lines, s: _Section, parent: _Section | None, max_chars: int) -> list[_Piece]:
-    """Pieces of a section: itself whole when it fits, else its blocks and subsections."""
+def _section_pieces(
+    src: _Lines, s: _Section, parent: _Section | None, max_chars: int, lead_start: int | None = None
+) -> list[_Piece]:
+    """Pieces of a section: itself whole when it fits, else its blocks and subsections.
+
+    `lead_start`: first line of headings (of enclosing sections with no text of their own) waiting to join
+    this section's first piece.
+    """
     a, b = _trim(src.lines, s.start, s.end)
     if a > b:
         return []
@@ -545,18 +585,30 @@ def _section_pieces(src: _Lines, s: _Section, parent: _Section | None, max_chars
         piece = _Piece(a, b)
         piece.group, piece.headings = parent or s, s.headings
         return [piece]
+
+    def lead(at: int) -> int:
+        return 0 if lead_start is None else src.size(lead_start, at - 1) + 1
+
     pieces = []
-    for block in s.blocks:
-        for piece in _block_pieces(src, block, max_chars):
+    for k, block in enumerate(s.blocks):
+        if k == 0 and block.kind == "heading":
+            block_pieces = [_Piece(block.start, block.end)]
+            block_pieces[0].heading_only = True
+            lead_start = block.start if lead_start is None else lead_start
+        else:
+            block_pieces = _block_pieces(src, block, max_chars, lead(block.start))
+            lead_start = None
+        for piece in block_pieces:
             piece.group, piece.headings = s, s.headings
-            pieces.append(piece)
+        pieces.extend(block_pieces)
     for child in s.children:
-        pieces.extend(_section_pieces(src, child, s, max_chars))
+        pieces.extend(_section_pieces(src, child, s, max_chars, lead_start))
+        lead_start = None
     return pieces
 
 
 def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) -> list[Chunk]:
-    """Join neighbouring pieces of the same section while they fit; make chunks."""
+    """Join neighbouring pieces of the same section (or after a lone heading) while they fit; make chunks."""
     chunks: list[Chunk] = []
     cur: _Piece | None = None
 
@@ -568,7 +620,7 @@ def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) ->
     for p in pieces:
         if (
             cur is not None
-            and cur.group is p.group
+            and (cur.group is p.group or cur.heading_only)
             and cur.body is None
             and not cur.suffix
             and p.joins_prev
@@ -577,7 +629,10 @@ def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) ->
             joined = _Piece(cur.start, p.end, cur.prefix, None, p.suffix)
             if p.body is not None:
                 joined.body = src.text(cur.start, p.start - 1) + "\n" + p.body
-            joined.group, joined.headings = cur.group, cur.group.headings
+            if cur.heading_only:
+                joined.group, joined.headings, joined.heading_only = p.group, p.headings, p.heading_only
+            else:
+                joined.group, joined.headings = cur.group, cur.group.headings
             cur = joined
             continue
         if cur is not None:
