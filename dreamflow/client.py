@@ -158,10 +158,14 @@ class RemoteMemory:
                 resp = conn.getresponse()
                 data = resp.read()
                 break
-            except (ConnectionRefusedError, socket_timeout()) as exc:
+            except ConnectionRefusedError as exc:
                 self._local.conn = None
                 raise ServiceUnavailable(f"the Dreamflow service at {self.url} does not answer ({exc})") from exc
-            except (http.client.HTTPException, ConnectionError, OSError) as exc:
+            except TimeoutError as exc:
+                self._local.conn = None
+                raise ServiceUnavailable(f"the Dreamflow service at {self.url} did not answer within "
+                                         f"{self._timeout:.0f} s") from exc
+            except (http.client.HTTPException, OSError) as exc:
                 self._local.conn = None  # a dropped keep-alive connection: retry once on a fresh one
                 if attempt == 2:
                     raise ServiceUnavailable(f"the Dreamflow service at {self.url} dropped the request ({exc})") from exc
@@ -176,12 +180,6 @@ class RemoteMemory:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             self._local.conn = conn
         return conn
-
-
-def socket_timeout() -> type[Exception]:
-    import socket
-
-    return socket.timeout
 
 
 def _remote_method(remote: RemoteMemory, op):
@@ -226,7 +224,7 @@ def _error_from(status: int, body: Any) -> DreamflowError:
         return RemoteError(f"the service answered HTTP {status}: {body!r}", http_status=status)
     message, exit_code = str(error.get("message", "")), int(error.get("exit_code") or 1)
     cls = _error_classes().get(str(error.get("type")))
-    if cls is not None and cls not in (RemoteError,) and cls.exit_code == exit_code:
+    if cls is not None and cls is not RemoteError and cls.exit_code == exit_code:
         try:
             return cls(message)
         except TypeError:  # a subclass with a different constructor

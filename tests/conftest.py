@@ -71,3 +71,20 @@ def no_llm(monkeypatch):
     """No LLM configured."""
     for key in ("DREAMFLOW_LLM_BASE_URL", "DREAMFLOW_LLM_MODEL", "DREAMFLOW_LLM_API_KEY"):
         monkeypatch.delenv(key, raising=False)
+
+
+# ---- the running service: `dreamflow start` with its own Prefect server, once per session -----------------
+
+@pytest.fixture(scope="session")
+def dreamflow_service(tmp_path_factory, llm_server):
+    """A real `dreamflow start` (Prefect server, runner, watcher, HTTP API) on free ports over a temp workspace,
+    its flows answered by the scripted LLM server; ~20 s to start. A `tests/service_harness.RunningService`."""
+    from service_harness import SERVICE_TURNS, RunningService
+
+    service = RunningService.start(
+        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS,
+        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"},  # the nightly run gets scheduled at once
+    )
+    yield service
+    code = service.stop()
+    assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"

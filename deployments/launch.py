@@ -1,0 +1,134 @@
+"""Talking to the Prefect API about Dreamflow's deployments: start runs, emit file events, read run history.
+
+Used by the service, which imports prefect lazily, after `dreamflow.prefect_env.configure()` and with
+`PREFECT_API_URL` pointing at its server. Deployment and event names are declared in `deployments/serve.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
+
+
+def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None) -> dict:
+    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state}`.
+
+    Raises KeyError for an unknown flow; Prefect errors (API down) propagate.
+    """
+    from prefect.deployments import run_deployment
+
+    deployment = DEPLOYMENTS[flow]
+    run = run_deployment(
+        name=deployment.full_name,
+        parameters=parameters or {},
+        timeout=0,
+        as_subflow=False,
+        idempotency_key=idempotency_key,
+    )
+    return {"id": str(run.id), "name": run.name, "deployment": deployment.full_name,
+            "state": run.state.name if run.state else None}
+
+
+def emit_resource_changed(path: str, exists: bool) -> None:
+    """Tell Prefect a resource file changed (or was deleted); the auto-resource trigger starts a run."""
+    from prefect.events import emit_event
+
+    emit_event(
+        event=RESOURCE_EVENT,
+        resource={"prefect.resource.id": resource_id(path), "prefect.resource.name": path},
+        payload={"path": path, "exists": exists},
+    )
+
+
+def flush_events(timeout: float = 5.0) -> None:
+    """Send queued events now (before shutdown)."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout)
+
+
+def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10) -> list[dict]:
+    """Runs of `flow`'s deployment, newest first: `{id, name, deployment, state, parameters, ..._time}`.
+
+    `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
+    filters by state type (e.g. ["COMPLETED", "FAILED"]).
+    """
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    deployment = DEPLOYMENTS[flow]
+    run_filter = FlowRunFilter()
+    if started is not None:
+        run_filter.start_time = FlowRunFilterStartTime(is_null_=not started)
+    if states:
+        run_filter.state = FlowRunFilterState(type=FlowRunFilterStateType(any_=states))
+    with get_client(sync_client=True) as client:
+        found = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.name])),
+            flow_run_filter=run_filter,
+            sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=limit,
+        )
+    return [_summary(r, deployment.full_name) for r in found]
+
+
+def active_runs(limit: int = 20) -> list[dict]:
+    """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out)."""
+    from datetime import datetime, timezone
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        names = {}
+        for d in DEPLOYMENTS.values():
+            try:
+                names[client.read_deployment_by_name(d.full_name).id] = d.full_name
+            except ObjectNotFound:
+                continue
+        found = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=["dreamflow"]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["SCHEDULED", "PENDING", "RUNNING"])),
+                expected_start_time=FlowRunFilterExpectedStartTime(before_=datetime.now(timezone.utc)),
+            ),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=limit,
+        )
+    return [_summary(r, names.get(r.deployment_id)) for r in found]
+
+
+def _summary(run, deployment: str | None) -> dict:
+    def iso(moment):
+        return moment.isoformat() if moment else None
+
+    return {
+        "id": str(run.id),
+        "name": run.name,
+        "deployment": deployment,
+        "state": run.state.name if run.state else None,
+        "parameters": run.parameters,
+        "expected_start_time": iso(run.expected_start_time),
+        "start_time": iso(run.start_time),
+        "end_time": iso(run.end_time),
+    }

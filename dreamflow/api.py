@@ -1,0 +1,190 @@
+"""The HTTP API: one route per memory operation (generated from `dreamflow.ops`), plus turns, flow launches,
+status and health.
+
+- `POST /ops/<name>` with the operation's parameters as a JSON object (pydantic model from the `Memory`
+  signature, so /docs documents every field); the answer is the operation's JSON result.
+- `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`); `GET /health` always.
+- Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
+  `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 503 busy).
+- When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
+"""
+
+import hmac
+import inspect
+import os
+import typing
+from typing import Any
+
+from fastapi import Body, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dreamflow import __version__, ops
+from storage.errors import DreamflowError, InvalidInput
+
+
+class TurnRequest(BaseModel):
+    """One conversation turn of a session."""
+
+    session_id: str = Field(description="Conversation id; the turn goes to session/dialog/<session_id>.jsonl")
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
+    )
+    compact: bool = Field(False, description="Summarise the session now instead of waiting for N turns")
+
+
+class TurnResult(BaseModel):
+    session_id: str
+    appended: int = Field(description="Records written to the session jsonl")
+    turns: int = Field(description="Turns of this session counted so far")
+    pending: int = Field(description="Turns not yet handed to an auto_memory run")
+    every: int = Field(description="An auto_memory run starts every this many turns")
+    launched: str | None = Field(None, description="Id of the auto_memory run started by this turn")
+    launch_error: str | None = None
+    waiting: str | None = None
+
+
+class FlowRun(BaseModel):
+    id: str
+    name: str
+    deployment: str
+    state: str | None = None
+
+
+def error_body(exc: DreamflowError) -> dict:
+    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+
+
+def create_app(memory, token: str | None = None, service=None) -> FastAPI:
+    """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
+    flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`."""
+    app = FastAPI(
+        title="Dreamflow",
+        version=__version__,
+        description="File-native long-term memory for AI agents. Paths are workspace-relative.",
+    )
+    _add_error_handlers(app)
+    if token:
+        _require_token(app, token)
+
+    @app.get("/health", tags=["service"])
+    def health() -> dict[str, Any]:
+        """Liveness: the workspace, the pid, and whether start-up (Prefect, runner) has finished."""
+        return {"ok": True, "workspace": str(memory.ws.root), "pid": os.getpid(),
+                "ready": service.ready.is_set() if service is not None else True}
+
+    for op in ops.OPS:
+        _add_op_route(app, memory, op)
+    if service is not None:
+        _add_service_routes(app, service)
+    return app
+
+
+def _require_token(app: FastAPI, token: str) -> None:
+    expected = f"Bearer {token}".encode()
+
+    @app.middleware("http")
+    async def check_token(request: Request, call_next):
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            message = "missing or wrong bearer token: send 'Authorization: Bearer $DREAMFLOW_API_TOKEN'"
+            return JSONResponse(
+                {"error": {"type": "Unauthorized", "message": message, "exit_code": 8}},
+                status_code=401, headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await call_next(request)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DreamflowError)
+    async def dreamflow_error(request: Request, exc: DreamflowError):
+        return JSONResponse(error_body(exc), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        body = error_body(InvalidInput(f"invalid request: {problems}"))
+        return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        body = {"error": {"type": type(exc).__name__, "message": f"internal error: {exc}", "exit_code": 1}}
+        return JSONResponse(body, status_code=500)
+
+
+def _response_type(op: ops.Op) -> Any:
+    """The route's response model from the method's return annotation (`dict` -> `dict[str, Any]`)."""
+    from storage.memory import Memory
+
+    hint = typing.get_type_hints(getattr(Memory, op.method_name)).get("return", Any)
+    if hint is dict:
+        return dict[str, Any]
+    if typing.get_origin(hint) is list and typing.get_args(hint) in ((dict,), ()):
+        return list[dict[str, Any]]
+    return hint
+
+
+def _strict(model: type[BaseModel]) -> type[BaseModel]:
+    """The same model refusing unknown fields, so a misspelt parameter is an error, not silently ignored."""
+    return type(model.__name__, (model,), {"__doc__": model.__doc__, "model_config": ConfigDict(extra="forbid")})
+
+
+def _add_op_route(app: FastAPI, memory, op: ops.Op) -> None:
+    model = _strict(ops.request_model(op))
+    method = getattr(memory, op.method_name)
+
+    def endpoint(request: model = Body(default_factory=dict)):  # type: ignore[valid-type]
+        return method(**request.model_dump(exclude_unset=True))
+
+    endpoint.__name__ = op.name
+    endpoint.__signature__ = inspect.Signature([
+        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=model,
+                          default=Body(default_factory=dict) if not _required(op) else Body(...)),
+    ])
+    app.add_api_route(
+        f"/ops/{op.name}", endpoint, methods=["POST"], response_model=_response_type(op),
+        summary=op.summary, description=op.help, tags=["memory: writes" if op.writes else "memory: reads"],
+    )
+
+
+def _required(op: ops.Op) -> bool:
+    return any(p.required for p in ops.parameters(op))
+
+
+def _add_service_routes(app: FastAPI, service) -> None:
+    from deployments.serve import DEPLOYMENTS, flow_parameters_model
+
+    @app.post("/turn", tags=["service"], response_model=TurnResult)
+    def turn(request: TurnRequest):
+        """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
+        auto_memory summarises the session's new messages."""
+        return service.record_turn(request.session_id, request.messages, request.compact)
+
+    @app.get("/status", tags=["service"])
+    def status() -> dict[str, Any]:
+        """What runs, index size, turn counters, last and next dream, runs in progress."""
+        return service.status()
+
+    for flow, deployment in DEPLOYMENTS.items():
+        _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))
+
+
+def _add_flow_route(app: FastAPI, service, flow: str, deployment, model: type[BaseModel]) -> None:
+    model = _strict(model)
+
+    def launch(parameters: model = Body(default_factory=dict)):  # type: ignore[valid-type]
+        return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"))
+
+    launch.__name__ = f"launch_{flow}"
+    launch.__signature__ = inspect.Signature([
+        inspect.Parameter("parameters", inspect.Parameter.KEYWORD_ONLY, annotation=model,
+                          default=Body(default_factory=dict)),
+    ])
+    app.add_api_route(
+        f"/flows/{flow}", launch, methods=["POST"], response_model=FlowRun, tags=["flows"],
+        summary=f"Run {deployment.full_name}", description=deployment.description,
+    )

@@ -1,0 +1,688 @@
+"""`dreamflow start`: the one process that owns a workspace's index while it runs, and keeps memory alive.
+
+    this process   index owner (IndexDB keep_open), HTTP API (uvicorn thread), watcher, turn counter
+    child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
+                   (skipped when --prefect-api / PREFECT_API_URL names a running server)
+    child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
+                   memory through this service's API (`dreamflow.client.open_memory` reads service.json)
+
+Children die with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
+minutes) and otherwise the service stops with exit code 8 and the child's last log lines. Ctrl-C/SIGTERM stop
+everything in order: watcher (pending changes indexed), runner, API, Prefect server. Prefect is imported only
+inside the running service, never by the CLI commands that merely talk to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dreamflow.settings import Settings, dreamflow_home
+from storage.errors import DreamflowError
+from storage.workspace import Workspace
+
+DEFAULT_PORT = 8420
+DEFAULT_PREFECT_PORT = 4200
+RESTARTS_ALLOWED = 3  # per child within RESTART_WINDOW
+RESTART_WINDOW = 600.0
+PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
+
+# Exec'd in front of every child: die when the service dies, even by kill -9 (Linux; elsewhere a no-op).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "except Exception:\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+class ServiceError(DreamflowError):
+    """The service cannot start or keep running (port taken, a child keeps crashing, already running)."""
+
+    exit_code = 8
+    http_status = 503
+
+
+# ---- service.json: how other processes find the running service ----------------------------------------
+
+def service_file(ws: Workspace) -> Path:
+    return ws.metadata / "service.json"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_service_file(ws: Workspace) -> dict | None:
+    """The running service's `{url, pid, token_required, ...}`, or None when none runs (stale files ignored)."""
+    try:
+        info = json.loads(service_file(ws).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
+        return None
+    return info
+
+
+# ---- supervised children ---------------------------------------------------------------------------------
+
+class Child:
+    """A supervised subprocess with its own session (Ctrl-C reaches only the service) and a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path):
+        self.name, self.argv, self.env, self.log_path = name, argv, env, log_path
+        self.proc: subprocess.Popen | None = None
+        self.restarts: list[float] = []
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.argv],
+                env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def exit_code(self) -> int | None:
+        """None while running, else the exit code."""
+        return None if self.proc is None else self.proc.poll()
+
+    def may_restart(self) -> bool:
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW]
+        if len(self.restarts) >= RESTARTS_ALLOWED:
+            return False
+        self.restarts.append(now)
+        return True
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+# ---- the service -----------------------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    """What `dreamflow start` was asked for."""
+
+    workspace: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    prefect_api: str | None = None  # an existing Prefect API; None starts our own server
+    prefect_port: int = DEFAULT_PREFECT_PORT
+    runner: bool = True  # serve the deployments here (False when workers run them, see README)
+    settings: Settings = field(default_factory=Settings)
+
+
+class Service:
+    """Start, supervise and stop everything `dreamflow start` runs (see the module docstring)."""
+
+    def __init__(self, options: Options, say: Callable[[str], None] = lambda text: print(text, flush=True)):
+        self.options = options
+        self.settings = options.settings
+        self.say = say
+        self.ws = Workspace(options.workspace)
+        self.home = dreamflow_home()
+        self.children: list[Child] = []
+        self.stopping = threading.Event()
+        self.ready = threading.Event()  # everything started (the API answers before: see start())
+        self.prefect_ready = threading.Event()
+        self.started_at = time.time()
+        self.url = f"http://{options.host}:{options.port}"
+        self.prefect_api: str | None = None
+        self.ui_url: str | None = None
+        self.memory = None
+        self.turns = None
+        self.watcher = None
+        self._api_server = None
+        self._api_thread: threading.Thread | None = None
+        self._lock = None
+
+    # -- lifecycle
+
+    def run(self) -> int:
+        """Start everything, supervise until Ctrl-C/SIGTERM or a fatal crash; returns the exit code."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        code, failure = 0, None
+        try:
+            self.start()
+            self.supervise()
+        except DreamflowError as exc:
+            code, failure = exc.exit_code, str(exc)
+        except KeyboardInterrupt:
+            code = 130
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if failure:
+            self.say(f"dreamflow: {failure}")
+        return code
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stopping.is_set():  # second Ctrl-C: stop waiting politely
+            raise KeyboardInterrupt
+        self.say("\nStopping Dreamflow...")
+        self.stopping.set()
+
+    def start(self) -> None:
+        from filelock import FileLock, Timeout
+
+        from dreamflow import prefect_env
+
+        prefect_env.configure()  # before anything imports prefect; children inherit the environment
+        opts = self.options
+        self._lock = FileLock(str(self.ws.metadata / "service.lock"))
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            info = read_service_file(self.ws) or {}
+            raise ServiceError(
+                f"a Dreamflow service already runs for {self.ws.root}"
+                + (f" (pid {info['pid']}, {info['url']})" if info else "")
+            ) from None
+        if not port_free(opts.host, opts.port):
+            raise ServiceError(f"port {opts.port} on {opts.host} is in use: pick another with --port")
+        self._start_prefect()
+        self._open_index()
+        self._start_watcher()
+        self._start_api()
+        self._write_service_file()
+        self.say(f"Workspace   {self.ws.root}")
+        self.say(f"API         {self.url}   (docs: {self.url}/docs)")
+        self._reconcile()
+        self._wait_for_prefect()
+        if opts.runner:
+            self._start_runner()
+        self._launch_due_turns()
+        self.say(f"Prefect UI  {self.ui_url}")
+        self.say("Dreamflow is running. Ctrl-C to stop.")
+        self.ready.set()
+
+    def supervise(self) -> None:
+        """Watch the children until asked to stop; restart a crashed one or give up with a clear message."""
+        while not self.stopping.wait(0.5):
+            if self._api_thread is not None and not self._api_thread.is_alive():
+                raise ServiceError("the HTTP API stopped unexpectedly")
+            for child in self.children:
+                code = child.exit_code()
+                if code is None:
+                    continue
+                if not child.may_restart():
+                    raise ServiceError(
+                        f"{child.name} exited with code {code} and crashed {RESTARTS_ALLOWED} times in "
+                        f"{RESTART_WINDOW / 60:.0f} minutes; giving up. Last lines of {child.log_path}:\n"
+                        f"{child.tail()}"
+                    )
+                self.say(f"{child.name} exited with code {code}; restarting it (log: {child.log_path})")
+                child.start()
+
+    def stop(self) -> None:
+        """Stop in dependency order; safe to call after a partial start."""
+        self.stopping.set()
+        if self.watcher is not None:
+            self.watcher.stop()  # index what is pending, emit pending resource events
+        for child in reversed(self.children):  # runner first, then the Prefect server
+            if child.name == "runner":
+                child.stop()
+        if self.prefect_ready.is_set():
+            try:
+                from deployments.launch import flush_events
+
+                flush_events()
+            except Exception:
+                pass
+        if self._api_server is not None:
+            self._api_server.should_exit = True
+            if self._api_thread is not None:
+                self._api_thread.join(timeout=10)
+        for child in self.children:
+            child.stop()
+        info = read_service_file(self.ws)
+        if info and info.get("pid") == os.getpid():
+            service_file(self.ws).unlink(missing_ok=True)
+        if self.memory is not None:
+            self.memory.db.close()
+        if self._lock is not None and self._lock.is_locked:
+            self._lock.release()
+
+    # -- Prefect server and runner
+
+    def _prefect_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PREFECT_API_URL"] = self.prefect_api or ""
+        env["DREAMFLOW_WORKSPACE"] = str(self.ws.root)
+        return env
+
+    def _start_prefect(self) -> None:
+        opts = self.options
+        given = opts.prefect_api or os.environ.get("PREFECT_API_URL")
+        if given:
+            self.prefect_api = given.rstrip("/")
+            self.ui_url = self.prefect_api.removesuffix("/api")
+            os.environ["PREFECT_API_URL"] = self.prefect_api
+            return
+        if not port_free("127.0.0.1", opts.prefect_port):
+            raise ServiceError(
+                f"port {opts.prefect_port} for the Prefect server is in use: pick another with --prefect-port, "
+                "or use that server with --prefect-api http://127.0.0.1:PORT/api"
+            )
+        self.prefect_api = f"http://127.0.0.1:{opts.prefect_port}/api"
+        self.ui_url = f"http://127.0.0.1:{opts.prefect_port}"
+        os.environ["PREFECT_API_URL"] = self.prefect_api
+        env = self._prefect_env()
+        env.pop("PREFECT_API_URL")
+        env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
+        Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+        prefect = Child(
+            "prefect server",
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+             "--port", str(opts.prefect_port)],
+            env,
+            self.home / "logs" / "prefect-server.log",
+        )
+        prefect.start()
+        self.children.append(prefect)
+
+    def _wait_for_prefect(self) -> None:
+        deadline = time.monotonic() + PREFECT_START_TIMEOUT
+        server = next((c for c in self.children if c.name == "prefect server"), None)
+        while not http_ok(f"{self.prefect_api}/health"):
+            if server is not None and server.exit_code() is not None:
+                raise ServiceError(
+                    f"the Prefect server exited with code {server.exit_code()} while starting. "
+                    f"Last lines of {server.log_path}:\n{server.tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise ServiceError(f"the Prefect API at {self.prefect_api} did not answer within "
+                                   f"{PREFECT_START_TIMEOUT:.0f} s")
+            if self.stopping.wait(0.2):
+                raise KeyboardInterrupt
+        self.prefect_ready.set()
+
+    def _start_runner(self) -> None:
+        env = self._prefect_env()
+        env.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # a launched run starts within ~2 s, not 10
+        runner = Child("runner", [sys.executable, "-m", "deployments.serve"], env,
+                       self.home / "logs" / "runner.log")
+        runner.start()
+        self.children.append(runner)
+        self._wait_for_deployments(runner)
+
+    def _wait_for_deployments(self, runner: Child) -> None:
+        """Block until the runner has registered the deployments, so launches right after start work."""
+        deadline = time.monotonic() + 90
+        while not self._deployments_registered():
+            if runner.exit_code() is not None:
+                raise ServiceError(f"the runner exited with code {runner.exit_code()} while starting. "
+                                   f"Last lines of {runner.log_path}:\n{runner.tail()}")
+            if time.monotonic() > deadline:
+                raise ServiceError(f"the runner did not register its deployments within 90 s (log: {runner.log_path})")
+            if self.stopping.wait(0.5):
+                raise KeyboardInterrupt
+
+    @staticmethod
+    def _deployments_registered() -> bool:
+        from prefect import get_client
+        from prefect.exceptions import ObjectNotFound
+
+        from deployments.serve import DEPLOYMENTS
+
+        with get_client(sync_client=True) as client:
+            for deployment in DEPLOYMENTS.values():
+                try:
+                    client.read_deployment_by_name(deployment.full_name)
+                except ObjectNotFound:
+                    return False
+        return True
+
+    # -- index, watcher, API
+
+    def _open_index(self) -> None:
+        from dreamflow.client import local_memory
+
+        self.memory = local_memory(self.ws.root, keep_open=True)
+        from dreamflow.turns import TurnCounter
+
+        self.turns = TurnCounter(self.ws, self.settings.turns_per_summary)
+
+    def _reconcile(self) -> None:
+        started = time.monotonic()
+        result = self.memory.reconcile()
+        summary = ", ".join(f"{k} {v if isinstance(v, int) else len(v)}" for k, v in result.items())
+        self.say(f"Index       up to date ({summary}; {time.monotonic() - started:.1f} s)")
+
+    def _start_watcher(self) -> None:
+        from deployments.watch import WorkspaceWatcher
+
+        self.watcher = WorkspaceWatcher(self.ws, self.index_changes, self.resources_changed).start()
+
+    def index_changes(self, paths: list[str | None]) -> None:
+        """Watcher callback: re-index changed files (a `None` asks for a full reconcile)."""
+        from storage import index
+
+        with self.memory.db.session() as con:
+            if None in paths:
+                index.reconcile(con, self.ws)
+            for rel in paths:
+                if rel is not None:
+                    index.index_file(con, self.ws, rel)
+
+    def resources_changed(self, paths: list[str]) -> None:
+        """Watcher callback: one Prefect event per changed resource file (the trigger runs auto_resource)."""
+        from deployments.launch import emit_resource_changed
+
+        if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
+            raise ServiceError("resource changes seen but the Prefect API is not ready")
+        for rel in paths:
+            emit_resource_changed(rel, exists=(self.ws.root / rel).is_file())
+
+    def _start_api(self) -> None:
+        import uvicorn
+
+        from dreamflow.api import create_app
+
+        app = create_app(self.memory, token=self.settings.api_token, service=self)
+        config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
+                                access_log=False, lifespan="off")
+        self._api_server = uvicorn.Server(config)
+        self._api_thread = threading.Thread(target=self._api_server.run, name="dreamflow-api", daemon=True)
+        self._api_thread.start()
+        deadline = time.monotonic() + 30
+        while not self._api_server.started:
+            if not self._api_thread.is_alive() or time.monotonic() > deadline:
+                raise ServiceError(f"the HTTP API could not listen on {self.url}")
+            time.sleep(0.02)
+        if self.options.host not in ("127.0.0.1", "localhost", "::1") and not self.settings.api_token:
+            self.say(f"WARNING: the API listens on {self.options.host} without DREAMFLOW_API_TOKEN: "
+                     "anyone who can reach it can read and change your memory")
+
+    def _write_service_file(self) -> None:
+        info = {
+            "url": self.url,
+            "pid": os.getpid(),
+            "token_required": bool(self.settings.api_token),
+            "workspace": str(self.ws.root),
+            "prefect_api": self.prefect_api,
+            "ui": self.ui_url,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
+        }
+        self.ws.write_text("metadata/service.json", json.dumps(info, indent=2))
+
+    # -- turns and flow launches (called by the API)
+
+    def launch(self, flow: str, parameters: dict | None = None) -> dict:
+        """Start a run of `flow`'s deployment (waits for Prefect during start-up)."""
+        from deployments.launch import launch
+
+        if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
+            raise ServiceError("the Prefect API is not ready yet")
+        return launch(flow, parameters)
+
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
+        """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""
+        from dreamflow.turns import record_turn
+
+        return record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact)
+
+    def _append_turn(self, session_id: str, messages: list[dict]) -> dict:
+        from tasks.dialog import append_messages
+
+        return append_messages(self.memory, session_id, messages)
+
+    def _launch_auto_memory(self, session_id: str) -> str:
+        return self.launch("auto_memory", {"session_id": session_id})["id"]
+
+    def _launch_due_turns(self) -> None:
+        for session_id in self.turns.due_sessions():
+            try:
+                run = self._launch_auto_memory(session_id)
+            except Exception as exc:
+                self.say(f"could not launch auto_memory for session {session_id}: {exc}")
+            else:
+                self.turns.launched(session_id, run)
+
+    def status(self) -> dict:
+        """What runs, index size, turn counters, last and next dream, runs in progress."""
+        from deployments import launch
+
+        status = {
+            "service": {"pid": os.getpid(), "url": self.url, "uptime_s": round(time.time() - self.started_at),
+                        "workspace": str(self.ws.root), "prefect_api": self.prefect_api, "ui": self.ui_url},
+            "children": [
+                {"name": c.name, "pid": c.pid, "running": c.exit_code() is None, "restarts": len(c.restarts),
+                 "log": str(c.log_path)}
+                for c in self.children
+            ],
+            "index": self.memory.index_stats(),
+            "watcher": {"idle": self.watcher.idle() if self.watcher else None},
+            "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
+        }
+        if self.prefect_ready.is_set():
+            try:
+                status["last_dream"] = next(iter(launch.runs("auto_dream", started=True, limit=1)), None)
+                status["next_dream"] = next(iter(launch.runs("auto_dream", started=False, states=["SCHEDULED"],
+                                                             limit=1)), None)
+                status["active_runs"] = launch.active_runs()
+            except Exception as exc:  # status must answer even when Prefect does not
+                status["prefect_error"] = f"{type(exc).__name__}: {exc}"
+        return status
+
+
+def start(options: Options) -> int:
+    """Run the service in the foreground until stopped; returns the process exit code."""
+    return Service(options).run()
+
+
+# ---- CLI: start, status, turn (registered in dreamflow/cli.py) -------------------------------------------
+
+def register(cli) -> None:
+    """Add `start`, `status` and `turn` to the `dreamflow` command group."""
+    import click
+
+    @cli.command("start")
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Interface the HTTP API listens on.")
+    @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port of the HTTP API.")
+    @click.option("--prefect-api", default=None, metavar="URL",
+                  help="Use this running Prefect API (or $PREFECT_API_URL) instead of starting a Prefect server.")
+    @click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
+                  help="Port of the Prefect server (and UI) the service starts.")
+    @click.option("--runner/--no-runner", default=True, show_default=True,
+                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see README).")
+    @click.pass_obj
+    def start_command(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool) -> None:
+        """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.
+
+        Runs in the foreground until Ctrl-C or SIGTERM. Starts a Prefect server (database under
+        $DREAMFLOW_HOME, default ~/.dreamflow) unless --prefect-api or PREFECT_API_URL names one.
+        """
+        options = Options(Path(obj.workspace), host=host, port=port, prefect_api=prefect_api,
+                          prefect_port=prefect_port, runner=runner)
+        sys.exit(start(options))
+
+    @cli.command("status")
+    @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+    @click.pass_obj
+    def status_command(obj, as_json: bool) -> None:
+        """Show whether the service runs, what it runs, index size, last dream and pending work."""
+        from dreamflow.cli import fail
+
+        try:
+            status = current_status(Path(obj.workspace))
+        except DreamflowError as exc:
+            fail(exc, as_json)
+        if as_json:
+            click.echo(json.dumps(status, indent=2, ensure_ascii=False, default=str))
+        else:
+            click.echo(format_status(status))
+
+    @cli.command("turn")
+    @click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
+    @click.option("--messages", default=None, metavar="JSON",
+                  help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
+    @click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+    @click.pass_obj
+    def turn_command(obj, session_id: str, messages: str | None, compact: bool, as_json: bool) -> None:
+        """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
+
+        The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
+        counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
+        when the service does.
+        """
+        from dreamflow.cli import fail
+        from storage.errors import InvalidInput
+
+        try:
+            text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
+            parsed = _parse_messages(text, compact)
+            result = record_turn(Path(obj.workspace), session_id, parsed, compact)
+        except json.JSONDecodeError as exc:
+            fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
+        except DreamflowError as exc:
+            fail(exc, as_json)
+        if as_json:
+            click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        else:
+            click.echo(format_turn(result))
+
+
+def _parse_messages(text: str, compact: bool) -> list[dict]:
+    if not text.strip():
+        return []
+    value = json.loads(text)
+    return [value] if isinstance(value, dict) else value
+
+
+def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False) -> dict:
+    """Record a turn through the running service, or in this process (counted; the run waits for the service)."""
+    from dreamflow.client import connect, local_memory
+    from dreamflow.turns import TurnCounter
+    from dreamflow.turns import record_turn as record
+    from tasks.dialog import append_messages
+
+    remote = connect(workspace)
+    if remote is not None:
+        return remote.turn(session_id, messages, compact)
+    memory = local_memory(workspace)
+    counter = TurnCounter(memory.ws, Settings().turns_per_summary)
+    return record(counter, lambda s, m: append_messages(memory, s, m), None, session_id, messages, compact)
+
+
+def current_status(workspace: Path) -> dict:
+    """The running service's status, or what can be known without it (index, turn counters)."""
+    from dreamflow.client import connect, local_memory
+    from dreamflow.turns import TurnCounter
+
+    remote = connect(workspace)
+    if remote is not None:
+        return {"running": True, **remote.status()}
+    memory = local_memory(workspace)
+    return {
+        "running": False,
+        "service": {"workspace": str(memory.ws.root)},
+        "index": memory.index_stats(),
+        "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
+    }
+
+
+def format_status(status: dict) -> str:
+    """People's view of `current_status`."""
+    svc = status.get("service", {})
+    lines = [f"Workspace   {svc.get('workspace')}"]
+    if not status.get("running"):
+        lines.append("Service     not running (start it with `dreamflow start`)")
+    else:
+        lines.append(f"Service     running, pid {svc.get('pid')}, up {svc.get('uptime_s')} s")
+        lines.append(f"API         {svc.get('url')}")
+        lines.append(f"Prefect UI  {svc.get('ui')}")
+        for child in status.get("children", []):
+            state = "running" if child["running"] else "stopped"
+            lines.append(f"  {child['name']:<14} pid {child['pid']}  {state}, {child['restarts']} restart(s)")
+    index = status.get("index", {})
+    lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
+    dream = status.get("last_dream")
+    if "last_dream" in status:
+        lines.append(f"Last dream  {dream['start_time']} ({dream['state']})" if dream else "Last dream  none yet")
+    if status.get("next_dream"):
+        lines.append(f"Next dream  {status['next_dream']['expected_start_time']}")
+    sessions = status.get("turns", {}).get("sessions", {})
+    waiting = {s: e["pending"] for s, e in sessions.items() if e.get("pending")}
+    lines.append(f"Turns       {len(sessions)} session(s), {sum(waiting.values())} turn(s) waiting for a summary")
+    for run in status.get("active_runs", []):
+        lines.append(f"  run {run['name']} ({run['deployment']}): {run['state']}")
+    if status.get("prefect_error"):
+        lines.append(f"Prefect     unavailable: {status['prefect_error']}")
+    return "\n".join(lines)
+
+
+def format_turn(result: dict) -> str:
+    """People's view of a recorded turn."""
+    text = (f"Recorded {result['appended']} message(s) for session {result['session_id']} "
+            f"(turn {result['turns']}; {result['pending']} waiting, auto_memory every {result['every']})")
+    if result.get("launched"):
+        text += f"\nauto_memory run started: {result['launched']}"
+    if result.get("launch_error"):
+        text += f"\nauto_memory could not start ({result['launch_error']}); the next turn retries"
+    if result.get("waiting"):
+        text += f"\n{result['waiting']}"
+    return text

@@ -1,0 +1,149 @@
+"""A real `dreamflow start` in a subprocess for tests and benchmarks, and a small reader of its Prefect API.
+
+`RunningService.start(root, ...)` launches the console script on free ports over `root/ws` with
+`DREAMFLOW_HOME=root/home` (so the Prefect server's database lands there), waits until `/health` says ready,
+and gives a `RemoteMemory`. Prefect is read over its REST API with httpx, so the test process never imports
+prefect settings that other tests' harnesses use. Every wait is a bounded poll that fails with a message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from dreamflow.client import RemoteMemory
+
+DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
+SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll `predicate` until it returns a truthy value (returned) or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class RunningService:
+    """One `dreamflow start` process; `stop()` sends SIGTERM and returns the exit code."""
+
+    def __init__(self, root: Path, env: dict, args: list[str], token: str | None):
+        self.root = root
+        self.workspace = root / "ws"
+        self.home = root / "home"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = env
+        self.args = args
+        self.token = token
+        self.log_path = root / f"service-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+        self.prefect_api: str | None = None
+
+    @classmethod
+    def start(cls, root: Path, llm=None, turns: int = 10, prefect_api: str | None = None, runner: bool = True,
+              token: str | None = None, env: dict | None = None, timeout: float = 150) -> RunningService:
+        extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
+        env.update(extra)
+        env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
+                   DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1")
+        env.pop("DREAMFLOW_API_TOKEN", None)
+        if token:
+            env["DREAMFLOW_API_TOKEN"] = token
+        if llm is not None:
+            env.update(DREAMFLOW_LLM_BASE_URL=llm.base_url, DREAMFLOW_LLM_MODEL=llm.model,
+                       DREAMFLOW_LLM_API_KEY="test-key", DREAMFLOW_LLM_TIMEOUT="20", DREAMFLOW_LLM_MAX_RETRIES="0")
+        args = []
+        if prefect_api:
+            args += ["--prefect-api", prefect_api]
+        else:
+            args += ["--prefect-port", str(free_port())]
+        if not runner:
+            args.append("--no-runner")
+        service = cls(root, env, args, token)
+        service.launch(timeout)
+        return service
+
+    def launch(self, timeout: float = 150) -> None:
+        """Start the process (again, after a stop or kill) and wait until it is ready."""
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [DREAMFLOW, "--workspace", str(self.workspace), "start", "--port", str(self.port), *self.args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        wait_for(self._ready, timeout, f"the service to be ready (log: {self.log_path})", interval=0.2)
+        info = json.loads((self.workspace / "metadata/service.json").read_text())
+        self.prefect_api = info["prefect_api"]
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"dreamflow start exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            resp = httpx.get(f"{self.url}/health", headers=self.headers, timeout=2)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200 and resp.json().get("ready")
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    @property
+    def memory(self) -> RemoteMemory:
+        return RemoteMemory(self.url, token=self.token)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"dreamflow start did not stop within {timeout} s of SIGTERM:\n{self.log()}")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    # -- the Prefect API, read over REST
+
+    def prefect(self, method: str, path: str, body: dict | None = None):
+        resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, timeout=20)
+        resp.raise_for_status()
+        return resp.json()
+
+    def deployment(self, full_name: str) -> dict:
+        return self.prefect("GET", f"/deployments/name/{full_name}")
+
+    def flow_runs(self, full_name: str) -> list[dict]:
+        """Runs of deployment `flow/deployment`, oldest first."""
+        deployment = self.deployment(full_name)
+        return self.prefect("POST", "/flow_runs/filter", {
+            "deployments": {"id": {"any_": [deployment["id"]]}},
+            "sort": "EXPECTED_START_TIME_ASC", "limit": 200,
+        })

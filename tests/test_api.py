@@ -1,0 +1,155 @@
+"""The HTTP API on a real uvicorn server on 127.0.0.1, called through `RemoteMemory` and raw HTTP:
+same results and errors as the in-process Memory, JSON errors with the right status, token enforcement."""
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from dreamflow.api import create_app
+from dreamflow.client import RemoteMemory
+from storage.errors import Conflict, InvalidInput, NotFound, PathError
+from storage.memory import Memory
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ApiServer:
+    """`create_app(memory, token)` served by uvicorn in a thread."""
+
+    def __init__(self, memory, token=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(memory, token=token), host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def raw(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        return resp.status, (json.loads(payload) if payload else None)
+
+
+@pytest.fixture
+def served(ws):
+    memory = Memory(ws.root)
+    server = ApiServer(memory)
+    yield memory, RemoteMemory(server.url), server
+    server.stop()
+
+
+def test_remote_and_local_memory_give_the_same_results(served):
+    local, remote, _ = served
+    wrote = remote.write("daily/2024-05-01/trip.md", "# Trip\n\nWe hiked the Zugspitze in May.\n",
+                         name="Trip", description="Hiking trip", metadata={"tags": ["travel"]})
+    assert wrote["path"] == "daily/2024-05-01/trip.md" and wrote["created"] is True
+    for name, kwargs in [
+        ("read", {"path": "daily/2024-05-01/trip.md", "start_line": 1, "end_line": 4}),
+        ("stat", {"path": "daily/2024-05-01/trip.md"}),
+        ("list", {"prefix": "daily"}),
+        ("frontmatter_get", {"path": "daily/2024-05-01/trip.md"}),
+        ("search", {"query": "Zugspitze hiking"}),
+        ("index_stats", {}),
+    ]:
+        assert getattr(remote, name)(**kwargs) == json.loads(json.dumps(getattr(local, name)(**kwargs))), name
+    assert remote.search("Zugspitze")[0]["path"] == "daily/2024-05-01/trip.md"  # read-your-writes
+    assert remote.read("daily/2024-05-01/trip.md", 1, 2) == local.read("daily/2024-05-01/trip.md", 1, 2)  # positional
+
+
+@pytest.mark.parametrize("call, error, status", [
+    (lambda m: m.read("daily/missing.md"), NotFound, 404),
+    (lambda m: m.read("../outside.md"), PathError, 400),
+    (lambda m: m.edit("daily/a.md", "no such text", "x"), Conflict, 409),
+    (lambda m: m.daily_list(date="May 5th"), InvalidInput, 400),
+])
+def test_errors_come_back_as_the_same_class_message_and_status(served, call, error, status):
+    local, remote, server = served
+    local.write("daily/a.md", "hello")
+    with pytest.raises(error) as remote_exc:
+        call(remote)
+    with pytest.raises(error) as local_exc:
+        call(local)
+    assert str(remote_exc.value) == str(local_exc.value)
+    assert remote_exc.value.exit_code == local_exc.value.exit_code
+
+
+def test_json_error_bodies_and_validation(served):
+    _, _, server = served
+    status, body = server.raw("POST", "/ops/read", {"path": "nope.md"})
+    assert status == 404 and body["error"]["type"] == "NotFound" and "nope.md" in body["error"]["message"]
+    status, body = server.raw("POST", "/ops/read", {})
+    assert status == 422 and body["error"]["type"] == "InvalidInput" and "path" in body["error"]["message"]
+    status, body = server.raw("POST", "/ops/search", {"query": "x", "limit": "many"})
+    assert status == 422 and "limit" in body["error"]["message"]
+    status, body = server.raw("POST", "/ops/search", b"{not json")
+    assert status == 422
+
+
+def test_openapi_documents_every_operation_with_its_parameters(served):
+    _, _, server = served
+    status, spec = server.raw("GET", "/openapi.json")
+    assert status == 200
+    from dreamflow import ops
+
+    for op in ops.OPS:
+        assert f"/ops/{op.name}" in spec["paths"], op.name
+    search = spec["paths"]["/ops/search"]["post"]
+    ref = search["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    schema = spec["components"]["schemas"][ref]
+    assert "query" in schema["required"] and "limit" in schema["properties"]
+    assert search["summary"]
+
+
+def test_upload_sends_an_absolute_source_path(served, tmp_path, monkeypatch):
+    _, remote, _ = served
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "notes.txt").write_text("outside notes")
+    monkeypatch.chdir(tmp_path / "outside")
+    result = remote.upload("notes.txt", date="2024-05-01")
+    assert remote.read(result["path"])["content"].strip().endswith("outside notes")
+
+
+def test_token_is_required_on_every_route(ws):
+    server = ApiServer(Memory(ws.root), token="s3cret")
+    try:
+        for path in ("/health", "/docs", "/openapi.json"):
+            status, body = server.raw("GET", path)
+            assert status == 401 and body["error"]["type"] == "Unauthorized", path
+        status, _ = server.raw("POST", "/ops/index_stats", {}, headers={"Authorization": "Bearer wrong"})
+        assert status == 401
+        status, body = server.raw("GET", "/health", headers={"Authorization": "Bearer s3cret"})
+        assert status == 200 and body["ok"] is True
+        assert RemoteMemory(server.url, token="s3cret").list()["entries"] is not None
+        with pytest.raises(Exception) as exc:
+            RemoteMemory(server.url).list()
+        assert "bearer token" in str(exc.value) and exc.value.http_status == 401
+    finally:
+        server.stop()
+
+
+def test_unknown_parameters_are_refused(served):
+    _, _, server = served
+    status, body = server.raw("POST", "/ops/search", {"query": "x", "limt": 3})
+    assert status == 422 and "limt" in body["error"]["message"]
