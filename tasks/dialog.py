@@ -22,7 +22,7 @@ from tasks import checkpoints
 TIME_KEYS = ("created_at", "timestamp", "createdAt", "time_created", "timeCreated", "created_time")
 DROP_ROLES = {"tool", "function", "ipython"}
 DROP_BLOCKS = {"tool_result", "function_call_output", "tool_output", "computer_call_output"}
-DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\s]+")
+DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\r\n]+")
 MAX_PROMPT_CHARS = 60_000  # records beyond this wait for the next run
 
 
@@ -176,11 +176,12 @@ def pending(memory, ws: Workspace, session_id: str, max_chars: int = MAX_PROMPT_
     return Pending(session_id, start, end, taken, len(records))
 
 
-def mark_summarised(ws: Workspace, session_id: str, end: int, card: str) -> dict:
-    """Record that the first `end` records of the session are summarised into `card`."""
+def mark_summarised(ws: Workspace, session_id: str, end: int, card: str | None) -> dict:
+    """Record that the first `end` records of the session are summarised (into `card`, when given)."""
     with checkpoints.update(ws, checkpoint_name(session_id)) as data:
-        data.update(records=end, card=card,
-                    updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        data.update(records=end, updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if card:
+            data["card"] = card
         return dict(data)
 
 

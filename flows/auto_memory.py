@@ -1,0 +1,38 @@
+"""auto_memory: a conversation's new messages -> its daily card."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from dreamflow.llm import require_llm
+from tasks.cards import refresh_day, summarise_session
+from tasks.context import check_date, today, workspace_root
+from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
+
+
+@flow(name="auto-memory")
+def auto_memory(session_id: str, messages: list[dict] | None = None, date: str | None = None,
+                hint: str | None = None, workspace: str | None = None) -> dict:
+    """Append `messages` (if any) to session/dialog/<session_id>.jsonl, then summarise every record not yet
+    summarised into the session's card of the day (`date`, else the latest message's day, else today).
+
+    The per-session checkpoint moves only after the card is written, so a failed run is redone by the next.
+    """
+    require_llm()
+    root = workspace_root(workspace)
+    date = check_date(date) if date else None
+    if messages:
+        record_messages(root, session_id, messages)
+    with session_lock(root, session_id):
+        todo = unsummarised(root, session_id)
+        if not todo["records"]:
+            if todo["end"] > todo["start"]:  # only unreadable lines: step over them
+                mark_summarised(root, session_id, todo["end"], None)
+            return {"session_id": session_id, "skipped": "no new messages", "records": todo["total"]}
+        day = date or todo["latest_date"] or today()
+        card = summarise_session(root, session_id, todo["records"], day, hint)
+        refresh_day(root, day)
+        mark_summarised(root, session_id, todo["end"], card["path"])
+    return {"session_id": session_id, "date": day, "card": card["path"], "created": card["created"],
+            "renamed_from": card["renamed_from"], "summarised": [todo["start"], todo["end"]],
+            "usage": card["usage"]}

@@ -1,0 +1,27 @@
+"""auto_resource: a resource file under resource/[YYYY-MM-DD/] -> its daily card (written, updated or removed)."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from dreamflow.llm import require_llm
+from storage.markdown import path_date
+from tasks.cards import check_resource, record_resource, refresh_day, remove_resource_card, summarise_resource
+from tasks.context import today, workspace_root
+
+
+@flow(name="auto-resource")
+def auto_resource(path: str, workspace: str | None = None) -> dict:
+    """Write or update the card of text resource `path` in its date's daily folder (root-level resources:
+    today); a deleted resource's card is removed; then the day index page is refreshed."""
+    require_llm()
+    root = workspace_root(workspace)
+    path, exists, skip = check_resource(root, path)
+    if skip:
+        return {"resource": path, "skipped": skip}
+    day = path_date(path) or today()
+    card = summarise_resource(root, path, day) if exists else remove_resource_card(root, path, day)
+    if card["action"] in ("created", "updated", "deleted"):
+        refresh_day(root, path_date(card["path"]) or day)
+    record_resource(root, path, card)
+    return {"resource": path, **card}

@@ -1,0 +1,360 @@
+"""auto_dream's stages as tasks: extract units from changed daily files, integrate each unit into one digest
+node, and finish (checkpoint and report).
+
+The dream checkpoint (`metadata/checkpoints/dream.json`) maps each processed daily file to the content hash
+it had; a file is "changed" when its hash differs. Paths of failed units (and of files left out of the
+prompt) are never checkpointed, so the next run retries exactly them.
+
+extract and integrate persist their results: retrying a failed run from the Prefect UI reuses the
+extraction and the successful units, so only the failed units run again. Prefect's default cache key includes
+the flow run id (a new run never reuses an old result), and units carry their files' content hashes.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date as Date
+from datetime import datetime, timedelta, timezone
+from typing import Literal
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, Field, field_validator
+
+from dreamflow.llm import LLM, LLMError, Usage, load_prompt
+from dreamflow.tools import Toolbox, WriteRejected, predict, read_text
+from storage.markdown import parse_links, split_frontmatter
+from tasks import checkpoints
+from tasks.cards import slugify, unique_path
+from tasks.context import memory_of, metadata_of
+
+BUCKETS = ("personal", "procedure", "wiki")
+ACTIONS = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
+MAX_FILE_CHARS = 8_000      # per daily file in the extract prompt
+MAX_PROMPT_CHARS = 60_000   # all files together; files beyond wait for the next run
+MAX_NODE_CHARS = 6_000      # per candidate node shown to integrate
+CANDIDATES = 5              # node_search hits offered to integrate (the top 3 with their text)
+SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
+
+
+# ---- structured outputs --------------------------------------------------------------------------------
+
+class Unit(BaseModel):
+    """One piece of durable knowledge that lands in exactly one digest node."""
+
+    name: str = Field(min_length=1)
+    bucket: str = "wiki"
+    summary: str = Field(min_length=1)
+    paths: list[str] = Field(default_factory=list)
+
+    @field_validator("bucket", mode="before")
+    @classmethod
+    def _known_bucket(cls, value) -> str:
+        value = str(value or "").strip().lower()
+        return value if value in BUCKETS else "wiki"
+
+
+class TopicCandidate(BaseModel):
+    title: str = Field(min_length=1)
+    reason: str = ""
+    evidence: list[str] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+
+
+class Extraction(BaseModel):
+    units: list[Unit] = Field(default_factory=list)
+    topics: list[TopicCandidate] = Field(default_factory=list)
+
+
+class Decision(BaseModel):
+    """The integrate agent's answer: which action on which node, and the node's new body (optional for
+    CORROBORATE, or when the agent wrote the node with a tool)."""
+
+    action: Literal["CREATE", "CORROBORATE", "REFINE", "CORRECT"]
+    target: str | None = None
+    name: str | None = None
+    description: str | None = None
+    content: str | None = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _upper(cls, value):
+        return str(value or "").strip().upper()
+
+
+# ---- plain functions: scanning ------------------------------------------------------------------------
+
+def window(date: str, scan_days: int) -> list[str]:
+    """The `scan_days` days ending at `date`, oldest first."""
+    end = Date.fromisoformat(date)
+    return [(end - timedelta(days=n)).isoformat() for n in range(max(scan_days, 1) - 1, -1, -1)]
+
+
+def scan(memory, days: list[str]) -> dict[str, str]:
+    """Text of `daily/<d>.md` and `daily/<d>/**/*.md` for each day (interests.yaml is not Markdown)."""
+    texts: dict[str, str] = {}
+    for day in days:
+        page = read_text(memory, f"daily/{day}.md")
+        if page is not None:
+            texts[f"daily/{day}.md"] = page
+        for entry in memory.list(f"daily/{day}", recursive=True, limit=100_000)["entries"]:
+            if entry.get("type") == "file" and entry["path"].endswith(".md"):
+                text = read_text(memory, entry["path"])
+                if text is not None:
+                    texts[entry["path"]] = text
+    return texts
+
+
+def changed_files(texts: dict[str, str], done: dict[str, str]) -> dict[str, str]:
+    """The files whose content hash differs from the checkpoint: `{path: hash}`."""
+    hashes = {path: checkpoints.content_hash(text) for path, text in texts.items()}
+    return {path: h for path, h in hashes.items() if done.get(path) != h}
+
+
+def extract_material(texts: dict[str, str], changed: list[str], max_units: int, hint: str | None,
+                     date: str) -> tuple[str, list[str]]:
+    """The extract prompt's user message and the paths that fit in it (the rest waits for the next run)."""
+    parts = [f"Today is {date}. Return at most {max_units} units."]
+    if hint:
+        parts.append(f"Hint from the user: {hint}")
+    sent, size = [], 0
+    for path in changed:
+        text = texts[path]
+        if len(text) > MAX_FILE_CHARS:
+            text = text[:MAX_FILE_CHARS] + "\n[... cut]"
+        if sent and size + len(text) > MAX_PROMPT_CHARS:
+            break
+        parts.append(f'<file path="{path}">\n{text}\n</file>')
+        sent.append(path)
+        size += len(text)
+    return "\n\n".join(parts), sent
+
+
+def clean_units(extraction: Extraction, sent: list[str], max_units: int) -> tuple[list[Unit], list[str]]:
+    """Units citing only files that were sent (units citing none are dropped), at most `max_units`; also
+    returns the paths only dropped units cited, which must not be checkpointed."""
+    units, dropped = [], []
+    for unit in extraction.units:
+        paths = [p for p in dict.fromkeys(unit.paths) if p in sent]
+        if not paths:
+            continue
+        unit = unit.model_copy(update={"paths": paths})
+        (units if len(units) < max_units else dropped).append(unit)
+    kept = {p for u in units for p in u.paths}
+    deferred = sorted({p for u in dropped for p in u.paths} - kept)
+    return units, deferred
+
+
+# ---- plain functions: integrating ---------------------------------------------------------------------
+
+def link_targets(text: str) -> set[str]:
+    return {link.target for link in parse_links(text)}
+
+
+def link_guard(path: str, before: str, after: str) -> None:
+    """Refuse any update of an existing node that would drop one of its wikilinks (sources included)."""
+    lost = link_targets(before) - link_targets(after)
+    if lost:
+        raise WriteRejected(f"update of {path} rejected: it would drop the links {sorted(lost)}")
+
+
+def ensure_sources(body: str, paths: list[str], summary: str, date: str) -> str:
+    """`body` with a `## Sources` sentence linking every path the section does not cite yet."""
+    match = SOURCES.search(body)
+    if match:
+        following = re.search(r"^#{1,2}[ \t]", body[match.end():], re.MULTILINE)
+        end = match.end() + following.start() if following else len(body)
+        cited = link_targets(body[match.end():end])
+    else:
+        end, cited = len(body), set()
+    missing = [p for p in paths if p not in cited]
+    if not missing:
+        return body
+    sentence = " ".join(summary.split())
+    sentence = sentence.split(". ")[0].rstrip(".")[:200]
+    lines = "".join(f"- {date}: {sentence} ([[{p}]]).\n" for p in missing)
+    if not match:
+        return body.rstrip("\n") + "\n\n## Sources\n\n" + lines
+    head, tail = body[:end].rstrip("\n"), body[end:]
+    return head + "\n" + lines + ("\n" + tail if tail else "")
+
+
+def integrate_material(unit: dict, date: str, candidates: list[dict], sources: dict[str, str],
+                       nodes: dict[str, str]) -> str:
+    parts = [
+        f"Today is {date}.",
+        f"Unit: {unit['name']}\nBucket: {unit['bucket']}\nSummary: {unit['summary']}",
+        "Source files:\n" + "\n".join(f'<file path="{p}">\n{t}\n</file>' for p, t in sources.items()),
+    ]
+    if candidates:
+        lines = [f"- {c['path']}: {c.get('name') or ''} — {c.get('description') or ''}" for c in candidates]
+        parts.append("Existing digest nodes that may cover it (best first):\n" + "\n".join(lines))
+        parts += [f'<node path="{p}">\n{t}\n</node>' for p, t in nodes.items()]
+    else:
+        parts.append("No existing digest node matches it.")
+    return "\n\n".join(parts)
+
+
+def apply_decision(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) -> dict:
+    """Write the unit's node as decided, enforcing in code: digest/ only, existing targets for updates,
+    a `## Sources` sentence per source file, and no dropped link. Returns `{action, target}`."""
+    target = (decision.target or "").strip().removeprefix("[[").removesuffix("]]")
+    before = read_text(memory, target) if target.startswith("digest/") else None
+    if decision.action == "CREATE":
+        if not _digest_node(target) or (before is not None and target not in wrote):
+            name = decision.name or unit["name"]
+            target, before = unique_path(memory, f"digest/{unit['bucket']}", slugify(name, "node")), None
+    elif not target.startswith("digest/"):
+        raise LLMError(f"{decision.action} needs an existing digest node as target, got {target!r}")
+    elif before is None:
+        raise LLMError(f"{decision.action} target {target} does not exist")
+    body = decision.content
+    if body is None:
+        if before is None:
+            raise LLMError(f"{decision.action} of {target}: the model returned no content")
+        body = before
+    body = split_frontmatter(body).body.strip("\n") + "\n"
+    body = ensure_sources(body, unit["paths"], unit["summary"], date)
+    args = {"content": body, "name": decision.name, "description": decision.description,
+            "metadata": {"updated": date}}
+    if before is not None:
+        link_guard(target, before, predict("write", before, args))
+    name = decision.name or (None if before is not None else unit["name"])
+    memory.write(target, body, name=name, description=decision.description, metadata={"updated": date})
+    return {"action": decision.action, "target": target}
+
+
+def _digest_node(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 3 and parts[0] == "digest" and parts[1] in BUCKETS and path.endswith(".md")
+
+
+# ---- tasks ---------------------------------------------------------------------------------------------
+
+@task(persist_result=True)
+def extract(workspace: str, date: str, scan_days: int, max_units: int, hint: str | None) -> dict:
+    """Scan the window, keep files changed since the checkpoint, and ask the LLM for units and topics."""
+    memory = memory_of(workspace)
+    texts = scan(memory, window(date, scan_days))
+    done = checkpoints.load(metadata_of(workspace), "dream").get("files", {})
+    changed = changed_files(texts, done)
+    result = {"scanned": len(texts), "changed": sorted(changed), "hashes": {}, "units": [], "topics": [],
+              "deferred": [], "usage": None}
+    if not changed:
+        return result
+    llm = LLM.from_settings()
+    material, sent = extract_material(texts, sorted(changed), max_units, hint, date)
+    messages = [{"role": "system", "content": load_prompt("extract")}, {"role": "user", "content": material}]
+    extraction = llm.structured(messages, Extraction)
+    units, deferred = clean_units(extraction, sent, max_units)
+    result.update(
+        hashes={p: changed[p] for p in sent},
+        units=[{"id": f"u{i}", **u.model_dump(), "hashes": {p: changed[p] for p in u.paths}}
+               for i, u in enumerate(units, 1)],
+        topics=[t.model_dump() for t in extraction.topics],
+        deferred=sorted(set(deferred) | (set(changed) - set(sent))),
+        usage=llm.usage.as_dict(),
+    )
+    return result
+
+
+@task(persist_result=True, task_run_name="integrate-{unit[id]}", tags=["llm"])
+def integrate(workspace: str, unit: dict, date: str) -> dict:
+    """Land one unit in one digest node: CREATE, CORROBORATE, REFINE or CORRECT."""
+    llm = LLM.from_settings()
+    memory = memory_of(workspace)
+    candidates = memory.node_search(f"{unit['name']}. {unit['summary']}", limit=CANDIDATES)
+    nodes = {c["path"]: (read_text(memory, c["path"]) or "")[:MAX_NODE_CHARS] for c in candidates[:3]}
+    sources = {p: (read_text(memory, p) or "")[:MAX_NODE_CHARS] for p in unit["paths"]}
+    toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p.startswith("digest/"),
+                      write_scope="under digest/", guard=link_guard)
+    messages = [{"role": "system", "content": load_prompt("integrate")},
+                {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
+    decision = llm.agent(messages, Decision, toolbox)
+    outcome = apply_decision(memory, unit, decision, date, toolbox.written)
+    return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
+
+
+@task(cache_policy=NO_CACHE)
+def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], failures: list[dict],
+           topics: dict) -> dict:
+    """Refresh the window's day pages, checkpoint every processed file except failed units' and deferred
+    paths, and return the run summary."""
+    memory, ws = memory_of(workspace), metadata_of(workspace)
+    held = set(extracted["deferred"]) | {p for f in failures for p in f["paths"]}
+    days = sorted({d for d in (p.split("/")[1].removesuffix(".md") for p in extracted["changed"])})
+    refreshed = {}
+    for day in days:
+        if read_text(memory, f"daily/{day}.md") is not None or memory.daily_list(day)["cards"]:
+            page = memory.daily_reindex(day)["path"]
+            refreshed[page] = checkpoints.content_hash(read_text(memory, page) or "")
+    usage = Usage().add(extracted["usage"]).add(topics.get("usage"))
+    for outcome in outcomes:
+        usage.add(outcome.get("usage"))
+    with checkpoints.update(ws, "dream") as data:
+        files = data.setdefault("files", {})
+        files.update({p: h for p, h in extracted["hashes"].items() if p not in held})
+        files.update({p: h for p, h in refreshed.items() if p not in held})
+        if topics.get("path"):
+            data.setdefault("interests", {})[date] = checkpoints.content_hash(read_text(memory, topics["path"]) or "")
+        data["last_run"] = {"date": date, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            "units": len(extracted["units"]), "failed": len(failures)}
+    return {
+        "date": date,
+        "scanned": extracted["scanned"],
+        "changed": len(extracted["changed"]),
+        "units": len(extracted["units"]),
+        "actions": [{k: o[k] for k in ("unit", "name", "action", "target")} for o in outcomes],
+        "failed": failures,
+        "deferred": extracted["deferred"],
+        "topics": len(topics.get("added", [])),
+        "interests": topics.get("path"),
+        "usage": usage.as_dict(),
+    }
+
+
+@task(cache_policy=NO_CACHE)
+def publish_report(summary: dict) -> str:
+    """A markdown artifact of the run: units, action taken, target node, failures, tokens."""
+    lines = [f"# Dream of {summary['date']}", "",
+             f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['units']} units, "
+             f"{len(summary['failed'])} failed; {summary['topics']} new topics.", "",
+             "| unit | action | target |", "|---|---|---|"]
+    lines += [f"| {a['name']} | {a['action']} | `{a['target']}` |" for a in summary["actions"]]
+    lines += [f"| {f['name']} | **FAILED** | {f['error']} |" for f in summary["failed"]]
+    if summary["deferred"]:
+        lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]
+    u = summary["usage"]
+    lines += ["", f"LLM: {u['calls']} calls, {u['total_tokens']} tokens "
+                  f"({u['prompt_tokens']} prompt, {u['completion_tokens']} completion), {u['seconds']} s."]
+    markdown = "\n".join(lines)
+    create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
+    return markdown
+
+
+class UnitsFailed(LLMError):
+    """Some units of a dream failed; `summary` is the run summary (their paths stay un-checkpointed)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message, summary)
+        self.summary = summary
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def settle(futures: list, units: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Wait for the mapped integrate runs: (outcomes of completed units, failures with their paths)."""
+    outcomes, failures = [], []
+    for future, unit in zip(futures, units):
+        future.wait()
+        state = future.state
+        if state.is_completed():
+            outcomes.append(state.result())
+        else:
+            error = state.result(raise_on_failure=False)
+            failures.append({"unit": unit["id"], "name": unit["name"], "paths": unit["paths"],
+                             "error": str(error) if isinstance(error, BaseException) else (state.message or "failed")})
+    return outcomes, failures

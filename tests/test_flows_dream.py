@@ -1,0 +1,161 @@
+"""auto_dream end to end: real Prefect flow runs (test harness), the scripted LLM server, a real workspace."""
+
+import pytest
+
+from dreamflow.llm import LLMNotConfigured
+from flows.auto_dream import auto_dream
+from llm_server import Reply, json_reply, tool_reply
+from storage.memory import Memory
+from tasks import checkpoints
+from tasks.dream import UnitsFailed
+
+EXTRACT = "You consolidate a person's memory"
+DAY = "2024-05-08"
+
+
+def unit_route(name: str) -> str:
+    return f"Unit: {name}\n"
+
+
+def text(memory: Memory, path: str) -> str:
+    return memory.read(path, numbered=False)["content"]
+
+
+def dream_files(ws) -> dict:
+    return checkpoints.load(ws, "dream").get("files", {})
+
+
+def user_message(request: dict) -> str:
+    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+@pytest.fixture
+def memory(ws) -> Memory:
+    m = Memory(ws.root)
+    m.write("digest/wiki/portugal.md", "Portugal: Lisbon is its capital, famous for pastel de nata.",
+            name="Portugal", description="The country")
+    m.write(f"daily/{DAY}/call-with-ana.md", "Ana told me she moved to Lisbon in May and works at a bakery.",
+            name="Call with Ana", description="Ana's news")
+    m.write(f"daily/{DAY}/sourdough.md", "Feed the sourdough starter every 12 hours with equal flour and water.",
+            name="Sourdough", description="Starter routine")
+    return m
+
+
+def read_artifact(key: str) -> str:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return next(a.data for a in client.read_latest_artifacts() if a.key == key)
+
+
+def test_full_dream_create_then_corroborate(prefect_harness, llm, memory, ws):
+    ana = f"daily/{DAY}/call-with-ana.md"
+    llm.on(EXTRACT, json_reply({
+        "units": [
+            {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon in May 2024.",
+             "paths": [ana]},
+            {"name": "Sourdough feeding", "bucket": "procedures?", "summary": "Feed the starter every 12 hours.",
+             "paths": [f"daily/{DAY}/sourdough.md"]},
+        ],
+        "topics": [{"title": "Visit Ana in Lisbon", "reason": "She just moved", "paths": [ana]}],
+    }))
+    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
+        "action": "CREATE", "target": "digest/personal/ana.md", "name": "Ana", "description": "Ana, a friend",
+        "content": "Ana lives in Lisbon (see [[digest/wiki/portugal.md]]) and works at a bakery.\n\n## Sources\n\n"
+                   f"- {DAY}: Ana told me about her move ([[{ana}]]).\n"}))
+    llm.on(unit_route("Sourdough feeding"),
+           tool_reply("node_search", {"query": "sourdough"}),
+           json_reply({"action": "CREATE", "target": None, "name": "Sourdough starter",
+                       "description": "How to keep a starter", "content": "Feed it every 12 hours."}))
+
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+
+    assert summary["scanned"] == 2 and summary["changed"] == 2 and summary["units"] == 2
+    assert sorted((a["action"], a["target"]) for a in summary["actions"]) == [
+        ("CREATE", "digest/personal/ana.md"), ("CREATE", "digest/wiki/sourdough-starter.md")]
+    node = text(memory, "digest/personal/ana.md")
+    assert "[[digest/wiki/portugal.md]]" in node and f"[[{ana}]]" in node
+    assert memory.frontmatter_get("digest/personal/ana.md")["frontmatter"]["name"] == "Ana"
+    starter = text(memory, "digest/wiki/sourdough-starter.md")  # unknown bucket -> wiki; sources added by code
+    assert f"## Sources\n\n- {DAY}: Feed the starter every 12 hours ([[daily/{DAY}/sourdough.md]])." in starter
+    integrate_ana = next(r for r in llm.requests if unit_route("Ana lives in Lisbon") in user_message(r))
+    assert "digest/wiki/portugal.md" in user_message(integrate_ana)  # node_search offered the related node
+    tools = {t["function"]["name"] for t in integrate_ana["tools"]}
+    assert "write" in tools and "delete" not in tools
+    topics = text(memory, f"daily/{DAY}/interests.yaml")
+    assert "Visit Ana in Lisbon" in topics and "topic_count: 1" in topics
+    assert set(dream_files(ws)) >= {ana, f"daily/{DAY}/sourdough.md", f"daily/{DAY}.md"}
+    assert summary["usage"]["calls"] == 4 and summary["usage"]["total_tokens"] > 0
+    report = read_artifact(f"dream-{DAY}")
+    assert "Ana lives in Lisbon" in report and "digest/personal/ana.md" in report
+
+    # A later day: only the new file is sent, and the unit corroborates the same node.
+    llm.reset()
+    lunch = "daily/2024-05-09/lunch.md"
+    memory.write(lunch, "Lunch with Ana: she confirmed she lives in Lisbon now.", name="Lunch")
+    llm.on(EXTRACT, json_reply({"units": [{"name": "Ana lives in Lisbon", "bucket": "personal",
+                                           "summary": "Ana confirmed she lives in Lisbon.", "paths": [lunch]}],
+                                "topics": [{"title": "visit ana in lisbon!", "reason": "again"}]}))
+    llm.on(unit_route("Ana lives in Lisbon"),
+           json_reply({"action": "CORROBORATE", "target": "digest/personal/ana.md", "content": None}))
+
+    summary = auto_dream(date="2024-05-09", scan_days=2, workspace=str(ws.root))
+
+    extract_request = user_message(llm.requests[0])
+    assert lunch in extract_request and ana not in extract_request
+    assert summary["actions"][0]["action"] == "CORROBORATE" and summary["topics"] == 0  # near-duplicate topic
+    node = text(memory, "digest/personal/ana.md")
+    assert f"[[{lunch}]]" in node and f"[[{ana}]]" in node and "[[digest/wiki/portugal.md]]" in node
+
+
+def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memory, ws, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "0.5")
+    paths = {n: f"daily/{DAY}/{n}.md" for n in ("ok", "badjson", "slow", "dropper")}
+    for name, path in paths.items():
+        memory.write(path, f"Notes about {name}.", name=name)
+    memory.write("digest/wiki/dropper.md", "Dropper node, see [[digest/wiki/portugal.md]].", name="Dropper")
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": n, "bucket": "wiki", "summary": f"About {n}.", "paths": [p]} for n, p in paths.items()]}))
+    llm.on(unit_route("ok"), json_reply({"action": "CREATE", "name": "OK node", "content": "Fine."}))
+    llm.on(unit_route("badjson"), Reply(content="{broken"), Reply(content="still not json"))
+    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=1.5))
+    llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
+                                              "content": "Rewritten without its link."}))
+
+    state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
+
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, UnitsFailed)
+    failed = {f["name"]: f["error"] for f in error.summary["failed"]}
+    assert set(failed) == {"badjson", "slow", "dropper"}
+    assert "after one repair" in failed["badjson"] and "timed out" in failed["slow"]
+    assert "drop the links" in failed["dropper"]
+    assert "[[digest/wiki/portugal.md]]" in text(memory, "digest/wiki/dropper.md")
+    done = dream_files(ws)
+    assert paths["ok"] in done and not {paths["badjson"], paths["slow"], paths["dropper"]} & set(done)
+    assert "**FAILED**" in read_artifact(f"dream-{DAY}")
+
+    # The next run sends only the failed units' files.
+    llm.reset()
+    retry = [paths["badjson"], paths["slow"], paths["dropper"]]
+    llm.on(EXTRACT, json_reply({"units": [{"name": "again", "bucket": "wiki", "summary": "Retried.", "paths": retry}]}))
+    llm.on(unit_route("again"), json_reply({"action": "CREATE", "name": "Retried", "content": "Now fine."}))
+
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+
+    sent = user_message(llm.requests[0])
+    assert all(p in sent for p in retry) and paths["ok"] not in sent
+    assert summary["failed"] == [] and set(retry) <= set(dream_files(ws))
+
+
+def test_nothing_changed_is_a_quiet_success(prefect_harness, llm, ws):
+    summary = auto_dream(date=DAY, workspace=str(ws.root))
+    assert (summary["changed"], summary["units"], summary["actions"]) == (0, 0, [])
+    assert llm.requests == []
+
+
+def test_no_llm_fails_at_once_and_checkpoints_nothing(prefect_harness, no_llm, memory, ws):
+    with pytest.raises(LLMNotConfigured, match="DREAMFLOW_LLM_BASE_URL"):
+        auto_dream(date=DAY, workspace=str(ws.root))
+    assert checkpoints.load(ws, "dream") == {}
