@@ -26,10 +26,11 @@ import filelock
 from storage.errors import IndexBusy
 from storage.workspace import Workspace
 
-SCHEMA_VERSION = "1"
+# The index layout; the DuckDB version is part of it because postings store DuckDB's hash() of each term.
+SCHEMA_VERSION = f"2 duckdb {duckdb.__version__}"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
-DERIVED_TABLES = ("files", "chunks", "postings", "links")
+DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -59,7 +60,12 @@ CREATE TABLE IF NOT EXISTS chunks (
     text_hash VARCHAR,
     length INTEGER
 );
-CREATE TABLE IF NOT EXISTS postings (term VARCHAR, chunk_id BIGINT, tf INTEGER);
+-- BM25 postings: `term` is DuckDB's hash() of the term string (integers scan and sort several times faster
+-- than strings); `length` repeats the chunk's BM25 length so scoring needs no join. Kept sorted by term
+-- (zone maps then skip all but a few row groups per query term); rows of replaced chunks stay until
+-- compaction, listed in `stale_chunks` and skipped by queries.
+CREATE TABLE IF NOT EXISTS postings (term UBIGINT, chunk_id BIGINT, tf INTEGER, length INTEGER);
+CREATE TABLE IF NOT EXISTS stale_chunks (id BIGINT);
 CREATE TABLE IF NOT EXISTS links (
     source VARCHAR, target VARCHAR, anchor VARCHAR, alias VARCHAR, predicate VARCHAR, line INTEGER
 );
@@ -164,13 +170,13 @@ class IndexDB:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """Open the file (recreating it when unreadable), ensure the schema, rebuild when it is new."""
         try:
-            con = duckdb.connect(str(self.path))
+            con = _connect(self.path)
             version = _schema_version(con)
         except duckdb.Error as exc:
             if "lock" in str(exc).lower():
                 raise IndexBusy(f"the index {self.path} is held by another process: {exc}") from exc
             _remove_index_files(self.path)  # corrupt or unreadable: derived state, rebuilt below
-            con = duckdb.connect(str(self.path))
+            con = _connect(self.path)
             version = None
         if version == SCHEMA_VERSION:
             return con
@@ -187,6 +193,12 @@ class IndexDB:
             con.close()
             raise
         return con
+
+
+def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(path))
+    con.execute("SET enable_progress_bar = false")  # long statements must not draw on the user's terminal
+    return con
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -66,6 +66,7 @@ def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: b
     with _transaction(con):
         _delete_paths(con, [rel])
         _insert_files(con, [item])
+    compact(con)
     return True
 
 
@@ -75,6 +76,7 @@ def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
         return False
     with _transaction(con):
         _delete_paths(con, [rel])
+    compact(con)
     return True
 
 
@@ -110,6 +112,7 @@ def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress 
             if progress:
                 progress(done, total)
         _touch(con, touched)
+    compact(con)
     if progress and not total:
         progress(0, 0)
     return counts
@@ -121,7 +124,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | 
     on_disk = _stat_files(ws)
     paths = list(on_disk)
     with _transaction(con):
-        for table in ("postings", "chunks", "links", "files"):
+        for table in ("postings", "stale_chunks", "chunks", "links", "files"):
             con.execute(f"DELETE FROM {table}")
         done = 0
         for batch in _batches(paths, BATCH_FILES):
@@ -129,7 +132,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | 
             done += len(batch)
             if progress:
                 progress(done, len(paths))
-        _compact_postings(con)
+        _sort_postings(con)
     result = stats(con)
     result["seconds"] = round(time.perf_counter() - started, 3)
     return result
@@ -144,13 +147,15 @@ def inbound(con: duckdb.DuckDBPyConnection, rel: str) -> list[dict]:
 
 
 def stats(con: duckdb.DuckDBPyConnection) -> dict:
-    """Counts: files, chunks, links, postings, distinct terms, files with errors, files by kind."""
+    """Counts: files, chunks, links, postings (and those awaiting compaction), files with errors, by kind."""
     files, errors = con.execute("SELECT count(*), count(*) FILTER (WHERE len(errors) > 0) FROM files").fetchone()
     result = {
         "files": files,
         "chunks": con.execute("SELECT count(*) FROM chunks").fetchone()[0],
         "links": con.execute("SELECT count(*) FROM links").fetchone()[0],
         "postings": con.execute("SELECT count(*) FROM postings").fetchone()[0],
+        "stale_chunks": con.execute("SELECT count(*) FROM stale_chunks").fetchone()[0],
+        "unsorted_postings": _unsorted_postings(con),
         "files_with_errors": errors,
         "by_kind": dict(con.execute("SELECT kind, count(*) FROM files GROUP BY kind ORDER BY kind").fetchall()),
     }
@@ -201,8 +206,7 @@ def _parse(rel: str, data: bytes) -> ParsedFile:
 
 def chunk_terms(parsed: ParsedFile, text: str, headings: Iterable[str]) -> list[str]:
     """BM25 terms of one chunk: its text plus the file's name, description and the heading skeleton."""
-    fields = " ".join(filter(None, (parsed.name, parsed.description, *headings)))
-    return terms(text) + terms(fields) if fields else terms(text)
+    return terms("\n".join(filter(None, (text, parsed.name, parsed.description, *headings))))
 
 
 # ---- writing -----------------------------------------------------------------------------------------
@@ -225,15 +229,15 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 
 def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
-    """Delete the rows of these files: postings via their chunks, then chunks, links out, files."""
+    """Delete the rows of these files: chunks (their postings become stale until compaction), links out, files."""
     if not paths:
         return
     if len(paths) == 1:
         where, params = "= ?", paths
     else:
-        con.register("_paths", {"path": np.array(paths, dtype=object)})
+        _register(con, "_paths", {"path": paths})
         where, params = "IN (SELECT path FROM _paths)", []
-    con.execute(f"DELETE FROM postings WHERE chunk_id IN (SELECT id FROM chunks WHERE path {where})", params)
+    con.execute(f"INSERT INTO stale_chunks SELECT id FROM chunks WHERE path {where}", params)
     con.execute(f"DELETE FROM chunks WHERE path {where}", params)
     con.execute(f"DELETE FROM links WHERE source {where}", params)
     con.execute(f"DELETE FROM files WHERE path {where}", params)
@@ -259,11 +263,19 @@ def _next_chunk_ids(con: duckdb.DuckDBPyConnection, n: int) -> int:
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list], select: str) -> None:
     """INSERT INTO `table` SELECT `select` FROM the given columns (registered as numpy arrays)."""
-    con.register("_batch", {name: _array(values) for name, values in columns.items()})
+    _register(con, "_batch", columns)
     try:
         con.execute(f"INSERT INTO {table} SELECT {select} FROM _batch")
     finally:
         con.unregister("_batch")
+
+
+def _register(con: duckdb.DuckDBPyConnection, view: str, columns: dict[str, list]) -> None:
+    """Expose Python lists to SQL as view `view` (numpy arrays: no per-row binding cost)."""
+    # Object columns here hold only str/None. Without this, DuckDB samples each one for pandas types
+    # (trying to import pandas per value), which costs more than the whole insert.
+    con.execute("SET pandas_analyze_sample = 0")
+    con.register(view, {name: _array(values) for name, values in columns.items()})
 
 
 def _array(values: list) -> np.ndarray:
@@ -295,6 +307,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     post_term: list[str] = []
     post_chunk: list[int] = []
     post_tf: list[int] = []
+    post_length: list[int] = []
     links: dict[str, list] = {k: [] for k in ("source", "target", "anchor", "alias", "predicate", "line")}
 
     n_chunks = sum(len(p.chunks) for p, *_ in items)
@@ -320,6 +333,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
             post_term.extend(counts.keys())
             post_tf.extend(counts.values())
             post_chunk.extend([chunk_id] * len(counts))
+            post_length.extend([len(toks)] * len(counts))
             chunk_id += 1
         for link in parsed.links:
             for key, value in (
@@ -336,12 +350,50 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
         _insert(con, "chunks", chunks, f"""
             id, path, ord, start_line, end_line, {_LIST.format('headings')}, text, text_hash, length""")
     if post_term:
-        _insert(con, "postings", {"term": post_term, "chunk_id": post_chunk, "tf": post_tf},
-                "term, chunk_id, tf")
+        _insert(con, "postings", {"term": post_term, "chunk_id": post_chunk, "tf": post_tf, "length": post_length},
+                "hash(term), chunk_id, tf, length")
     if links["source"]:
         _insert(con, "links", links, "source, target, anchor, alias, predicate, line")
 
 
-def _compact_postings(con: duckdb.DuckDBPyConnection) -> None:
-    """Rewrite postings sorted by term, so a query's term lookups read few row groups."""
-    con.execute("CREATE OR REPLACE TABLE postings AS SELECT * FROM postings ORDER BY term, chunk_id")
+# ---- compaction --------------------------------------------------------------------------------------
+
+ROW_GROUP = 122_880  # DuckDB's row group size: the unit zone maps skip
+COMPACT_SHARE = 0.05  # compact once this share of postings is unsorted or stale (and at least a row group)
+
+
+def compact(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
+    """Drop stale postings and re-sort the table when enough has piled up (or `force`). True if it ran.
+
+    Writes append postings at the end of the table and leave replaced chunks' postings behind (deleting
+    them from a term-sorted table costs a full scan per write). Queries skip stale rows and read the unsorted
+    tail in full, so both stay cheap while small; this folds them back in (about 3 s per 100k chunks).
+    """
+    total = con.execute("SELECT count(*) FROM postings").fetchone()[0]
+    stale = con.execute("SELECT count(*) FROM stale_chunks").fetchone()[0]
+    chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    limit = max(ROW_GROUP, COMPACT_SHARE * total)
+    stale_postings = stale * total / max(chunks + stale, 1)
+    if not force and _unsorted_postings(con) + stale_postings < limit:
+        return False
+    with _transaction(con):
+        _sort_postings(con)
+    return True
+
+
+def _sort_postings(con: duckdb.DuckDBPyConnection) -> None:
+    """Rewrite postings without stale rows, sorted by term; remember how many rows are sorted."""
+    con.execute("""
+        CREATE OR REPLACE TABLE postings AS
+        SELECT * FROM postings WHERE chunk_id NOT IN (SELECT id FROM stale_chunks) ORDER BY term, chunk_id
+    """)
+    con.execute("DELETE FROM stale_chunks")
+    con.execute("""
+        INSERT OR REPLACE INTO meta SELECT 'sorted_postings', count(*)::VARCHAR FROM postings
+    """)
+
+
+def _unsorted_postings(con: duckdb.DuckDBPyConnection) -> int:
+    """Postings appended since the last sort (they sit in the unsorted tail of the table)."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'sorted_postings'").fetchone()
+    return con.execute("SELECT count(*) FROM postings").fetchone()[0] - (int(row[0]) if row else 0)

@@ -5,12 +5,16 @@ average chunk length taken from the live tables, so a write is visible to the ne
 object is given (see storage/vectors.py) its candidates are fused with the keyword list by reciprocal rank
 fusion: score = sum(weight / (RRF_K + rank)) over the lists a chunk appears in, divided by the best
 possible sum, so the top hit of every list scores 1.0.
+
+Values go into these queries as SQL literals (`sql_literal`), not bound parameters: the DuckDB Python
+client spends ~0.3 ms converting each bound value (it probes for pandas types), which would be most of a
+query's time here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
@@ -20,42 +24,62 @@ K1 = 1.2
 B = 0.75
 RRF_K = 60
 CANDIDATES = 50  # at least this many candidates from each list go into the fusion
+ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
 
 
 class Vectors(Protocol):
     """What search needs from a vector index (storage/vectors.py)."""
 
     def candidates(
-        self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None
-    ) -> list[tuple[int, float]]: ...
+        self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None,
+        filters: str = "TRUE", params: dict[str, Any] | None = None,
+    ) -> list[tuple[int, float]]: ...  # `filters`: SQL condition over `files f` (with `params`), as for BM25
 
 
-# BM25 of the chunks that contain any query term. Document frequency counts live chunks only, so rows of a
-# file deleted in the same transaction never count. `{filters}` narrows the scored chunks (files f).
+def sql_literal(value: Any) -> str:
+    """A value as a DuckDB SQL literal: str, int, float, bool, None, date, or a list of those."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, str):
+        return "'" + value.replace("\x00", "").replace("'", "''") + "'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+def _in_list(values: Iterable[Any]) -> str:
+    return ", ".join(sql_literal(v) for v in values)
+
+
+# BM25 of the chunks that contain any query term, best first. Postings carry the chunk length and a hash of
+# the term (see storage/db.py); rows of replaced chunks (stale_chunks) are skipped. `{filters}` is a
+# condition over the matched chunk `c` and its file `f`, applied to scored chunks before the limit.
 _BM25_SQL = """
-WITH query AS (
-    SELECT term, count(*) AS qtf FROM (SELECT unnest($terms::VARCHAR[]) AS term) GROUP BY term
+WITH matches AS (
+    SELECT term, chunk_id, tf, length FROM postings
+    WHERE term IN ({terms}) AND chunk_id NOT IN (SELECT id FROM stale_chunks)
 ),
-corpus AS (SELECT count(*)::DOUBLE AS n, avg(length)::DOUBLE AS avgdl FROM chunks),
-matches AS (
-    SELECT p.term, p.chunk_id, p.tf, c.length, c.path
-    FROM postings p JOIN chunks c ON c.id = p.chunk_id
-    WHERE p.term IN (SELECT term FROM query)
-),
-df AS (SELECT term, count(*)::DOUBLE AS df FROM matches GROUP BY term)
-SELECT m.chunk_id,
-       sum(q.qtf * ln(1 + (corpus.n - df.df + 0.5) / (df.df + 0.5))
-           * m.tf * ($k1 + 1) / (m.tf + $k1 * (1 - $b + $b * m.length / corpus.avgdl))) AS score
-FROM matches m
-JOIN query q USING (term)
-JOIN df USING (term)
-CROSS JOIN corpus
-JOIN files f ON f.path = m.path
-WHERE {filters}
-GROUP BY m.chunk_id
-ORDER BY score DESC, m.chunk_id
-LIMIT $limit
+df AS (SELECT term, count(*) AS df FROM matches GROUP BY term),
+corpus AS (SELECT count(*) AS n, avg(length) AS avgdl FROM chunks),
+scored AS (
+    SELECT chunk_id,
+           sum(ln(1 + (corpus.n - df.df + 0.5) / (df.df + 0.5))
+               * tf * ({k1} + 1) / (tf + {k1} * (1 - {b} + {b} * length / corpus.avgdl))) AS score
+    FROM matches JOIN df USING (term) CROSS JOIN corpus
+    GROUP BY chunk_id
+)
+SELECT s.chunk_id, s.score FROM scored s
+{join}
+ORDER BY s.score DESC, s.chunk_id
+LIMIT {limit}
 """
+_FILTER_JOIN = "JOIN chunks c ON c.id = s.chunk_id JOIN files f ON f.path = c.path WHERE {filters}"
 
 
 def bm25(
@@ -65,13 +89,16 @@ def bm25(
     filters: str = "TRUE",
     params: dict[str, Any] | None = None,
 ) -> list[tuple[int, float]]:
-    """Top `limit` (chunk_id, BM25 score) for `query`, restricted by a SQL condition over files `f`."""
-    qterms = terms(query)
+    """Top `limit` (chunk_id, BM25 score) for `query`, restricted by a SQL condition over `c` and `f`."""
+    qterms = list(dict.fromkeys(terms(query)))
     if not qterms:
         return []
-    sql = _BM25_SQL.format(filters=filters)
-    args = {"terms": qterms, "k1": K1, "b": B, "limit": limit, **(params or {})}
-    return con.execute(sql, args).fetchall()
+    sql = _BM25_SQL.format(
+        terms=", ".join(f"hash({sql_literal(t)})" for t in qterms),
+        k1=K1, b=B, limit=int(limit),
+        join="" if filters == "TRUE" else _FILTER_JOIN.format(filters=filters),
+    )
+    return con.execute(sql, params or None).fetchall()
 
 
 def _file_filters(
@@ -79,22 +106,25 @@ def _file_filters(
     end_date: Any = None,
     tags: Sequence[str] | None = None,
     path_prefix: str | None = None,
+    include_archived: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """SQL condition over `files f` plus its parameters for the search filters."""
-    conds, params = [], {}
+    """SQL condition over `files f` (and its parameters, none so far) for the search filters.
+
+    Archived digest nodes (digest/archive/) are left out unless `include_archived` or a path_prefix inside
+    the archive asks for them."""
+    conds = []
+    if not include_archived and not (path_prefix or "").strip("/").startswith(ARCHIVE.rstrip("/")):
+        conds.append(f"NOT starts_with(f.path, {sql_literal(ARCHIVE)})")
     if start_date:
-        conds.append("f.date >= $start_date")
-        params["start_date"] = _as_date(start_date)
+        conds.append(f"f.date >= {sql_literal(_as_date(start_date))}")
     if end_date:
-        conds.append("f.date <= $end_date")
-        params["end_date"] = _as_date(end_date)
+        conds.append(f"f.date <= {sql_literal(_as_date(end_date))}")
     if tags:
-        conds.append("list_has_any(f.tags, $tags::VARCHAR[])")
-        params["tags"] = list(tags)
+        conds.append(f"list_has_any(f.tags, {sql_literal([str(t) for t in tags])}::VARCHAR[])")
     if path_prefix:
-        conds.append("starts_with(f.path, $path_prefix)")
-        params["path_prefix"] = path_prefix.strip("/") + ("/" if path_prefix.endswith("/") else "")
-    return (" AND ".join(conds) or "TRUE"), params
+        prefix = path_prefix.strip("/") + ("/" if path_prefix.endswith("/") else "")
+        conds.append(f"starts_with(f.path, {sql_literal(prefix)})")
+    return (" AND ".join(conds) or "TRUE"), {}
 
 
 def _as_date(value: Any) -> dt.date:
@@ -126,25 +156,29 @@ def search(
     path_prefix: str | None = None,
     expand: int = 3,
     vectors: Vectors | None = None,
-    weights: tuple[float, float] = (1.0, 1.0),
+    weights: tuple[float, float] | None = None,
     rrf_k: int = RRF_K,
+    include_archived: bool = False,
 ) -> list[dict]:
     """Chunks matching `query`: BM25 (+ vector) candidates fused by RRF, filtered, with linked neighbours.
 
     Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date), `tags` (any of),
-    `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate). `weights` are the RRF weights of
-    the (keyword, vector) lists. Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank,
-    vector_score, vector_rank, headings, text, name, description, date, chunk_id, neighbors (up to `expand`
-    outgoing and `expand` incoming links of the hit's file, each with the neighbour's name/description).
+    `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
+    digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
+    vectors object's `weight`, if it has one). Each hit: path, start_line, end_line, score (fused), bm25,
+    bm25_rank, vector_score, vector_rank, headings, text, name, description, date, chunk_id, neighbors (up to
+    `expand` outgoing and `expand` incoming links of the hit's file, each with the neighbour's name and
+    description).
     """
     if limit <= 0:
         return []
-    filters, params = _file_filters(start_date, end_date, tags, path_prefix)
+    filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived)
     pool = max(CANDIDATES, 3 * limit)
     keyword = bm25(con, query, pool, filters, params)
     if min_score is not None:
         keyword = [(cid, s) for cid, s in keyword if s >= min_score]
     semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
+    weights = weights or (1.0, _vector_weight(vectors))
     fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)[:limit]
     if not fused:
         return []
@@ -160,13 +194,9 @@ def search(
         hit["bm25_rank"], hit["bm25"] = kw.get(cid, (None, None))
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
         results.append(hit)
-    if expand > 0:
-        neighbours = _neighbours(con, [h["chunk_id"] for h in results], expand)
-        for hit in results:
-            hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
-    else:
-        for hit in results:
-            hit["neighbors"] = []
+    neighbours = _neighbours(con, results, expand) if expand > 0 else {}
+    for hit in results:
+        hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
     return results
 
 
@@ -182,98 +212,114 @@ def _vector_candidates(
     """The vector list, ranked, keeping only live chunks that pass the file filters."""
     if vectors is None:
         return []
-    found = list(vectors.candidates(con, query, k, path_prefix=path_prefix) or [])
+    found = list(vectors.candidates(con, query, k, path_prefix=path_prefix, filters=filters, params=params) or [])
     if not found:
         return []
     allowed = {
         r[0]
         for r in con.execute(
-            f"SELECT c.id FROM chunks c JOIN files f ON f.path = c.path WHERE c.id IN (SELECT unnest($ids)) AND {filters}",
-            {"ids": [int(cid) for cid, _ in found], **params},
+            f"SELECT c.id FROM chunks c JOIN files f ON f.path = c.path "
+            f"WHERE c.id IN ({_in_list(int(cid) for cid, _ in found)}) AND {filters}",
+            params or None,
         ).fetchall()
     }
     return [(int(cid), float(s)) for cid, s in found if int(cid) in allowed]
 
 
-_HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "headings", "text", "name", "description", "date")
+_HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "headings", "text")
+_FILE_COLUMNS = ("name", "description", "date")
 
 
 def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, dict]:
+    """Hit dicts for these chunk ids (two point lookups: a join would scan every chunk)."""
     rows = con.execute(
-        """
-        SELECT c.id, c.path, c.start_line, c.end_line, c.headings, c.text, f.name, f.description,
-               strftime(f.date, '%Y-%m-%d')
-        FROM chunks c JOIN files f ON f.path = c.path
-        WHERE c.id IN (SELECT unnest($ids::BIGINT[]))
-        """,
-        {"ids": ids},
+        f"SELECT id, path, start_line, end_line, headings, text FROM chunks WHERE id IN ({_in_list(ids)})"
     ).fetchall()
-    return {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in rows}
+    hits = {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in rows}
+    info = _file_info(con, {h["path"] for h in hits.values()})
+    for hit in hits.values():
+        hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None, None, None))))
+    return hits
 
 
-# Up to $n distinct neighbours per hit in each direction; links written inside the hit's own lines first.
+def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str, tuple]:
+    """{path: (name, description, date 'YYYY-MM-DD')} for the indexed ones among `paths`."""
+    paths = list(paths)
+    if not paths:
+        return {}
+    rows = con.execute(
+        f"SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files WHERE path IN ({_in_list(paths)})"
+    ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+# Links from and to the hits' files, each neighbour once per hit and direction, links written inside the
+# hit's own lines first, then by line.
 _NEIGHBOURS_SQL = """
-WITH hit AS (
-    SELECT id, path, start_line, end_line FROM chunks WHERE id IN (SELECT unnest($ids::BIGINT[]))
-),
-edges AS (
-    SELECT h.id AS hit, 'out' AS direction, l.target AS path, l.anchor, l.predicate, l.line,
-           l.line BETWEEN h.start_line AND h.end_line AS inside
-    FROM hit h JOIN links l ON l.source = h.path AND l.target <> h.path
-    UNION ALL
-    SELECT h.id, 'in', l.source, l.anchor, l.predicate, l.line, FALSE
-    FROM hit h JOIN links l ON l.target = h.path AND l.source <> h.path
-),
-firsts AS (
-    SELECT * FROM edges
-    QUALIFY row_number() OVER (PARTITION BY hit, direction, path ORDER BY inside DESC, line) = 1
-),
-ranked AS (
-    SELECT * FROM firsts
-    QUALIFY row_number() OVER (PARTITION BY hit, direction ORDER BY inside DESC, line, path) <= $n
-)
-SELECT r.hit, r.path, f.name, f.description, r.anchor, r.predicate, r.direction, r.line, f.path IS NOT NULL
-FROM ranked r LEFT JOIN files f ON f.path = r.path
-ORDER BY r.hit, r.direction DESC, r.inside DESC, r.line, r.path
+SELECT source, target, anchor, predicate, line FROM links
+WHERE (source IN ({paths}) OR target IN ({paths})) AND source <> target
+ORDER BY line, source, target
 """
 
 
-def _neighbours(con: duckdb.DuckDBPyConnection, ids: list[int], n: int) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for hit, *row in con.execute(_NEIGHBOURS_SQL, {"ids": ids, "n": n}).fetchall():
-        out.setdefault(hit, []).append(
-            dict(zip(("path", "name", "description", "anchor", "predicate", "direction", "line", "exists"), row))
-        )
-    return out
+def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dict[int, list[dict]]:
+    """Up to `n` outgoing and `n` incoming neighbours per hit, with the neighbour's name/description."""
+    paths = {h["path"] for h in hits}
+    if not paths:
+        return {}
+    links = con.execute(_NEIGHBOURS_SQL.format(paths=_in_list(paths))).fetchall()
+    picked: dict[int, list[tuple[str, tuple]]] = {}
+    for hit in hits:
+        out = sorted((l for l in links if l[0] == hit["path"]),
+                     key=lambda l: not hit["start_line"] <= (l[4] or 0) <= hit["end_line"])
+        inc = [l for l in links if l[1] == hit["path"]]
+        chosen = []
+        for direction, edges, end in (("out", out, 1), ("in", inc, 0)):
+            seen: set[str] = set()
+            for edge in edges:
+                if edge[end] not in seen and len(seen) < n:
+                    seen.add(edge[end])
+                    chosen.append((direction, edge, edge[end]))
+        picked[hit["chunk_id"]] = chosen
+    info = _file_info(con, {p for chosen in picked.values() for _, _, p in chosen})
+    return {
+        cid: [
+            {"path": path, "name": info.get(path, (None,))[0], "description": info.get(path, (None, None))[1],
+             "anchor": edge[2], "predicate": edge[3], "direction": direction, "line": edge[4],
+             "exists": path in info}
+            for direction, edge, path in chosen
+        ]
+        for cid, chosen in picked.items()
+    }
 
 
 def node_search(
     con: duckdb.DuckDBPyConnection, query: str, limit: int = 20, vectors: Vectors | None = None
 ) -> list[dict]:
-    """Digest nodes matching `query`, one row per node: {path, name, description, score}; no bodies."""
+    """Digest nodes matching `query` (archived ones left out), one row per node: {path, name, description, score}."""
     if limit <= 0:
         return []
     filters, params = _file_filters(path_prefix="digest/")
     pool = max(CANDIDATES, 5 * limit)
     keyword = bm25(con, query, pool, filters, params)
     semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
-    ids = [cid for cid, _ in keyword] + [cid for cid, _ in semantic]
+    ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
     if not ids:
         return []
-    path_of = dict(con.execute("SELECT id, path FROM chunks WHERE id IN (SELECT unnest($ids::BIGINT[]))",
-                               {"ids": ids}).fetchall())
-    fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)], (1.0, 1.0))[:limit]
-    if not fused:
-        return []
-    info = {r[0]: r[1:] for r in con.execute(
-        "SELECT path, name, description FROM files WHERE path IN (SELECT unnest($paths::VARCHAR[]))",
-        {"paths": [p for p, _ in fused]},
-    ).fetchall()}
+    path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
+    fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
+                 (1.0, _vector_weight(vectors)))[:limit]
+    info = _file_info(con, [p for p, _ in fused])
     return [
         {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6)}
         for p, s in fused
         if p in info
     ]
+
+
+def _vector_weight(vectors: Vectors | None) -> float:
+    """RRF weight of the vector list: the vectors object's `weight` attribute, else 1."""
+    return float(getattr(vectors, "weight", 1.0))
 
 
 def _first_paths(ranked: list[tuple[int, float]], path_of: dict[int, str]) -> list[str]:
@@ -300,19 +346,16 @@ def traverse(
     """
     if direction not in ("forward", "backward", "both"):
         raise ValueError(f"direction must be forward, backward or both, not {direction!r}")
-    reached: dict[str, int] = {}
-    for p in paths:
-        reached.setdefault(p, 0)
+    reached: dict[str, int] = dict.fromkeys(paths, 0)
     truncated = len(reached) > limit
     reached = dict(list(reached.items())[:limit])
     edges: dict[tuple, dict] = {}
     frontier = list(reached)
     for level in range(1, max(depth, 0) + 1):
-        if not frontier or truncated:
+        if not frontier:
             break
-        found = _edges(con, frontier, direction, predicate)
         next_frontier = []
-        for edge in found:
+        for edge in _edges(con, frontier, direction, predicate):
             for end in (edge["source"], edge["target"]):
                 if end not in reached:
                     if len(reached) >= limit:
@@ -323,12 +366,9 @@ def traverse(
             if edge["source"] in reached and edge["target"] in reached:
                 edges.setdefault(tuple(edge.values()), edge)
         frontier = next_frontier
-    info = {r[0]: r[1:] for r in con.execute(
-        "SELECT path, name, description FROM files WHERE path IN (SELECT unnest($paths::VARCHAR[]))",
-        {"paths": list(reached)},
-    ).fetchall()}
+    info = _file_info(con, reached)
     nodes = [
-        {"path": p, "name": info.get(p, (None, None))[0], "description": info.get(p, (None, None))[1],
+        {"path": p, "name": info.get(p, (None,))[0], "description": info.get(p, (None, None))[1],
          "exists": p in info, "depth": d}
         for p, d in reached.items()
     ]
@@ -336,15 +376,12 @@ def traverse(
 
 
 def _edges(con: duckdb.DuckDBPyConnection, frontier: list[str], direction: str, predicate: str | None) -> list[dict]:
+    """Links leaving (forward), entering (backward) or touching (both) the frontier, optionally one predicate."""
     ends = {"forward": ["source"], "backward": ["target"], "both": ["source", "target"]}[direction]
-    where = " OR ".join(f"{end} IN (SELECT unnest($paths::VARCHAR[]))" for end in ends)
+    where = " OR ".join(f"{end} IN ({_in_list(frontier)})" for end in ends)
     if predicate is not None:
-        where = f"({where}) AND predicate = $predicate"
-    params: dict[str, Any] = {"paths": frontier}
-    if predicate is not None:
-        params["predicate"] = predicate
+        where = f"({where}) AND predicate = {sql_literal(predicate)}"
     rows = con.execute(
-        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {where} ORDER BY source, line, target",
-        params,
+        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {where} ORDER BY source, line, target"
     ).fetchall()
     return [dict(zip(("source", "target", "line", "anchor", "alias", "predicate"), r)) for r in rows]

@@ -54,28 +54,29 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """BM25 terms of `text`, in order, duplicates kept (callers count term frequency)."""
     text = text.lower()
-    if "\u2019" in text:
+    if not text.isascii():
         text = text.replace("\u2019", "'")
-    get = _stems.get
+        if _HAS_CJK.search(text):
+            return _mixed_terms(text)
+    words = _WORD.findall(text)
+    stems = list(map(_stems.get, words))
+    if None in stems:
+        stems = [_stem(w) if s is None else s for w, s in zip(words, stems)]
+    return [s for s in stems if s]
+
+
+def _mixed_terms(text: str) -> list[str]:
+    """Terms of text that holds CJK runs: words stemmed as usual, each CJK run as character bigrams."""
     out: list[str] = []
-    append = out.append
-    if not _HAS_CJK.search(text):
-        for word in _WORD.findall(text):
-            stem = get(word)
-            if stem is None:
-                stem = _stem(word)
-            if stem:
-                append(stem)
-        return out
     for cjk, word in _WORD_OR_CJK.findall(text):
         if word:
-            stem = get(word)
+            stem = _stems.get(word)
             if stem is None:
                 stem = _stem(word)
             if stem:
-                append(stem)
+                out.append(stem)
         elif len(cjk) == 1:
-            append(cjk)
+            out.append(cjk)
         else:
             out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
     return out

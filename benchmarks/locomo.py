@@ -1,0 +1,164 @@
+"""Retrieval on LoCoMo conversations: session recall@1/5/10, MRR and turn hit@k (categories 1-4).
+
+Builds a workspace with one daily Markdown note per conversation session, dated by its
+`session_<N>_date_time` (`daily/YYYY-MM-DD/<conv>-session-<N>.md`, speakers' turns as paragraphs, photo
+captions as text, generated summaries/observations left out), indexes it, runs every question of
+categories 1-4 as a search restricted to its conversation (the note's tag), and prints the metrics.
+
+    python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR]
+
+Metrics, per question, averaged: session recall@k = share of its evidence sessions among the sessions of
+the top-k search results (chunks); MRR = 1/rank of the first result from an evidence session; turn hit@k =
+some top-k chunk's line range holds an evidence turn. `--mode vector|hybrid` needs `make_vectors` below
+to return an object with `.candidates(con, query, k, path_prefix=None)` (storage/vectors.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from storage import index  # noqa: E402
+from storage.db import IndexDB  # noqa: E402
+from storage.search import search  # noqa: E402
+from storage.workspace import Workspace  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+KS = (1, 5, 10)
+TURN_ID = re.compile(r"D(\d+):(\d+)")
+
+
+def session_date(text: str) -> dt.datetime:
+    """'1:56 pm on 8 May, 2023' -> datetime."""
+    return dt.datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+
+
+def write_conversation(ws: Workspace, conv_id: str, data: dict) -> dict[str, dict[str, int]]:
+    """Write one note per session; return {path: {dia_id: line}} for turn-level scoring."""
+    speakers = f"{data['speaker_a']} and {data['speaker_b']}"
+    turn_lines: dict[str, dict[str, int]] = {}
+    for key in data:
+        m = re.fullmatch(r"session_(\d+)", key)
+        if not m or not data[key]:
+            continue
+        n = int(m.group(1))
+        when = session_date(data[f"session_{n}_date_time"])
+        rel = f"daily/{when:%Y-%m-%d}/{conv_id}-session-{n}.md"
+        lines = [
+            "---",
+            f"name: {conv_id} session {n}",
+            f"description: Conversation between {speakers} at {data[f'session_{n}_date_time']}",
+            f"date: {when:%Y-%m-%d}",
+            f"tags: [{conv_id}]",
+            "---",
+            f"# {speakers}, {when:%-d %B %Y}",
+            "",
+        ]
+        where: dict[str, int] = {}
+        for turn in data[key]:
+            text = " ".join(str(turn.get("text", "")).split())
+            if turn.get("blip_caption"):
+                text += f" [shares a photo: {turn['blip_caption']}]"
+            where[turn["dia_id"]] = len(lines) + 1
+            lines += [f"{turn['speaker']}: {text}", ""]
+        ws.write_text(rel, "\n".join(lines))
+        turn_lines[rel] = where
+    return turn_lines
+
+
+def make_vectors(mode: str):
+    """The vectors object for `--mode vector|hybrid` (None for keyword)."""
+    if mode == "keyword":
+        return None
+    from storage.vectors import Vectors  # provided by the semantic-recall work
+
+    return Vectors.for_benchmark()  # type: ignore[attr-defined]
+
+
+def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str) -> dict:
+    vectors = make_vectors(mode)
+    weights = {"keyword": (1.0, 0.0), "vector": (0.0, 1.0), "hybrid": (1.0, 1.0)}[mode]
+    session_of = {}  # path -> (conv, session number)
+    for rel in turn_lines:
+        m = re.search(r"/(conv-[^/]+)-session-(\d+)\.md$", rel)
+        session_of[rel] = (m.group(1), int(m.group(2)))
+    totals = {f"recall@{k}": 0.0 for k in KS} | {f"turn_hit@{k}": 0.0 for k in KS} | {"mrr": 0.0}
+    n = 0
+    latencies = []
+    with IndexDB(ws).session() as con:
+        for conv_id, data in convs.items():
+            for qa in data["qa"]:
+                if qa.get("category") not in (1, 2, 3, 4):
+                    continue
+                evidence = {(int(s), int(t)) for e in qa.get("evidence", []) for s, t in TURN_ID.findall(e)}
+                if not evidence:
+                    continue
+                ev_sessions = {s for s, _ in evidence}
+                t0 = time.perf_counter()
+                hits = search(con, qa["question"], limit=max(KS), tags=[conv_id], expand=0,
+                              vectors=vectors, weights=weights)
+                latencies.append(time.perf_counter() - t0)
+                sessions = [session_of[h["path"]][1] for h in hits]
+                turns_hit = [_holds_turn(h, turn_lines, evidence) for h in hits]
+                for k in KS:
+                    totals[f"recall@{k}"] += len(ev_sessions & set(sessions[:k])) / len(ev_sessions)
+                    totals[f"turn_hit@{k}"] += any(turns_hit[:k])
+                first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
+                totals["mrr"] += 1 / first if first else 0.0
+                n += 1
+    result = {key: round(value / n, 4) for key, value in totals.items()}
+    latencies.sort()
+    result["questions"] = n
+    result["search_p50_ms"] = round(1000 * latencies[len(latencies) // 2], 2)
+    return result
+
+
+def _holds_turn(hit: dict, turn_lines: dict, evidence: set[tuple[int, int]]) -> bool:
+    lines = turn_lines[hit["path"]]
+    for s, t in evidence:
+        line = lines.get(f"D{s}:{t}")
+        if line is not None and hit["start_line"] <= line <= hit["end_line"]:
+            return True
+    return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
+    parser.add_argument("--mode", choices=("keyword", "vector", "hybrid"), default="keyword")
+    parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
+    args = parser.parse_args()
+
+    root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="locomo-"))
+    ws = Workspace(root)
+    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(args.data, "conv-*.json")))}
+    if not convs:
+        sys.exit(f"no conv-*.json in {args.data}")
+    turn_lines: dict = {}
+    for conv_id, data in convs.items():
+        turn_lines |= write_conversation(ws, conv_id, data)
+    size = sum((ws.root / rel).stat().st_size for rel in turn_lines)
+    with IndexDB(ws).session() as con:  # first open builds the index; time a full reindex on top
+        t0 = time.perf_counter()
+        built = index.rebuild(con, ws)
+        reindex_s = time.perf_counter() - t0
+    print(f"workspace {root}: {built['files']} files, {size / 1e6:.2f} MB, {built['chunks']} chunks")
+    print(f"reindex: {reindex_s:.3f} s")
+    result = evaluate(ws, convs, turn_lines, args.mode)
+    print(f"mode {args.mode}, {result.pop('questions')} questions (categories 1-4)")
+    for key, value in result.items():
+        print(f"  {key:>14}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Index and search at scale: a generated workspace of N chunks (default 10k and 100k).
+
+For each size: write the workspace (Markdown notes of 10 sections of ~150 words over a Zipf vocabulary
+of 30k pseudo-words, with a few wikilinks each), time a full reindex (chunks/s), the warm search latency
+(p50/p95 over random 2-4 word queries, link expansion on), and a single-file update (edit one note and
+re-index it; p50/p95).
+
+    python benchmarks/scale.py [--sizes 10000 100000] [--queries 200] [--updates 30] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from storage import index  # noqa: E402
+from storage.db import IndexDB  # noqa: E402
+from storage.search import search  # noqa: E402
+from storage.workspace import Workspace  # noqa: E402
+
+SECTIONS_PER_FILE = 10
+WORDS_PER_SECTION = 150
+VOCABULARY = 30_000
+
+
+def make_vocabulary(rng: np.random.Generator) -> list[str]:
+    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+    words = set()
+    while len(words) < VOCABULARY:
+        words.add("".join(rng.choice(syllables, size=rng.integers(2, 5))))
+    return sorted(words)
+
+
+def zipf_words(rng: np.random.Generator, vocab: list[str], n: int) -> list[str]:
+    ranks = np.minimum(rng.zipf(1.2, size=n), len(vocab)) - 1
+    return [vocab[r] for r in ranks]
+
+
+def write_workspace(root: Path, chunks: int, seed: int = 7) -> Workspace:
+    rng = np.random.default_rng(seed)
+    vocab = make_vocabulary(rng)
+    ws = Workspace(root)
+    n_files = chunks // SECTIONS_PER_FILE
+    for i in range(n_files):
+        rel = f"digest/wiki/note-{i:06d}.md" if i % 2 else f"daily/2024-{1 + i % 12:02d}-{1 + i % 28:02d}/note-{i:06d}.md"
+        lines = ["---", f"name: note {i}", f"description: {' '.join(zipf_words(rng, vocab, 8))}", "---", ""]
+        for s in range(SECTIONS_PER_FILE):
+            words = zipf_words(rng, vocab, WORDS_PER_SECTION)
+            target = f"digest/wiki/note-{rng.integers(n_files):06d}.md"
+            lines += [f"## Section {s}", "", " ".join(words[:75]), " ".join(words[75:]) + f" see [[{target}]]", ""]
+        ws.write_text(rel, "\n".join(lines))
+    return ws
+
+
+def percentiles(samples: list[float]) -> str:
+    ms = sorted(1000 * s for s in samples)
+    p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
+    return f"p50 {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms"
+
+
+def run(root: Path, chunks: int, queries: int, updates: int) -> None:
+    db = IndexDB(Workspace(root))
+    with db.session():  # create the (empty) index first, so the timed rebuild below is the only one
+        pass
+    t0 = time.perf_counter()
+    ws = write_workspace(root, chunks)
+    print(f"\n== {chunks} chunks: workspace written in {time.perf_counter() - t0:.1f} s ({root})")
+    with db.session() as con:
+        t0 = time.perf_counter()
+        built = index.rebuild(con, ws)
+        took = time.perf_counter() - t0
+        print(f"reindex: {took:.2f} s, {built['chunks'] / took:,.0f} chunks/s "
+              f"({built['files']} files, {built['chunks']} chunks, {built['postings']} postings)")
+
+        rng = np.random.default_rng(1)
+        vocab = make_vocabulary(np.random.default_rng(7))
+        texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(2, 5)))) for _ in range(queries)]
+        for q in texts[:5]:
+            search(con, q)  # warm up
+        samples = []
+        for q in texts:
+            t0 = time.perf_counter()
+            search(con, q, limit=10)
+            samples.append(time.perf_counter() - t0)
+        print(f"warm search (limit 10, link expansion 3): {percentiles(samples)}")
+
+        files = sorted(p for p in ws.iter_files() if p.startswith("digest/"))
+        samples = []
+        for i in range(updates):
+            rel = files[int(rng.integers(len(files)))]
+            ws.write_text(rel, ws.read_text(rel) + f"\nupdate {i} {' '.join(zipf_words(rng, vocab, 20))}\n")
+            t0 = time.perf_counter()
+            index.index_file(con, ws, rel)
+            samples.append(time.perf_counter() - t0)
+        print(f"single-file update (10 chunks re-indexed): {percentiles(samples)}")
+
+    t0 = time.perf_counter()
+    with db.session() as con:
+        search(con, texts[0])
+    print(f"cold session open + one search: {1000 * (time.perf_counter() - t0):.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--updates", type=int, default=30)
+    parser.add_argument("--root", help="parent folder for the generated workspaces (default: temp)")
+    args = parser.parse_args()
+    base = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="dreamflow-scale-"))
+    for size in args.sizes:
+        root = base / f"ws-{size}"
+        shutil.rmtree(root, ignore_errors=True)
+        run(root, size, args.queries, args.updates)
+
+
+if __name__ == "__main__":
+    main()
