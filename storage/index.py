@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
 import duckdb
-import numpy as np
 
 from storage.markdown import parse_file
 from storage.model import ParsedFile
@@ -278,7 +277,9 @@ def _register(con: duckdb.DuckDBPyConnection, view: str, columns: dict[str, list
     con.register(view, {name: _array(values) for name, values in columns.items()})
 
 
-def _array(values: list) -> np.ndarray:
+def _array(values: list) -> "np.ndarray":
+    import numpy as np  # only writes need it: keeps `dreamflow search` from importing numpy (~50 ms)
+
     if values and isinstance(values[0], (int, float)) and not isinstance(values[0], bool):
         return np.array(values)
     arr = np.empty(len(values), dtype=object)
