@@ -43,7 +43,7 @@ def lock(ws: Workspace, name: str, timeout: float = LOCK_TIMEOUT) -> FileLock:
     """A cross-process lock for checkpoint `name` (re-entrant within a process)."""
     path = ws.resolve(ws.normalize(f"{FOLDER}/{name}.lock"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path), timeout=timeout)
+    return FileLock(str(path), timeout=timeout, is_singleton=True)  # same path, same lock: re-entrant
 
 
 @contextmanager
