@@ -1,0 +1,204 @@
+"""Search over a real index: BM25 ranking, filters, RRF with a vector list, link expansion, nodes, graph."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from storage import index
+from storage.db import IndexDB
+from storage.search import fuse, node_search, search, traverse
+
+
+def note(name, body, desc=None, **meta):
+    head = [f"name: {name}"] + ([f"description: {desc}"] if desc else []) + [f"{k}: {v}" for k, v in meta.items()]
+    return "---\n" + "\n".join(head) + "\n---\n" + body + "\n"
+
+
+@pytest.fixture
+def con(ws):
+    files = {
+        "daily/2024-05-01/hiking.md": note("Hiking trip", "# Hike\n\nWe hiked the ridge trail at dawn. "
+                                           "See [[digest/wiki/trails.md#L3|trails]].", tags="[outdoors]"),
+        "daily/2024-05-20/cooking.md": note("Cooking", "# Dinner\n\nCooked a mushroom risotto for the hikers.",
+                                            tags="[food, home]"),
+        "resource/2024-06-02/article.md": note("Article", "An article about hiking boots and trail shoes."),
+        "digest/wiki/trails.md": note("Trails", "# Trails\n\nRidge trail: steep.\nuses:: [[digest/wiki/boots.md]]\n"
+                                      "part-of:: [[digest/wiki/outdoors.md]]", desc="known hiking trails"),
+        "digest/wiki/boots.md": note("Boots", "Boots for the trail.", desc="footwear notes"),
+        "digest/wiki/orphan.md": note("Orphan", "Links to [[digest/wiki/missing.md]] only."),
+        "digest/personal/dated.md": note("Dated", "A hiking memory with a date.", date="2023-12-24"),
+        "daily/2024-05-02/chinese.md": note("中文", "我们在北京吃了烤鸭，然后去爬长城。"),
+    }
+    for rel, text in files.items():
+        ws.write_text(rel, text)
+    with IndexDB(ws).session() as connection:
+        yield connection
+
+
+def paths(hits):
+    return [h["path"] for h in hits]
+
+
+def test_bm25_ranks_and_returns_hit_fields(con):
+    hits = search(con, "ridge trail", expand=0)
+    assert hits[0]["path"] in ("daily/2024-05-01/hiking.md", "digest/wiki/trails.md")
+    assert {"daily/2024-05-01/hiking.md", "digest/wiki/trails.md"} <= set(paths(hits[:2]))
+    hit = hits[0]
+    assert set(hit) >= {"path", "start_line", "end_line", "score", "bm25", "bm25_rank", "headings", "text",
+                        "name", "description", "date", "neighbors"}
+    assert hit["score"] == 1.0 and hit["bm25_rank"] == 1 and hit["bm25"] > hits[-1]["bm25"]
+    assert 1 <= hit["start_line"] <= hit["end_line"] and "ridge" in hit["text"].lower()
+    assert search(con, "zzzunknownword") == []
+    assert search(con, "the and of") == []
+
+
+def test_stemming_matches_across_word_forms(con):
+    assert "daily/2024-05-20/cooking.md" in paths(search(con, "cook hiker", expand=0))
+
+
+def test_date_filters_use_daily_path_and_frontmatter_date(con):
+    hits = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-31", expand=0)
+    assert paths(hits) == ["daily/2024-05-01/hiking.md"]
+    assert paths(search(con, "hiking", end_date="2023-12-31", expand=0)) == ["digest/personal/dated.md"]
+    assert "resource/2024-06-02/article.md" in paths(search(con, "hiking", start_date="2024-06-01", expand=0))
+    hit = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-01", expand=0)[0]
+    assert hit["date"] == "2024-05-01"
+
+
+def test_tag_path_prefix_and_min_score_filters(con):
+    assert paths(search(con, "hikers trail", tags=["food", "nope"], expand=0)) == ["daily/2024-05-20/cooking.md"]
+    assert set(paths(search(con, "trail", path_prefix="digest/", expand=0))) == {
+        "digest/wiki/trails.md", "digest/wiki/boots.md"}
+    everything = search(con, "trail", expand=0)
+    floor = everything[1]["bm25"]
+    assert paths(search(con, "trail", min_score=floor, expand=0)) == paths(everything[:2])
+
+
+def test_chinese_query_finds_chinese_text(con):
+    assert paths(search(con, "北京烤鸭", expand=0)) == ["daily/2024-05-02/chinese.md"]
+    assert paths(search(con, "长城", expand=0)) == ["daily/2024-05-02/chinese.md"]
+
+
+class TrigramVectors:
+    """A small real vector index: cosine similarity of character-trigram counts of chunk texts."""
+
+    def __init__(self, weight=None):
+        if weight is not None:
+            self.weight = weight
+        self.calls = []
+
+    @staticmethod
+    def _vec(text):
+        text = f"  {text.lower()}  "
+        return Counter(text[i:i + 3] for i in range(len(text) - 2))
+
+    def candidates(self, con, query, k, path_prefix=None, filters="TRUE", params=None):
+        self.calls.append((query, k, path_prefix))
+        q = self._vec(query)
+        scored = []
+        for cid, text in con.execute("SELECT id, text FROM chunks").fetchall():
+            d = self._vec(text)
+            dot = sum(q[g] * d[g] for g in q)
+            norm = math.sqrt(sum(v * v for v in q.values()) * sum(v * v for v in d.values()))
+            if dot:
+                scored.append((cid, dot / norm))
+        return sorted(scored, key=lambda x: -x[1])[:k]
+
+
+def test_rrf_fuses_keyword_and_vector_lists(con):
+    keyword_only = search(con, "risotto", expand=0)
+    assert paths(keyword_only) == ["daily/2024-05-20/cooking.md"]
+    vectors = TrigramVectors()
+    hits = search(con, "risotto", expand=0, vectors=vectors, limit=5)
+    assert vectors.calls and vectors.calls[0][0] == "risotto"
+    top = hits[0]
+    assert top["path"] == "daily/2024-05-20/cooking.md"
+    assert top["bm25_rank"] == 1 and top["vector_rank"] is not None
+    # chunks only the vector list found come after, with no BM25 rank and a smaller fused score
+    vector_only = [h for h in hits if h["bm25_rank"] is None]
+    assert vector_only and all(h["vector_rank"] and h["score"] < top["score"] for h in vector_only)
+    assert top["score"] == pytest.approx((1 / 61 + 1 / (60 + top["vector_rank"])) / (2 / 61), abs=1e-6)
+    # weights: a zero keyword weight ranks by the vector list alone
+    by_vector = search(con, "risotto", expand=0, vectors=vectors, weights=(0.0, 1.0), limit=5)
+    assert [h["vector_rank"] for h in by_vector] == sorted(h["vector_rank"] for h in by_vector)
+
+
+def test_vector_candidates_respect_filters(con):
+    hits = search(con, "trail", expand=0, vectors=TrigramVectors(), path_prefix="digest/wiki/", limit=10)
+    assert hits and all(h["path"].startswith("digest/wiki/") for h in hits)
+    hits = search(con, "trail", expand=0, vectors=TrigramVectors(), tags=["outdoors"], limit=10)
+    assert paths(hits) == ["daily/2024-05-01/hiking.md"]
+
+
+def test_fuse_is_reciprocal_rank_fusion():
+    fused = dict(fuse([["a", "b"], ["b", "c"]], (1.0, 1.0), k=60))
+    best = 2 / 61
+    assert fused["b"] == pytest.approx((1 / 62 + 1 / 61) / best)
+    assert fused["a"] == pytest.approx((1 / 61) / best)
+    assert fused["c"] == pytest.approx((1 / 62) / best)
+
+
+def test_link_expansion_gives_bounded_neighbours_both_ways(con):
+    hit = next(h for h in search(con, "ridge steep", expand=3) if h["path"] == "digest/wiki/trails.md")
+    by_dir = {(n["direction"], n["path"]): n for n in hit["neighbors"]}
+    assert by_dir[("in", "daily/2024-05-01/hiking.md")]["anchor"] == "L3"
+    assert by_dir[("in", "daily/2024-05-01/hiking.md")]["name"] == "Hiking trip"
+    boots = by_dir[("out", "digest/wiki/boots.md")]
+    assert boots["predicate"] == "uses" and boots["description"] == "footwear notes" and boots["exists"]
+    outdoors = by_dir[("out", "digest/wiki/outdoors.md")]
+    assert outdoors["exists"] is False and outdoors["name"] is None
+    one = next(h for h in search(con, "ridge steep", expand=1) if h["path"] == "digest/wiki/trails.md")
+    assert sorted(n["direction"] for n in one["neighbors"]) == ["in", "out"]
+    assert all(h["neighbors"] == [] for h in search(con, "ridge steep", expand=0))
+
+
+def test_node_search_is_digest_only_one_row_per_node(con, ws):
+    ws.write_text("digest/wiki/long.md", note("Long", "\n\n".join(f"## Part {i}\n\n" + "trail words " * 120
+                                                                   for i in range(4)), desc="a long node"))
+    index.index_file(con, ws, "digest/wiki/long.md")
+    assert con.execute("SELECT count(*) FROM chunks WHERE path = 'digest/wiki/long.md'").fetchone()[0] > 1
+    rows = node_search(con, "trail")
+    assert [r["path"] for r in rows].count("digest/wiki/long.md") == 1
+    assert all(r["path"].startswith("digest/") for r in rows)
+    assert set(rows[0]) == {"path", "name", "description", "score"}
+    assert {"digest/wiki/trails.md", "digest/wiki/boots.md"} <= {r["path"] for r in rows}
+    assert node_search(con, "footwear")[0] == {"path": "digest/wiki/boots.md", "name": "Boots",
+                                               "description": "footwear notes", "score": 1.0}
+
+
+def test_archived_nodes_only_when_asked(con, ws):
+    ws.write_text("digest/archive/old.md", note("Old", "an archived trail"))
+    index.index_file(con, ws, "digest/archive/old.md")
+    assert "digest/archive/old.md" not in paths(search(con, "archived trail", expand=0))
+    assert "digest/archive/old.md" in paths(search(con, "archived trail", expand=0, include_archived=True))
+
+
+def test_traverse_directions_depth_predicate_and_limit(con):
+    start = ["digest/wiki/trails.md"]
+    fwd = traverse(con, start, depth=1, direction="forward")
+    assert {(e["source"], e["target"]) for e in fwd["edges"]} == {
+        ("digest/wiki/trails.md", "digest/wiki/boots.md"), ("digest/wiki/trails.md", "digest/wiki/outdoors.md")}
+    nodes = {n["path"]: n for n in fwd["nodes"]}
+    assert nodes["digest/wiki/boots.md"]["name"] == "Boots" and nodes["digest/wiki/boots.md"]["exists"]
+    assert nodes["digest/wiki/outdoors.md"]["exists"] is False
+
+    back = traverse(con, start, direction="backward")
+    assert [(e["source"], e["target"], e["anchor"]) for e in back["edges"]] == [
+        ("daily/2024-05-01/hiking.md", "digest/wiki/trails.md", "L3")]
+
+    both = traverse(con, start, direction="both")
+    assert len(both["edges"]) == 3 and not both["truncated"]
+
+    uses = traverse(con, start, direction="both", predicate="uses")
+    assert [(e["target"], e["predicate"]) for e in uses["edges"]] == [("digest/wiki/boots.md", "uses")]
+
+    two = traverse(con, ["daily/2024-05-01/hiking.md"], depth=2, direction="forward")
+    assert {n["path"]: n["depth"] for n in two["nodes"]} == {
+        "daily/2024-05-01/hiking.md": 0, "digest/wiki/trails.md": 1, "digest/wiki/boots.md": 2,
+        "digest/wiki/outdoors.md": 2}
+    small = traverse(con, ["daily/2024-05-01/hiking.md"], depth=2, direction="forward", limit=2)
+    assert len(small["nodes"]) == 2 and small["truncated"]
+    assert all(e["source"] in {n["path"] for n in small["nodes"]} for e in small["edges"])
+    with pytest.raises(ValueError):
+        traverse(con, start, direction="sideways")
