@@ -74,6 +74,7 @@ OPS: tuple[Op, ...] = (
     Op("reindex", writes=True),
     Op("reconcile", writes=True),
     Op("index_stats", writes=False),
+    Op("optimize", writes=True),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

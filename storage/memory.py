@@ -397,6 +397,12 @@ class Memory:
         with self.db.session() as con:
             return index.stats(con)
 
+    def optimize(self) -> dict:
+        """Compact the index now: drop stale search rows and re-sort postings (writes do it as they pile up)."""
+        with self.db.session() as con:
+            compacted = index.compact(con, force=True)
+            return {"compacted": compacted, **index.stats(con)}
+
     # ---- helpers -------------------------------------------------------------------------------------
 
     def _rel(self, path: str) -> str:
