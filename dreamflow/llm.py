@@ -105,6 +105,7 @@ class LLM:
         if tools:
             kwargs["tools"] = tools
         started = time.perf_counter()
+        self.usage.calls += 1  # attempted calls, failed ones included
         try:
             response = self._client.chat.completions.create(**kwargs)
         except openai.APITimeoutError as exc:
@@ -115,7 +116,6 @@ class LLM:
             raise LLMError(f"LLM returned an unreadable response ({self.model}): {exc}") from None
         finally:
             self.usage.seconds += time.perf_counter() - started
-        self.usage.calls += 1
         if response.usage is not None:
             self.usage.prompt_tokens += response.usage.prompt_tokens or 0
             self.usage.completion_tokens += response.usage.completion_tokens or 0

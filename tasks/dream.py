@@ -272,8 +272,12 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
                       write_scope="under digest/", guard=link_guard)
     messages = [{"role": "system", "content": load_prompt("integrate")},
                 {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
-    decision = llm.agent(messages, Decision, toolbox)
-    outcome = apply_decision(memory, unit, decision, date, toolbox.written)
+    try:
+        decision = llm.agent(messages, Decision, toolbox)
+        outcome = apply_decision(memory, unit, decision, date, toolbox.written)
+    except Exception as exc:
+        exc.usage = llm.usage.as_dict()  # failed calls cost tokens too: finish counts them
+        raise
     return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
 
 
@@ -291,7 +295,7 @@ def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], fai
             page = memory.daily_reindex(day)["path"]
             refreshed[page] = checkpoints.content_hash(read_text(memory, page) or "")
     usage = Usage().add(extracted["usage"]).add(topics.get("usage"))
-    for outcome in outcomes:
+    for outcome in [*outcomes, *failures]:
         usage.add(outcome.get("usage"))
     with checkpoints.update(ws, "dream") as data:
         files = data.setdefault("files", {})
@@ -356,5 +360,6 @@ def settle(futures: list, units: list[dict]) -> tuple[list[dict], list[dict]]:
         else:
             error = state.result(raise_on_failure=False)
             failures.append({"unit": unit["id"], "name": unit["name"], "paths": unit["paths"],
-                             "error": str(error) if isinstance(error, BaseException) else (state.message or "failed")})
+                             "error": str(error) if isinstance(error, BaseException) else (state.message or "failed"),
+                             "usage": getattr(error, "usage", None)})
     return outcomes, failures

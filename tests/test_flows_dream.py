@@ -135,6 +135,7 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     done = dream_files(ws)
     assert paths["ok"] in done and not {paths["badjson"], paths["slow"], paths["dropper"]} & set(done)
     assert "**FAILED**" in read_artifact(f"dream-{DAY}")
+    assert error.summary["usage"]["calls"] == 6  # extract, ok, badjson twice, slow (timed out), dropper
 
     # The next run sends only the failed units' files.
     llm.reset()

@@ -1,0 +1,48 @@
+"""The CLI flow commands (`dreamflow dream`, `auto-memory`, `auto-resource`, `proactive`) in-process."""
+
+import json
+
+from click.testing import CliRunner
+
+from dreamflow.cli import cli
+from llm_server import json_reply
+
+DAY = "2024-05-08"
+
+
+def run(ws, *args):
+    return CliRunner().invoke(cli, ["--workspace", str(ws.root), *args], catch_exceptions=False)
+
+
+def test_no_llm_is_a_clear_error_before_prefect_starts(no_llm, ws):
+    result = run(ws, "dream", "--date", DAY)
+    assert result.exit_code == 6 and "DREAMFLOW_LLM_BASE_URL" in result.output
+    result = run(ws, "auto-memory", "--session-id", "s1", "--messages", "[{not json", "--json")
+    assert result.exit_code == 2 and "not valid JSON" in result.output
+
+
+def test_auto_memory_and_dream_commands(prefect_harness, llm, ws):
+    llm.on("Summarise the new messages", json_reply({"name": "Piano", "description": "Lessons",
+                                                     "content": "- Piano lessons on Tuesdays."}))
+    messages = json.dumps([{"role": "user", "content": "I start piano lessons on Tuesday",
+                            "created_at": f"{DAY}T09:00:00"}])
+    result = run(ws, "auto-memory", "--session-id", "s1", "--messages", messages, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["card"] == f"daily/{DAY}/piano.md"
+
+    llm.on("You consolidate a person's memory", json_reply({"units": [
+        {"name": "Piano", "bucket": "personal", "summary": "Piano on Tuesdays.", "paths": [f"daily/{DAY}/piano.md"]},
+        {"name": "Broken", "bucket": "wiki", "summary": "x", "paths": [f"daily/{DAY}.md"]}]}))
+    llm.on("Unit: Piano\n", json_reply({"action": "CREATE", "name": "Piano lessons", "content": "Tuesdays."}))
+    llm.on("Unit: Broken\n", json_reply({"nonsense": True}), json_reply({"still": "nonsense"}))
+    result = run(ws, "dream", "--date", DAY, "--scan-days", "1")
+    assert result.exit_code == 1  # a failed unit: the summary is printed, the exit code says it
+    assert "Piano lessons" not in result.output and "digest/personal/piano-lessons.md" in result.output
+    assert "FAILED" in result.output and "1 failed" in result.output
+
+
+def test_proactive_command_runs_without_prefect(ws):
+    ws.write_text(f"daily/{DAY}/interests.yaml", "topics:\n  - title: Piano recital\n    reason: in two weeks\n")
+    result = run(ws, "proactive", "--date", DAY, "--json")
+    assert json.loads(result.output)["topics"][0]["title"] == "Piano recital"
+    assert "no topics" in run(ws, "proactive", "--date", "2024-05-09").output
