@@ -76,7 +76,7 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
                 "ready": service.ready.is_set() if service is not None else True}
 
     for op in ops.OPS:
-        _add_op_route(app, memory, op)
+        _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
     if service is not None:
         _add_service_routes(app, service)
     return app
@@ -133,12 +133,15 @@ def _strict(model: type[BaseModel]) -> type[BaseModel]:
     return type(model.__name__, (model,), {"__doc__": model.__doc__, "model_config": ConfigDict(extra="forbid")})
 
 
-def _add_op_route(app: FastAPI, memory, op: ops.Op) -> None:
+def _add_op_route(app: FastAPI, memory, op: ops.Op, on_write=None) -> None:
     model = _strict(ops.request_model(op))
     method = getattr(memory, op.method_name)
 
     def endpoint(request: model = Body(default_factory=dict)):  # type: ignore[valid-type]
-        return method(**request.model_dump(exclude_unset=True))
+        result = method(**request.model_dump(exclude_unset=True))
+        if on_write is not None:
+            on_write()
+        return result
 
     endpoint.__name__ = op.name
     endpoint.__signature__ = inspect.Signature([

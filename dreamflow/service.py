@@ -191,6 +191,7 @@ class Service:
         self.prefect_api: str | None = None
         self.ui_url: str | None = None
         self.memory = None
+        self.backfiller = None  # embeds new chunks in the background (dreamflow.semantic)
         self.turns = None
         self.watcher = None
         self._api_server = None
@@ -300,6 +301,8 @@ class Service:
         info = read_service_file(self.ws)
         if info and info.get("pid") == os.getpid():
             service_file(self.ws).unlink(missing_ok=True)
+        if self.backfiller is not None:
+            self.backfiller.stop()
         if self.memory is not None:
             self.memory.db.close()
         if self._lock is not None and self._lock.is_locked:
@@ -398,12 +401,18 @@ class Service:
     # -- index, watcher, API
 
     def _open_index(self) -> None:
+        from dreamflow import semantic
         from dreamflow.client import local_memory
-
-        self.memory = local_memory(self.ws.root, keep_open=True)
         from dreamflow.turns import TurnCounter
 
+        self.memory = local_memory(self.ws.root, keep_open=True)
+        self.backfiller = semantic.attach(self.memory, long_running=True, settings=self.settings)
         self.turns = TurnCounter(self.ws, self.settings.turns_per_summary)
+
+    def changed(self) -> None:
+        """Files changed through the API or the watcher: embed new chunks soon."""
+        if self.backfiller is not None:
+            self.backfiller.notify()
 
     def _reconcile(self) -> None:
         started = time.monotonic()
@@ -426,6 +435,7 @@ class Service:
             for rel in paths:
                 if rel is not None:
                     index.index_file(con, self.ws, rel)
+        self.changed()
 
     def resources_changed(self, paths: list[str]) -> None:
         """Watcher callback: one Prefect event per changed resource file (the trigger runs auto_resource)."""
@@ -517,6 +527,10 @@ class Service:
             "watcher": {"idle": self.watcher.idle() if self.watcher else None},
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
         }
+        if self.backfiller is not None:
+            from dreamflow import semantic
+
+            status["vectors"] = {**semantic.status(self.memory, self.settings), "error": self.backfiller.last_error}
         if self.prefect_ready.is_set():
             try:
                 status["last_dream"] = next(iter(launch.runs("auto_dream", started=True, limit=1)), None)

@@ -1,0 +1,297 @@
+"""`dreamflow start` for real: Prefect server, runner, watcher and HTTP API in their own processes over a temp
+workspace, flows answered by the scripted LLM server. The shared service (conftest `dreamflow_service`) starts
+once; token and crash tests start a second, lighter service on the same Prefect server (`--no-runner`).
+
+Keep `test_prefect_yaml_deploys_against_a_process_pool` last: it replaces the served deployments.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from llm_server import Reply, text_of
+from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
+
+from deployments.serve import local_timezone
+from dreamflow.client import connect
+from dreamflow.service import Child, Options, Service, ServiceError
+
+pytestmark = pytest.mark.timeout(300)
+
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def card_reply(name: str, description: str = "A card"):
+    """A final agent answer: the card as JSON (its text never repeats the messages it summarises)."""
+    return Reply(content=json.dumps({"name": name, "description": description, "content": f"# {name}\n\nSummary.\n"}))
+
+
+def runs_for(service, deployment: str, **params) -> list[dict]:
+    return [r for r in service.flow_runs(deployment) if all(r["parameters"].get(k) == v for k, v in params.items())]
+
+
+def finished(service, deployment: str, count: int, **params):
+    runs = runs_for(service, deployment, **params)
+    done = [r for r in runs if r["state_type"] in TERMINAL]
+    return runs if len(runs) >= count and len(done) == len(runs) else None
+
+
+def cli(*args, env=None, workspace=None, input=None) -> subprocess.CompletedProcess:
+    return subprocess.run([DREAMFLOW, "--workspace", str(workspace), *args], capture_output=True, text=True,
+                          env=env or os.environ, input=input, timeout=60)
+
+
+# ---- start-up --------------------------------------------------------------------------------------------
+
+def test_start_prints_where_everything_is_and_writes_service_json(dreamflow_service):
+    svc = dreamflow_service
+    log = svc.log()
+    for line in ("Workspace", str(svc.workspace.resolve()), "API", svc.url, "Prefect UI", "Dreamflow is running"):
+        assert line in log
+    info = json.loads((svc.workspace / "metadata/service.json").read_text())
+    assert info["url"] == svc.url and info["pid"] == svc.proc.pid and info["token_required"] is False
+    assert (svc.home / "prefect" / "prefect.db").is_file(), "the Prefect database belongs under DREAMFLOW_HOME"
+    assert connect(svc.workspace) is not None
+
+
+# ---- file events -----------------------------------------------------------------------------------------
+
+def test_a_saved_daily_file_is_searchable_and_edits_and_deletes_follow(dreamflow_service):
+    svc, memory = dreamflow_service, dreamflow_service.memory
+    path = svc.workspace / "daily/2024-05-02/gardening.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# Garden\n\nPlanted zucchinixq seedlings today.\n")  # as an editor saves it
+    hits = wait_for(lambda: memory.search("zucchinixq"), 5, "the saved file to be searchable")
+    assert hits[0]["path"] == "daily/2024-05-02/gardening.md"
+    path.write_text("# Garden\n\nPlanted tomatillozq seedlings today.\n")
+    wait_for(lambda: memory.search("tomatillozq") and not memory.search("zucchinixq"), 5, "the edit to be indexed")
+    path.unlink()
+    wait_for(lambda: not memory.search("tomatillozq"), 5, "the deleted file to leave the index")
+
+
+def test_the_cli_goes_through_the_running_service(dreamflow_service):
+    svc = dreamflow_service
+    svc.memory.write("digest/wiki/quokka.md", "Quokkas live on Rottnest Island.", name="Quokka")
+    found = cli("search", "Rottnest quokka", "--json", workspace=svc.workspace)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["path"] == "digest/wiki/quokka.md"
+    status = cli("status", "--json", workspace=svc.workspace)
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["running"] is True and data["index"]["files"] >= 1
+    assert {c["name"]: c["running"] for c in data["children"]} == {"prefect server": True, "runner": True}
+
+
+def test_a_dropped_resource_runs_auto_resource_exactly_once(dreamflow_service, llm_server):
+    svc = dreamflow_service
+    llm_server.reset()
+    llm_server.on("wombatfacts", card_reply("Wombat facts", "Notes about wombats"))
+    path = svc.workspace / "resource/2024-05-03/wombat.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:  # created, then modified twice: one write as a slow program makes it
+        fh.write("# wombatfacts\n")
+        fh.flush()
+        time.sleep(0.1)
+        fh.write("Wombats have cube-shaped droppings.\n")
+        fh.flush()
+        time.sleep(0.1)
+        fh.write("They are marsupials.\n")
+    rel = "resource/2024-05-03/wombat.md"
+    runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1, path=rel), 90, "the auto_resource run")
+    assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
+    card = svc.workspace / "daily/2024-05-03/wombat-facts.md"
+    assert card.is_file() and "source_resource" in card.read_text()
+    time.sleep(3)  # a duplicate run would have been created by now (watcher quiet window 1 s)
+    assert len(runs_for(svc, "auto-resource/on-change", path=rel)) == 1
+
+
+def test_turns_launch_auto_memory_every_n_turns_and_no_turn_is_summarised_twice(dreamflow_service, llm_server):
+    svc, memory, n = dreamflow_service, dreamflow_service.memory, SERVICE_TURNS
+    llm_server.reset()
+    llm_server.responder = lambda body: card_reply("Planning the trip")
+    session = "trip-planning"
+    results = [
+        memory.turn(session, [{"role": "user", "content": f"question{i}x"},
+                              {"role": "assistant", "content": f"answer{i}x"}])
+        for i in range(2 * n + 1)
+    ]
+    launched = [r["launched"] for r in results if r["launched"]]
+    assert len(launched) == 2 and results[n - 1]["launched"] and results[2 * n - 1]["launched"]
+    assert results[-1]["pending"] == 1 and results[-1]["turns"] == 2 * n + 1
+    lines = (svc.workspace / f"session/dialog/{session}.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * (2 * n + 1), "every turn is appended at once"
+    runs = wait_for(lambda: finished(svc, "auto-memory/turns", 2, session_id=session), 120, "two auto_memory runs")
+    assert len(runs) == 2 and all(r["state_type"] == "COMPLETED" for r in runs), runs
+    prompts = [text_of(body) for body in llm_server.requests]
+    for i in range(2 * n):  # each of the 2N turns went to the LLM exactly once
+        assert sum(f"question{i}x" in p for p in prompts) == 1, f"turn {i}"
+    checkpoint = json.loads((svc.workspace / f"metadata/checkpoints/sessions/{session}.json").read_text())
+    assert checkpoint["records"] >= 2 * 2 * n
+    counted = svc.memory.status()["turns"]["sessions"][session]
+    assert counted["runs"] == 2 and counted["turns"] == 2 * n + 1
+
+
+def test_turn_cli_and_bad_input(dreamflow_service):
+    svc = dreamflow_service
+    done = cli("turn", "--session-id", "cli-chat", "--messages", '[{"role": "user", "content": "hello"}]', "--json",
+               workspace=svc.workspace)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["turns"] == 1
+    bad = cli("turn", "--session-id", "../escape", "--messages", "[]", workspace=svc.workspace)
+    assert bad.returncode == 2 and "session id" in bad.stderr
+    resp = httpx.post(f"{svc.url}/turn", json={"session_id": "x", "messages": "not a list"})
+    assert resp.status_code == 422 and resp.json()["error"]["type"] == "InvalidInput"
+
+
+# ---- deployments -----------------------------------------------------------------------------------------
+
+def test_nightly_deployments_exist_with_their_schedules(dreamflow_service):
+    svc = dreamflow_service
+    for name, cron in (("auto-dream/nightly", "0 3 * * *"), ("optimize/nightly", "30 4 * * *")):
+        deployment = svc.deployment(name)
+        schedule = deployment["schedules"][0]["schedule"]
+        assert schedule["cron"] == cron and schedule["timezone"] == local_timezone(), name
+        assert deployment["paused"] is False
+    scheduled = wait_for(lambda: [r for r in svc.flow_runs("auto-dream/nightly") if r["state_type"] == "SCHEDULED"],
+                         30, "the scheduler to plan the nightly dream")
+    assert "T03:00:00" in scheduled[0]["expected_start_time"] or local_timezone() != "UTC"
+    for name in ("auto-memory/turns", "auto-resource/on-change", "proactive/manual", "reindex/manual"):
+        assert svc.deployment(name)["name"] == name.split("/")[1]
+
+
+def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
+    svc, memory = dreamflow_service, dreamflow_service.memory
+    runner = next(c for c in memory.status()["children"] if c["name"] == "runner")
+    os.kill(runner["pid"], signal.SIGKILL)
+    restarted = wait_for(
+        lambda: next((c for c in memory.status()["children"]
+                      if c["name"] == "runner" and c["running"] and c["pid"] != runner["pid"]), None),
+        30, "the service to restart the runner")
+    assert restarted["restarts"] == runner["restarts"] + 1
+    assert "runner exited with code" in svc.log()
+    run = memory.launch("proactive", {"date": "2024-05-02"})
+    assert run["deployment"] == "proactive/manual"
+    wait_for(lambda: finished(svc, "proactive/manual", 1, date="2024-05-02"), 60, "the launched proactive run")
+    assert runs_for(svc, "proactive/manual", date="2024-05-02")[0]["state_type"] == "COMPLETED"
+    resp = httpx.post(f"{svc.url}/flows/proactive", json={"date": "2024-05-02", "bogus": 1})
+    assert resp.status_code == 422
+
+
+# ---- a second service on the same Prefect server: token, SIGTERM, kill -9 ----------------------------------
+
+def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
+    svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, token="s3cret")
+    try:
+        for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status")):
+            assert httpx.request(method, f"{svc.url}{route}", json={}).status_code == 401, route
+        ok = httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN"}
+        denied = cli("list", env=env, workspace=svc.workspace)
+        assert denied.returncode == 8 and "bearer token" in denied.stderr
+        allowed = cli("list", "--json", env={**env, "DREAMFLOW_API_TOKEN": "s3cret"}, workspace=svc.workspace)
+        assert allowed.returncode == 0, allowed.stderr
+    finally:
+        code = svc.stop()
+    assert code == 0
+    assert not (svc.workspace / "metadata/service.json").exists()
+    assert connect(svc.workspace) is None
+
+
+def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(dreamflow_service, tmp_path):
+    svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
+    day = svc.workspace / "daily/2024-06-01"
+    day.mkdir(parents=True)
+    for i in range(400):
+        (day / f"note-{i}.md").write_text(f"# Note {i}\n\nkeyword{i}z appears in note {i}.\n")
+    time.sleep(0.2)  # the watcher is busy indexing the burst
+    svc.kill()
+    assert connect(svc.workspace) is None, "a dead service's stale service.json must be ignored"
+    svc.launch()
+    try:
+        memory = svc.memory
+        files = sum(1 for p in svc.workspace.rglob("*") if p.is_file() and "metadata" not in p.parts)
+        assert memory.index_stats()["files"] == files
+        assert memory.search("keyword399z")[0]["path"] == "daily/2024-06-01/note-399.md"
+        assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
+    finally:
+        assert svc.stop() == 0
+
+
+# ---- supervision details ---------------------------------------------------------------------------------
+
+def test_children_die_with_the_service_even_on_kill_9(tmp_path):
+    script = (
+        "import sys, time; from pathlib import Path; from dreamflow.service import Child\n"
+        f"c = Child('sleeper', [sys.executable, '-c', 'import time; time.sleep(60)'], None, Path({str(tmp_path / 'c.log')!r}))\n"
+        "c.start(); print(c.pid, flush=True); time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    time.sleep(0.3)  # the child has exec'd past its die-with-parent set-up
+    parent.kill()
+    parent.wait(5)
+
+    def gone():
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{child_pid}/stat") as fh:  # a zombie waiting for init counts as gone
+            return fh.read().split()[2] == "Z"
+
+    wait_for(gone, 5, "the child to die with its parent")
+
+
+def test_a_child_that_keeps_crashing_stops_the_service_with_a_clear_message(tmp_path):
+    service = Service(Options(tmp_path / "ws"), say=lambda text: None)
+    flaky = Child("flaky", [sys.executable, "-c", "print('boom: no database'); raise SystemExit(3)"], None,
+                  tmp_path / "flaky.log")
+    flaky.start()
+    service.children.append(flaky)
+    with pytest.raises(ServiceError) as exc:
+        service.supervise()
+    message = str(exc.value)
+    assert "flaky exited with code 3" in message and "giving up" in message and "boom: no database" in message
+    assert exc.value.exit_code == 8
+
+
+def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
+    svc = dreamflow_service
+    second = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "start", "--port", "1"],
+                            capture_output=True, text=True, timeout=60, env=svc.env)
+    assert second.returncode == 8 and "already runs" in second.stdout + second.stderr
+
+
+# ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
+
+def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
+    svc = dreamflow_service
+    env = {**svc.env, "PREFECT_API_URL": svc.prefect_api, "DREAMFLOW_WORKSPACE": str(svc.workspace),
+           "DREAMFLOW_TIMEZONE": "Europe/Berlin", "PWD": str(Path.cwd())}
+    root = Path(__file__).resolve().parents[1]
+    env["PWD"] = str(root)
+    prefect = [sys.executable, "-m", "prefect"]
+    pool = subprocess.run([*prefect, "work-pool", "create", "dreamflow", "--type", "process"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert pool.returncode == 0, pool.stdout + pool.stderr
+    deploy = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=root, env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    from deployments.serve import DEPLOYMENTS
+
+    for d in DEPLOYMENTS.values():
+        deployed = svc.deployment(d.full_name)
+        assert deployed["work_pool_name"] == "dreamflow" and deployed["entrypoint"] == d.entrypoint, d.full_name
+        assert deployed["job_variables"]["env"]["DREAMFLOW_WORKSPACE"] == str(svc.workspace)
+    dream = svc.deployment("auto-dream/nightly")["schedules"][0]["schedule"]
+    assert dream == {**dream, "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
+    automations = svc.prefect("POST", "/automations/filter", {})
+    resource = [a for a in automations if a["trigger"].get("expect") == ["dreamflow.resource.changed"]]
+    assert resource and resource[-1]["trigger"]["threshold"] == 1
