@@ -253,6 +253,8 @@ def _touch(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, float, int]]) -
 
 def _next_chunk_ids(con: duckdb.DuckDBPyConnection, n: int) -> int:
     """Reserve `n` consecutive chunk ids (never reused, so caches keyed by id never go stale); return the first."""
+    if n == 0:
+        return 0
     first, last = con.execute(
         "SELECT min(i), max(i) FROM (SELECT nextval('chunk_ids') AS i FROM range(?))", [n]
     ).fetchone()
@@ -295,66 +297,60 @@ def _joined(values: Iterable[str]) -> str:
 _LIST = "CASE WHEN {0} = '' THEN []::VARCHAR[] ELSE string_split({0}, chr(31)) END"
 
 
+FILE_COLUMNS = ("path", "kind", "mtime", "size", "hash", "name", "description", "frontmatter", "tags", "date",
+                "line_count", "errors")
+CHUNK_COLUMNS = ("id", "path", "ord", "start_line", "end_line", "headings", "text", "text_hash", "length")
+POSTING_COLUMNS = ("term", "chunk_id", "tf", "length")
+LINK_COLUMNS = ("source", "target", "anchor", "alias", "predicate", "line")
+
+
 def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     """Insert files, chunks, postings and links of parsed files (their old rows must be gone)."""
     if not items:
         return
-    now = time.time()
-    files: dict[str, list] = {k: [] for k in (
-        "path", "kind", "mtime", "size", "hash", "name", "description", "frontmatter", "tags", "date",
-        "line_count", "errors")}
-    chunks: dict[str, list] = {k: [] for k in (
-        "id", "path", "ord", "start_line", "end_line", "headings", "text", "text_hash", "length")}
+    files, chunks, links = [], [], []
     post_term: list[str] = []
-    post_chunk: list[int] = []
     post_tf: list[int] = []
+    post_chunk: list[int] = []
     post_length: list[int] = []
-    links: dict[str, list] = {k: [] for k in ("source", "target", "anchor", "alias", "predicate", "line")}
-
-    n_chunks = sum(len(p.chunks) for p, *_ in items)
-    chunk_id = _next_chunk_ids(con, n_chunks) if n_chunks else 0
+    chunk_id = _next_chunk_ids(con, sum(len(p.chunks) for p, *_ in items))
     for parsed, mtime, size, digest in items:
-        for key, value in (
-            ("path", parsed.path), ("kind", parsed.kind), ("mtime", float(mtime)), ("size", int(size)),
-            ("hash", digest), ("name", parsed.name or ""), ("description", parsed.description or ""),
-            ("frontmatter", json.dumps(parsed.frontmatter, ensure_ascii=False, default=str)),
-            ("tags", _joined(parsed.tags)), ("date", parsed.date or ""), ("line_count", parsed.line_count),
-            ("errors", _joined(parsed.errors)),
-        ):
-            files[key].append(value)
+        files.append((
+            parsed.path, parsed.kind, float(mtime), int(size), digest, parsed.name or "", parsed.description or "",
+            json.dumps(parsed.frontmatter, ensure_ascii=False, default=str), _joined(parsed.tags),
+            parsed.date or "", parsed.line_count, _joined(parsed.errors),
+        ))
         for ord_, chunk in enumerate(parsed.chunks):
             toks = chunk_terms(parsed, chunk.text, chunk.headings)
-            for key, value in (
-                ("id", chunk_id), ("path", parsed.path), ("ord", ord_), ("start_line", chunk.start_line),
-                ("end_line", chunk.end_line), ("headings", _joined(chunk.headings)), ("text", chunk.text),
-                ("text_hash", content_hash(chunk.text.encode("utf-8"))), ("length", len(toks)),
-            ):
-                chunks[key].append(value)
+            chunks.append((
+                chunk_id, parsed.path, ord_, chunk.start_line, chunk.end_line, _joined(chunk.headings), chunk.text,
+                content_hash(chunk.text.encode("utf-8")), len(toks),
+            ))
             counts = Counter(toks)
-            post_term.extend(counts.keys())
-            post_tf.extend(counts.values())
-            post_chunk.extend([chunk_id] * len(counts))
-            post_length.extend([len(toks)] * len(counts))
+            post_term += counts.keys()
+            post_tf += counts.values()
+            post_chunk += [chunk_id] * len(counts)
+            post_length += [len(toks)] * len(counts)
             chunk_id += 1
-        for link in parsed.links:
-            for key, value in (
-                ("source", parsed.path), ("target", link.target), ("anchor", link.anchor), ("alias", link.alias),
-                ("predicate", link.predicate), ("line", link.line),
-            ):
-                links[key].append(value)
+        links += [(parsed.path, l.target, l.anchor, l.alias, l.predicate, l.line) for l in parsed.links]
 
-    _insert(con, "files", files, f"""
+    _insert(con, "files", _columns(FILE_COLUMNS, files), f"""
         path, kind, mtime, size, hash, nullif(name, ''), nullif(description, ''), frontmatter::JSON,
         {_LIST.format('tags')}, try_cast(nullif(date, '') AS DATE), line_count, {_LIST.format('errors')},
-        {now}""")
-    if n_chunks:
-        _insert(con, "chunks", chunks, f"""
+        {time.time()}""")
+    if chunks:
+        _insert(con, "chunks", _columns(CHUNK_COLUMNS, chunks), f"""
             id, path, ord, start_line, end_line, {_LIST.format('headings')}, text, text_hash, length""")
     if post_term:
-        _insert(con, "postings", {"term": post_term, "chunk_id": post_chunk, "tf": post_tf, "length": post_length},
+        _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
                 "hash(term), chunk_id, tf, length")
-    if links["source"]:
-        _insert(con, "links", links, "source, target, anchor, alias, predicate, line")
+    if links:
+        _insert(con, "links", _columns(LINK_COLUMNS, links), ", ".join(LINK_COLUMNS))
+
+
+def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
+    """Row tuples -> {column name: values}."""
+    return {name: list(values) for name, values in zip(names, zip(*rows))}
 
 
 # ---- compaction --------------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ import Stemmer
 # A word: letters/digits optionally joined by apostrophes (don't, Mel's). A CJK run: Han, kana, Hangul.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 _HAS_CJK = re.compile(f"[{_CJK}]")
-_WORD = re.compile(r"\w+(?:'\w+)*")  # fast path for text without CJK
+# ASCII text (the common case) splits ~5x faster with translate + split than with a regex.
+_ASCII_SEPARATORS = str.maketrans({chr(i): " " for i in range(128) if not (chr(i).isalnum() or chr(i) in "_'")})
+_WORD = re.compile(r"\w+(?:'\w+)*")  # other text without CJK
 _WORD_OR_CJK = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+(?:'[^\W{_CJK}]+)*)")
 
 STOPWORDS = frozenset(
@@ -40,8 +42,9 @@ _MAX_CACHE = 500_000
 
 def _stem(word: str) -> str:
     """Stem of one lowercased word ("" for a stopword); possessives and contractions keep their stem."""
-    base = word.split("'", 1)[0]
-    if word in STOPWORDS or base in STOPWORDS:
+    word_ = word.strip("'")
+    base = word_.split("'", 1)[0]
+    if not base or word_ in STOPWORDS or base in STOPWORDS:
         stem = ""
     else:
         stem = base if base.isdigit() else _stemmer.stemWord(base)
@@ -54,11 +57,13 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """BM25 terms of `text`, in order, duplicates kept (callers count term frequency)."""
     text = text.lower()
-    if not text.isascii():
+    if text.isascii():
+        words = text.translate(_ASCII_SEPARATORS).split()
+    else:
         text = text.replace("\u2019", "'")
         if _HAS_CJK.search(text):
             return _mixed_terms(text)
-    words = _WORD.findall(text)
+        words = _WORD.findall(text)
     stems = list(map(_stems.get, words))
     if None in stems:
         stems = [_stem(w) if s is None else s for w, s in zip(words, stems)]
