@@ -137,17 +137,44 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     assert "**FAILED**" in read_artifact(f"dream-{DAY}")
     assert error.summary["usage"]["calls"] == 6  # extract, ok, badjson twice, slow (timed out), dropper
 
-    # The next run sends only the failed units' files.
+    # Retrying the run the way the UI does (same flow run, AwaitingRetry) re-runs only the failed units.
     llm.reset()
-    retry = [paths["badjson"], paths["slow"], paths["dropper"]]
-    llm.on(EXTRACT, json_reply({"units": [{"name": "again", "bucket": "wiki", "summary": "Retried.", "paths": retry}]}))
+    llm.on(unit_route("badjson"), json_reply({"action": "CREATE", "name": "Bad JSON", "content": "Fixed."}))
+    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "name": "Slow", "content": "On time."}))
+    llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
+                                              "content": "Still no link."}))
+    state = retry_from_ui(state)
+    asked = [user_message(r) for r in llm.requests]
+    assert not any(EXTRACT in r["messages"][0]["content"] for r in llm.requests)  # extraction reused
+    assert not any(unit_route("ok") in m for m in asked)  # the completed unit is cached
+    assert state.is_failed() and [f["name"] for f in state.result(raise_on_failure=False).summary["failed"]] == ["dropper"]
+    done = dream_files(ws)
+    assert {paths["ok"], paths["badjson"], paths["slow"]} <= set(done) and paths["dropper"] not in done
+
+    # The next run sends only the still-failed unit's file.
+    llm.reset()
+    llm.on(EXTRACT, json_reply({"units": [{"name": "again", "bucket": "wiki", "summary": "Retried.",
+                                           "paths": [paths["dropper"]]}]}))
     llm.on(unit_route("again"), json_reply({"action": "CREATE", "name": "Retried", "content": "Now fine."}))
 
     summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
 
     sent = user_message(llm.requests[0])
-    assert all(p in sent for p in retry) and paths["ok"] not in sent
-    assert summary["failed"] == [] and set(retry) <= set(dream_files(ws))
+    assert paths["dropper"] in sent and not any(paths[n] in sent for n in ("ok", "badjson", "slow"))
+    assert summary["failed"] == [] and paths["dropper"] in dream_files(ws)
+
+
+def retry_from_ui(state):
+    """What the UI's Retry does (force AwaitingRetry on the same flow run), then run it as a runner would."""
+    from prefect import get_client
+    from prefect.flow_engine import run_flow_sync
+    from prefect.states import AwaitingRetry
+
+    with get_client(sync_client=True) as client:
+        run_id = state.state_details.flow_run_id
+        client.set_flow_run_state(run_id, AwaitingRetry(message="Retry from the UI"), force=True)
+        flow_run = client.read_flow_run(run_id)
+    return run_flow_sync(auto_dream, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
 
 
 def test_nothing_changed_is_a_quiet_success(prefect_harness, llm, ws):

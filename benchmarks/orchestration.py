@@ -1,0 +1,145 @@
+"""Orchestration overhead of the memory jobs: what Prefect + Dreamflow add around the LLM calls.
+
+An instant scripted LLM (tests/llm_server.py, real HTTP on 127.0.0.1) answers every call, so the time left
+after subtracting time spent inside LLM calls is orchestration: Prefect flow/task runs, state reporting,
+file reads/writes, indexing, checkpoints. Prefect runs in its default local mode (a temporary server,
+started once per process and reported separately), flows in-process as the CLI runs them.
+
+    python benchmarks/orchestration.py [--dreams 3] [--memory-calls 5] [--units 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+
+def instant_llm(units: int):
+    """A responder answering extract, integrate and card prompts at once, with plausible JSON."""
+    from llm_server import Reply
+
+    def respond(body: dict) -> Reply:
+        system = body["messages"][0]["content"]
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "You consolidate a person's memory" in system:
+            paths = [line.split('"')[1] for line in user.splitlines() if line.startswith("<file path=")]
+            found = [{"name": f"Topic {i} of {paths[i % len(paths)]}", "bucket": "wiki",
+                      "summary": f"Fact number {i}.", "paths": [paths[i % len(paths)]]} for i in range(units)]
+            return Reply(content=json.dumps({"units": found, "topics": [
+                {"title": "Follow up on the notes", "reason": "recent", "paths": paths[:1]}]}))
+        if "You maintain the long-term digest" in system:
+            name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
+            return Reply(content=json.dumps({"action": "CREATE", "name": name, "description": "d",
+                                             "content": f"{name}: a consolidated fact."}))
+        return Reply(content=json.dumps({"name": "Conversation notes", "description": "d",
+                                         "content": "- Summary of the new messages."}))
+
+    return respond
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dreams", type=int, default=3, help="measured dream runs (after one warm-up)")
+    parser.add_argument("--units", type=int, default=5, help="units per dream")
+    parser.add_argument("--memory-calls", type=int, default=5, help="measured auto_memory calls")
+    args = parser.parse_args()
+
+    home = tempfile.mkdtemp(prefix="dreamflow-bench-")
+    os.environ["PREFECT_HOME"] = str(Path(home) / "prefect")
+    from dreamflow import prefect_env
+
+    prefect_env.configure()
+    from llm_server import LLMServer
+
+    server = LLMServer().start()
+    server.responder = instant_llm(args.units)
+    os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL="instant",
+                      DREAMFLOW_LLM_MAX_RETRIES="0", DREAMFLOW_EMBEDDER="none")
+
+    t0 = time.perf_counter()
+    from flows.auto_dream import auto_dream
+    from flows.auto_memory import auto_memory
+    from storage.memory import Memory
+    imported = time.perf_counter() - t0
+
+    ws = Path(home) / "ws"
+    memory = Memory(ws)
+
+    def write_day(day: str) -> None:
+        for i in range(args.units):
+            memory.write(f"daily/{day}/note-{i}.md", f"Note {i} of {day}: something worth keeping.", name=f"n{i}")
+
+    def plain_dream(day: str) -> tuple[float, float]:
+        """The same dream stages called as plain functions (`task.fn`): storage + LLM work, no Prefect."""
+        from tasks.dream import extract, finish, integrate
+        from tasks.topics import select_topics
+
+        started = time.perf_counter()
+        found = extract.fn(str(ws), day, 1, args.units, None)
+        outcomes = [integrate.fn(str(ws), unit, day) for unit in found["units"]]
+        topics = select_topics.fn(str(ws), day, found["topics"], 3, 7)
+        summary = finish.fn(str(ws), day, found, outcomes, [], topics)
+        return time.perf_counter() - started, summary["usage"]["seconds"]
+
+    def plain_memory(call: int) -> tuple[float, float]:
+        from tasks.cards import refresh_day, summarise_session
+        from tasks.sessions import mark_summarised, record_messages, unsummarised
+
+        started = time.perf_counter()
+        record_messages.fn(str(ws), "plain", messages(call))
+        todo = unsummarised.fn(str(ws), "plain")
+        card = summarise_session.fn(str(ws), "plain", todo["records"], "2024-06-10", None)
+        refresh_day.fn(str(ws), "2024-06-10")
+        mark_summarised.fn(str(ws), "plain", todo["end"], card["path"])
+        return time.perf_counter() - started, card["usage"]["seconds"]
+
+    def messages(call: int) -> list[dict]:
+        return [{"role": "user", "content": f"message {call}", "created_at": "2024-06-10T10:00:00"},
+                {"role": "assistant", "content": f"reply {call}", "created_at": "2024-06-10T10:00:05"}]
+
+    flow_dreams, plain_dreams, flow_memory, plain_memory_rows = [], [], [], []
+    with prefect_env.interactive_runs():
+        for run in range(args.dreams + 1):  # run 0 starts Prefect's temporary server: reported apart
+            day = f"2024-06-{run + 1:02d}"
+            write_day(day)
+            started = time.perf_counter()
+            summary = auto_dream(date=day, scan_days=1, max_units=args.units, workspace=str(ws))
+            assert len(summary["actions"]) == args.units and not summary["failed"], summary
+            flow_dreams.append((time.perf_counter() - started, summary["usage"]["seconds"]))
+            if run:
+                day = f"2024-07-{run:02d}"
+                write_day(day)
+                plain_dreams.append(plain_dream(day))
+        for call in range(args.memory_calls + 1):
+            started = time.perf_counter()
+            out = auto_memory(session_id="bench", messages=messages(call), workspace=str(ws))
+            flow_memory.append((time.perf_counter() - started, out["usage"]["seconds"]))
+            plain_memory_rows.append(plain_memory(call))
+    server.stop()
+
+    def report(label: str, flows: list, plain: list, tasks: int) -> None:
+        wall = statistics.median(w for w, _ in flows)
+        llm = statistics.median(x for _, x in flows)
+        work = statistics.median(w - x for w, x in plain)
+        print(f"{label}: median wall {wall:.2f} s (min {min(w for w, _ in flows):.2f}, max {max(w for w, _ in flows):.2f}) "
+              f"= LLM {llm:.3f} s + storage/Dreamflow work {work:.2f} s + Prefect {wall - llm - work:.2f} s "
+              f"(~{(wall - llm - work) / tasks * 1000:.0f} ms per task run, {tasks} tasks)")
+
+    print(f"load average while measuring: {open('/proc/loadavg').read().split()[0]} on {os.cpu_count()} cores")
+    print(f"import flows (prefect, openai, storage): {imported:.2f} s")
+    print(f"first dream incl. Prefect temporary server start: {flow_dreams[0][0]:.2f} s")
+    report(f"dream, {args.units} units, instant LLM", flow_dreams[1:], plain_dreams, args.units + 4)
+    report("auto_memory per call (2 new messages)", flow_memory[1:], plain_memory_rows[1:], 5)
+
+
+if __name__ == "__main__":
+    main()
