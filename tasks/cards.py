@@ -12,7 +12,7 @@ import re
 import unicodedata
 from pathlib import PurePosixPath
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
@@ -160,6 +160,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
     draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path)
     identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
     card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
+    get_run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
     return {**card, "usage": llm.usage.as_dict()}
 
 
