@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import click
 
-from dreamflow.settings import Settings
 from storage.errors import DreamflowError
 
 

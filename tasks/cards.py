@@ -12,7 +12,7 @@ import re
 import unicodedata
 from pathlib import PurePosixPath
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
@@ -21,7 +21,7 @@ from dreamflow.tools import Toolbox, read_text
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from tasks import checkpoints, dialog
-from tasks.context import memory_of, metadata_of
+from tasks.context import memory_of, metadata_of, run_logger
 
 MAX_RESOURCE_CHARS = 40_000
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}
@@ -160,7 +160,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
     draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path)
     identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
     card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
-    get_run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
+    run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
     return {**card, "usage": llm.usage.as_dict()}
 
 

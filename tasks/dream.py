@@ -17,7 +17,7 @@ from datetime import date as Date
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
@@ -27,7 +27,7 @@ from dreamflow.tools import Toolbox, WriteRejected, predict, read_text
 from storage.markdown import parse_links, split_frontmatter
 from tasks import checkpoints
 from tasks.cards import slugify, unique_path
-from tasks.context import memory_of, metadata_of
+from tasks.context import memory_of, metadata_of, run_logger
 
 BUCKETS = ("personal", "procedure", "wiki")
 ACTIONS = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
@@ -278,7 +278,7 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
     except Exception as exc:
         exc.usage = llm.usage.as_dict()  # failed calls cost tokens too: finish counts them
         raise
-    get_run_logger().info("%s: %s %s", unit["name"], outcome["action"], outcome["target"])
+    run_logger().info("%s: %s %s", unit["name"], outcome["action"], outcome["target"])
     return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
 
 

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
 from dreamflow.llm import LLM, LLMError, load_prompt
 from dreamflow.settings import Settings
 from tasks import interests
-from tasks.context import memory_of
+from tasks.context import memory_of, run_logger
 
 
 class Selection(BaseModel):
@@ -29,7 +29,7 @@ def choose(llm: LLM | None, candidates: list[interests.Topic], recent: list[str]
     try:
         picked = llm.structured(messages, Selection).topics
     except LLMError as exc:
-        get_run_logger().warning("topic selection fell back to the first candidates: %s", exc)
+        run_logger().warning("topic selection fell back to the first candidates: %s", exc)
         return candidates[:count]
     by_title = {t.title.lower(): t for t in candidates}
     chosen = []

@@ -11,7 +11,7 @@ from storage.memory import Memory
 from tasks import checkpoints, dialog, interests
 from tasks.cards import CardDraft, find_card, save_card, slugify, unique_path
 from tasks.dream import (
-    Decision, Extraction, Unit, apply_decision, changed_files, clean_units, ensure_sources, link_guard, window,
+    Decision, Extraction, apply_decision, changed_files, clean_units, ensure_sources, link_guard, window,
 )
 
 
