@@ -8,6 +8,7 @@
 | auto-resource/on-change  | event `dreamflow.resource.changed` (one per file write, debounced by watcher) |
 | proactive/manual         | by hand (UI, API `/flows/proactive`)                                          |
 | reindex/manual           | by hand                                                                       |
+| doctor/manual            | by hand; add a schedule in the UI to check the memory graph regularly          |
 
 Every deployment can also be run by hand from the UI with parameters. `prefect.yaml` declares the same
 deployments for `prefect deploy --all` against a process work pool (README, "Running the service").
@@ -62,6 +63,8 @@ DEPLOYMENTS: dict[str, Deployment] = {
                    "Read a day's interests: the topics to bring up proactively."),
         Deployment("reindex", "flows.maintenance", "reindex", "manual",
                    "Rebuild the whole index from the files."),
+        Deployment("doctor", "flows.governance", "doctor", "manual",
+                   "Memory graph health report (broken links, orphans, duplicates, drift) as a markdown artifact."),
     )
 }
 

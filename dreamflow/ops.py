@@ -70,6 +70,9 @@ OPS: tuple[Op, ...] = (
     Op("search", writes=False, args=("query",)),
     Op("node_search", writes=False, args=("query",)),
     Op("traverse", writes=False, args=("paths",)),
+    # graph governance (the `doctor` CLI command is replaced by dreamflow/governance_commands.py)
+    Op("doctor", writes=True),
+    Op("relink", writes=True, args=("target", "new_target")),
     # index maintenance
     Op("reindex", writes=True),
     Op("reconcile", writes=True),
@@ -114,6 +117,14 @@ PARAM_HELP: dict[str, str] = {
     "depth": "How many link hops to follow",
     "direction": "Follow links forward (out), backward (in) or both",
     "predicate": "Only typed links with this predicate (e.g. `uses`)",
+    "include_archived": "Also search archived digest nodes (digest/archive/)",
+    "fix": "Repair what is mechanical and safe: re-index drifted files, retarget links to moved files",
+    "dup_threshold": "Similarity (0-1) from which two digest nodes count as near-duplicates",
+    "stale_days": "Digest nodes nobody links to and not updated for this many days are stale",
+    "overlong_lines": "Digest nodes longer than this many lines are split candidates",
+    "target": "Link target whose links to repoint",
+    "new_target": "Path the links should point to instead",
+    "before": "Text the target had, when it has already been rewritten (line anchors follow it)",
 }
 
 

@@ -65,7 +65,8 @@ def show_search(hits: list[dict]) -> None:
 def _neighbor(nb: dict) -> Text:
     arrow = "←" if nb.get("direction") in ("in", "backward", "inbound") else "→"
     anchor = f"#{nb['anchor']}" if nb.get("anchor") else ""
-    line = Text(f"  {arrow} ", style="dim") + Text(f"{nb.get('path')}{anchor}", style="green")
+    pred = f"{nb['predicate']}:: " if nb.get("predicate") else ""
+    line = Text(f"  {arrow} {pred}", style="dim") + Text(f"{nb.get('path')}{anchor}", style="green")
     about = ": ".join(str(x) for x in (nb.get("name"), nb.get("description")) if x)
     return line + Text(f"  {about}", style="dim") if about else line
 

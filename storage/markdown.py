@@ -28,7 +28,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from frontmatter.default_handlers import YAMLHandler
@@ -61,6 +61,7 @@ _BACKTICKS = re.compile(r"`+")
 _TOP_KEY = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([^\s#'"?:\-][^:#]*?|-[^\s:#][^:#]*?))[ \t]*:(?:[ \t]|$)""")
 _PATH_DATE = re.compile(r"^(?:daily/(\d{4}-\d{2}-\d{2})(?:\.md$|/)|resource/(\d{4}-\d{2}-\d{2})/)")
 _ISO_DATE = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})(?:$|[T ])")
+_ANCHOR_TAIL = re.compile(r"[ \t]*#[^|\]\n]*?(?=\\?\||\]\])")  # `#anchor` after a link's target
 
 
 # ---------------------------------------------------------------------------------------------- frontmatter
@@ -338,23 +339,33 @@ def parse_links(text: str, first_line: int = 1) -> list[Link]:
     return links
 
 
-def rewrite_links(text: str, old_target: str, new_target: str) -> tuple[str, int]:
+def rewrite_links(
+    text: str, old_target: str, new_target: str, anchor: Callable[[str | None], str | None] | None = None
+) -> tuple[str, int]:
     """Point every `[[old_target...]]` (exact literal target) at `new_target`; returns (text, count).
 
     Anchors, aliases, predicates, embeds and spacing stay as written; code blocks and spans are not
-    touched; links in the frontmatter are rewritten too.
+    touched; links in the frontmatter are rewritten too. `anchor`, when given, maps each rewritten link's
+    anchor (None when it has none) to its new anchor (None drops it), e.g. to follow moved lines.
     """
     if not new_target.strip() or any(c in new_target for c in "[]|#\n\r"):
         raise ValueError(f"{new_target!r} cannot be a wikilink target (no [ ] | # or line breaks)")
     old = old_target.strip()
-    hits = [m.target_span for m in _file_matches(text) if m.link.target == old]
+    hits = [m for m in _file_matches(text) if m.link.target == old]
     if not hits:
         return text, 0
     parts, pos = [], 0
-    for a, b in hits:
+    for m in hits:
+        a, b = m.target_span
         parts.append(text[pos:a])
         parts.append(new_target)
         pos = b
+        new_anchor = anchor(m.link.anchor) if anchor is not None else m.link.anchor
+        if new_anchor != m.link.anchor:
+            tail = _ANCHOR_TAIL.match(text, b)
+            pos = tail.end() if tail else b
+            if new_anchor:
+                parts.append("#" + new_anchor)
     parts.append(text[pos:])
     return "".join(parts), len(hits)
 

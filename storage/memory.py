@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Literal
 
-from storage import index, search as _search
+from storage import doctor as _doctor, graph_edit, index, search as _search
 from storage.db import IndexDB
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.markdown import parse_file, render_frontmatter, rewrite_links, split_frontmatter
@@ -352,6 +352,7 @@ class Memory:
         tags: list[str] | None = None,
         path_prefix: str | None = None,
         expand: int = 3,
+        include_archived: bool = False,
     ) -> list[dict]:
         """Search memory: keyword (+ vector) hits fused by RRF, filtered, each with linked neighbours."""
         with self.db.session() as con:
@@ -360,6 +361,7 @@ class Memory:
                 start_date=_parse_date(start_date) if start_date else None,
                 end_date=_parse_date(end_date) if end_date else None,
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
+                include_archived=include_archived,
             )
 
     def node_search(self, query: str, limit: int = 20) -> list[dict]:
@@ -379,6 +381,22 @@ class Memory:
         rels = [self.ws.normalize(p) for p in paths]
         with self.db.session() as con:
             return _search.traverse(con, rels, depth=depth, direction=direction, predicate=predicate, limit=limit)
+
+    # ---- graph governance ----------------------------------------------------------------------------
+
+    def doctor(self, fix: bool = False, dup_threshold: float = _doctor.DUP_THRESHOLD, stale_days: int = 180,
+               overlong_lines: int = 300) -> dict:
+        """Graph health report: broken links/anchors, orphan or source-less digest nodes, near-duplicates, bad
+        frontmatter, index drift; `fix` first re-indexes drifted files and retargets links to moved files."""
+        with self.db.session() as con:
+            return _doctor.check(con, self.ws, fix=fix, dup_threshold=dup_threshold, stale_days=stale_days,
+                                 overlong_lines=overlong_lines)
+
+    def relink(self, target: str, new_target: str, before: str | None = None) -> dict:
+        """Point every link to `target` at `new_target` (aliases, predicates kept; line anchors follow their text)."""
+        old, new = self.ws.normalize(target), self._rel(new_target)
+        with self.db.session() as con:
+            return graph_edit.relink(con, self.ws, old, new, before=before)
 
     # ---- index maintenance ---------------------------------------------------------------------------
 

@@ -1,0 +1,121 @@
+"""Near-duplicate detection of `dreamflow doctor`, measured on a crafted set of digest node names and
+descriptions: 53 nodes in 17 topics, 17 labelled duplicate pairs (paraphrased titles, reordered words, plural
+vs singular, Chinese), the rest hard negatives (same person or tool, another aspect: "Ana lives in Lisbon" vs
+"Ana's bakery job"). Prints precision, recall and F1 over all 1,378 pairs per threshold, for the measure the
+doctor uses (`storage.doctor.similarity`) and two simpler ones, and checks that the prefix-filtering join
+finds exactly the pairs a brute-force comparison finds.
+
+    python benchmarks/near_duplicates.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from storage.doctor import DUP_THRESHOLD, features, similar_pairs, similarity  # noqa: E402
+from storage.tokenize import terms  # noqa: E402
+
+# (id, name, description); ids sharing a letter are about the same subject
+NODES = [
+ ("a1", "Ana lives in Lisbon", "Ana moved to Lisbon in May 2024"),
+ ("a2", "Ana moved to Lisbon", "Where Ana lives now: Lisbon, since May"),
+ ("a3", "Ana's bakery job", "Ana works at a bakery in Lisbon"),
+ ("a4", "Ana's sister Marta", "Marta, Ana's younger sister, a nurse"),
+ ("b1", "Sourdough starter feeding", "How often to feed the sourdough starter"),
+ ("b2", "Feeding the sourdough starter", "Feed the starter every 12 hours with equal flour and water"),
+ ("b3", "Sourdough bread baking schedule", "Timeline for baking a sourdough loaf over two days"),
+ ("c1", "Caroline's adoption plans", "Caroline plans to adopt children as a single parent"),
+ ("c2", "Caroline plans to adopt", "Caroline's plan to adopt a child on her own"),
+ ("c3", "Caroline's painting hobby", "Caroline paints landscapes on weekends"),
+ ("c4", "Caroline's LGBTQ support group", "Caroline attends a support group for transgender people"),
+ ("d1", "Python packaging with uv", "Building and publishing Python packages using uv"),
+ ("d2", "Packaging Python projects using uv", "How to package and publish a Python project with uv"),
+ ("d3", "Python testing with pytest", "Writing and running Python tests with pytest fixtures"),
+ ("d4", "Python virtual environments", "Creating venvs for Python projects"),
+ ("e1", "Melanie's pottery class", "Melanie took a pottery class in July"),
+ ("e2", "Melanie pottery classes", "The pottery classes Melanie signed up for"),
+ ("e3", "Melanie's camping trip", "Melanie went camping with her kids in the mountains"),
+ ("f1", "Kubernetes deployment checklist", "Steps before deploying a service to Kubernetes"),
+ ("f2", "Checklist for Kubernetes deployments", "What to verify before a k8s deploy"),
+ ("f3", "Kubernetes cluster upgrade", "How to upgrade the Kubernetes cluster version"),
+ ("g1", "Morning running routine", "I run 5 km every morning before work"),
+ ("g2", "Daily morning run", "Routine: a 5 km run each morning"),
+ ("g3", "Marathon training plan", "Training weeks towards the October marathon"),
+ ("h1", "Favourite coffee: flat white", "Prefers a flat white with oat milk"),
+ ("h2", "Coffee preference", "Likes flat whites made with oat milk"),
+ ("h3", "Tea preference", "Drinks green tea in the afternoon"),
+ ("i1", "Project Atlas deadline", "Atlas must ship by the end of Q3"),
+ ("i2", "Atlas project deadline", "Deadline for the Atlas project: end of Q3"),
+ ("i3", "Project Atlas team", "Who works on Atlas: Ben, Chloe and Dev"),
+ ("j1", "Allergy to peanuts", "Severe peanut allergy, carries an EpiPen"),
+ ("j2", "Peanut allergy", "Allergic to peanuts; EpiPen always at hand"),
+ ("j3", "Allergy to cats", "Mild allergy to cats"),
+ ("k1", "Jon's dance studio", "Jon opened a dance studio after losing his job"),
+ ("k2", "Jon opens a dance studio", "The dance studio Jon started"),
+ ("k3", "Jon's job loss", "Jon lost his banking job in January"),
+ ("l1", "Git rebase workflow", "Interactive rebase to clean up commits before merging"),
+ ("l2", "Rebasing with git", "How we use git rebase -i to tidy history before a merge"),
+ ("l3", "Git branching model", "Feature branches and release branches"),
+ ("m1", "东京旅行计划", "2024年春天去东京旅行的安排"),
+ ("m2", "东京旅行安排", "春天东京旅行的计划"),
+ ("m3", "京都寺庙", "京都的寺庙和庭园"),
+ ("n1", "Weekly team meeting", "Tuesdays at 10 with the platform team"),
+ ("n2", "Team meeting", "Weekly platform team sync on Tuesday mornings"),
+ ("n3", "Weekly one-on-one with manager", "Fridays with Sara"),
+ ("o1", "Home address", "Lives at Rua Augusta 12, Lisbon"),
+ ("o2", "Address", "Home: Rua Augusta 12 in Lisbon"),
+ ("p1", "Bob", "Bob, a colleague from the Atlas project"),
+ ("p2", "Bob (colleague)", "Bob works with me on Atlas"),
+ ("p3", "Bobby (nephew)", "Bobby, my sister's son"),
+ ("q1", "Docker cleanup commands", ""),
+ ("q2", "Cleaning up Docker", "Commands to prune docker images and volumes"),
+ ("q3", "Docker compose setup", "Services defined in compose.yaml"),
+]
+
+DUPS = {("a1","a2"),("b1","b2"),("c1","c2"),("d1","d2"),("e1","e2"),("f1","f2"),("g1","g2"),("h1","h2"),("i1","i2"),("j1","j2"),("k1","k2"),("l1","l2"),("m1","m2"),("n1","n2"),("o1","o2"),("p1","p2"),("q1","q2")}
+
+
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def _trigrams(text: str) -> set[str]:
+    text = " " + " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split()) + " "
+    return {text[i:i + 3] for i in range(len(text) - 2)}
+
+
+MEASURES = {
+    "doctor: terms of name+description, name terms twice": similarity,
+    "terms of name+description": lambda a, b: _jaccard(set(terms(" ".join(a))), set(terms(" ".join(b)))),
+    "character trigrams of the name": lambda a, b: _jaccard(_trigrams(a[0]), _trigrams(b[0])),
+}
+
+
+def main() -> None:
+    pairs = list(itertools.combinations(NODES, 2))
+    print(f"{len(NODES)} nodes, {len(pairs)} pairs, {len(DUPS)} duplicates")
+    for label, measure in MEASURES.items():
+        scored = [(measure(a[1:], b[1:]), (a[0], b[0]) in DUPS) for a, b in pairs]
+        print(f"\n{label}\n  threshold  precision  recall  F1")
+        for threshold in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5):
+            tp = sum(1 for s, d in scored if s >= threshold and d)
+            fp = sum(1 for s, d in scored if s >= threshold and not d)
+            precision, recall = tp / (tp + fp) if tp + fp else 1.0, tp / len(DUPS)
+            f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+            mark = "  <- default" if label.startswith("doctor") and threshold == DUP_THRESHOLD else ""
+            print(f"  {threshold:9.2f}  {precision:9.2f}  {recall:6.2f}  {f1:.2f}{mark}")
+    items = {n[0]: features(n[1], n[2]) for n in NODES}
+    started = time.perf_counter()
+    joined = {tuple(sorted(p[:2])) for p in similar_pairs(items, DUP_THRESHOLD)}
+    brute = {tuple(sorted((a[0], b[0]))) for a, b in pairs if similarity(a[1:], b[1:]) >= DUP_THRESHOLD}
+    print(f"\nprefix-filtering join == brute force: {joined == brute} ({len(joined)} pairs, "
+          f"{(time.perf_counter() - started) * 1000:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""CLI commands that keep the memory graph healthy: `doctor`, `link-mine`, `merge`, `split`, `archive`.
+
+`doctor` calls the `doctor` operation directly (no Prefect, through the service when it runs) and replaces
+the command generated for it, to print a table per finding and exit 1 when the graph needs attention
+(0 when healthy; errors: their own codes). The others run their flows in this process like the other flow
+commands (dreamflow/flow_commands.py) and print each item's outcome and every file changed; exit 1 when an
+item failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from storage.errors import DreamflowError
+
+
+def register(cli: click.Group) -> None:
+    """Add the governance commands to the `dreamflow` group (replacing the generated `doctor`)."""
+    for command in (doctor, link_mine, merge, split, archive):
+        cli.add_command(command)
+
+
+def _json_option(fn):
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
+
+
+@click.command("doctor")
+@click.option("--fix", is_flag=True, help="Re-index drifted files and retarget links to moved files first.")
+@click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3].")
+@click.option("--stale-days", type=int, default=180, show_default=True, help="Days without update for `stale`.")
+@click.option("--overlong-lines", type=int, default=300, show_default=True, help="Lines from which a node is overlong.")
+@_json_option
+@click.pass_obj
+def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int, as_json: bool) -> None:
+    """Check the memory graph: broken links and anchors, orphans, missing sources, near-duplicates, bad
+    frontmatter, index drift. Exit code 0 when healthy, 1 when something needs attention."""
+    from dreamflow.cli import fail
+
+    kwargs = {"dup_threshold": dup_threshold} if dup_threshold is not None else {}
+    try:
+        report = obj.memory().doctor(fix=fix, stale_days=stale_days, overlong_lines=overlong_lines, **kwargs)
+    except DreamflowError as exc:
+        fail(exc, as_json)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, indent=2, default=str))
+    else:
+        _show_report(report)
+    sys.exit(0 if report["ok"] else 1)
+
+
+@click.command("link-mine")
+@click.argument("paths", nargs=-1)
+@click.option("--max-nodes", type=int, default=20, show_default=True, help="Most nodes per run (the rest wait).")
+@click.option("--candidates", type=int, default=8, show_default=True, help="Candidate nodes shown per node.")
+@_json_option
+@click.pass_obj
+def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_json: bool) -> None:
+    """Weave links to related nodes into PATHS, or into digest nodes changed since the last run."""
+    params = {"paths": list(paths) or None, "max_nodes": max_nodes, "candidates": candidates}
+    _run(obj.workspace, "link_mine", params, as_json)
+
+
+@click.command("merge")
+@click.argument("survivor", required=False)
+@click.argument("victim", required=False)
+@click.option("--max-pairs", type=int, default=5, show_default=True, help="Most pairs from the doctor per run.")
+@_json_option
+@click.pass_obj
+def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json: bool) -> None:
+    """Fold VICTIM into SURVIVOR (or each near-duplicate pair the doctor finds): sources and links united,
+    links to VICTIM retargeted, VICTIM deleted."""
+    if bool(survivor) != bool(victim):
+        raise click.UsageError("give both SURVIVOR and VICTIM, or neither (to merge the doctor's near-duplicates)")
+    params = {"pairs": [[survivor, victim]] if survivor else None, "max_pairs": max_pairs}
+    _run(obj.workspace, "merge", params, as_json)
+
+
+@click.command("split")
+@click.argument("paths", nargs=-1)
+@click.option("--max-nodes", type=int, default=3, show_default=True, help="Most nodes per run.")
+@click.option("--max-parts", type=int, default=4, show_default=True, help="Most parts per node.")
+@_json_option
+@click.pass_obj
+def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: bool) -> None:
+    """Break PATHS (or the doctor's overlong nodes) into focused nodes that link to each other."""
+    _run(obj.workspace, "split", {"paths": list(paths) or None, "max_nodes": max_nodes, "max_parts": max_parts},
+         as_json)
+
+
+@click.command("archive")
+@click.argument("paths", nargs=-1)
+@click.option("--stale-days", type=int, default=180, show_default=True,
+              help="Without PATHS: archive nodes nobody links to, not updated for this many days.")
+@_json_option
+@click.pass_obj
+def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool) -> None:
+    """Move PATHS (or the doctor's stale nodes) to digest/archive/, links retargeted."""
+    _run(obj.workspace, "archive", {"paths": list(paths) or None, "stale_days": stale_days}, as_json)
+
+
+# ---- running and printing ------------------------------------------------------------------------------
+
+def _run(workspace, name: str, params: dict, as_json: bool) -> None:
+    from dreamflow.flow_commands import _call_flow, _fail
+    from dreamflow.llm import require_llm
+
+    try:
+        if name != "archive":
+            require_llm()  # fail before paying for Prefect's start
+        summary, failed = _call_flow(workspace, "flows.governance", name, params, as_json)
+    except DreamflowError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
+    else:
+        _show_changes(summary)
+    if failed:
+        sys.exit(1)
+
+
+def _table(*columns: str):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _show_report(report: dict) -> None:
+    from rich.text import Text
+
+    from dreamflow.render import out
+    from storage.doctor import PROBLEMS, describe
+
+    state = Text("healthy", style="bold green") if report["ok"] else Text("needs attention", style="bold yellow")
+    out.print(Text("Memory graph: ") + state + Text(
+        f"  ({report['files']} files, {report['digest_nodes']} digest nodes, {report['links']} links, "
+        f"{report['seconds']} s)", style="dim"))
+    fixed = report.get("fixed")
+    if fixed:
+        out.print(Text(f"fixed: re-indexed {len(fixed['reindexed'])} files, retargeted links to "
+                       f"{len(fixed['retargeted'])} moved files", style="green"))
+    summary = _table("finding", "count")
+    for key, count in report["counts"].items():
+        summary.add_row(Text(key), Text(str(count), style="bold red" if count and key in PROBLEMS else ""))
+    out.print(summary)
+    for key, count in report["counts"].items():
+        if not count:
+            continue
+        out.print(Text(key.replace("_", " "), style="bold"))
+        for row in report[key][:20]:
+            out.print(Text("  " + describe(key, row).replace("`", "")))
+        if count > 20:
+            out.print(Text(f"  … {count - 20} more (use --json for all)", style="dim"))
+
+
+def _show_changes(summary: dict) -> None:
+    from rich.text import Text
+
+    from dreamflow.render import out
+
+    table = _table("item", "status", "detail")
+    for o in summary["outcomes"]:
+        table.add_row(Text(o["item"]), Text(o["status"], style="green" if o["status"] == "done" else "dim"),
+                      Text(o["detail"]))
+    for f in summary["failed"]:
+        table.add_row(Text(f["item"]), Text("FAILED", style="bold red"), Text(f["error"]))
+    out.print(table if summary["outcomes"] or summary["failed"] else Text("nothing to do", style="dim"))
+    for title, paths in (("changed", summary["changed"]), ("deleted or moved away", summary["deleted"])):
+        for path in paths:
+            out.print(Text(f"{title}: ") + Text(path, style="cyan"))
+    if summary.get("deferred"):
+        out.print(Text(f"left for the next run: {len(summary['deferred'])} nodes", style="dim"))

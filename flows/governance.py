@@ -1,0 +1,94 @@
+"""Graph governance flows: doctor (the health report), link mining, merge, split and archive.
+
+Each LLM flow runs on explicit paths, or on what the doctor finds (merge: near-duplicates, split: overlong
+nodes, archive: stale nodes; link mining: digest nodes changed since its last run), reports every file it
+changed in its result and a markdown artifact, and ends Failed when an item failed (that item's files are
+left as they were).
+"""
+
+from __future__ import annotations
+
+from prefect import flow, unmapped
+from prefect.states import Failed
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from dreamflow.llm import require_llm
+from dreamflow.settings import Settings
+from tasks.context import today, workspace_root
+from tasks.dream import UnitsFailed
+from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,
+                              mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
+
+
+@flow(name="doctor")
+def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300,
+           workspace: str | None = None) -> dict:
+    """Report the memory graph's health (and with `fix`, first repair drift and moved files): schedulable."""
+    root = workspace_root(workspace)
+    report = doctor_report(root, fix, dup_threshold, stale_days, overlong_lines)
+    publish_doctor_report(report)
+    return report
+
+
+@flow(name="link-mine", task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: int = 8,
+              workspace: str | None = None) -> dict:
+    """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""
+    require_llm()
+    root = workspace_root(workspace)
+    queue = mining_queue(root, paths, max_nodes)
+    futures = mine_links.map(unmapped(root), queue["paths"], unmapped(candidates))
+    outcomes, failures = collect(futures, queue["paths"])
+    checkpoint_mined(root, outcomes)
+    return _finish(summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
+
+
+@flow(name="merge")
+def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshold: float | None = None,
+          workspace: str | None = None) -> dict:
+    """Fold each [survivor, victim] pair (default: the doctor's near-duplicates) into its survivor."""
+    require_llm()
+    root = workspace_root(workspace)
+    if pairs is None:
+        pairs = [d["paths"] for d in doctor_report(root, dup_threshold=dup_threshold)["near_duplicates"]]
+    pairs = pairs[:max_pairs]
+    date = today()
+    states = [merge_pair(root, survivor, victim, date, return_state=True) for survivor, victim in pairs]
+    outcomes, failures = collect(states, [f"{v} → {s}" for s, v in pairs])
+    return _finish(summarize("merge", outcomes, failures))
+
+
+@flow(name="split")
+def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = 300,
+          workspace: str | None = None) -> dict:
+    """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
+    require_llm()
+    root = workspace_root(workspace)
+    if paths is None:
+        paths = [n["path"] for n in doctor_report(root, overlong_lines=overlong_lines)["overlong"]]
+    paths = paths[:max_nodes]
+    date = today()
+    states = [split_node(root, path, max_parts, date, return_state=True) for path in paths]
+    outcomes, failures = collect(states, paths)
+    return _finish(summarize("split", outcomes, failures))
+
+
+@flow(name="archive")
+def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: str | None = None) -> dict:
+    """Move stale nodes (default: the doctor's: nobody links to them, not updated for `stale_days`) to
+    digest/archive/, links retargeted; they stay readable, and searchable with include_archived."""
+    root = workspace_root(workspace)
+    if paths is None:
+        paths = [n["path"] for n in doctor_report(root, stale_days=stale_days)["stale"]]
+    date = today()
+    states = [archive_node(root, path, date, return_state=True) for path in paths]
+    outcomes, failures = collect(states, paths)
+    return _finish(summarize("archive", outcomes, failures))
+
+
+def _finish(summary: dict):
+    publish_changes(summary)
+    if summary["failed"]:
+        message = f"{len(summary['failed'])} of {len(summary['failed']) + len(summary['outcomes'])} items failed"
+        return Failed(message=message, data=UnitsFailed(message, summary))
+    return summary

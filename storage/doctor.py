@@ -1,0 +1,350 @@
+"""The graph health report behind `dreamflow doctor`: what is broken or suspicious, with paths. No LLM.
+
+Problems (each a list of rows; any row makes the report not ok):
+- `broken_links`: wikilinks whose target file does not exist
+- `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`)
+- `orphans`: digest nodes with no inbound and no outbound link
+- `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
+  sources are all missing
+- `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
+- `bad_frontmatter`: files whose YAML frontmatter does not parse
+- `drift`: files added, changed or deleted behind the index's back
+
+Notes (inputs of the governance flows, not problems): `moved` (a missing link target whose content now lives
+at exactly one other path, by content hash), `stale` (digest nodes nobody links to, not updated for
+`stale_days`: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates).
+Links written in raw material (resource/, session/) are not checked: it is never rewritten. Archived nodes
+(digest/archive/) are checked for broken links only.
+
+`fix=True` first repairs what is mechanical and safe, then reports: drifted files are re-indexed, and links
+to moved files are retargeted (anchors, aliases and predicates kept). Nothing else is written, except
+`metadata/doctor.json`, the content hashes of link targets, by which a later run still recognises a target
+moved outside the tools after the index has forgotten it. Running it twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import duckdb
+
+from storage import graph_edit, index
+from storage.tokenize import terms
+from storage.workspace import Workspace
+
+PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "bad_frontmatter",
+            "drift")
+NOTES = ("moved", "stale", "overlong")
+LEDGER = "metadata/doctor.json"
+DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
+FRONTMATTER_ERRORS = ("malformed frontmatter", "frontmatter is a YAML")  # storage.markdown's messages
+_DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
+
+
+def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_threshold: float = DUP_THRESHOLD,
+          stale_days: int = 180, overlong_lines: int = 300, today: dt.date | None = None) -> dict:
+    """The health report (after repairs with `fix`): {ok, counts, <finding>: [rows], fixed?, seconds}."""
+    started = time.perf_counter()
+    fixed = repair(con, ws) if fix else None
+    scan = _scan(con, ws)
+    links = _links(con, scan.disk)
+    report: dict = {"ok": True, "counts": {}, "files": len(scan.disk), "links": len(links)}
+    report["broken_links"] = [_link_row(k) for k in links if k["target"] not in scan.disk]
+    report["broken_anchors"] = _broken_anchors(con, links, scan.disk)
+    nodes = _digest_nodes(con, scan.disk)
+    report["digest_nodes"] = len(nodes)
+    report["orphans"] = _orphans(con, scan.disk)
+    report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
+    report["near_duplicates"] = _near_duplicates(con, nodes, dup_threshold)
+    report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
+    report["drift"] = scan.drift
+    report["moved"] = [{"from": old, "to": new} for old, new in _moves(scan, links).items()]
+    report["stale"] = _stale(con, scan.disk, stale_days, today or dt.date.today())
+    report["overlong"] = [{"path": n["path"], "name": n["name"], "lines": n["lines"]}
+                          for n in nodes if n["lines"] > overlong_lines]
+    report["counts"] = {key: len(report[key]) for key in PROBLEMS + NOTES}
+    report["ok"] = not any(report[key] for key in PROBLEMS)
+    if fixed is not None:
+        report["fixed"] = fixed
+    _save_ledger(con, ws, scan.disk)
+    report["seconds"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+def repair(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
+    """Re-index drifted files, then retarget links to files moved outside the tools (unambiguous by hash).
+
+    Returns {reindexed: [paths], retargeted: [{from, to, rewritten: [{path, links}]}]}.
+    """
+    scan = _scan(con, ws)
+    if scan.drift:
+        index.reconcile(con, ws)
+    links = _links(con, scan.disk)
+    retargeted = []
+    for old, new in _moves(scan, links).items():
+        result = graph_edit.relink(con, ws, old, new)
+        retargeted.append({"from": old, "to": new, "rewritten": result["rewritten"]})
+    return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
+
+
+def describe(key: str, row: dict) -> str:
+    """One finding row as a line of text (artifact and CLI)."""
+    if "source" in row:
+        anchor = f"#{row['anchor']}" if row.get("anchor") else ""
+        extra = f" (target has {row['target_lines']} lines)" if "target_lines" in row else ""
+        return f"`{row['source']}:{row['line']}` → `{row['target']}{anchor}`{extra}"
+    if key == "near_duplicates":
+        return f"`{row['paths'][0]}` ≈ `{row['paths'][1]}` ({row['score']})"
+    if key == "moved":
+        return f"`{row['from']}` → `{row['to']}`"
+    detail = row.get("reason") or row.get("error") or row.get("state") or row.get("updated") or row.get("lines") or ""
+    return f"`{row['path']}`" + (f": {detail}" if detail != "" else "")
+
+
+# ---- files on disk vs the index ------------------------------------------------------------------------
+
+@dataclass
+class _Scan:
+    disk: dict[str, tuple[float, int]]  # path -> (mtime, size) of every indexable file on disk
+    hashes: dict[str, str]               # content hash of files on disk (index, or computed when drifted)
+    gone: dict[str, str]                 # content hash a missing file last had (stale index row or ledger)
+    drift: list[dict]                    # [{path, state: added|modified|deleted}]
+
+
+def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
+    disk = {}
+    root = str(ws.root)
+    for rel in ws.iter_files():
+        if not index.is_indexed_path(rel):
+            continue
+        try:
+            st = os.stat(os.path.join(root, rel))
+        except OSError:
+            continue
+        disk[rel] = (st.st_mtime, st.st_size)
+    indexed = {r[0]: r[1:] for r in con.execute("SELECT path, mtime, size, hash FROM files").fetchall()}
+    hashes, drift = {}, []
+    for rel, (mtime, size) in disk.items():
+        row = indexed.get(rel)
+        if row is not None and (row[0], row[1]) == (mtime, size):
+            hashes[rel] = row[2]
+            continue
+        try:
+            with open(os.path.join(root, rel), "rb") as fh:
+                hashes[rel] = index.content_hash(fh.read())
+        except OSError:
+            continue
+        if row is None or row[2] != hashes[rel]:
+            drift.append({"path": rel, "state": "added" if row is None else "modified"})
+    gone = {p: h for p, h in _load_ledger(ws).items() if p not in disk}
+    for rel, row in indexed.items():
+        if rel not in disk:
+            drift.append({"path": rel, "state": "deleted"})
+            if row[2]:
+                gone[rel] = row[2]
+    drift.sort(key=lambda d: d["path"])
+    return _Scan(disk, hashes, gone, drift)
+
+
+def _moves(scan: _Scan, links: list[dict]) -> dict[str, str]:
+    """{missing link target: the one file on disk with the content it had}."""
+    by_hash = defaultdict(list)
+    for rel, digest in scan.hashes.items():
+        by_hash[digest].append(rel)
+    moves = {}
+    for target in sorted({k["target"] for k in links if k["target"] not in scan.disk}):
+        found = by_hash.get(scan.gone.get(target, ""), [])
+        if len(found) == 1:
+            moves[target] = found[0]
+    return moves
+
+
+def _load_ledger(ws: Workspace) -> dict[str, str]:
+    try:
+        data = json.loads((ws.root / LEDGER).read_text(encoding="utf-8"))
+        return {str(k): str(v) for k, v in data.get("hashes", {}).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _save_ledger(con: duckdb.DuckDBPyConnection, ws: Workspace, disk: dict) -> None:
+    """Remember the content hash of every existing link target (written only when it changed)."""
+    rows = con.execute(
+        "SELECT f.path, f.hash FROM files f WHERE f.path IN (SELECT DISTINCT target FROM links) ORDER BY f.path"
+    ).fetchall()
+    hashes = {p: h for p, h in rows if p in disk and h}
+    if hashes != _load_ledger(ws):
+        ws.write_text(LEDGER, json.dumps({"hashes": hashes}, indent=0, sort_keys=True))
+
+
+# ---- links ----------------------------------------------------------------------------------------------
+
+def _links(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+    """Every link written in a file that exists, outside raw material."""
+    rows = con.execute(
+        """SELECT source, line, target, anchor, alias, predicate FROM links
+           WHERE NOT starts_with(source, 'resource/') AND NOT starts_with(source, 'session/')
+           ORDER BY source, line, target"""
+    ).fetchall()
+    keys = ("source", "line", "target", "anchor", "alias", "predicate")
+    return [dict(zip(keys, r)) for r in rows if r[0] in disk]
+
+
+def _link_row(link: dict) -> dict:
+    return {k: link[k] for k in ("source", "line", "target", "anchor", "predicate")}
+
+
+def _broken_anchors(con: duckdb.DuckDBPyConnection, links: list[dict], disk: dict) -> list[dict]:
+    lengths = dict(con.execute("SELECT path, line_count FROM files").fetchall())
+    out = []
+    for link in links:
+        ranges = graph_edit.line_ranges(link["anchor"])
+        if ranges is None or link["target"] not in disk:
+            continue
+        length = lengths.get(link["target"]) or 0
+        if any(first < 1 or last < first or last > length for first, last in ranges):
+            out.append({**_link_row(link), "target_lines": length})
+    return out
+
+
+# ---- digest nodes ---------------------------------------------------------------------------------------
+
+def _digest_nodes(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+    rows = con.execute(f"SELECT path, name, description, line_count FROM files f WHERE {_DIGEST} ORDER BY path"
+                       ).fetchall()
+    return [{"path": p, "name": n or _stem_name(p), "description": d or "", "lines": lines or 0}
+            for p, n, d, lines in rows if p in disk]
+
+
+def _stem_name(path: str) -> str:
+    return re.sub(r"[-_]+", " ", path.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+
+
+def _orphans(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+    rows = con.execute(f"""
+        SELECT f.path, f.name FROM files f
+        WHERE {_DIGEST}
+          AND NOT EXISTS (SELECT 1 FROM links l WHERE l.target = f.path AND l.source <> f.path)
+          AND NOT EXISTS (SELECT 1 FROM links l WHERE l.source = f.path AND l.target <> f.path)
+        ORDER BY f.path""").fetchall()
+    return [{"path": p, "name": n} for p, n in rows if p in disk]
+
+
+def _stale(con: duckdb.DuckDBPyConnection, disk: dict, days: int, today: dt.date) -> list[dict]:
+    """Digest nodes nobody else links to whose `updated` (else `date`, else mtime) is older than `days`."""
+    rows = con.execute(f"""
+        SELECT path, name, strftime(updated, '%Y-%m-%d') FROM (
+            SELECT f.path, f.name,
+                   coalesce(try_cast(json_extract_string(f.frontmatter, '$.updated') AS DATE), f.date,
+                            to_timestamp(f.mtime)::DATE) AS updated
+            FROM files f
+            WHERE {_DIGEST}
+              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.target = f.path AND l.source <> f.path))
+        WHERE updated < $cutoff ORDER BY updated, path""", {"cutoff": today - dt.timedelta(days=days)}).fetchall()
+    return [{"path": p, "name": n, "updated": u} for p, n, u in rows if p in disk]
+
+
+def _missing_sources(ws: Workspace, nodes: list[dict], disk: dict, links: list[dict]) -> list[dict]:
+    """Nodes whose `## Sources` section is missing, cites nothing, or cites only missing files. The section's
+    lines are found in the file; its citations are the indexed links on those lines (no Markdown parsing)."""
+    cited_at = defaultdict(list)
+    for link in links:
+        cited_at[link["source"]].append((link["line"], link["target"]))
+    out = []
+    root = str(ws.root)
+    for node in nodes:
+        try:
+            with open(os.path.join(root, node["path"]), "rb") as fh:
+                text = fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        section = graph_edit.section_lines(text, "Sources")
+        if section is None:
+            out.append({"path": node["path"], "reason": "no ## Sources section"})
+            continue
+        heading, end = section[0] + 1, section[1]  # 1-based line of the heading, last line of the section
+        cited = {target for line, target in cited_at[node["path"]] if heading < line <= end}
+        if not cited:
+            out.append({"path": node["path"], "reason": "## Sources cites nothing"})
+        elif not cited & disk.keys():
+            out.append({"path": node["path"], "reason": f"all {len(cited)} sources are missing"})
+    return out
+
+
+def _bad_frontmatter(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+    rows = con.execute("SELECT path, errors FROM files WHERE len(errors) > 0 ORDER BY path").fetchall()
+    out = []
+    for path, errors in rows:
+        bad = [e for e in errors if e.startswith(FRONTMATTER_ERRORS)]
+        if bad and path in disk:
+            out.append({"path": path, "error": bad[0]})
+    return out
+
+
+# ---- near-duplicates ------------------------------------------------------------------------------------
+
+def features(name: str, description: str) -> set[str]:
+    """What two nodes are compared on: stemmed terms of name and description, plus the name's terms again
+    (marked), so a shared name weighs more than shared description words."""
+    return set(terms(f"{name}\n{description}")) | {"#" + t for t in terms(name)}
+
+
+def similarity(a: tuple[str, str], b: tuple[str, str]) -> float:
+    """Jaccard similarity of the `features` of two (name, description) pairs, 0..1."""
+    fa, fb = features(*a), features(*b)
+    return len(fa & fb) / len(fa | fb) if fa | fb else 0.0
+
+
+def similar_pairs(items: dict[str, set[str]], threshold: float) -> list[tuple[str, str, float]]:
+    """Pairs of keys whose feature sets have Jaccard >= threshold, best first (prefix-filtering join: only
+    features among each set's rarest `n - ceil(threshold * n) + 1` are indexed, which no qualifying pair can
+    miss), so large graphs are not compared all against all."""
+    threshold = max(threshold, 1e-9)
+    df = Counter(f for feats in items.values() for f in feats)
+    postings: dict[str, list[str]] = defaultdict(list)
+    found = []
+    for key in sorted(items, key=lambda k: len(items[k])):
+        feats = items[key]
+        if not feats:
+            continue
+        ordered = sorted(feats, key=lambda f: (df[f], f))
+        prefix = ordered[:len(feats) - math.ceil(threshold * len(feats)) + 1]
+        seen = set()
+        for f in prefix:
+            for other in postings[f]:
+                if other in seen:
+                    continue
+                seen.add(other)
+                inter = len(feats & items[other])
+                score = inter / (len(feats) + len(items[other]) - inter)
+                if score >= threshold:
+                    found.append((other, key, score))
+            postings[f].append(key)
+    return sorted(found, key=lambda x: (-x[2], x[0], x[1]))
+
+
+def _near_duplicates(con: duckdb.DuckDBPyConnection, nodes: list[dict], threshold: float) -> list[dict]:
+    """Near-duplicate pairs, the node to keep first (more inbound links, then more lines, then path)."""
+    if threshold > 1:
+        return []
+    info = {n["path"]: n for n in nodes}
+    pairs = similar_pairs({p: features(n["name"], n["description"]) for p, n in info.items()}, threshold)
+    if not pairs:
+        return []
+    inbound = dict(con.execute(
+        """SELECT target, count(DISTINCT source) FROM links
+           WHERE source <> target AND NOT starts_with(source, 'resource/') AND NOT starts_with(source, 'session/')
+           GROUP BY target""").fetchall())
+    out = []
+    for a, b, score in pairs:
+        keep, other = sorted((a, b), key=lambda p: (-inbound.get(p, 0), -info[p]["lines"], p))
+        out.append({"paths": [keep, other], "names": [info[keep]["name"], info[other]["name"]],
+                    "score": round(score, 3)})
+    return out
