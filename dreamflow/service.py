@@ -255,6 +255,7 @@ class Service:
         if opts.runner:
             self._start_runner()
         self._launch_due_turns()
+        self._catch_up_resources()
         self.say(f"Prefect UI  {self.ui_url}")
         self.say("Dreamflow is running. Ctrl-C to stop.")
         self.ready.set()
@@ -510,6 +511,33 @@ class Service:
                 self.say(f"could not launch auto_memory for session {session_id}: {exc}")
             else:
                 self.turns.launched(session_id, run)
+
+    def _catch_up_resources(self) -> None:
+        """Emit events for text resources added, changed or deleted while no service watched them (compared
+        with auto_resource's checkpoint of what each card was made from)."""
+        from tasks import checkpoints
+
+        seen = checkpoints.load(self.ws, "resources")
+        on_disk = list(self.ws.iter_files("resource"))
+        if not seen and not on_disk:
+            return
+        from tasks.cards import TEXT_RESOURCES  # imports prefect: only when there is something to compare
+
+        changed = [rel for rel in seen if not (self.ws.root / rel).is_file()]
+        for rel in on_disk:
+            if Path(rel).suffix.lower() not in TEXT_RESOURCES:
+                continue
+            if rel in seen:
+                try:
+                    text = self.memory.read(rel, numbered=False)["content"]
+                except DreamflowError:  # binary under a text suffix: auto_resource skips it anyway
+                    continue
+                if checkpoints.content_hash(text) == seen[rel].get("hash"):
+                    continue
+            changed.append(rel)
+        if changed:
+            self.say(f"Resources   {len(changed)} changed while the service was down: auto_resource runs queued")
+            self.resources_changed(changed)
 
     def status(self) -> dict:
         """What runs, index size, turn counters, last and next dream, runs in progress."""

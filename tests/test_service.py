@@ -7,6 +7,7 @@ Keep `test_prefect_yaml_deploys_against_a_process_pool` last: it replaces the se
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,17 +209,19 @@ def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
     day = svc.workspace / "daily/2024-06-01"
     day.mkdir(parents=True)
-    for i in range(400):
+    for i in range(200):
         (day / f"note-{i}.md").write_text(f"# Note {i}\n\nkeyword{i}z appears in note {i}.\n")
-    time.sleep(0.2)  # the watcher is busy indexing the burst
+    time.sleep(0.2)  # the watcher is busy indexing the burst (200 single-file transactions)
     svc.kill()
     assert connect(svc.workspace) is None, "a dead service's stale service.json must be ignored"
     svc.launch()
     try:
+        caught_up = re.findall(r"Index +up to date \(added (\d+)", svc.log())[-1]
+        assert int(caught_up) > 0, "the kill came after indexing finished: nothing was left to repair"
         memory = svc.memory
         files = sum(1 for p in svc.workspace.rglob("*") if p.is_file() and "metadata" not in p.parts)
         assert memory.index_stats()["files"] == files
-        assert memory.search("keyword399z")[0]["path"] == "daily/2024-06-01/note-399.md"
+        assert memory.search("keyword199z")[0]["path"] == "daily/2024-06-01/note-199.md"
         assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
     finally:
         assert svc.stop() == 0
@@ -267,6 +270,30 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
     second = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "start", "--port", "1"],
                             capture_output=True, text=True, timeout=60, env=svc.env)
     assert second.returncode == 8 and "already runs" in second.stdout + second.stderr
+
+
+def test_work_that_arrives_while_the_service_is_down_runs_after_restart(dreamflow_service, llm_server):
+    svc, n = dreamflow_service, SERVICE_TURNS
+    llm_server.reset()
+    llm_server.responder = lambda body: card_reply("While away")
+    turn = [{"role": "user", "content": "offline question"}]
+    assert svc.memory.turn("restart-chat", turn)["pending"] == 1
+    assert svc.stop() == 0
+    for _ in range(n - 1):  # counted in-process: the summary waits for the service
+        done = cli("turn", "--session-id", "restart-chat", "--messages", json.dumps(turn), "--json",
+                   workspace=svc.workspace, env=svc.env)
+        assert done.returncode == 0, done.stderr
+    assert "dreamflow start" in json.loads(done.stdout)["waiting"]
+    dropped = svc.workspace / "resource/2024-05-04/offline.md"
+    dropped.parent.mkdir(parents=True, exist_ok=True)
+    dropped.write_text("# Offline notes\n\nWritten while the service was stopped.\n")
+    svc.launch()
+    wait_for(lambda: finished(svc, "auto-memory/turns", 1, session_id="restart-chat"), 90, "the due auto_memory run")
+    wait_for(lambda: finished(svc, "auto-resource/on-change", 1, path="resource/2024-05-04/offline.md"), 90,
+             "the auto_resource run of the resource dropped while down")
+    counted = svc.memory.status()["turns"]["sessions"]["restart-chat"]
+    assert counted["turns"] == n and counted["pending"] == 0 and counted["runs"] == 1
+    assert (svc.workspace / "daily/2024-05-04/while-away.md").is_file()
 
 
 # ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
