@@ -3,9 +3,10 @@
 are plain memory operations on the CLI (no Prefect start); their flows exist for schedules and the UI.
 
 Prefect and the flows are imported inside the command bodies, so other commands keep their fast start.
-Without `PREFECT_API_URL` Prefect starts a temporary local server for the run (~10-20 s once per command);
-with the service's server configured, runs show up in its UI. A spinner runs meanwhile; the result is a
-summary table, or JSON with `--json`. Exit codes: 0 success, 1 failed units, else the error's code.
+Runs go to the Prefect server of `PREFECT_API_URL`, else of the workspace's running service (they show in
+its UI), else to a temporary local server Prefect starts for the command (10-30 s). A spinner runs meanwhile;
+the result is a summary table, or JSON with `--json`. Exit codes: 0 success, 1 failed units, else the
+error's code.
 """
 
 from __future__ import annotations
@@ -129,7 +130,11 @@ def _call_flow(workspace: Path, module: str, name: str, params: dict, quiet: boo
     import os
 
     from dreamflow import prefect_env
+    from dreamflow.client import service_info
 
+    running = service_info(workspace)
+    if running and running.get("prefect_api"):  # the service's Prefect server: runs show in its UI, no start-up
+        os.environ.setdefault("PREFECT_API_URL", running["prefect_api"])
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")  # the table says it all
     prefect_env.configure()
     with _spinner(f"{name.replace('_', '-')}", quiet):
