@@ -13,6 +13,7 @@ the flow run id (a new run never reuses an old result), and units carry their fi
 from __future__ import annotations
 
 import re
+import threading
 from datetime import date as Date
 from datetime import datetime, timedelta, timezone
 from typing import Literal
@@ -197,9 +198,18 @@ def integrate_material(unit: dict, date: str, candidates: list[dict], sources: d
     return "\n\n".join(parts)
 
 
+_writing = threading.Lock()  # units run in threads: read-check-write of a node must not interleave
+
+
 def apply_decision(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) -> dict:
     """Write the unit's node as decided, enforcing in code: digest/ only, existing targets for updates,
-    a `## Sources` sentence per source file, and no dropped link. Returns `{action, target}`."""
+    a `## Sources` sentence per source file, and no dropped link (checked against the node as it is now,
+    so a unit never undoes what another unit of the run just added). Returns `{action, target}`."""
+    with _writing:
+        return _apply(memory, unit, decision, date, wrote)
+
+
+def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) -> dict:
     target = (decision.target or "").strip().removeprefix("[[").removesuffix("]]")
     before = read_text(memory, target) if target.startswith("digest/") else None
     if decision.action == "CREATE":

@@ -177,6 +177,19 @@ def retry_from_ui(state):
     return run_flow_sync(auto_dream, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
 
 
+def test_two_units_on_one_node_keep_both_sources(prefect_harness, llm, memory, ws):
+    a, b = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Lisbon one", "bucket": "wiki", "summary": "Lisbon fact one.", "paths": [a]},
+        {"name": "Lisbon two", "bucket": "wiki", "summary": "Lisbon fact two.", "paths": [b]}]}))
+    for name in ("Lisbon one", "Lisbon two"):
+        llm.on(unit_route(name), json_reply({"action": "CORROBORATE", "target": "digest/wiki/portugal.md"}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["CORROBORATE", "CORROBORATE"]
+    node = text(memory, "digest/wiki/portugal.md")
+    assert f"[[{a}]]" in node and f"[[{b}]]" in node and node.count("## Sources") == 1
+
+
 def test_nothing_changed_is_a_quiet_success(prefect_harness, llm, ws):
     summary = auto_dream(date=DAY, workspace=str(ws.root))
     assert (summary["changed"], summary["units"], summary["actions"]) == (0, 0, [])
