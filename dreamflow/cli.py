@@ -9,7 +9,6 @@ Errors print a clear message and exit with the error's `exit_code` (usage errors
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 import click
 
 from dreamflow import __version__, ops
+from dreamflow.client import open_memory
 from dreamflow.settings import Settings
 from storage.errors import DreamflowError
 
@@ -37,18 +37,8 @@ class CliContext:
     workspace: Path
 
     def memory(self):
+        """Through the running service when there is one, else in this process (dreamflow.client)."""
         return open_memory(self.workspace)
-
-
-def open_memory(workspace: Path):
-    """The service client (`dreamflow.client.open_memory`) when that module exists, else an in-process Memory."""
-    if importlib.util.find_spec("dreamflow.client") is not None:
-        from dreamflow.client import open_memory as open_via_client
-
-        return open_via_client(workspace)
-    from storage.memory import Memory
-
-    return Memory(workspace)
 
 
 class OrderedGroup(click.Group):
@@ -157,7 +147,7 @@ def _click_param(op: ops.Op, p: ops.Param) -> click.Parameter:
     is_list = typing.get_origin(hint) is list
     base = typing.get_args(hint)[0] if is_list else hint
     ptype = _click_type(base)
-    default = None if p.required else p.default
+    default = None if p.required or p.name == op.body else p.default
     if p.name in op.args:
         return click.Argument([p.name], type=ptype, nargs=-1 if is_list else 1, required=p.required,
                               default=None if is_list else default)

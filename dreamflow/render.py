@@ -18,7 +18,7 @@ from rich.text import Text
 
 SNIPPET_LINES = 8
 
-out = Console(highlight=False, soft_wrap=False)
+out = Console(highlight=False, soft_wrap=True)  # long lines are not cut: grep and copy keep working
 err = Console(stderr=True, highlight=False)
 
 
@@ -150,7 +150,8 @@ def show_traverse(result: dict) -> None:
 
 def show_change(result: dict) -> None:
     """write/create/edit/append/prepend/frontmatter_*/upload/download: one confirmation line."""
-    facts = ", ".join(f"{k} {v}" for k, v in result.items() if k in ("lines", "replacements", "bytes", "deleted"))
+    facts = ", ".join(f"{k} {_plain(v)}" for k, v in result.items()
+                      if k in ("lines", "replacements", "bytes", "deleted", "missing") and v not in ([], None))
     verb = "created" if result.get("created") else "updated"
     line = Text(f"{verb} ") + Text(result["path"], style="cyan")
     if result.get("dest"):

@@ -109,7 +109,7 @@ class Memory:
             text = self._read_text(rel)
             fm = split_frontmatter(text)
             lines = text.splitlines(keepends=True)
-            cut = max(fm.body_line - 1, 0)
+            cut = fm.end_line if fm.raw is not None else 0  # after the block, even a malformed one
             text = "".join(lines[:cut]) + _with_newline(content) + "".join(lines[cut:])
             self.ws.write_text(rel, text)
             index.index_file(con, self.ws, rel, force=True)
@@ -134,6 +134,8 @@ class Memory:
             new += PurePosixPath(old).suffix
         if old == new:
             raise InvalidInput("source and destination are the same path")
+        if any(c in new for c in "[]|#"):
+            raise InvalidInput(f"{new!r} cannot be a wikilink target: no [ ] | # in file names")
         with self.db.session() as con:
             old_path, new_path = self.ws.resolve(old), self.ws.resolve(new)
             if not old_path.is_file():
@@ -461,7 +463,7 @@ class Memory:
             else:
                 meta = {k: updates[k] for k in ("name", "description") if k in updates}
             meta.update(updates)
-            text = render_frontmatter(meta, given.body)
+            text = render_frontmatter(meta, _with_newline(given.body))
             self.ws.write_text(rel, text)
             index.index_file(con, self.ws, rel, force=True)
         return {"path": rel, "created": not exists, "lines": _line_count(text), "bytes": len(text.encode())}

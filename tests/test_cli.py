@@ -1,0 +1,227 @@
+"""The `dreamflow` CLI as users and agents call it: real subprocesses over a real workspace."""
+
+import json
+import os
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from dreamflow import ops
+from storage.memory import Memory
+
+HEAVY = ("prefect", "openai", "torch", "sentence_transformers", "transformers", "pydantic", "fastapi", "uvicorn")
+
+
+def run(ws, *args, input="", env=None):
+    """Run `python -m dreamflow --workspace WS ARGS...` and return the CompletedProcess."""
+    full_env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+    full_env.update(env or {})
+    cmd = [sys.executable, "-m", "dreamflow", *(["--workspace", str(ws)] if ws else []), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, input=input, env=full_env, timeout=120)
+
+
+def ok(ws, *args, **kw):
+    proc = run(ws, *args, **kw)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def as_json(ws, *args, **kw):
+    return json.loads(ok(ws, *args, "--json", **kw).stdout)
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return tmp_path / "ws"
+
+
+def test_write_search_read_round_trip(ws):
+    written = as_json(ws, "write", "digest/wiki/boats", "--name", "Boats", "--description", "Sailing notes",
+                      "--content", "The catamaran has two hulls.\nLine two.\nLine three.\n")
+    assert written["path"] == "digest/wiki/boats.md" and written["created"] is True
+
+    hits = as_json(ws, "search", "catamaran", "--limit", "10")
+    assert [h["path"] for h in hits] == ["digest/wiki/boats.md"]
+    assert {"path", "start_line", "end_line", "score", "text"} <= set(hits[0])
+
+    people = ok(ws, "search", "catamaran").stdout
+    assert "digest/wiki/boats.md:" in people and "catamaran" in people
+
+    part = ok(ws, "read", "digest/wiki/boats.md", "--start-line", "5", "--end-line", "6").stdout
+    assert part == "     5\tThe catamaran has two hulls.\n     6\tLine two.\n"
+    assert as_json(ws, "read", "digest/wiki/boats.md")["total_lines"] == 7
+
+
+def test_content_from_file_and_stdin(ws, tmp_path):
+    body = tmp_path / "body.md"
+    body.write_text("from a file: [[digest/wiki/x.md]]\n")
+    ok(ws, "write", "notes/f.md", "--file", str(body))
+    ok(ws, "append", "notes/f.md", input="from stdin\n")
+    ok(ws, "prepend", "notes/f.md", "--file", "-", input="at the top\n")
+    text = (ws / "notes/f.md").read_text()
+    assert text == "at the top\nfrom a file: [[digest/wiki/x.md]]\nfrom stdin\n"
+    assert run(ws, "append", "notes/f.md").returncode == 2  # no content anywhere: usage error
+    assert run(ws, "write", "notes/g.md", "--content", "x", "--file", str(body)).returncode == 2
+
+
+def test_workspace_from_environment(ws):
+    ok(None, "write", "notes/env.md", "--content", "set through the environment",
+       env={"DREAMFLOW_WORKSPACE": str(ws)})
+    assert (ws / "notes/env.md").read_text() == "set through the environment\n"
+    assert (ws / "digest/procedure").is_dir() and (ws / "session/dialog").is_dir()
+
+
+@pytest.mark.parametrize("bad", ["../escape.md", "/etc/passwd", "notes/../../escape.md"])
+def test_path_escapes_exit_2_with_a_clear_message(ws, bad):
+    proc = run(ws, "write", bad, "--content", "x")
+    assert proc.returncode == 2
+    assert "workspace" in proc.stderr and "Traceback" not in proc.stderr
+    err = json.loads(run(ws, "read", bad, "--json").stdout)["error"]
+    assert err["type"] == "PathError" and err["exit_code"] == 2
+    assert not (ws.parent / "escape.md").exists()
+
+
+def test_symlink_escape_is_refused(ws, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "s.md").write_text("secret")
+    Memory(ws)  # create the layout
+    os.symlink(outside, ws / "digest" / "link")
+    proc = run(ws, "read", "digest/link/s.md")
+    assert proc.returncode == 2 and "symlink" in proc.stderr
+    assert run(ws, "write", "digest/link/new.md", "--content", "x").returncode == 2
+    assert sorted(p.name for p in outside.iterdir()) == ["s.md"]
+
+
+def test_exit_codes(ws):
+    ok(ws, "write", "notes/a.md", "--content", "pear pear")
+    assert run(ws, "read", "notes/missing.md").returncode == 3                       # NotFound
+    assert run(ws, "edit", "notes/a.md", "--old", "pear", "--new", "fig").returncode == 4  # Conflict
+    assert run(ws, "create", "notes/a.md", "--content", "again").returncode == 4
+    assert run(ws, "read", "notes/a.md", "--start-line", "x").returncode == 2          # click usage error
+    assert run(ws, "no-such-command").returncode == 2
+    assert run(ws, "daily-reindex", "yesterday").returncode == 2                      # InvalidInput
+    err = json.loads(run(ws, "edit", "notes/a.md", "--old", "kiwi", "--new", "fig", "--json").stdout)["error"]
+    assert err == {"type": "Conflict", "message": err["message"], "exit_code": 4} and "not found" in err["message"]
+    assert (ws / "notes/a.md").read_text() == "pear pear\n"
+
+
+def test_move_and_delete_report_links(ws):
+    ok(ws, "write", "digest/wiki/a.md", "--content", "A")
+    ok(ws, "write", "notes/b.md", "--content", "see [[digest/wiki/a.md#L1|the A]]")
+    moved = as_json(ws, "move", "digest/wiki/a.md", "digest/wiki/z.md")
+    assert moved["rewritten"] == [{"path": "notes/b.md", "links": 1}]
+    assert (ws / "notes/b.md").read_text() == "see [[digest/wiki/z.md#L1|the A]]\n"
+    deleted = ok(ws, "delete", "digest/wiki/z.md")
+    assert "notes/b.md:1" in deleted.stderr
+    assert as_json(ws, "delete", "notes/b.md")["inbound"] == []
+
+
+def test_frontmatter_tags_and_days(ws):
+    ok(ws, "write", "daily/2024-05-08/a", "--name", "A", "--description", "Day card",
+       "--metadata", "tags=[\"trip\"]", "--metadata", '{"mood": "good"}', "--content", "body")
+    assert as_json(ws, "frontmatter-get", "daily/2024-05-08/a.md")["frontmatter"] == {
+        "name": "A", "description": "Day card", "tags": ["trip"], "mood": "good"}
+    ok(ws, "frontmatter-update", "daily/2024-05-08/a.md", "--metadata", "mood=great", "--metadata", "stars=5")
+    fm = as_json(ws, "frontmatter-delete-keys", "daily/2024-05-08/a.md", "stars")["frontmatter"]
+    assert fm == {"name": "A", "description": "Day card", "tags": ["trip"], "mood": "great"}
+    assert as_json(ws, "tags")[0]["tag"] == "trip"
+    page = as_json(ws, "daily-reindex", "2024-05-08")
+    assert page["path"] == "daily/2024-05-08.md"
+    assert "[[daily/2024-05-08/a.md|A]]: Day card" in (ws / "daily/2024-05-08.md").read_text()
+    assert as_json(ws, "daily-list")["days"] == [{"date": "2024-05-08", "cards": 1, "index_page": True}]
+    assert "2024-05-08" in ok(ws, "daily-list").stdout
+
+
+def test_upload_download(ws, tmp_path):
+    src = tmp_path / "report.txt"
+    src.write_text("quarterly walrus report\n")
+    up = as_json(ws, "upload", str(src), "--date", "2024-05-08")
+    assert up["path"] == "resource/2024-05-08/report.txt"
+    assert [h["path"] for h in as_json(ws, "search", "walrus")] == [up["path"]]
+    dest = tmp_path / "out.txt"
+    ok(ws, "download", up["path"], str(dest))
+    assert dest.read_text() == "quarterly walrus report\n"
+    assert run(ws, "download", up["path"], str(dest)).returncode == 4
+
+
+def test_every_command_speaks_json(ws):
+    ok(ws, "write", "digest/wiki/n.md", "--name", "Node", "--content", "otter facts [[notes/o.md]]")
+    ok(ws, "write", "notes/o.md", "--content", "otters")
+    for args in (["list"], ["stat", "notes/o.md"], ["node-search", "otter"], ["traverse", "digest/wiki/n.md"],
+                 ["index-stats"], ["reconcile"], ["reindex"], ["tags"], ["daily-list"]):
+        json.loads(ok(ws, *args, "--json").stdout)
+    stat = as_json(ws, "stat", "notes/o.md")
+    assert [link["source"] for link in stat["links_in"]] == ["digest/wiki/n.md"]
+
+
+def test_reindex_shows_progress(ws):
+    for i in range(3):
+        ok(ws, "write", f"notes/{i}.md", "--content", f"note {i}")
+    proc = ok(ws, "reindex")
+    assert "reindex" in proc.stderr and "3/3" in proc.stderr
+
+
+def test_memory_commands_do_not_import_heavy_libraries(ws, tmp_path):
+    """The fast path: write, read and search (JSON and rich output) never load prefect/openai/torch/pydantic."""
+    ok(ws, "write", "notes/fast.md", "--content", "quick brown fox")
+    dump = tmp_path / "modules.json"
+    probe = (
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+        "from dreamflow.cli import main\n"
+        "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
+        "main()\n"
+    )
+    for args in (["search", "fox", "--json"], ["search", "fox"], ["read", "notes/fast.md"],
+                 ["write", "notes/w.md", "--content", "x"], ["edit", "notes/w.md", "--old", "x", "--new", "y"]):
+        proc = subprocess.run([sys.executable, "-c", probe, "--workspace", str(ws), *args],
+                              capture_output=True, text=True, input="", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        modules = set(json.loads(dump.read_text()))
+        assert "storage.memory" in modules and "click" in modules  # the probe really ran the CLI
+        loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+        assert loaded == [], f"`dreamflow {' '.join(args)}` imported {loaded[:10]}"
+    assert "duckdb" in modules
+
+
+def test_help_and_readme_list_every_operation(ws):
+    text = ok(ws, "--help").stdout
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    reference = readme.split("## CLI reference", 1)[1]
+    for op in ops.OPS:
+        assert op.cli_name in text
+        assert f"| `{op.cli_name}" in reference or f"/ `{op.cli_name} " in reference, op.cli_name
+    search_help = ok(ws, "search", "--help").stdout
+    for flag in ("--limit", "--min-score", "--start-date", "--tags", "--path-prefix", "--json"):
+        assert flag in search_help
+
+
+# ---- the registry itself ---------------------------------------------------------------------------------
+
+def test_registry_covers_every_public_memory_method():
+    public = {name for name in dir(Memory) if not name.startswith("_") and callable(getattr(Memory, name))}
+    assert {op.method_name for op in ops.OPS} == public
+    for op in ops.OPS:
+        assert op.help, f"{op.name} has no docstring"
+        names = [p.name for p in ops.parameters(op)]
+        assert set(op.args) <= set(names) and (op.body is None or op.body in names)
+
+
+def test_tool_schemas_are_json_schemas_without_callbacks():
+    schemas = {s["name"]: s for s in ops.tool_schemas()}
+    assert set(schemas) == {op.name for op in ops.OPS}
+    search = schemas["search"]
+    assert search["description"].startswith("Search memory")
+    assert search["parameters"]["required"] == ["query"]
+    assert search["parameters"]["properties"]["limit"] == {"default": 10, "description": "Maximum number of results",
+                                                           "type": "integer"}
+    assert "progress" not in schemas["reindex"]["parameters"].get("properties", {})
+    direction = schemas["traverse"]["parameters"]["properties"]["direction"]
+    assert direction["enum"] == ["forward", "backward", "both"]
+    json.dumps(list(schemas.values()))  # serialisable as-is
+    assert {s["name"] for s in ops.tool_schemas(writes=False)} >= {"read", "search", "node_search"}
+    assert typing.get_origin(next(p for p in ops.parameters(ops.BY_NAME["traverse"]) if p.name == "paths").annotation) is list
