@@ -8,8 +8,10 @@ categories 1-4 as a search restricted to its conversation (the note's tag), and 
     python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR]
 
 Metrics, per question, averaged: session recall@k = share of its evidence sessions among the sessions of
-the top-k search results (chunks); MRR = 1/rank of the first result from an evidence session; turn hit@k =
-some top-k chunk's line range holds an evidence turn. `--mode vector|hybrid` needs `make_vectors` below
+the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
+an evidence session; turn hit@k = some top-k chunk's line range holds an evidence turn; distinct-session
+recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
+index measures). `--mode vector|hybrid` needs `make_vectors` below
 to return an object with `.candidates(con, query, k, path_prefix=None)` (storage/vectors.py).
 """
 
@@ -21,6 +23,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -35,6 +38,7 @@ from storage.workspace import Workspace  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 KS = (1, 5, 10)
+DISTINCT_POOL = 50  # results fetched per question to rank distinct sessions
 TURN_ID = re.compile(r"D(\d+):(\d+)")
 
 
@@ -92,7 +96,8 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str)
     for rel in turn_lines:
         m = re.search(r"/(conv-[^/]+)-session-(\d+)\.md$", rel)
         session_of[rel] = (m.group(1), int(m.group(2)))
-    totals = {f"recall@{k}": 0.0 for k in KS} | {f"turn_hit@{k}": 0.0 for k in KS} | {"mrr": 0.0}
+    totals = ({f"recall@{k}": 0.0 for k in KS} | {"mrr": 0.0} | {f"turn_hit@{k}": 0.0 for k in KS}
+              | {f"distinct_session_recall@{k}": 0.0 for k in KS})
     n = 0
     latencies = []
     with IndexDB(ws).session() as con:
@@ -105,14 +110,17 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str)
                     continue
                 ev_sessions = {s for s, _ in evidence}
                 t0 = time.perf_counter()
-                hits = search(con, qa["question"], limit=max(KS), tags=[conv_id], expand=0,
+                hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id], expand=0,
                               vectors=vectors, weights=weights)
                 latencies.append(time.perf_counter() - t0)
                 sessions = [session_of[h["path"]][1] for h in hits]
+                distinct = list(dict.fromkeys(sessions))
+                sessions, hits = sessions[: max(KS)], hits[: max(KS)]
                 turns_hit = [_holds_turn(h, turn_lines, evidence) for h in hits]
                 for k in KS:
                     totals[f"recall@{k}"] += len(ev_sessions & set(sessions[:k])) / len(ev_sessions)
                     totals[f"turn_hit@{k}"] += any(turns_hit[:k])
+                    totals[f"distinct_session_recall@{k}"] += len(ev_sessions & set(distinct[:k])) / len(ev_sessions)
                 first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
                 totals["mrr"] += 1 / first if first else 0.0
                 n += 1
@@ -157,7 +165,9 @@ def main() -> None:
     result = evaluate(ws, convs, turn_lines, args.mode)
     print(f"mode {args.mode}, {result.pop('questions')} questions (categories 1-4)")
     for key, value in result.items():
-        print(f"  {key:>14}: {value}")
+        print(f"  {key:>27}: {value}")
+    if not args.workspace:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

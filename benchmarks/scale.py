@@ -1,7 +1,8 @@
 """Index and search at scale: a generated workspace of N chunks (default 10k and 100k).
 
-For each size: write the workspace (Markdown notes of 10 sections of ~150 words over a Zipf vocabulary
-of 30k pseudo-words, with a few wikilinks each), time a full reindex (chunks/s), the warm search latency
+For each size: write the workspace (Markdown notes of 10 sections of ~150 words drawn from a Zipf(1.2)
+vocabulary of 30k words whose most frequent ranks are English stopwords, as in real text, and the rest
+pseudo-words; one wikilink per section), time a full reindex (chunks/s), the warm search latency
 (p50/p95 over random 2-4 word queries, link expansion on), and a single-file update (edit one note and
 re-index it; p50/p95).
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from storage import index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
 from storage.search import search  # noqa: E402
+from storage.tokenize import STOPWORDS  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
 SECTIONS_PER_FILE = 10
@@ -33,11 +35,15 @@ VOCABULARY = 30_000
 
 
 def make_vocabulary(rng: np.random.Generator) -> list[str]:
+    """Stopwords first (the most frequent ranks, dropped by the tokenizer), then random pseudo-words."""
+    stop = sorted(w for w in STOPWORDS if "'" not in w and len(w) > 1)
     syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
-    words = set()
-    while len(words) < VOCABULARY:
+    words: set[str] = set()
+    while len(words) < VOCABULARY - len(stop):
         words.add("".join(rng.choice(syllables, size=rng.integers(2, 5))))
-    return sorted(words)
+    pseudo = sorted(words)
+    rng.shuffle(pseudo)
+    return stop + pseudo
 
 
 def zipf_words(rng: np.random.Generator, vocab: list[str], n: int) -> list[str]:
@@ -83,7 +89,7 @@ def run(root: Path, chunks: int, queries: int, updates: int) -> None:
 
         rng = np.random.default_rng(1)
         vocab = make_vocabulary(np.random.default_rng(7))
-        texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(2, 5)))) for _ in range(queries)]
+        texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(3, 8)))) for _ in range(queries)]
         for q in texts[:5]:
             search(con, q)  # warm up
         samples = []

@@ -231,17 +231,14 @@ def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
     """Delete the rows of these files: chunks (their postings become stale until compaction), links out, files."""
     if not paths:
         return
-    if len(paths) == 1:
-        where, params = "= ?", paths
-    else:
-        _register(con, "_paths", {"path": paths})
-        where, params = "IN (SELECT path FROM _paths)", []
-    con.execute(f"INSERT INTO stale_chunks SELECT id FROM chunks WHERE path {where}", params)
-    con.execute(f"DELETE FROM chunks WHERE path {where}", params)
-    con.execute(f"DELETE FROM links WHERE source {where}", params)
-    con.execute(f"DELETE FROM files WHERE path {where}", params)
-    if len(paths) > 1:
-        con.unregister("_paths")
+    _register(con, "_paths", {"path": paths})
+    con.execute("""
+        INSERT INTO stale_chunks SELECT id FROM chunks WHERE path IN (SELECT path FROM _paths);
+        DELETE FROM chunks WHERE path IN (SELECT path FROM _paths);
+        DELETE FROM links WHERE source IN (SELECT path FROM _paths);
+        DELETE FROM files WHERE path IN (SELECT path FROM _paths);
+    """)
+    con.unregister("_paths")
 
 
 def _touch(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, float, int]]) -> None:
@@ -366,12 +363,12 @@ def compact(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     them from a term-sorted table costs a full scan per write). Queries skip stale rows and read the unsorted
     tail in full, so both stay cheap while small; this folds them back in (about 3 s per 100k chunks).
     """
-    total = con.execute("SELECT count(*) FROM postings").fetchone()[0]
-    stale = con.execute("SELECT count(*) FROM stale_chunks").fetchone()[0]
-    chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    limit = max(ROW_GROUP, COMPACT_SHARE * total)
+    total, stale, chunks, unsorted = con.execute(f"""
+        SELECT (SELECT count(*) FROM postings), (SELECT count(*) FROM stale_chunks),
+               (SELECT count(*) FROM chunks), ({_UNSORTED_SQL})
+    """).fetchone()
     stale_postings = stale * total / max(chunks + stale, 1)
-    if not force and _unsorted_postings(con) + stale_postings < limit:
+    if not force and unsorted + stale_postings < max(ROW_GROUP, COMPACT_SHARE * total):
         return False
     with _transaction(con):
         _sort_postings(con)
@@ -390,7 +387,11 @@ def _sort_postings(con: duckdb.DuckDBPyConnection) -> None:
     """)
 
 
+# Postings appended since the last sort (they sit in the unsorted tail of the table).
+_UNSORTED_SQL = """
+    SELECT count(*) - coalesce((SELECT value::BIGINT FROM meta WHERE key = 'sorted_postings'), 0) FROM postings
+"""
+
+
 def _unsorted_postings(con: duckdb.DuckDBPyConnection) -> int:
-    """Postings appended since the last sort (they sit in the unsorted tail of the table)."""
-    row = con.execute("SELECT value FROM meta WHERE key = 'sorted_postings'").fetchone()
-    return con.execute("SELECT count(*) FROM postings").fetchone()[0] - (int(row[0]) if row else 0)
+    return con.execute(_UNSORTED_SQL).fetchone()[0]

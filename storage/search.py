@@ -65,8 +65,8 @@ WITH matches AS (
     SELECT term, chunk_id, tf, length FROM postings
     WHERE term IN ({terms}) AND chunk_id NOT IN (SELECT id FROM stale_chunks)
 ),
-df AS (SELECT term, count(*) AS df FROM matches GROUP BY term),
-corpus AS (SELECT count(*) AS n, avg(length) AS avgdl FROM chunks),
+df AS (SELECT term, count(*)::DOUBLE AS df FROM matches GROUP BY term),
+corpus AS (SELECT count(*)::DOUBLE AS n, avg(length)::DOUBLE AS avgdl FROM chunks),
 scored AS (
     SELECT chunk_id,
            sum(ln(1 + (corpus.n - df.df + 0.5) / (df.df + 0.5))
@@ -95,7 +95,7 @@ def bm25(
         return []
     sql = _BM25_SQL.format(
         terms=", ".join(f"hash({sql_literal(t)})" for t in qterms),
-        k1=K1, b=B, limit=int(limit),
+        k1=f"{K1!r}::DOUBLE", b=f"{B!r}::DOUBLE", limit=int(limit),  # DOUBLE: decimal arithmetic is slower
         join="" if filters == "TRUE" else _FILTER_JOIN.format(filters=filters),
     )
     return con.execute(sql, params or None).fetchall()
