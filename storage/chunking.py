@@ -58,6 +58,8 @@ _FAST_FENCE = re.compile(r"(?:(`{3,})[^`]*|(~{3,}).*)$")
 _FAST_ITEM = re.compile(r"(?:([-*+])|\d{1,9}([.)])) (?=\S)")
 _TABLE_SPLIT = re.compile(r"\s*(?<!\\)\|\s*")  # marko's GFM table cell splitter
 _TABLE_DELIMITER = re.compile(r":?-+:?")
+_FENCE_LIKE = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(`{3,}|~{3,})(.*)$")
+_HTML_LONG = re.compile(r" {0,3}<(?:script|pre|style|textarea|!--|\?|![A-Za-z]|!\[CDATA\[)", re.IGNORECASE)
 # Lines that start any other block syntax: the scan gives up on them and marko parses the body.
 _SPECIAL = re.compile(
     r"(?:[ \t]"  # indentation: code, continuation
@@ -129,12 +131,65 @@ for _element in GFM.elements:
 
 
 def parse_blocks(body: str, fast: bool = True) -> Outline:
-    """Outline a Markdown body: its lines and block tree (marko, or a line scan for plain prose)."""
+    """Outline a Markdown body: its lines and block tree.
+
+    With `fast` (the default) the line scan reads the body, or else each of its top-level segments
+    (`_segments`), handing to marko only the segments it does not understand; `fast=False` is marko alone.
+    """
     lines = split_lines(body)
     if not body.strip():
         return Outline(lines, [])
-    blocks = _scan_fast(lines) if fast else None
-    return Outline(lines, blocks if blocks is not None else _marko_blocks(body, lines))
+    if not fast:
+        return Outline(lines, _marko_blocks(lines))
+    blocks = _scan_fast(lines)
+    if blocks is None:
+        blocks = []
+        for a, b in _segments(lines):
+            part = lines[a:b]
+            found = _scan_fast(part)
+            blocks.extend(_shift(block, a) for block in (found if found is not None else _marko_blocks(part)))
+    return Outline(lines, blocks)
+
+
+def _segments(lines: list[str]) -> list[tuple[int, int]]:
+    """Split a body into runs of lines that parse the same alone as in place (ranges [a, b)).
+
+    A new segment starts at a line in column 0 after a blank line, outside fenced code: no container or
+    block continues across that (a list is cut in two lists there, which changes no chunk text). Fences
+    opened in column 0 are followed exactly; after a fence opened elsewhere (indented, in a list or quote,
+    after an HTML line) the rest is one segment, and so is a body with an HTML block that may hold blank lines (`<pre>`, `<!--`).
+    """
+    if any(_HTML_LONG.match(line) for line in lines if "<" in line[:4]):
+        return [(0, len(lines))]
+    out, start, fence, blank, html = [], 0, "", False, False
+    for i, line in enumerate(lines):
+        if blank and not fence and line[:1] not in ("", " ", "\t") and i > start:
+            out.append((start, i))
+            start = i
+        html = (html or (not fence and line.lstrip(" ").startswith("<"))) and bool(line.strip())
+        m = _FENCE_LIKE.match(line) if ("`" in line or "~" in line) else None
+        if m:
+            run, info = m.group(1), m.group(2)
+            if not fence and not (run[0] == "`" and "`" in info):
+                if html or not line.startswith(run):
+                    break  # an indented or nested fence, or one after HTML: leave the rest to the parser
+                fence = run
+            elif fence and run[0] == fence[0] and len(run) >= len(fence) and not info.strip():
+                if line.lstrip(" ").startswith(run) and len(line) - len(line.lstrip(" ")) <= 3:
+                    fence = ""
+        blank = not line.strip()
+    out.append((start, len(lines)))
+    return out
+
+
+def _shift(block: Block, by: int) -> Block:
+    """`block` (and its children) moved down by `by` lines."""
+    block.start += by
+    block.end += by
+    block.rows = [r + by for r in block.rows]
+    for child in block.children:
+        _shift(child, by)
+    return block
 
 
 def _table_cells(line: str) -> list[str]:
@@ -265,9 +320,9 @@ def _scan_fast(lines: list[str]) -> list[Block] | None:
     return blocks
 
 
-def _marko_blocks(body: str, lines: list[str]) -> list[Block]:
-    # Same length as `body`, so offsets map 1:1; marko would turn a lone CR or a form feed into a line break.
-    text = body.replace("\r", " ").replace("\f", " ")
+def _marko_blocks(lines: list[str]) -> list[Block]:
+    # Same lengths as `lines`, so offsets map 1:1; marko would turn a lone CR or a form feed into a line break.
+    text = "\n".join(lines).replace("\r", " ").replace("\f", " ")
     starts = [0]
     starts.extend(m.end() for m in re.finditer("\n", text))
     source = Source(text)
@@ -368,6 +423,7 @@ def _cut_line(line: str, budget: int, first_budget: int | None = None) -> list[s
     concatenate to the line.
     """
     links = [m.span() for m in _WIKILINK.finditer(line)] if "[[" in line else []
+    link_starts = [a for a, _ in links]
     out: list[str] = []
     pos = 0
     window = first_budget or budget
@@ -383,10 +439,9 @@ def _cut_line(line: str, budget: int, first_budget: int | None = None) -> list[s
                 break
         if cut <= pos:
             cut = hi
-        for a, b in links:
-            if a < cut < b:
-                cut = a if a > pos else b
-                break
+        k = bisect_right(link_starts, cut - 1) - 1
+        if k >= 0 and cut < links[k][1]:  # inside a wikilink: cut before it, or after it if it starts here
+            cut = links[k][0] if links[k][0] > pos else links[k][1]
         out.append(line[pos:cut])
         pos = cut
         window = budget

@@ -172,55 +172,80 @@ def _link_parts(inner: str) -> tuple[str, str | None, str | None, int, int]:
     return target, anchor, alias, lead, lead + len(target)
 
 
+class _Spans:
+    """Sorted, merged character ranges with O(log n) membership."""
+
+    def __init__(self, spans):
+        merged: list[list[int]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def __contains__(self, pos: int) -> bool:
+        i = bisect_right(self.starts, pos) - 1
+        return i >= 0 and pos < self.ends[i]
+
+    def within(self, a: int, b: int) -> list[tuple[int, int]]:
+        """The ranges overlapping a..b, clipped and shifted so that `a` is 0."""
+        i = max(bisect_right(self.starts, a) - 1, 0)
+        out = []
+        while i < len(self.starts) and self.starts[i] < b:
+            if self.ends[i] > a:
+                out.append((max(self.starts[i], a) - a, min(self.ends[i], b) - a))
+            i += 1
+        return out
+
+
 def _code_spans(text: str) -> list[tuple[int, int]]:
-    """Character ranges of inline code spans (CommonMark backtick-run matching) in one block's text."""
-    runs = [m for m in _BACKTICKS.finditer(text) if not (m.start() and text[m.start() - 1] == "\\")]
+    """Character ranges of inline code spans in one block's text (CommonMark backtick-run matching)."""
+    runs = [m.span() for m in _BACKTICKS.finditer(text) if not (m.start() and text[m.start() - 1] == "\\")]
+    by_width: dict[int, list[int]] = {}
+    for k, (a, b) in enumerate(runs):
+        by_width.setdefault(b - a, []).append(k)
     spans = []
     k = 0
     while k < len(runs):
-        opener = runs[k]
-        width = opener.end() - opener.start()
-        for j in range(k + 1, len(runs)):
-            if runs[j].end() - runs[j].start() == width:
-                spans.append((opener.start(), runs[j].end()))
-                k = j + 1
-                break
+        a, b = runs[k]
+        same = by_width[b - a]
+        j = bisect_right(same, k)
+        if j < len(same):
+            spans.append((a, runs[same[j]][1]))
+            k = same[j] + 1
         else:
             k += 1
     return spans
 
 
-def _fields(line: str, skip: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
-    """Inline fields on a line as (value start, value end, predicate), skipping ranges in `skip`."""
-    out = []
-    for m in _FIELD.finditer(line):
-        if any(a <= m.start() < b for a, b in skip):
-            continue
-        end = len(line)
+def _fields(line: str, skip: _Spans) -> list[tuple[int, int, str]]:
+    """Inline fields `key:: value` on a line as (value start, value end, predicate), ordered by start.
+
+    A field runs to the end of the line, or to its closing bracket when written `[key:: ...]`/`(key:: ...)`.
+    """
+    found = [m for m in _FIELD.finditer(line) if m.start() not in skip]
+    openers = []
+    for m in found:
         before = m.start() - 1
         while before >= 0 and line[before] == "*":
             before -= 1
-        if before >= 0 and line[before] in "[(":
-            opening, closing = line[before], "]" if line[before] == "[" else ")"
-            depth = 0
-            for i in range(before, len(line)):
-                if line[i] == opening:
-                    depth += 1
-                elif line[i] == closing:
-                    depth -= 1
-                    if depth == 0:
-                        end = i
-                        break
-        out.append((m.end(), end, m.group(1)))
-    return out
-
-
-def _predicate(fields: list[tuple[int, int, str]], pos: int) -> str | None:
-    best = None
-    for a, b, name in fields:
-        if a <= pos < b and (best is None or a >= best[0]):
-            best = (a, name)
-    return best[1] if best else None
+        openers.append(before if before >= 0 and line[before] in "[(" else -1)
+    closing: dict[int, int] = {}
+    if any(i >= 0 for i in openers):
+        stacks: dict[str, list[int]] = {"[": [], "(": []}
+        for i, ch in enumerate(line):
+            if ch in "[(" and i not in skip:
+                stacks[ch].append(i)
+            elif ch in "])" and i not in skip:
+                stack = stacks["[" if ch == "]" else "("]
+                if stack:
+                    closing[stack.pop()] = i
+    return [
+        (m.end(), closing.get(opener, len(line)) if opener >= 0 else len(line), m.group(1))
+        for m, opener in zip(found, openers)
+    ]
 
 
 def _body_matches(body: str, outline: Outline | None, first_line: int) -> list[_Match]:
@@ -231,45 +256,40 @@ def _body_matches(body: str, outline: Outline | None, first_line: int) -> list[_
     lines = outline.lines
     leaves = outline.leaves()
     leaf_starts = [a for a, _, _ in leaves]
-    line_starts = [0]
+    offsets = [0]  # of each line in the CR-free text "\n".join(lines)
     for line in lines:
-        line_starts.append(line_starts[-1] + len(line) + 1)
+        offsets.append(offsets[-1] + len(line) + 1)
+    code_of_leaf: dict[int, _Spans] = {}
     out: list[_Match] = []
-    per_line: dict[int, tuple[list[tuple[int, int]], list]] = {}
-    spans_of_leaf: dict[int, list[tuple[int, int]]] = {}
-    text = "\n".join(lines)  # CR-free, so offsets agree with `lines`
-    for m in _WIKILINK.finditer(text):
-        row = bisect_right(line_starts, m.start()) - 1
+    for row, line in enumerate(lines):
+        if "[[" not in line:
+            continue
         leaf = bisect_right(leaf_starts, row) - 1
         if leaf < 0 or leaves[leaf][1] < row or leaves[leaf][2]:
             continue  # in a code block (or outside any block)
         a, b, _ = leaves[leaf]
-        if leaf not in spans_of_leaf:
-            block_text = text[line_starts[a] : line_starts[b + 1] - 1]
-            spans_of_leaf[leaf] = (
-                [(s + line_starts[a], e + line_starts[a]) for s, e in _code_spans(block_text)]
-                if "`" in block_text
-                else []
+        if leaf not in code_of_leaf:
+            block = "\n".join(lines[a : b + 1])
+            code_of_leaf[leaf] = _Spans(
+                (s + offsets[a], e + offsets[a]) for s, e in (_code_spans(block) if "`" in block else [])
             )
-        code = spans_of_leaf[leaf]
-        if any(s <= m.start() < e for s, e in code):
-            continue
-        if row not in per_line:
-            base = line_starts[row]
-            skip = [(s - base, e - base) for s, e in code] + [
-                (x.start(), x.end()) for x in _WIKILINK.finditer(lines[row])
-            ]
-            per_line[row] = (skip, _fields(lines[row], skip) if "::" in lines[row] else [])
-        target, anchor, alias, t0, t1 = _link_parts(m.group(1))
-        if not target:
-            continue
-        predicate = _predicate(per_line[row][1], m.start() - line_starts[row])
-        out.append(
-            _Match(
-                Link(target, row + first_line, anchor, alias, predicate),
-                (m.start(1) + t0, m.start(1) + t1),
-            )
-        )
+        code = code_of_leaf[leaf].within(offsets[row], offsets[row] + len(line))
+        in_code = _Spans(code)
+        found = [m for m in _WIKILINK.finditer(line) if m.start() not in in_code]
+        fields = _fields(line, _Spans(code + [m.span() for m in found])) if "::" in line else []
+        active: list[tuple[int, int, str]] = []
+        k = 0
+        for m in found:
+            target, anchor, alias, t0, t1 = _link_parts(m.group(1))
+            while k < len(fields) and fields[k][0] <= m.start():
+                active.append(fields[k])
+                k += 1
+            while active and active[-1][1] <= m.start():
+                active.pop()
+            if target:
+                predicate = active[-1][2] if active else None
+                at = offsets[row] + m.start(1)
+                out.append(_Match(Link(target, row + first_line, anchor, alias, predicate), (at + t0, at + t1)))
     return out
 
 
