@@ -19,11 +19,13 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Literal
 
-from storage import doctor as _doctor, graph_edit, index, search as _search
+from storage import search as _search
 from storage.db import IndexDB
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
-from storage.markdown import parse_file, render_frontmatter, rewrite_links, split_frontmatter
 from storage.workspace import Workspace
+
+# The parser, indexer and doctor (PyYAML, marko, ...) are imported inside the methods that use them, so
+# read-only commands such as `dreamflow search` start ~50 ms faster.
 
 Progress = Callable[[int, int], None]
 
@@ -86,7 +88,7 @@ class Memory:
                 )
             text = text.replace(old, new) if replace_all else text.replace(old, new, 1)
             self.ws.write_text(rel, text)
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "replacements": count if replace_all else 1, "lines": _line_count(text)}
 
     def append(self, path: str, content: str) -> dict:
@@ -99,11 +101,13 @@ class Memory:
                 text += "\n"
             text += _with_newline(content)
             self.ws.write_text(rel, text)
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "created": created, "lines": _line_count(text)}
 
     def prepend(self, path: str, content: str) -> dict:
         """Insert content at the start of the body, after any frontmatter block."""
+        from storage.markdown import split_frontmatter
+
         rel = self._rel(path)
         with self.db.session() as con:
             text = self._read_text(rel)
@@ -112,11 +116,13 @@ class Memory:
             cut = fm.end_line if fm.raw is not None else 0  # after the block, even a malformed one
             text = "".join(lines[:cut]) + _with_newline(content) + "".join(lines[cut:])
             self.ws.write_text(rel, text)
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "inserted_at_line": cut + 1, "lines": _line_count(text)}
 
     def delete(self, path: str) -> dict:
         """Delete a file; returns the links in other files that still point to it."""
+        from storage import index
+
         rel = self._rel(path)
         with self.db.session() as con:
             target = self.ws.resolve(rel)
@@ -129,6 +135,9 @@ class Memory:
 
     def move(self, src: str, dst: str) -> dict:
         """Move a file and rewrite `[[src]]` links in every file that has them, keeping anchors and aliases."""
+        from storage import index
+        from storage.markdown import rewrite_links
+
         old, new = self._rel(src), self._rel(dst)
         if not PurePosixPath(new).suffix and PurePosixPath(old).suffix:
             new += PurePosixPath(old).suffix
@@ -151,22 +160,25 @@ class Memory:
                     self.ws.write_text(rel, text)
                     rewritten.append({"path": rel, "links": count})
             index.remove_file(con, old)
-            for rel in {new, *(r["path"] for r in rewritten)}:
-                index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, new, *(r["path"] for r in rewritten))
         return {"from": old, "to": new, "rewritten": rewritten}
 
     def frontmatter_update(self, path: str, metadata: dict[str, Any]) -> dict:
         """Set frontmatter keys (other keys and the body are kept as they are)."""
+        from storage.markdown import render_frontmatter
+
         rel = self._rel(path)
         with self.db.session() as con:
             meta, body = self._meta_and_body(rel)
             meta.update(metadata)
             self.ws.write_text(rel, render_frontmatter(meta, body))
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "frontmatter": meta}
 
     def frontmatter_delete_keys(self, path: str, keys: list[str]) -> dict:
         """Remove frontmatter keys (missing keys are reported, not an error)."""
+        from storage.markdown import render_frontmatter
+
         rel = self._rel(path)
         with self.db.session() as con:
             meta, body = self._meta_and_body(rel)
@@ -174,7 +186,7 @@ class Memory:
             for k in deleted:
                 del meta[k]
             self.ws.write_text(rel, render_frontmatter(meta, body))
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "deleted": deleted, "missing": [k for k in keys if k not in deleted], "frontmatter": meta}
 
     def daily_reindex(self, date: str) -> dict:
@@ -186,7 +198,7 @@ class Memory:
             page = self.ws.resolve(rel)
             existing = self._read_text(rel) if page.is_file() else None
             self.ws.write_text(rel, day_page(day, cards, existing))
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "date": day, "cards": cards}
 
     def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
@@ -200,7 +212,7 @@ class Memory:
             if self.ws.resolve(rel).exists() and not overwrite:
                 raise Conflict(f"{rel} already exists (use overwrite to replace it)")
             self.ws.write_bytes(rel, src.read_bytes())
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "source": str(src.resolve()), "bytes": src.stat().st_size}
 
     # ---- reading files -------------------------------------------------------------------------------
@@ -225,6 +237,9 @@ class Memory:
 
     def stat(self, path: str) -> dict:
         """Size, dates, kind, name/description, tags, outgoing links and inbound links of one file."""
+        from storage import index
+        from storage.markdown import parse_file
+
         rel = self._rel(path)
         full = self.ws.resolve(rel)
         if full.is_dir():
@@ -271,6 +286,8 @@ class Memory:
 
     def frontmatter_get(self, path: str) -> dict:
         """The frontmatter of a file as a mapping (with the parse error, if the YAML is malformed)."""
+        from storage.markdown import split_frontmatter
+
         rel = self._rel(path)
         fm = split_frontmatter(self._read_text(rel))
         return {"path": rel, "frontmatter": fm.meta, "error": fm.error}
@@ -386,16 +403,21 @@ class Memory:
 
     # ---- graph governance ----------------------------------------------------------------------------
 
-    def doctor(self, fix: bool = False, dup_threshold: float = _doctor.DUP_THRESHOLD, stale_days: int = 180,
+    def doctor(self, fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180,
                overlong_lines: int = 300) -> dict:
         """Graph health report: broken links/anchors, orphan or source-less digest nodes, near-duplicates, bad
         frontmatter, index drift; `fix` first re-indexes drifted files and retargets links to moved files."""
+        from storage import doctor
+
+        threshold = doctor.DUP_THRESHOLD if dup_threshold is None else dup_threshold
         with self.db.session() as con:
-            return _doctor.check(con, self.ws, fix=fix, dup_threshold=dup_threshold, stale_days=stale_days,
-                                 overlong_lines=overlong_lines)
+            return doctor.check(con, self.ws, fix=fix, dup_threshold=threshold, stale_days=stale_days,
+                                overlong_lines=overlong_lines)
 
     def relink(self, target: str, new_target: str, before: str | None = None) -> dict:
         """Point every link to `target` at `new_target` (aliases, predicates kept; line anchors follow their text)."""
+        from storage import graph_edit
+
         old, new = self.ws.normalize(target), self._rel(new_target)
         with self.db.session() as con:
             return graph_edit.relink(con, self.ws, old, new, before=before)
@@ -404,21 +426,29 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> dict:
         """Rebuild the whole index from the files (metadata/ is derived; nothing is lost)."""
+        from storage import index
+
         with self.db.session() as con:
             return index.rebuild(con, self.ws, progress=progress)
 
     def reconcile(self, progress: Progress | None = None) -> dict:
         """Bring the index up to date with files changed outside Dreamflow (added, modified, deleted)."""
+        from storage import index
+
         with self.db.session() as con:
             return index.reconcile(con, self.ws, progress=progress)
 
     def index_stats(self) -> dict:
         """Counts of indexed files, chunks and links, and other index facts."""
+        from storage import index
+
         with self.db.session() as con:
             return index.stats(con)
 
     def optimize(self) -> dict:
         """Compact the index now: drop stale search rows and re-sort postings (writes do it as they pile up)."""
+        from storage import index
+
         with self.db.session() as con:
             compacted = index.compact(con, force=True)
             return {"compacted": compacted, **index.stats(con)}
@@ -433,6 +463,13 @@ class Memory:
             raise PathError(f"{rel} is in metadata/, which holds derived state only")
         return rel
 
+    def _reindex(self, con, *rels: str) -> None:
+        """Re-index changed files before the write returns (a missing file's rows are removed)."""
+        from storage import index
+
+        for rel in rels:
+            index.index_file(con, self.ws, rel, force=True)
+
     def _read_text(self, rel: str) -> str:
         data = self.ws.read_bytes(rel)
         if b"\x00" in data[:8192]:
@@ -440,12 +477,16 @@ class Memory:
         return data.decode("utf-8", errors="replace")
 
     def _meta_and_body(self, rel: str) -> tuple[dict, str]:
+        from storage.markdown import split_frontmatter
+
         fm = split_frontmatter(self._read_text(rel))
         if fm.error:
             raise Conflict(f"the frontmatter of {rel} is malformed ({fm.error}); fix it with edit first")
         return dict(fm.meta), fm.body
 
     def _write(self, path, content, name, description, metadata, create: bool) -> dict:
+        from storage.markdown import render_frontmatter, split_frontmatter
+
         rel = self._rel(path)
         if not PurePosixPath(rel).suffix:
             rel = self._rel(rel + ".md")
@@ -465,7 +506,7 @@ class Memory:
             meta.update(updates)
             text = render_frontmatter(meta, _with_newline(given.body))
             self.ws.write_text(rel, text)
-            index.index_file(con, self.ws, rel, force=True)
+            self._reindex(con, rel)
         return {"path": rel, "created": not exists, "lines": _line_count(text), "bytes": len(text.encode())}
 
     def _files_mentioning(self, target: str):
@@ -476,6 +517,8 @@ class Memory:
                 yield rel
 
     def _day_cards(self, day: str) -> list[dict]:
+        from storage.markdown import split_frontmatter
+
         cards = []
         for rel in self.ws.iter_files(f"daily/{day}"):
             if rel.endswith(".md"):
@@ -502,6 +545,8 @@ class Memory:
 
 def day_page(day: str, cards: list[dict], existing: str | None) -> str:
     """The text of daily/DAY.md: the generated card list between markers, everything else kept as written."""
+    from storage.markdown import render_frontmatter
+
     lines = [CARDS_START]
     for card in cards:
         alias = (card["name"] or "").replace("|", "/").replace("]", ")").replace("\n", " ").strip()
