@@ -89,8 +89,8 @@ def repair(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
     links = _links(con, scan.disk)
     retargeted = []
     for old, new in _moves(scan, links).items():
-        result = graph_edit.relink(con, ws, old, new)
-        retargeted.append({"from": old, "to": new, "rewritten": result["rewritten"]})
+        retargeted.append({"from": old, "to": new, "rewritten": graph_edit.rewrite_sources(con, ws, old, new)})
+    graph_edit.reindex(con, ws, [r["path"] for move in retargeted for r in move["rewritten"]])
     return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
 
 
@@ -175,12 +175,18 @@ def _load_ledger(ws: Workspace) -> dict[str, str]:
 
 
 def _save_ledger(con: duckdb.DuckDBPyConnection, ws: Workspace, disk: dict) -> None:
-    """Remember the content hash of every existing link target (written only when it changed)."""
-    rows = con.execute(
-        "SELECT f.path, f.hash FROM files f WHERE f.path IN (SELECT DISTINCT target FROM links) ORDER BY f.path"
-    ).fetchall()
-    hashes = {p: h for p, h in rows if p in disk and h}
-    if hashes != _load_ledger(ws):
+    """Remember the content hash of every link target: its current one, or for a missing target the one it
+    had, until no link points at it any more (written only when it changed)."""
+    old = _load_ledger(ws)
+    rows = con.execute("""SELECT t.target, f.hash FROM (SELECT DISTINCT target FROM links) t
+                          LEFT JOIN files f ON f.path = t.target ORDER BY t.target""").fetchall()
+    hashes = {}
+    for target, digest in rows:
+        if target in disk and digest:
+            hashes[target] = digest
+        elif target not in disk and target in old:
+            hashes[target] = old[target]
+    if hashes != old:
         ws.write_text(LEDGER, json.dumps({"hashes": hashes}, indent=0, sort_keys=True))
 
 

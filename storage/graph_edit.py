@@ -82,6 +82,14 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
     re-anchors links into a rewritten file. Returns {target, new_target, rewritten: [{path, links,
     anchors_dropped}]}; changed files are re-indexed.
     """
+    rewritten = rewrite_sources(con, ws, target, new_target, before)
+    reindex(con, ws, [r["path"] for r in rewritten])
+    return {"target": target, "new_target": new_target, "rewritten": rewritten}
+
+
+def rewrite_sources(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_target: str,
+                    before: str | None = None) -> list[dict]:
+    """`relink` without the re-indexing: rewrite the files linking `target`; returns what changed."""
     if target == new_target and before is None:
         raise InvalidInput("relinking a path to itself needs `before`, the text it had")
     if not new_target.strip() or any(c in new_target for c in "[]|#\n\r"):
@@ -113,12 +121,16 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
         if changed != text:
             ws.write_text(source, changed)
             rewritten.append({"path": source, "links": count, "anchors_dropped": dropped})
-    if len(rewritten) > REINDEX_ONE_BY_ONE:
-        index.reconcile(con, ws)  # one transaction instead of one commit per file
+    return rewritten
+
+
+def reindex(con: duckdb.DuckDBPyConnection, ws: Workspace, paths: list[str]) -> None:
+    """Re-index files just written: one by one when few, else in one reconcile transaction."""
+    if len(set(paths)) > REINDEX_ONE_BY_ONE:
+        index.reconcile(con, ws)
     else:
-        for item in rewritten:
-            index.index_file(con, ws, item["path"], force=True)
-    return {"target": target, "new_target": new_target, "rewritten": rewritten}
+        for path in dict.fromkeys(paths):
+            index.index_file(con, ws, path, force=True)
 
 
 def _text_or_none(ws: Workspace, rel: str) -> str | None:

@@ -311,8 +311,11 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
 def archive_node(workspace: str, path: str, date: str) -> dict:
     """Move a node to digest/archive/ (same sub-path; links to it retargeted) and mark it `archived: date`."""
     memory = memory_of(workspace)
-    if not digest_node(path) or read_text(memory, path) is None:
+    text = read_text(memory, path) if digest_node(path) else None
+    if text is None:
         return outcome(path, "skipped", "not a live digest node")
+    if split_frontmatter(text).error:
+        return outcome(path, "skipped", "malformed frontmatter")
     dest = ARCHIVE + path.removeprefix("digest/")
     if read_text(memory, dest) is not None:
         return outcome(path, "skipped", f"{dest} already exists")

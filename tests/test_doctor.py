@@ -124,6 +124,7 @@ def test_fix_reindexes_and_retargets_moves_then_is_idempotent(mem):
     os.rename(ws.resolve("digest/wiki/kettle.md"), ws.resolve("digest/wiki/tools/kettle.md"))
     mem.reconcile()  # e.g. the service's watcher: the index forgets the old path, the ledger still knows it
     ws.write_text("daily/2024-05-09/new.md", "New card\n")  # drift
+    assert check(mem)["moved"] == [{"from": "digest/wiki/kettle.md", "to": "digest/wiki/tools/kettle.md"}]
     before = snapshot(mem)
 
     first = check(mem, fix=True)
