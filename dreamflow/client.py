@@ -9,7 +9,6 @@ the same output either way. This module stays import-light (stdlib http.client, 
 
 from __future__ import annotations
 
-import http.client
 import inspect
 import json
 import os
@@ -145,6 +144,8 @@ class RemoteMemory:
 
     def request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one request; return the decoded JSON or raise the error the service reported."""
+        import http.client  # imported on first use: in-process CLI calls never need it (~15 ms)
+
         body = None if payload is None else json.dumps(payload, ensure_ascii=False, default=str).encode()
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -175,6 +176,8 @@ class RemoteMemory:
         return result
 
     def _connection(self) -> http.client.HTTPConnection:
+        import http.client
+
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
