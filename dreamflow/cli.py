@@ -81,9 +81,8 @@ def build_command(op: ops.Op) -> click.Command:
             body = _body(op, kwargs.pop(op.body, None), body_file)
             if body is not None:
                 kwargs[op.body] = body
-        memory = obj.memory()
-        method = getattr(memory, op.method_name)
         try:
+            method = getattr(obj.memory(), op.method_name)
             if "progress" in inspect.signature(method).parameters and not as_json:
                 from dreamflow import render
 
@@ -93,6 +92,8 @@ def build_command(op: ops.Op) -> click.Command:
                 result = method(**kwargs)
         except DreamflowError as exc:
             fail(exc, as_json)
+        except OSError as exc:  # permissions, a full disk, a file where a folder should be: no traceback
+            fail(DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)), as_json)
         if as_json:
             click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
         else:

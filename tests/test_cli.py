@@ -104,6 +104,9 @@ def test_exit_codes(ws):
     assert run(ws, "read", "notes/a.md", "--start-line", "x").returncode == 2          # click usage error
     assert run(ws, "no-such-command").returncode == 2
     assert run(ws, "daily-reindex", "yesterday").returncode == 2                      # InvalidInput
+    under_a_file = run(ws, "write", "notes/a.md/inside.md", "--content", "x")        # OSError, no traceback
+    assert under_a_file.returncode == 1 and "notes/a.md" in under_a_file.stderr
+    assert "Traceback" not in under_a_file.stderr
     err = json.loads(run(ws, "edit", "notes/a.md", "--old", "kiwi", "--new", "fig", "--json").stdout)["error"]
     assert err == {"type": "Conflict", "message": err["message"], "exit_code": 4} and "not found" in err["message"]
     assert (ws / "notes/a.md").read_text() == "pear pear\n"
