@@ -12,6 +12,7 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -89,9 +90,7 @@ class LLM:
                  max_retries: int = 2):
         self.model = model
         self.usage = Usage()
-        # Local servers ignore the key, but the SDK insists on one.
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout,
-                                     max_retries=max_retries)
+        self._client = _client(base_url, api_key, timeout, max_retries)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> LLM:
@@ -171,6 +170,14 @@ class LLM:
         except ValueError as second:
             raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {second}") \
                 from None
+
+
+@lru_cache(maxsize=8)
+def _client(base_url: str, api_key: str | None, timeout: float, max_retries: int) -> openai.OpenAI:
+    """One SDK client (and HTTP connection pool) per endpoint and process: building one costs ~60 ms.
+    Local servers ignore the key, but the SDK insists on one."""
+    return openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout,
+                         max_retries=max_retries)
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
