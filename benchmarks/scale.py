@@ -47,8 +47,12 @@ def make_vocabulary(rng: np.random.Generator) -> list[str]:
 
 
 def zipf_words(rng: np.random.Generator, vocab: list[str], n: int) -> list[str]:
-    ranks = np.minimum(rng.zipf(1.2, size=n), len(vocab)) - 1
-    return [vocab[r] for r in ranks]
+    """`n` words with Zipf(1.2) ranks; ranks past the vocabulary are redrawn (not piled on the last word)."""
+    ranks = np.empty(0, dtype=np.int64)
+    while len(ranks) < n:
+        draw = rng.zipf(1.2, size=2 * n)
+        ranks = np.concatenate([ranks, draw[draw <= len(vocab)]])
+    return [vocab[r - 1] for r in ranks[:n]]
 
 
 def write_workspace(root: Path, chunks: int, seed: int = 7) -> Workspace:

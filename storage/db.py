@@ -35,7 +35,7 @@ if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 # The index layout; the DuckDB version is part of it because postings store DuckDB's hash() of each term.
-SCHEMA_VERSION = f"2 duckdb {duckdb.__version__}"
+SCHEMA_VERSION = f"3 duckdb {duckdb.__version__}"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")
@@ -77,6 +77,8 @@ CREATE TABLE IF NOT EXISTS stale_chunks (id BIGINT);
 CREATE TABLE IF NOT EXISTS links (
     source VARCHAR, target VARCHAR, anchor VARCHAR, alias VARCHAR, predicate VARCHAR, line INTEGER
 );
+CREATE INDEX IF NOT EXISTS links_source ON links (source);  -- neighbours and traversal look up both ends
+CREATE INDEX IF NOT EXISTS links_target ON links (target);
 CREATE TABLE IF NOT EXISTS embeddings (
     text_hash VARCHAR PRIMARY KEY, model VARCHAR, dim INTEGER, vector FLOAT[]
 );

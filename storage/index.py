@@ -243,9 +243,14 @@ def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
 
 def _touch(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, float, int]]) -> None:
     """Record a new mtime/size for files whose content hash did not change."""
-    now = time.time()
-    for rel, mtime, size in rows:
-        con.execute("UPDATE files SET mtime = ?, size = ?, indexed_at = ? WHERE path = ?", [mtime, size, now, rel])
+    if not rows:
+        return
+    _register(con, "_touched", _columns(("path", "mtime", "size"), rows))
+    con.execute(f"""
+        UPDATE files SET mtime = t.mtime, size = t.size, indexed_at = {time.time()!r}
+        FROM _touched t WHERE files.path = t.path
+    """)
+    con.unregister("_touched")
 
 
 def _next_chunk_ids(con: duckdb.DuckDBPyConnection, n: int) -> int:

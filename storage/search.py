@@ -253,11 +253,11 @@ def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str
     return {r[0]: r[1:] for r in rows}
 
 
-# Links from and to the hits' files, each neighbour once per hit and direction, links written inside the
-# hit's own lines first, then by line.
+# Links from and to the hits' files (two lookups: each uses its column's index; an OR would scan).
 _NEIGHBOURS_SQL = """
-SELECT source, target, anchor, predicate, line FROM links
-WHERE (source IN ({paths}) OR target IN ({paths})) AND source <> target
+SELECT source, target, anchor, predicate, line FROM links WHERE source IN ({paths}) AND source <> target
+UNION ALL
+SELECT source, target, anchor, predicate, line FROM links WHERE target IN ({paths}) AND source <> target
 ORDER BY line, source, target
 """
 
@@ -378,10 +378,9 @@ def traverse(
 def _edges(con: duckdb.DuckDBPyConnection, frontier: list[str], direction: str, predicate: str | None) -> list[dict]:
     """Links leaving (forward), entering (backward) or touching (both) the frontier, optionally one predicate."""
     ends = {"forward": ["source"], "backward": ["target"], "both": ["source", "target"]}[direction]
-    where = " OR ".join(f"{end} IN ({_in_list(frontier)})" for end in ends)
-    if predicate is not None:
-        where = f"({where}) AND predicate = {sql_literal(predicate)}"
-    rows = con.execute(
-        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {where} ORDER BY source, line, target"
-    ).fetchall()
+    only = "" if predicate is None else f" AND predicate = {sql_literal(predicate)}"
+    rows = con.execute(" UNION ".join(
+        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {end} IN ({_in_list(frontier)}){only}"
+        for end in ends
+    ) + " ORDER BY source, line, target").fetchall()
     return [dict(zip(("source", "target", "line", "anchor", "alias", "predicate"), r)) for r in rows]
