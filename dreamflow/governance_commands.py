@@ -39,9 +39,9 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
     frontmatter, index drift. Exit code 0 when healthy, 1 when something needs attention."""
     from dreamflow.cli import fail
 
-    kwargs = {"dup_threshold": dup_threshold} if dup_threshold is not None else {}
     try:
-        report = obj.memory().doctor(fix=fix, stale_days=stale_days, overlong_lines=overlong_lines, **kwargs)
+        report = obj.memory().doctor(fix=fix, dup_threshold=dup_threshold, stale_days=stale_days,
+                                     overlong_lines=overlong_lines)
     except DreamflowError as exc:
         fail(exc, as_json)
     if as_json:

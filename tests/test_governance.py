@@ -291,3 +291,37 @@ def test_relink_of_many_files_reindexes_them_in_one_go(mem):
     assert sorted(e["source"] for e in edges) == sorted(f"notes/n{i}.md" for i in range(12))
     assert {e["predicate"] for e in edges} == {"uses"}
     assert mem.traverse(["digest/wiki/hub.md"], direction="backward")["edges"] == []
+
+
+def test_merge_and_doctor_run_through_the_service_api(prefect_harness, llm, mem, ws, duplicates):
+    """With a service announced in metadata/service.json, the tasks reach memory over HTTP (RemoteMemory)."""
+    import os
+
+    from test_api import ApiServer
+
+    class Served(Memory):
+        calls: list[str] = []
+
+        def relink(self, *args, **kwargs):
+            self.calls.append("relink")
+            return super().relink(*args, **kwargs)
+
+        def doctor(self, *args, **kwargs):
+            self.calls.append("doctor")
+            return super().doctor(*args, **kwargs)
+
+    survivor, victim = duplicates
+    server = ApiServer(Served(ws.root))
+    try:
+        ws.write_text("metadata/service.json", json.dumps({"url": server.url, "pid": os.getpid(),
+                                                            "token_required": False}))
+        llm.on("Fold the second node", json_reply({"content": "Every 12 hours.\n"}))
+        summary = merge(pairs=[[survivor, victim]], workspace=str(ws.root))
+        assert summary["deleted"] == [victim] and summary["changed"] == ["digest/personal/ben.md", survivor]
+        assert f"[[{survivor}#L" in text(mem, "digest/personal/ben.md")
+        report = doctor(workspace=str(ws.root))
+        assert report["broken_links"] == [] and report["near_duplicates"] == []
+        assert Served.calls == ["relink", "doctor"]  # the tasks went through the service
+    finally:
+        server.stop()
+        os.remove(ws.resolve("metadata/service.json"))
