@@ -59,6 +59,9 @@ _FAST_ITEM = re.compile(r"(?:([-*+])|\d{1,9}([.)])) (?=\S)")
 _TABLE_SPLIT = re.compile(r"\s*(?<!\\)\|\s*")  # marko's GFM table cell splitter
 _TABLE_DELIMITER = re.compile(r":?-+:?")
 _FENCE_LIKE = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(`{3,}|~{3,})(.*)$")
+_TOP_BULLET = re.compile(r"[-*+][ \t]+\S")
+_ITEM_WITH_TEXT = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]+\S")
+_THEMATIC = re.compile(r" {0,3}([-*_])[ \t]*(?:\1[ \t]*){2,}$")
 _HTML_LONG = re.compile(r" {0,3}<(?:script|pre|style|textarea|!--|\?|![A-Za-z]|!\[CDATA\[)", re.IGNORECASE)
 # Lines that start any other block syntax: the scan gives up on them and marko parses the body.
 _SPECIAL = re.compile(
@@ -154,8 +157,9 @@ def parse_blocks(body: str, fast: bool = True) -> Outline:
 def _segments(lines: list[str]) -> list[tuple[int, int]]:
     """Split a body into runs of lines that parse the same alone as in place (ranges [a, b)).
 
-    A new segment starts at a line in column 0 after a blank line, outside fenced code: no container or
-    block continues across that (a list is cut in two lists there, which changes no chunk text). Fences
+    A new segment starts, outside fenced code, at a line in column 0 after a blank line, or at a bullet item
+    `- text` in column 0 that follows a list item or paragraph text (it cannot continue anything; a list
+    is cut in two lists there, which changes no chunk text). Fences
     opened in column 0 are followed exactly; after a fence opened elsewhere (indented, in a list or quote,
     after an HTML line) the rest is one segment, and so is a body with an HTML block that may hold blank lines (`<pre>`, `<!--`).
     """
@@ -163,7 +167,16 @@ def _segments(lines: list[str]) -> list[tuple[int, int]]:
         return [(0, len(lines))]
     out, start, fence, blank, html = [], 0, "", False, False
     for i, line in enumerate(lines):
-        if blank and not fence and line[:1] not in ("", " ", "\t") and i > start:
+        top = line[:1] not in ("", " ", "\t")
+        item = (
+            top
+            and not html
+            and _TOP_BULLET.match(line)
+            and not _THEMATIC.match(line)
+            and i > 0
+            and (_ITEM_WITH_TEXT.match(lines[i - 1].lstrip()) or _is_plain(lines[i - 1].lstrip()))
+        )
+        if (blank and top or item) and not fence and i > start:
             out.append((start, i))
             start = i
         html = (html or (not fence and line.lstrip(" ").startswith("<"))) and bool(line.strip())

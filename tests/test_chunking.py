@@ -224,7 +224,9 @@ def test_line_scan_and_marko_give_the_same_blocks_and_chunks():
 def test_segmented_parsing_finds_the_same_leaves_and_headings_as_marko():
     rng = random.Random(10)
     extra = ["- a\n  - nested", "> q\n> q2", "```\n\nx\n\n# not heading\n```", "  ```\n  in item\n\nz", "<div>\n\n</div>",
-             "1. a\n\n   para", "<!-- c\n\n# hidden -->", "~~~~\n~~~\n\n# in\n~~~~", "- ```\n  x\n\n- y"]
+             "1. a\n\n   para", "<!-- c\n\n# hidden -->", "~~~~\n~~~\n\n# in\n~~~~", "- ```\n  x\n\n- y",
+             "- <div>", "* * *", "Foo\n---", "  - deep\n    - deeper", "> - quoted item", "- > quote in item",
+             "\t- tab item", "-\tx", "+ plus\n+ plus2", "- a\n\n  ```\n  in item fence", "<span>x</span>"]
     for _ in range(1500):
         text = "\n".join(rng.choice(PIECES + extra) for _ in range(rng.randint(1, 16)))
         fast, slow = parse_blocks(text), parse_blocks(text, fast=False)
