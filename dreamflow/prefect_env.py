@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from pathlib import Path
 
 from dreamflow.settings import dreamflow_home
 
@@ -39,6 +40,7 @@ def configure() -> None:
     """Set the quiet offline defaults (without overriding the environment) and silence Prefect's
     `EventsWorker` exit chatter, which logs on the root hierarchy outside Prefect's logging config."""
     os.environ.setdefault("PREFECT_HOME", prefect_home())
+    Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)  # Prefect makes one level only
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     logging.getLogger("EventsWorker").setLevel(logging.ERROR)
