@@ -114,20 +114,28 @@ def cli_search(workspace: Path, queries: list[str]) -> list[float]:
 
 
 def grow(workspace: Path, chunks: int) -> None:
-    """Add generated daily notes (10 sections each) until about `chunks` chunks, then reindex offline."""
+    """Add generated daily notes until about `chunks` chunks (chunks per note measured on a first batch)."""
     memory = Memory(workspace)
-    have = memory.index_stats()["chunks"]
-    files = max(0, (chunks - have) // 10)
     words = "river garden recipe budget meeting travel museum guitar sprint hiking".split()
-    for f in range(files):
-        sections = "\n\n".join(
-            f"## Part {s}\n\n" + " ".join(words[(f + s + k) % 10] + str((f * 7 + s * 3 + k) % 997) for k in range(40))
-            for s in range(10)
-        )
-        memory.ws.write_text(f"daily/2029-{1 + f % 12:02d}-{1 + f % 28:02d}/gen-{f}.md", f"# Note {f}\n\n{sections}\n")
+
+    def write(first: int, count: int) -> None:
+        for f in range(first, first + count):
+            sections = "\n\n".join(
+                f"## Part {s}\n\n" + " ".join(words[(f + s + k) % 10] + str((f * 7 + s * 3 + k) % 997)
+                                              for k in range(60))
+                for s in range(10)
+            )
+            memory.ws.write_text(f"daily/2029-{1 + f % 12:02d}-{1 + f % 28:02d}/gen-{f}.md", f"# Note {f}\n\n{sections}\n")
+
+    before = memory.index_stats()["chunks"]
+    write(0, 100)
+    per_file = max(1.0, (memory.reconcile() and memory.index_stats()["chunks"] - before) / 100)
+    files = max(0, int((chunks - before) / per_file) - 100)
+    write(100, files)
     started = time.perf_counter()
-    stats = memory.reindex()
-    print(f"grew the workspace by {files} files; offline reindex {time.perf_counter() - started:.1f} s: {stats}")
+    stats = memory.reconcile()
+    print(f"grew the workspace by {files + 100} files ({per_file:.1f} chunks each); "
+          f"offline reconcile {time.perf_counter() - started:.1f} s: {stats}")
     memory.db.close()
 
 

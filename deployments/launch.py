@@ -30,14 +30,15 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
             "state": run.state.name if run.state else None}
 
 
-def emit_resource_changed(path: str, exists: bool) -> None:
-    """Tell Prefect a resource file changed (or was deleted); the auto-resource trigger starts a run."""
+def emit_resource_changed(workspace: str, path: str, exists: bool) -> None:
+    """Tell Prefect a resource file of `workspace` changed (or was deleted); the auto-resource trigger starts
+    a run for it."""
     from prefect.events import emit_event
 
     emit_event(
         event=RESOURCE_EVENT,
-        resource={"prefect.resource.id": resource_id(path), "prefect.resource.name": path},
-        payload={"path": path, "exists": exists},
+        resource={"prefect.resource.id": resource_id(workspace, path), "prefect.resource.name": path},
+        payload={"workspace": workspace, "path": path, "exists": exists},
     )
 
 

@@ -69,9 +69,9 @@ DEPLOYMENTS: dict[str, Deployment] = {
 }
 
 
-def resource_id(path: str) -> str:
+def resource_id(workspace: str, path: str) -> str:
     """The Prefect resource id of a workspace file: one trigger bucket per file."""
-    return RESOURCE_PREFIX + path
+    return f"{RESOURCE_PREFIX}{workspace.rstrip('/')}/{path}"
 
 
 def local_timezone() -> str:
@@ -148,7 +148,7 @@ def resource_trigger():
         for_each={"prefect.resource.id"},
         threshold=1,
         within=timedelta(0),
-        parameters={"path": "{{ event.payload.path }}"},
+        parameters={"path": "{{ event.payload.path }}", "workspace": "{{ event.payload.workspace }}"},
     )
 
 

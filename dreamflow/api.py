@@ -19,6 +19,7 @@ from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__, ops
 from storage.errors import DreamflowError, InvalidInput
@@ -109,6 +110,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
         body = error_body(InvalidInput(f"invalid request: {problems}"))
         return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+        body = {"error": {"type": kind, "message": message, "exit_code": 3 if exc.status_code == 404 else 1}}
+        return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

@@ -22,11 +22,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dreamflow.client import SERVICE_FILE, service_info
 from dreamflow.settings import Settings, dreamflow_home
 from storage.errors import DreamflowError
 from storage.workspace import Workspace
@@ -55,33 +55,6 @@ class ServiceError(DreamflowError):
 
     exit_code = 8
     http_status = 503
-
-
-# ---- service.json: how other processes find the running service ----------------------------------------
-
-def service_file(ws: Workspace) -> Path:
-    return ws.metadata / "service.json"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def read_service_file(ws: Workspace) -> dict | None:
-    """The running service's `{url, pid, token_required, ...}`, or None when none runs (stale files ignored)."""
-    try:
-        info = json.loads(service_file(ws).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-    if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
-        return None
-    return info
 
 
 # ---- supervised children ---------------------------------------------------------------------------------
@@ -151,11 +124,19 @@ def port_free(host: str, port: int) -> bool:
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True when GET `url` answers 200."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status == 200
+        conn.request("GET", parts.path or "/")
+        return conn.getresponse().status == 200
     except OSError:
         return False
+    finally:
+        conn.close()
 
 
 # ---- the service -----------------------------------------------------------------------------------------
@@ -236,7 +217,7 @@ class Service:
         try:
             self._lock.acquire(timeout=0)
         except Timeout:
-            info = read_service_file(self.ws) or {}
+            info = service_info(self.ws.root) or {}
             raise ServiceError(
                 f"a Dreamflow service already runs for {self.ws.root}"
                 + (f" (pid {info['pid']}, {info['url']})" if info else "")
@@ -299,9 +280,9 @@ class Service:
                 self._api_thread.join(timeout=10)
         for child in self.children:
             child.stop()
-        info = read_service_file(self.ws)
+        info = service_info(self.ws.root)
         if info and info.get("pid") == os.getpid():
-            service_file(self.ws).unlink(missing_ok=True)
+            (self.ws.root / SERVICE_FILE).unlink(missing_ok=True)
         if self.backfiller is not None:
             self.backfiller.stop()
         if self.memory is not None:
@@ -445,7 +426,7 @@ class Service:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("resource changes seen but the Prefect API is not ready")
         for rel in paths:
-            emit_resource_changed(rel, exists=(self.ws.root / rel).is_file())
+            emit_resource_changed(str(self.ws.root), rel, exists=(self.ws.root / rel).is_file())
 
     def _start_api(self) -> None:
         import uvicorn
@@ -477,17 +458,20 @@ class Service:
             "ui": self.ui_url,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
         }
-        self.ws.write_text("metadata/service.json", json.dumps(info, indent=2))
+        self.ws.write_text(SERVICE_FILE, json.dumps(info, indent=2))
 
     # -- turns and flow launches (called by the API)
 
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
-        """Start a run of `flow`'s deployment (waits for Prefect during start-up)."""
+        """Start a run of `flow`'s deployment for this workspace (waits for Prefect during start-up).
+
+        The workspace travels as a parameter, so the run works on it whichever runner or worker executes it.
+        """
         from deployments.launch import launch
 
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
-        return launch(flow, parameters)
+        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""

@@ -105,6 +105,8 @@ def test_json_error_bodies_and_validation(served):
     assert status == 422 and "limit" in body["error"]["message"]
     status, body = server.raw("POST", "/ops/search", b"{not json")
     assert status == 422
+    status, body = server.raw("POST", "/ops/no_such_op", {})
+    assert status == 404 and body["error"]["type"] == "NotFound" and "/ops/no_such_op" in body["error"]["message"]
 
 
 def test_openapi_documents_every_operation_with_its_parameters(served):

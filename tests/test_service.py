@@ -59,6 +59,10 @@ def test_start_prints_where_everything_is_and_writes_service_json(dreamflow_serv
     assert info["url"] == svc.url and info["pid"] == svc.proc.pid and info["token_required"] is False
     assert (svc.home / "prefect" / "prefect.db").is_file(), "the Prefect database belongs under DREAMFLOW_HOME"
     assert connect(svc.workspace) is not None
+    spec = httpx.get(f"{svc.url}/openapi.json").json()
+    assert {"/turn", "/status", "/health", "/flows/auto_dream", "/flows/auto_memory", "/ops/search"} <= set(spec["paths"])
+    dream = spec["paths"]["/flows/auto_dream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "scan_days" in spec["components"]["schemas"][dream["$ref"].rsplit("/", 1)[1]]["properties"]
 
 
 # ---- file events -----------------------------------------------------------------------------------------
@@ -184,7 +188,7 @@ def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
     assert resp.status_code == 422
 
 
-# ---- a second service on the same Prefect server: token, SIGTERM, kill -9 ----------------------------------
+# ---- more services on the same Prefect server: token, SIGTERM, kill -9, restart ----------------------------
 
 def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, token="s3cret")
@@ -205,8 +209,18 @@ def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_servic
     assert connect(svc.workspace) is None
 
 
-def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(dreamflow_service, tmp_path):
-    svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
+@pytest.fixture(scope="module")
+def spare(dreamflow_service, llm_server, tmp_path_factory):
+    """A second service for its own workspace on the shared Prefect server, without a runner: its runs are
+    executed by the shared service's runner (the workspace travels as a run parameter)."""
+    svc = RunningService.start(tmp_path_factory.mktemp("spare"), llm=llm_server, turns=SERVICE_TURNS,
+                               prefect_api=dreamflow_service.prefect_api, runner=False)
+    yield svc
+    assert svc.stop() == 0
+
+
+def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(spare):
+    svc = spare
     day = svc.workspace / "daily/2024-06-01"
     day.mkdir(parents=True)
     for i in range(200):
@@ -215,16 +229,43 @@ def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(
     svc.kill()
     assert connect(svc.workspace) is None, "a dead service's stale service.json must be ignored"
     svc.launch()
-    try:
-        caught_up = re.findall(r"Index +up to date \(added (\d+)", svc.log())[-1]
-        assert int(caught_up) > 0, "the kill came after indexing finished: nothing was left to repair"
-        memory = svc.memory
-        files = sum(1 for p in svc.workspace.rglob("*") if p.is_file() and "metadata" not in p.parts)
-        assert memory.index_stats()["files"] == files
-        assert memory.search("keyword199z")[0]["path"] == "daily/2024-06-01/note-199.md"
-        assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
-    finally:
-        assert svc.stop() == 0
+    caught_up = re.findall(r"Index +up to date \(added (\d+)", svc.log())[-1]
+    assert int(caught_up) > 0, "the kill came after indexing finished: nothing was left to repair"
+    memory = svc.memory
+    files = sum(1 for p in svc.workspace.rglob("*") if p.is_file() and "metadata" not in p.parts)
+    assert memory.index_stats()["files"] == files
+    assert memory.search("keyword199z")[0]["path"] == "daily/2024-06-01/note-199.md"
+    assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
+
+
+def test_work_that_arrives_while_the_service_is_down_runs_after_restart(spare, dreamflow_service, llm_server):
+    svc, n = spare, SERVICE_TURNS
+    llm_server.reset()
+    llm_server.responder = lambda body: card_reply("While away")
+    turn = [{"role": "user", "content": "offline question"}]
+    assert svc.memory.turn("restart-chat", turn)["pending"] == 1
+    assert svc.stop() == 0
+    for _ in range(n - 1):  # counted in-process: the summary waits for the service
+        done = cli("turn", "--session-id", "restart-chat", "--messages", json.dumps(turn), "--json",
+                   workspace=svc.workspace, env=svc.env)
+        assert done.returncode == 0, done.stderr
+    assert "dreamflow start" in json.loads(done.stdout)["waiting"]
+    dropped = svc.workspace / "resource/2024-05-04/offline.md"
+    dropped.parent.mkdir(parents=True, exist_ok=True)
+    dropped.write_text("# Offline notes\n\nWritten while the service was stopped.\n")
+    svc.launch()
+    workspace = str(svc.workspace.resolve())
+    shared = dreamflow_service  # its runner executes the spare's runs
+    runs = wait_for(lambda: finished(shared, "auto-memory/turns", 1, session_id="restart-chat", workspace=workspace),
+                    90, "the due auto_memory run")
+    assert runs[0]["state_type"] == "COMPLETED", runs
+    runs = wait_for(lambda: finished(shared, "auto-resource/on-change", 1, path="resource/2024-05-04/offline.md",
+                                     workspace=workspace), 90, "the auto_resource run of the resource dropped while down")
+    assert runs[0]["state_type"] == "COMPLETED", runs
+    counted = svc.memory.status()["turns"]["sessions"]["restart-chat"]
+    assert counted["turns"] == n and counted["pending"] == 0 and counted["runs"] == 1
+    assert (svc.workspace / "daily/2024-05-04/while-away.md").is_file()
+    assert not (dreamflow_service.workspace / "daily/2024-05-04/while-away.md").exists()
 
 
 # ---- supervision details ---------------------------------------------------------------------------------
@@ -270,30 +311,6 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
     second = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "start", "--port", "1"],
                             capture_output=True, text=True, timeout=60, env=svc.env)
     assert second.returncode == 8 and "already runs" in second.stdout + second.stderr
-
-
-def test_work_that_arrives_while_the_service_is_down_runs_after_restart(dreamflow_service, llm_server):
-    svc, n = dreamflow_service, SERVICE_TURNS
-    llm_server.reset()
-    llm_server.responder = lambda body: card_reply("While away")
-    turn = [{"role": "user", "content": "offline question"}]
-    assert svc.memory.turn("restart-chat", turn)["pending"] == 1
-    assert svc.stop() == 0
-    for _ in range(n - 1):  # counted in-process: the summary waits for the service
-        done = cli("turn", "--session-id", "restart-chat", "--messages", json.dumps(turn), "--json",
-                   workspace=svc.workspace, env=svc.env)
-        assert done.returncode == 0, done.stderr
-    assert "dreamflow start" in json.loads(done.stdout)["waiting"]
-    dropped = svc.workspace / "resource/2024-05-04/offline.md"
-    dropped.parent.mkdir(parents=True, exist_ok=True)
-    dropped.write_text("# Offline notes\n\nWritten while the service was stopped.\n")
-    svc.launch()
-    wait_for(lambda: finished(svc, "auto-memory/turns", 1, session_id="restart-chat"), 90, "the due auto_memory run")
-    wait_for(lambda: finished(svc, "auto-resource/on-change", 1, path="resource/2024-05-04/offline.md"), 90,
-             "the auto_resource run of the resource dropped while down")
-    counted = svc.memory.status()["turns"]["sessions"]["restart-chat"]
-    assert counted["turns"] == n and counted["pending"] == 0 and counted["runs"] == 1
-    assert (svc.workspace / "daily/2024-05-04/while-away.md").is_file()
 
 
 # ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
