@@ -273,9 +273,12 @@ def _body_matches(body: str, outline: Outline | None, first_line: int) -> list[_
             code_of_leaf[leaf] = _Spans(
                 (s + offsets[a], e + offsets[a]) for s, e in (_code_spans(block) if "`" in block else [])
             )
-        code = code_of_leaf[leaf].within(offsets[row], offsets[row] + len(line))
-        in_code = _Spans(code)
-        found = [m for m in _WIKILINK.finditer(line) if m.start() not in in_code]
+        spans = code_of_leaf[leaf]
+        code = spans.within(offsets[row], offsets[row] + len(line)) if spans.starts else []
+        found = list(_WIKILINK.finditer(line))
+        if code:
+            in_code = _Spans(code)
+            found = [m for m in found if m.start() not in in_code]
         fields = _fields(line, _Spans(code + [m.span() for m in found])) if "::" in line else []
         active: list[tuple[int, int, str]] = []
         k = 0
