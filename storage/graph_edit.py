@@ -292,7 +292,8 @@ def merge_body(content: str, survivor_text: str, victim_text: str, survivor: str
     return restore_links(body, [survivor_text, victim_text], keep=frontmatter_links, skip={survivor, victim})
 
 
-def split_bodies(original: str, path: str, overview: str, parts: list[dict], part_paths: list[str]) -> tuple[str, list[str]]:
+def split_bodies(original: str, path: str, overview: str, parts: list[dict],
+                 part_paths: list[str]) -> tuple[str, list[str]]:
     """Bodies of the hub (kept at `path`) and of each part after a split.
 
     Each part ({name, description, content, sources}) links to the hub and its siblings and carries the

@@ -98,7 +98,8 @@ def digest_node(path: str) -> bool:
 def stamps(memory) -> dict[str, str]:
     """`{path: "size:mtime"}` of every live digest node: what tells a changed node from a mined one."""
     entries = memory.list("digest", recursive=True, limit=10_000_000)["entries"]
-    return {e["path"]: f"{e['size']}:{e['mtime']}" for e in entries if e.get("type") == "file" and digest_node(e["path"])}
+    return {e["path"]: f"{e['size']}:{e['mtime']}" for e in entries
+            if e.get("type") == "file" and digest_node(e["path"])}
 
 
 def summarize(flow: str, outcomes: list[dict], failures: list[dict], **extra) -> dict:
@@ -303,7 +304,8 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
                       metadata={"split_from": path, "updated": date})
     memory.write(path, hub, metadata=hub_args["metadata"])
     relinked = memory.relink(path, path, before=text)["rewritten"]
-    return outcome(path, "done", f"into {len(parts)} parts", changed=[path, *part_paths, *(r["path"] for r in relinked)],
+    return outcome(path, "done", f"into {len(parts)} parts",
+                   changed=[path, *part_paths, *(r["path"] for r in relinked)],
                    usage=llm.usage.as_dict())
 
 
@@ -321,7 +323,8 @@ def archive_node(workspace: str, path: str, date: str) -> dict:
         return outcome(path, "skipped", f"{dest} already exists")
     moved = memory.move(path, dest)
     memory.frontmatter_update(dest, {"archived": date})
-    return outcome(path, "done", f"→ {dest}", changed=[dest, *(r["path"] for r in moved["rewritten"])], deleted=[path])
+    return outcome(path, "done", f"→ {dest}", changed=[dest, *(r["path"] for r in moved["rewritten"])],
+                   deleted=[path])
 
 
 @task(cache_policy=NO_CACHE)

@@ -118,7 +118,8 @@ def test_every_finding_on_a_crafted_workspace(mem):
 def test_fix_reindexes_and_retargets_moves_then_is_idempotent(mem):
     ws = mem.ws
     check(mem)  # an earlier run remembers the link targets' content hashes
-    mem.write("digest/wiki/pot.md", "A teapot for [[digest/wiki/tea.md#L1|brewing]].\nuses:: [[digest/wiki/kettle.md#L1]]\n"
+    mem.write("digest/wiki/pot.md", "A teapot for [[digest/wiki/tea.md#L1|brewing]].\n"
+              "uses:: [[digest/wiki/kettle.md#L1]]\n"
               + sources(CARD), name="Pot")
     os.makedirs(ws.resolve("digest/wiki/tools"))
     os.rename(ws.resolve("digest/wiki/kettle.md"), ws.resolve("digest/wiki/tools/kettle.md"))
@@ -168,7 +169,8 @@ def test_near_duplicate_similarity_on_crafted_pairs():
             ("Allergy to peanuts", "Severe peanut allergy, carries an EpiPen"))]
     distinct = [(("Ana lives in Lisbon", "Ana moved to Lisbon in May 2024"),
                  ("Ana's bakery job", "Ana works at a bakery in Lisbon")),
-                (("Allergy to peanuts", "Severe peanut allergy, carries an EpiPen"), ("Allergy to cats", "Mild allergy to cats"))]
+                (("Allergy to peanuts", "Severe peanut allergy, carries an EpiPen"),
+                 ("Allergy to cats", "Mild allergy to cats"))]
     assert all(doctor.similarity(a, b) >= doctor.DUP_THRESHOLD for a, b in dup)
     assert all(doctor.similarity(a, b) < doctor.DUP_THRESHOLD for a, b in distinct)
     items = {f"n{i}": doctor.features(*pair) for i, pair in enumerate(p for pair in dup + distinct for p in pair)}

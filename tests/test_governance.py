@@ -94,7 +94,8 @@ def test_relink_follows_line_anchors_and_keeps_predicates(mem):
     assert text(mem, "notes/x.md") == (
         "[[digest/wiki/new.md#L7-L8|first two]] and cites:: [[digest/wiki/new.md#L5]]\n"
         "gone [[digest/wiki/new.md]] plain [[digest/wiki/new.md]]\n")
-    assert {e["predicate"] for e in mem.traverse(["digest/wiki/new.md"], direction="backward")["edges"]} == {"cites", None}
+    edges = mem.traverse(["digest/wiki/new.md"], direction="backward")["edges"]
+    assert {e["predicate"] for e in edges} == {"cites", None}
 
 
 # ---- link mining -----------------------------------------------------------------------------------------
@@ -131,7 +132,8 @@ def test_link_mine_weaves_accepted_links_and_never_drops_one(prefect_harness, ll
     assert "## Related\n\n- [[digest/procedure/sourdough.md|Sourdough bread]]: she bakes it\n\n## Sources" in node
     assert "unknown.md" not in node
     after = link_set(mem)
-    assert before <= after and after - before == {(ana, "digest/wiki/lisbon.md"), (ana, "digest/procedure/sourdough.md")}
+    assert before <= after
+    assert after - before == {(ana, "digest/wiki/lisbon.md"), (ana, "digest/procedure/sourdough.md")}
     assert split_frontmatter(node).meta["name"] == "Ana"
 
     calls = len(llm.requests)
@@ -181,7 +183,8 @@ def test_merge_folds_the_doctors_duplicate_keeping_every_source_and_link(prefect
     assert summary["changed"] == ["digest/personal/ben.md", survivor]
     node = text(mem, survivor)
     meta = split_frontmatter(node).meta
-    assert meta["merged_from"] == [victim] and meta["tags"] == ["baking"] and meta["name"] == "Feeding the sourdough starter"
+    assert meta["merged_from"] == [victim] and meta["tags"] == ["baking"]
+    assert meta["name"] == "Feeding the sourdough starter"
     assert "- uses:: [[digest/wiki/flour.md]]" in node  # dropped by the model, restored with its predicate
     assert f"- 2024-05-09: Ben's advice ([[{BEN}#L1]])." in node  # source restored
     line = node.splitlines().index("Every 12 hours.") + 1
