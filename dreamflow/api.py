@@ -3,7 +3,8 @@ status and health.
 
 - `POST /ops/<name>` with the operation's parameters as a JSON object (pydantic model from the `Memory`
   signature, so /docs documents every field); the answer is the operation's JSON result.
-- `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`); `GET /health` always.
+- `POST /proactive`: the day's topics (read at once); `GET /health`.
+- `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`).
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 503 busy).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
@@ -34,6 +35,13 @@ class TurnRequest(BaseModel):
         description="Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
     )
     compact: bool = Field(False, description="Summarise the session now instead of waiting for N turns")
+
+
+class ProactiveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    date: str | None = Field(None, description="Day as YYYY-MM-DD or `today` (default: today)")
+    include_content: bool = Field(False, description="Attach the text of each topic's paths")
 
 
 class TurnResult(BaseModel):
@@ -75,6 +83,16 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
         """Liveness: the workspace, the pid, and whether start-up (Prefect, runner) has finished."""
         return {"ok": True, "workspace": str(memory.ws.root), "pid": os.getpid(),
                 "ready": service.ready.is_set() if service is not None else True}
+
+    @app.post("/proactive", tags=["memory: reads"])
+    def proactive(request: ProactiveRequest = Body(default_factory=ProactiveRequest)) -> dict[str, Any]:
+        """The topics to bring up proactively on a day, from the dream's `daily/<date>/interests.yaml`
+        (`skipped` when the day has none). `POST /flows/proactive` runs the same as a Prefect flow."""
+        from tasks.context import check_date, today
+        from tasks.interests import proactive_topics
+
+        day = check_date(request.date) if request.date else today()
+        return proactive_topics(memory, day, request.include_content)
 
     for op in ops.OPS:
         _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)

@@ -155,3 +155,18 @@ def test_unknown_parameters_are_refused(served):
     _, _, server = served
     status, body = server.raw("POST", "/ops/search", {"query": "x", "limt": 3})
     assert status == 422 and "limt" in body["error"]["message"]
+
+
+def test_proactive_returns_the_days_topics(served):
+    local, _, server = served
+    local.write("daily/2024-05-01/interests.yaml", (
+        "date: 2024-05-01\ntopic_count: 1\ndiversity_days: 7\ntopics:\n"
+        "  - {title: Alpine huts, reason: planned a hike, keywords: [hike], paths: [daily/2024-05-01/trip.md]}\n"))
+    local.write("daily/2024-05-01/trip.md", "We hiked.")
+    status, body = server.raw("POST", "/proactive", {"date": "2024-05-01", "include_content": True})
+    assert status == 200 and body["topics"][0]["title"] == "Alpine huts"
+    assert "We hiked." in body["topics"][0]["content"]["daily/2024-05-01/trip.md"]
+    status, body = server.raw("POST", "/proactive", {"date": "2024-05-02"})
+    assert status == 200 and body["topics"] == [] and "interests.yaml" in body["skipped"]
+    status, body = server.raw("POST", "/proactive", {"date": "someday"})
+    assert status == 400 and body["error"]["type"] == "InvalidInput"
