@@ -5,11 +5,13 @@ Markdown is chunked by structure. `parse_blocks` reads the body into an `Outline
 the first and last line of each block. Line ranges come from marko's `source_span` character offsets
 (marko >= 2.2 records one for every block element), mapped to lines with a bisect over line starts; only
 the block pass of marko runs, inline parsing is skipped (nothing here needs it; it would double the cost).
-Measured on this machine marko's block pass reads only 0.3-1 MB/s (lists are the slow part), which alone
-would use the whole 1 s budget for reindexing a 1 MB workspace. So `_scan_fast` first tries a line scan that
-understands the subset LLMs and people mostly write (column-0 ATX headings, paragraphs, one-line list items,
-GFM tables, fenced code: ~20 MB/s) and gives up, handing the body to marko, on the first line outside it;
-the tests check on thousands of generated documents that both paths give the same blocks.
+Measured on this machine marko's block pass reads only 0.3-1 MB/s (lists are the slowest, and a long tight
+list grows superlinearly), which alone would use the whole 1 s budget for reindexing a 1 MB workspace. So
+`parse_blocks` first tries `_scan_fast`, a line scan of the subset LLMs and people mostly write (column-0
+ATX headings, paragraphs, one-line list items, GFM tables, fenced code; ~20 MB/s). A body with anything else
+is cut into top-level segments that parse the same alone as in place (`_segments`), each read by the line
+scan or, failing that, by marko. The tests compare with marko alone on tens of thousands of generated
+documents: the same blocks for the subset, the same leaf blocks and headings for everything else.
 
 Chunking a Markdown body (`chunk_markdown`):
 - headings at the top level make a section tree; a section that fits `max_chars` is one chunk, never cut;
@@ -58,6 +60,7 @@ _FAST_FENCE = re.compile(r"(?:(`{3,})[^`]*|(~{3,}).*)$")
 _FAST_ITEM = re.compile(r"(?:([-*+])|\d{1,9}([.)])) (?=\S)")
 _TABLE_SPLIT = re.compile(r"\s*(?<!\\)\|\s*")  # marko's GFM table cell splitter
 _TABLE_DELIMITER = re.compile(r":?-+:?")
+# Segment boundaries (`_segments`):
 _FENCE_LIKE = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(`{3,}|~{3,})(.*)$")
 _TOP_BULLET = re.compile(r"[-*+][ \t]+\S")
 _ITEM_WITH_TEXT = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]+\S")
@@ -782,8 +785,8 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS) -> l
     for i, rendered in records:
         if len(rendered) > max_chars:
             flush()
-            parts = _pack_lines(rendered.split("\n"), max_chars - _MARKER_ROOM)
             lines = rendered.split("\n")
+            parts = _pack_lines(lines, max_chars - _MARKER_ROOM)
             for k, (a, b, cut, _) in enumerate(parts, 1):
                 body = cut if cut is not None else "\n".join(lines[a : b + 1])
                 chunks.append(Chunk(f"{body}\n[Part {k}/{len(parts)}]", i + first_line, i + first_line))
@@ -821,7 +824,8 @@ def chunk_text(
 
     i, n = 0, len(lines)
     while i < n:
-        i, _ = _trim(lines, i, n - 1)
+        while i < n and not lines[i].strip():
+            i += 1
         if i >= n:
             break
         prefix = header if header and i >= header_lines else ""

@@ -42,6 +42,16 @@ BINARY_SNIFF_BYTES = 8192
 
 _YAML = YAMLHandler()
 
+_FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
+_FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
+_WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
+_FIELD = re.compile(r"(\w[\w-]*)\*{0,2}::(?!:)")
+_BACKTICKS = re.compile(r"`+")
+_TOP_KEY = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([^\s#'"?:\-][^:#]*?|-[^\s:#][^:#]*?))[ \t]*:(?:[ \t]|$)""")
+_PATH_DATE = re.compile(r"^(?:daily/(\d{4}-\d{2}-\d{2})(?:\.md$|/)|resource/(\d{4}-\d{2}-\d{2})/)")
+_ISO_DATE = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})(?:$|[T ])")
+_ANCHOR_TAIL = re.compile(r"[ \t]*#[^|\]\n]*?(?=\\?\||\]\])")  # `#anchor` after a link's target
+
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
     """Safe YAML dumper writing lists of plain values inline (`tags: [a, b]`), everything else in blocks."""
@@ -53,15 +63,6 @@ def _represent_list(dumper: yaml.SafeDumper, value: list) -> yaml.Node:
 
 
 _Dumper.add_representer(list, _represent_list)
-_FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
-_FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
-_WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
-_FIELD = re.compile(r"(\w[\w-]*)\*{0,2}::(?!:)")
-_BACKTICKS = re.compile(r"`+")
-_TOP_KEY = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([^\s#'"?:\-][^:#]*?|-[^\s:#][^:#]*?))[ \t]*:(?:[ \t]|$)""")
-_PATH_DATE = re.compile(r"^(?:daily/(\d{4}-\d{2}-\d{2})(?:\.md$|/)|resource/(\d{4}-\d{2}-\d{2})/)")
-_ISO_DATE = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})(?:$|[T ])")
-_ANCHOR_TAIL = re.compile(r"[ \t]*#[^|\]\n]*?(?=\\?\||\]\])")  # `#anchor` after a link's target
 
 
 # ---------------------------------------------------------------------------------------------- frontmatter
