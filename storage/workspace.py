@@ -112,8 +112,9 @@ class Workspace:
         base = self.resolve(prefix) if prefix else self.root
         if not base.exists():
             return
+        root = str(self.root)
         for dirpath, dirnames, filenames in os.walk(base):
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
             if not include_metadata and (rel_dir == "metadata" or rel_dir.startswith("metadata/")):
                 dirnames[:] = []
                 continue
@@ -121,10 +122,10 @@ class Workspace:
             for name in sorted(filenames):
                 if is_scratch_name(name):
                     continue
-                full = Path(dirpath) / name
-                if full.is_symlink() and self.root not in full.resolve().parents:
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full) and self.root not in Path(full).resolve().parents:
                     continue
-                yield (Path(rel_dir) / name).as_posix() if rel_dir != "." else name
+                yield name if rel_dir == "." else f"{rel_dir}/{name}"
 
 
 def is_scratch_name(name: str) -> bool:
