@@ -218,6 +218,10 @@ def _show_dream(summary: dict) -> None:
 
     from dreamflow.render import out
 
+    if not summary["actions"] and not summary["failed"]:
+        out.print(Text(f"dream of {summary['date']}: {summary['scanned']} files scanned, none changed since the "
+                       "last dream; nothing to do", style="dim"))
+        return
     table = _table(f"Dream of {summary['date']}", "unit", "action", "target")
     for a in summary["actions"]:
         table.add_row(Text(a["name"]), Text(a["action"], style="green"), Text(a["target"]))

@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib.resources import files
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
@@ -69,7 +69,13 @@ class Usage:
 
 def load_prompt(name: str) -> str:
     """The system prompt `flows/prompts/<name>.md`."""
-    return (files("flows") / "prompts" / f"{name}.md").read_text(encoding="utf-8")
+    import flows  # its __path__ works for a regular and a namespace package (some editable installs)
+
+    for base in flows.__path__:
+        path = Path(base) / "prompts" / f"{name}.md"
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"no prompt flows/prompts/{name}.md")
 
 
 def require_llm(settings: Settings | None = None) -> Settings:
