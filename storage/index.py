@@ -231,14 +231,19 @@ def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
     """Delete the rows of these files: chunks (their postings become stale until compaction), links out, files."""
     if not paths:
         return
-    _register(con, "_paths", {"path": paths})
-    con.execute("""
-        INSERT INTO stale_chunks SELECT id FROM chunks WHERE path IN (SELECT path FROM _paths);
-        DELETE FROM chunks WHERE path IN (SELECT path FROM _paths);
-        DELETE FROM links WHERE source IN (SELECT path FROM _paths);
-        DELETE FROM files WHERE path IN (SELECT path FROM _paths);
+    if len(paths) == 1:  # one file: an equality on a literal lets zone maps and indexes find its rows
+        match = "= " + "'" + paths[0].replace("'", "''") + "'"
+    else:
+        _register(con, "_paths", {"path": paths})
+        match = "IN (SELECT path FROM _paths)"
+    con.execute(f"""
+        INSERT INTO stale_chunks SELECT id FROM chunks WHERE path {match};
+        DELETE FROM chunks WHERE path {match};
+        DELETE FROM links WHERE source {match};
+        DELETE FROM files WHERE path {match};
     """)
-    con.unregister("_paths")
+    if len(paths) > 1:
+        con.unregister("_paths")
 
 
 def _touch(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, float, int]]) -> None:
@@ -346,6 +351,9 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     if post_term:
         _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
                 "hash(term), chunk_id, tf, length")
+        con.execute(f"""
+            INSERT OR REPLACE INTO meta SELECT 'unsorted_postings', ({_UNSORTED_SQL} + {len(post_term)})::VARCHAR
+        """)
     if links:
         _insert(con, "links", _columns(LINK_COLUMNS, links), ", ".join(LINK_COLUMNS))
 
@@ -368,10 +376,10 @@ def compact(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     them from a term-sorted table costs a full scan per write). Queries skip stale rows and read the unsorted
     tail in full, so both stay cheap while small; this folds them back in (about 3 s per 100k chunks).
     """
-    total, stale, chunks, unsorted = con.execute(f"""
-        SELECT (SELECT count(*) FROM postings), (SELECT count(*) FROM stale_chunks),
-               (SELECT count(*) FROM chunks), ({_UNSORTED_SQL})
+    sorted_, unsorted, stale, chunks = con.execute(f"""
+        SELECT ({_SORTED_SQL}), ({_UNSORTED_SQL}), (SELECT count(*) FROM stale_chunks), (SELECT count(*) FROM chunks)
     """).fetchone()
+    total = sorted_ + unsorted
     stale_postings = stale * total / max(chunks + stale, 1)
     if not force and unsorted + stale_postings < max(ROW_GROUP, COMPACT_SHARE * total):
         return False
@@ -386,16 +394,17 @@ def _sort_postings(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TABLE postings AS
         SELECT * FROM postings WHERE chunk_id NOT IN (SELECT id FROM stale_chunks) ORDER BY term, chunk_id
     """)
-    con.execute("DELETE FROM stale_chunks")
     con.execute("""
-        INSERT OR REPLACE INTO meta SELECT 'sorted_postings', count(*)::VARCHAR FROM postings
+        DELETE FROM stale_chunks;
+        INSERT OR REPLACE INTO meta SELECT 'sorted_postings', count(*)::VARCHAR FROM postings;
+        INSERT OR REPLACE INTO meta VALUES ('unsorted_postings', '0');
     """)
 
 
-# Postings appended since the last sort (they sit in the unsorted tail of the table).
-_UNSORTED_SQL = """
-    SELECT count(*) - coalesce((SELECT value::BIGINT FROM meta WHERE key = 'sorted_postings'), 0) FROM postings
-"""
+# Postings in the sorted part of the table, and those appended since the last sort (the unsorted tail),
+# kept in `meta` so that checking whether to compact costs no scan.
+_SORTED_SQL = "SELECT coalesce((SELECT value::BIGINT FROM meta WHERE key = 'sorted_postings'), 0)"
+_UNSORTED_SQL = "SELECT coalesce((SELECT value::BIGINT FROM meta WHERE key = 'unsorted_postings'), 0)"
 
 
 def _unsorted_postings(con: duckdb.DuckDBPyConnection) -> int:
