@@ -41,14 +41,23 @@ class CliContext:
         return open_memory(self.workspace)
 
 
-class OrderedGroup(click.Group):
-    """Lists commands in declaration order (files, frontmatter, search, index, then extensions)."""
+class OperationsGroup(click.Group):
+    """Memory commands are built from `ops.OPS` when looked up (a call builds only its own command); commands
+    added with `add_command` (extensions) come first, so an extension may replace a generated command.
+    Help lists them in declaration order: files, frontmatter, search, index, then extensions."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        generated = [op.cli_name for op in ops.OPS]
+        return generated + [name for name in self.commands if name not in generated]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands:
+            return self.commands[name]
+        op = next((op for op in ops.OPS if op.cli_name == name), None)
+        return build_command(op) if op else None
 
 
-@click.group(cls=OrderedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OperationsGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=lambda: Settings().workspace,
     show_default="$DREAMFLOW_WORKSPACE or ./.dreamflow", help="Workspace folder (created on first use).",
@@ -208,8 +217,6 @@ def _body(op: ops.Op, content: str | None, body_file) -> str | None:
     return None
 
 
-for _op in ops.OPS:
-    cli.add_command(build_command(_op))
 for _module in EXTENSIONS:
     importlib.import_module(_module).register(cli)
 
