@@ -35,6 +35,8 @@ DEFAULT_PORT = 8420
 DEFAULT_PREFECT_PORT = 4200
 RESTARTS_ALLOWED = 3  # per child within RESTART_WINDOW
 RESTART_WINDOW = 600.0
+LOG_ROTATE_BYTES = 10_000_000  # a child's log moves to <name>.1 at start when bigger than this
+BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
 PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
 
 # Exec'd in front of every child: die when the service dies, even by kill -9 (Linux; elsewhere a no-op).
@@ -69,6 +71,8 @@ class Child:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.exists() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+            self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
             log.flush()
@@ -408,14 +412,15 @@ class Service:
         self.watcher = WorkspaceWatcher(self.ws, self.index_changes, self.resources_changed).start()
 
     def index_changes(self, paths: list[str | None]) -> None:
-        """Watcher callback: re-index changed files (a `None` asks for a full reconcile)."""
+        """Watcher callback: re-index changed files; a `None` (folder moved or deleted) or a bulk change
+        reconciles the whole index in one batched transaction instead."""
         from storage import index
 
         with self.memory.db.session() as con:
-            if None in paths:
+            if None in paths or len(paths) > BULK_CHANGES:
                 index.reconcile(con, self.ws)
-            for rel in paths:
-                if rel is not None:
+            else:
+                for rel in paths:
                     index.index_file(con, self.ws, rel)
         self.changed()
 

@@ -80,6 +80,16 @@ def test_a_saved_daily_file_is_searchable_and_edits_and_deletes_follow(dreamflow
     wait_for(lambda: not memory.search("tomatillozq"), 5, "the deleted file to leave the index")
 
 
+def test_a_bulk_change_is_indexed_too(dreamflow_service):
+    svc, memory = dreamflow_service, dreamflow_service.memory
+    folder = svc.workspace / "digest/wiki/imported"
+    folder.mkdir(parents=True)
+    for i in range(250):  # more than one batch of single-file updates: the service reconciles
+        (folder / f"page-{i}.md").write_text(f"# Page {i}\n\nbulkword{i}y\n")
+    wait_for(lambda: memory.search("bulkword249y") and memory.search("bulkword0y"), 15, "the bulk import")
+    assert len(memory.list("digest/wiki/imported", limit=1000)["entries"]) == 250
+
+
 def test_the_cli_goes_through_the_running_service(dreamflow_service):
     svc = dreamflow_service
     svc.memory.write("digest/wiki/quokka.md", "Quokkas live on Rottnest Island.", name="Quokka")
