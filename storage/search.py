@@ -195,8 +195,14 @@ def search(
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
         results.append(hit)
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
+    # one files lookup for the hits and all their neighbours
+    info = _file_info(con, {h["path"] for h in results} | {n["path"] for ns in neighbours.values() for n in ns})
     for hit in results:
+        hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None, None, None))))
         hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
+        for n in hit["neighbors"]:
+            n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
+            n["exists"] = n["path"] in info
     return results
 
 
@@ -231,15 +237,11 @@ _FILE_COLUMNS = ("name", "description", "date")
 
 
 def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, dict]:
-    """Hit dicts for these chunk ids (two point lookups: a join would scan every chunk)."""
+    """Hit dicts for these chunk ids (file facts are added by the caller: a join would scan every chunk)."""
     rows = con.execute(
         f"SELECT id, path, start_line, end_line, headings, text FROM chunks WHERE id IN ({_in_list(ids)})"
     ).fetchall()
-    hits = {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in rows}
-    info = _file_info(con, {h["path"] for h in hits.values()})
-    for hit in hits.values():
-        hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None, None, None))))
-    return hits
+    return {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in rows}
 
 
 def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str, tuple]:
@@ -263,7 +265,7 @@ ORDER BY line, source, target
 
 
 def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dict[int, list[dict]]:
-    """Up to `n` outgoing and `n` incoming neighbours per hit, with the neighbour's name/description."""
+    """Up to `n` outgoing and `n` incoming neighbours per hit (name/description/exists filled by the caller)."""
     paths = {h["path"] for h in hits}
     if not paths:
         return {}
@@ -281,12 +283,10 @@ def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dic
                     seen.add(edge[end])
                     chosen.append((direction, edge, edge[end]))
         picked[hit["chunk_id"]] = chosen
-    info = _file_info(con, {p for chosen in picked.values() for _, _, p in chosen})
     return {
         cid: [
-            {"path": path, "name": info.get(path, (None,))[0], "description": info.get(path, (None, None))[1],
-             "anchor": edge[2], "predicate": edge[3], "direction": direction, "line": edge[4],
-             "exists": path in info}
+            {"path": path, "name": None, "description": None, "anchor": edge[2], "predicate": edge[3],
+             "direction": direction, "line": edge[4], "exists": False}
             for direction, edge, path in chosen
         ]
         for cid, chosen in picked.items()
