@@ -268,9 +268,9 @@ class Service:
         self.stopping.set()
         if self.watcher is not None:
             self.watcher.stop()  # index what is pending, emit pending resource events
-        for child in reversed(self.children):  # runner first, then the Prefect server
-            if child.name == "runner":
-                child.stop()
+        runner = self._child("runner")
+        if runner is not None:  # first: it pauses its schedules through the Prefect server
+            runner.stop()
         if self.prefect_ready.is_set():
             try:
                 from deployments.launch import flush_events
@@ -282,7 +282,7 @@ class Service:
             self._api_server.should_exit = True
             if self._api_thread is not None:
                 self._api_thread.join(timeout=10)
-        for child in self.children:
+        for child in self.children:  # the Prefect server
             child.stop()
         info = service_info(self.ws.root)
         if info and info.get("pid") == os.getpid():
@@ -293,6 +293,9 @@ class Service:
             self.memory.db.close()
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
+
+    def _child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
 
     # -- Prefect server and runner
 
@@ -334,7 +337,7 @@ class Service:
 
     def _wait_for_prefect(self) -> None:
         deadline = time.monotonic() + PREFECT_START_TIMEOUT
-        server = next((c for c in self.children if c.name == "prefect server"), None)
+        server = self._child("prefect server")
         while not http_ok(f"{self.prefect_api}/health"):
             if server is not None and server.exit_code() is not None:
                 raise ServiceError(
@@ -403,7 +406,7 @@ class Service:
     def _reconcile(self) -> None:
         started = time.monotonic()
         result = self.memory.reconcile()
-        summary = ", ".join(f"{k} {v if isinstance(v, int) else len(v)}" for k, v in result.items())
+        summary = ", ".join(f"{k} {v}" for k, v in result.items())
         self.say(f"Index       up to date ({summary}; {time.monotonic() - started:.1f} s)")
 
     def _start_watcher(self) -> None:
