@@ -132,6 +132,8 @@ def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | 
             if progress:
                 progress(done, len(paths))
         _sort_postings(con)
+    if progress and not paths:
+        progress(0, 0)
     result = stats(con)
     result["seconds"] = round(time.perf_counter() - started, 3)
     return result
