@@ -10,8 +10,9 @@ folder, flows answered by the scripted LLM server (instant replies), and prints:
   it is Completed;
 - `dreamflow search` wall time, a fresh process per query, through the running service and in-process after
   the service stops;
-- resident memory (RSS) of the service process and its children, idle; with --chunks N also after the
-  workspace grows to about N chunks (indexed offline, then the service restarted over it).
+- resident memory (RSS) of the service process and its children, idle (with `--embedder local`, once every
+  chunk has its vector); with --chunks N also after the workspace grows to about N chunks (indexed offline,
+  then the service restarted over it).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=4)
     parser.add_argument("--queries", type=int, default=10)
     parser.add_argument("--chunks", type=int, default=0, help="also measure RSS at about this many chunks")
+    parser.add_argument("--embedder", default="none", help="DREAMFLOW_EMBEDDER of the service (none | local)")
     args = parser.parse_args()
 
     llm = LLMServer().start()
@@ -154,10 +156,12 @@ def main() -> None:
         root = Path(tmp)
         print(f"workspace: {build_workspace(root / 'ws', copies=1)}")
         started = time.perf_counter()
-        svc = RunningService.start(root, llm=llm)
+        svc = RunningService.start(root, llm=llm, env={"DREAMFLOW_EMBEDDER": args.embedder})
         print(f"dreamflow start -> ready: {time.perf_counter() - started:.1f} s")
         try:
             time.sleep(5)
+            if args.embedder != "none":  # wait for the background backfill to embed every chunk
+                wait_for(lambda: svc.memory.status()["vectors"]["pending"] == 0, 600, "vectors", interval=2)
             memory_report(svc, "idle")
             print(line("save -> searchable", save_to_searchable(svc, args.saves)))
             to_start, to_done = event_to_flow(svc, args.events)

@@ -63,7 +63,6 @@ class RunningService:
     def start(cls, root: Path, llm=None, turns: int = 10, prefect_api: str | None = None, runner: bool = True,
               token: str | None = None, env: dict | None = None, timeout: float = 150) -> RunningService:
         extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
-        env.update(extra)
         env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
                    DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1")
         env.pop("DREAMFLOW_API_TOKEN", None)
@@ -72,6 +71,7 @@ class RunningService:
         if llm is not None:
             env.update(DREAMFLOW_LLM_BASE_URL=llm.base_url, DREAMFLOW_LLM_MODEL=llm.model,
                        DREAMFLOW_LLM_API_KEY="test-key", DREAMFLOW_LLM_TIMEOUT="20", DREAMFLOW_LLM_MAX_RETRIES="0")
+        env.update(extra)
         args = []
         if prefect_api:
             args += ["--prefect-api", prefect_api]

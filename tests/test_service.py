@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +89,31 @@ def test_a_bulk_change_is_indexed_too(dreamflow_service):
         (folder / f"page-{i}.md").write_text(f"# Page {i}\n\nbulkword{i}y\n")
     wait_for(lambda: memory.search("bulkword249y") and memory.search("bulkword0y"), 15, "the bulk import")
     assert len(memory.list("digest/wiki/imported", limit=1000)["entries"]) == 250
+
+
+def test_concurrent_writers_through_the_service_lose_nothing(dreamflow_service):
+    svc, memory = dreamflow_service, dreamflow_service.memory
+    errors = []
+
+    def writer(k):
+        try:
+            for i in range(15):
+                memory.write(f"digest/personal/writer-{k}-{i}.md", f"concword{k}x{i}y")
+                assert memory.search(f"concword{k}x{i}y"), "read-your-writes"
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    outside = [cli("append", f"digest/personal/cli-{i}.md", "--content", f"cliword{i}y", workspace=svc.workspace)
+               for i in range(2)]
+    for t in threads:
+        t.join(60)
+    assert errors == [] and all(p.returncode == 0 for p in outside), (errors, [p.stderr for p in outside])
+    names = {e["path"] for e in memory.list("digest/personal", limit=1000)["entries"]}
+    assert {f"digest/personal/writer-{k}-{i}.md" for k in range(4) for i in range(15)} <= names
+    assert memory.search("cliword1y")[0]["path"] == "digest/personal/cli-1.md"
 
 
 def test_the_cli_goes_through_the_running_service(dreamflow_service):
