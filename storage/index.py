@@ -354,7 +354,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
         _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
                 "hash(term), chunk_id, tf, length")
         con.execute(f"""
-            INSERT OR REPLACE INTO meta SELECT 'unsorted_postings', ({_UNSORTED_SQL} + {len(post_term)})::VARCHAR
+            UPDATE meta SET value = (value::BIGINT + {len(post_term)})::VARCHAR WHERE key = 'unsorted_postings'
         """)
     if links:
         _insert(con, "links", _columns(LINK_COLUMNS, links), ", ".join(LINK_COLUMNS))
