@@ -11,8 +11,8 @@ Metrics, per question, averaged: session recall@k = share of its evidence sessio
 the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
 an evidence session; turn hit@k = some top-k chunk's line range holds an evidence turn; distinct-session
 recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
-index measures). `--mode vector|hybrid` needs `make_vectors` below
-to return an object with `.candidates(con, query, k, path_prefix=None)` (storage/vectors.py).
+index measures). `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
+and supplies `make_vectors` (an object with `.candidates(con, query, k, ...)`, see storage/vectors.py).
 """
 
 from __future__ import annotations
@@ -81,12 +81,14 @@ def write_conversation(ws: Workspace, conv_id: str, data: dict) -> dict[str, dic
 
 
 def make_vectors(mode: str):
-    """The vectors object for `--mode vector|hybrid` (None for keyword)."""
+    """The vectors object for `--mode vector|hybrid` (None for keyword).
+
+    Embedding the workspace takes a model and minutes of CPU, so benchmarks/locomo_hybrid.py does that and
+    plugs its vector index in here (replacing this function) before calling `evaluate`.
+    """
     if mode == "keyword":
         return None
-    from storage.vectors import Vectors  # provided by the semantic-recall work
-
-    return Vectors.for_benchmark()  # type: ignore[attr-defined]
+    sys.exit("vector and hybrid modes need embeddings: run benchmarks/locomo_hybrid.py --modes " + mode)
 
 
 def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str) -> dict:
