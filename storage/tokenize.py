@@ -9,6 +9,7 @@ character), which finds Chinese words without a dictionary.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import Stemmer
 
@@ -41,8 +42,13 @@ _MAX_CACHE = 500_000
 
 
 def _stem(word: str) -> str:
-    """Stem of one lowercased word ("" for a stopword); possessives and contractions keep their stem."""
+    """Stem of one lowercased word ("" for a stopword); possessives and contractions keep their stem.
+
+    Accents are dropped (café = cafe) and compatibility forms folded (ｆｕｌｌ = full), so a query typed
+    either way matches."""
     word_ = word.strip("'")
+    if not word_.isascii():
+        word_ = "".join(c for c in unicodedata.normalize("NFKD", word_) if not unicodedata.combining(c))
     base = word_.split("'", 1)[0]
     if not base or word_ in STOPWORDS or base in STOPWORDS:
         stem = ""

@@ -31,3 +31,8 @@ def test_single_cjk_character_is_a_unigram_and_scripts_mix():
 def test_punctuation_and_empty_text_give_no_terms():
     assert terms("") == []
     assert terms("... --- !!! the a of") == []
+
+
+def test_accents_and_fullwidth_forms_fold():
+    assert terms("Café naïve résumés") == terms("cafe naive resumes") == ["cafe", "naiv", "resum"]
+    assert terms("ｆｕｌｌ width") == terms("full width")
