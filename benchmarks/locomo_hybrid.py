@@ -1,0 +1,117 @@
+"""LoCoMo retrieval with vectors: keyword vs vector vs hybrid (RRF), on benchmarks/locomo.py's workspace.
+
+Builds the same workspace (one daily note per session, searched per conversation by tag), fills the vectors
+with the real local model through `storage.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in
+each mode. Embeddings of pieces and questions are cached by text under benchmarks/out/ (gitignored), so a rerun
+costs seconds instead of minutes on 2 cores.
+
+    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 1.0] [--piece-chars 360]
+
+`--piece-chars` sets the vector piece size (0 = one piece per keyword chunk) to measure granularity;
+`--weights` lists vector RRF weights to compare (keyword weight 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import locomo  # noqa: E402
+from dreamflow.embedders import LocalEmbedder  # noqa: E402
+from storage import vectors  # noqa: E402
+from storage.db import IndexDB  # noqa: E402
+from storage.search import search  # noqa: E402
+from storage.workspace import Workspace  # noqa: E402
+
+CACHE = Path(__file__).resolve().parent / "out" / "embedding-cache.npz"
+
+
+class CachedEmbedder:
+    """Wraps an embedder with a text -> vector cache kept in an .npz file (benchmarks only)."""
+
+    def __init__(self, inner, path: Path = CACHE):
+        self.inner, self.path, self.model_id = inner, path, inner.model_id
+        self.cache: dict[str, np.ndarray] = {}
+        self.computed = 0
+        if path.exists():
+            data = np.load(path)
+            if str(data["model"]) == self.model_id:
+                self.cache = dict(zip(data["keys"].tolist(), data["vectors"]))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        keys = [hashlib.blake2b(t.encode(), digest_size=16).hexdigest() for t in texts]
+        missing = {k: t for k, t in zip(keys, texts) if k not in self.cache}
+        if missing:
+            for k, v in zip(missing, self.inner.embed(list(missing.values()))):
+                self.cache[k] = v
+            self.computed += len(missing)
+        return np.stack([self.cache[k] for k in keys])
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, model=self.model_id, keys=np.array(list(self.cache)), vectors=np.stack(list(self.cache.values())))
+        os.replace(tmp, self.path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(locomo.DEFAULT_DATA))
+    parser.add_argument("--modes", default="keyword,vector,hybrid")
+    parser.add_argument("--weights", default="1.0", help="comma-separated vector RRF weights for hybrid")
+    parser.add_argument("--rrf-k", default="60", help="comma-separated RRF k values for hybrid")
+    parser.add_argument("--piece-chars", type=int, default=vectors.PIECE_CHARS)
+    parser.add_argument("--overlap", type=float, default=vectors.OVERLAP)
+    args = parser.parse_args()
+    vectors.OVERLAP = args.overlap
+
+    vectors.PIECE_CHARS = args.piece_chars or 10**9  # 0: one piece per keyword chunk
+    ws = Workspace(Path(tempfile.mkdtemp(prefix="locomo-hybrid-")))
+    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(args.data, "conv-*.json")))}
+    turn_lines: dict = {}
+    for conv_id, data in convs.items():
+        turn_lines |= locomo.write_conversation(ws, conv_id, data)
+    db = IndexDB(ws)
+    embedder = CachedEmbedder(LocalEmbedder())
+    t0 = time.perf_counter()
+    filled = vectors.backfill(db, embedder, batch=64)
+    with db.session() as con:
+        st = vectors.status(con)
+    print(f"{st['chunks']} chunks, {st['pieces']} vector pieces (piece <= {args.piece_chars or 'chunk'} chars, overlap {args.overlap}); "
+          f"embedded {filled['embedded']} texts in {time.perf_counter() - t0:.1f} s ({embedder.computed} computed)")
+    index = vectors.VectorIndex(embedder.model_id, lambda q: embedder.embed([q])[0])
+
+    chosen = {"weights": (1.0, 1.0), "k": 60}
+
+    def weighted_search(*a, weights=None, **kw):  # hybrid runs with the weight and k under test
+        return search(*a, weights=chosen["weights"] if weights == (1.0, 1.0) else weights, rrf_k=chosen["k"], **kw)
+
+    locomo.search = weighted_search
+    locomo.make_vectors = lambda mode: None if mode == "keyword" else index
+    try:
+        grid = [(float(w), int(k)) for k in args.rrf_k.split(",") for w in args.weights.split(",")]
+        for mode in args.modes.split(","):
+            for w, k in (grid if mode == "hybrid" else [(None, 60)]):
+                chosen["weights"], chosen["k"] = (1.0, w or 1.0), k
+                result = locomo.evaluate(ws, convs, turn_lines, mode)
+                label = f"{mode} (vector weight {w}, rrf k {k})" if w else mode
+                print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()
+                                                if k.startswith(("recall", "mrr", "search"))))
+    finally:
+        embedder.save()
+
+
+if __name__ == "__main__":
+    main()
