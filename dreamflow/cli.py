@@ -27,7 +27,9 @@ from storage.errors import DreamflowError
 
 # Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
-EXTENSIONS: list[str] = ["dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands"]
+EXTENSIONS: list[str] = [
+    "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.semantic",
+]
 
 
 @dataclass

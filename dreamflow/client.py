@@ -36,7 +36,11 @@ def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
     from storage.memory import Memory
 
     if not keep_open:
-        return Memory(workspace)
+        from dreamflow.semantic import attach
+
+        memory = Memory(workspace)
+        attach(memory)  # vector search in-process only with DREAMFLOW_CLI_VECTORS=1 (the service always has it)
+        return memory
     from storage.db import IndexDB
     from storage.workspace import Workspace
 

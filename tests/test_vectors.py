@@ -63,12 +63,15 @@ def test_short_text_is_one_piece():
     assert pieces("   \n") == []
 
 
-def test_long_text_becomes_overlapping_windows_of_whole_lines():
+def test_long_text_becomes_windows_of_whole_lines(monkeypatch):
     lines = [f"Line {i}: " + "word " * 12 for i in range(40)]
     out = pieces("\n".join(lines), budget=200)
     assert len(out) > 4 and all(len(p) <= 200 for p in out)
-    covered = [line.strip() for p in out for line in p.splitlines()]
-    assert {line.strip() for line in lines} == set(covered)
+    covered = [line for p in out for line in p.splitlines()]
+    assert covered == [line.strip() for line in lines]  # OVERLAP 0: every line once, in order
+    monkeypatch.setattr(vectors, "OVERLAP", 0.5)
+    out = pieces("\n".join(lines), budget=200)
+    assert {line.strip() for line in lines} == {line for p in out for line in p.splitlines()}
     for a, b in zip(out, out[1:]):  # each window starts inside the previous one
         assert b.splitlines()[0] in a.splitlines()
 
@@ -220,22 +223,20 @@ def test_candidates_are_exact(db, notes, ws):
     assert np.allclose([s for _, s in hits], [s for s, _ in brute[:10]], atol=1e-5)
 
 
-def test_index_follows_its_own_writes_without_reload_and_reloads_for_others(ws, db, notes):
+def test_index_follows_its_own_writes_without_reload_and_reloads_for_others(ws, db, notes, monkeypatch):
     emb = LocalEmbedder()
     idx = VectorIndex(emb.model_id, query_fn(emb))
     backfill(db, emb, index=idx)
     put(ws, db, "daily/2024-05-06/tea.md", "# Tea\n\nGreen tea steeps for two minutes at 80 degrees.\n")
     with db.session() as con:
         idx.refresh(con)
-        loads = vectors._load
-        vectors._load = lambda con: pytest.fail("the index reloaded what it had just stored")
-        try:
-            backfill(db, emb, index=idx)
+    with monkeypatch.context() as patch:
+        patch.setattr(vectors, "_load", lambda con: pytest.fail("the index reloaded what it had just stored"))
+        backfill(db, emb, index=idx)
+        with db.session() as con:
             assert idx._version == vectors.version(con)  # took the vectors as they were stored
             assert chunk_paths(con, idx.candidates(con, "brewing green tea", 1)) == ["daily/2024-05-06/tea.md"]
-        finally:
-            vectors._load = loads
-        assert chunk_paths(con, idx.candidates(con, "gearbox repair", 1)) == ["daily/2024-05-02/garage.md"]
+            assert chunk_paths(con, idx.candidates(con, "gearbox repair", 1)) == ["daily/2024-05-02/garage.md"]
     put(ws, db, "daily/2024-05-05/boat.md", "# Boat\n\nWe sailed the small boat across the lake at dawn.\n")
     backfill(db, emb)  # another writer: the index is not told
     with db.session() as con:
