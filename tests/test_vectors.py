@@ -6,6 +6,7 @@ import pytest
 from dreamflow.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder
 from storage import index, vectors
 from storage.db import IndexDB
+from storage.search import node_search, search
 from storage.vectors import Backfiller, VectorIndex, backfill, pieces
 
 from test_embeddings import word_vectors
@@ -242,3 +243,52 @@ def test_index_follows_its_own_writes_without_reload_and_reloads_for_others(ws, 
     with db.session() as con:
         assert chunk_paths(con, idx.candidates(con, "sailing on a lake", 1)) == ["daily/2024-05-05/boat.md"]
         assert len(idx) == 6
+
+
+# ---- fused with keyword search ------------------------------------------------------------------------------
+
+PARAPHRASE = "raising a youngster in a caring household"  # shares no keyword with any note
+
+
+@pytest.fixture
+def hybrid(db, notes):
+    emb = LocalEmbedder()
+    backfill(db, emb)
+    return VectorIndex(emb.model_id, query_fn(emb))
+
+
+def test_search_finds_a_paraphrase_only_with_vectors(db, hybrid):
+    with db.session() as con:
+        assert search(con, PARAPHRASE) == []
+        hits = search(con, PARAPHRASE, limit=2, vectors=hybrid)
+    assert {h["path"] for h in hits} == {"daily/2024-05-01/adoption.md", "digest/personal/family.md"}
+    assert all(h["bm25_rank"] is None and h["vector_rank"] for h in hits)
+
+
+def test_search_fuses_both_lists_and_honours_filters(db, hybrid):
+    with db.session() as con:
+        keyword = search(con, "gearbox", expand=0)
+        fused = search(con, "gearbox", expand=0, vectors=hybrid)
+        assert keyword[0]["path"] == fused[0]["path"] == "daily/2024-05-02/garage.md"
+        assert fused[0]["bm25_rank"] == 1 and fused[0]["vector_rank"] == 1 and fused[0]["score"] == 1.0
+        dated = search(con, PARAPHRASE, vectors=hybrid, start_date="2024-05-02", end_date="2024-05-02")
+        assert [h["path"] for h in dated] == ["daily/2024-05-02/garage.md"]
+
+
+def test_a_failing_query_embedder_leaves_keyword_results(db, notes):
+    backfill(db, LocalEmbedder())
+
+    def broken(_):
+        raise EmbedderError("model gone")
+
+    with db.session() as con:
+        with_broken = search(con, "sourdough starter", expand=0, vectors=VectorIndex(LocalEmbedder.model_id, broken))
+        assert [h["path"] for h in with_broken] == [h["path"] for h in search(con, "sourdough starter", expand=0)]
+
+
+def test_node_search_fuses_at_node_level(db, hybrid):
+    with db.session() as con:
+        assert node_search(con, PARAPHRASE) == []
+        nodes = node_search(con, PARAPHRASE, vectors=hybrid)
+    assert nodes[0]["path"] == "digest/personal/family.md"
+    assert all(n["path"].startswith("digest/") for n in nodes)
