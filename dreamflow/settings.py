@@ -31,7 +31,9 @@ class Settings:
     embed_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_BASE_URL"))
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
     embed_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_MODEL"))
-    vector_weight: float = field(default_factory=lambda: float(_env("DREAMFLOW_VECTOR_WEIGHT", "1.0")))  # RRF
+    # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (README "Semantic recall")
+    vector_weight: float = field(default_factory=lambda: float(_env("DREAMFLOW_VECTOR_WEIGHT", "0.3")))
+    vector_rrf_k: int = field(default_factory=lambda: int(_env("DREAMFLOW_VECTOR_RRF_K", "10")))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))

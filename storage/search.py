@@ -156,7 +156,7 @@ def search(
     expand: int = 3,
     vectors: Vectors | None = None,
     weights: tuple[float, float] | None = None,
-    rrf_k: int = RRF_K,
+    rrf_k: int | None = None,
     include_archived: bool = False,
 ) -> list[dict]:
     """Chunks matching `query`: BM25 (+ vector) candidates fused by RRF, filtered, with linked neighbours.
@@ -164,10 +164,10 @@ def search(
     Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date), `tags` (any of),
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
     digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
-    vectors object's `weight`, if it has one). Each hit: path, start_line, end_line, score (fused), bm25,
-    bm25_rank, vector_score, vector_rank, headings, text, name, description, date, chunk_id, neighbors (up to
-    `expand` outgoing and `expand` incoming links of the hit's file, each with the neighbour's name and
-    description).
+    vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
+    Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
+    text, name, description, date, chunk_id, neighbors (up to `expand` outgoing and `expand` incoming links of
+    the hit's file, each with the neighbour's name and description).
     """
     if limit <= 0:
         return []
@@ -178,6 +178,7 @@ def search(
         keyword = [(cid, s) for cid, s in keyword if s >= min_score]
     semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
     weights = weights or (1.0, _vector_weight(vectors))
+    rrf_k = rrf_k or _vector_rrf_k(vectors)
     fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)[:limit]
     if not fused:
         return []
@@ -307,7 +308,7 @@ def node_search(
         return []
     path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
     fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
-                 (1.0, _vector_weight(vectors)))[:limit]
+                 (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
     info = _file_info(con, [p for p, _ in fused])
     return [
         {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6)}
@@ -319,6 +320,11 @@ def node_search(
 def _vector_weight(vectors: Vectors | None) -> float:
     """RRF weight of the vector list: the vectors object's `weight` attribute, else 1."""
     return float(getattr(vectors, "weight", 1.0))
+
+
+def _vector_rrf_k(vectors: Vectors | None) -> int:
+    """RRF k: the vectors object's `rrf_k` attribute (tuned with its model), else RRF_K."""
+    return int(getattr(vectors, "rrf_k", None) or RRF_K)
 
 
 def _first_paths(ranked: list[tuple[int, float]], path_of: dict[int, str]) -> list[str]:

@@ -332,15 +332,16 @@ class VectorIndex:
 
     `embed_query(text) -> 1-D float32 vector` is injected (so storage never imports a model) and called only
     when there are vectors to search; `model_id` must match the stored vectors, else no candidates.
-    `weight` is this list's RRF weight in search (keyword list: 1); `embedder` optionally rides along for a
-    `Backfiller`. Pass an instance as `vectors=` to `storage.search.search` / `node_search`.
+    `weight` and `rrf_k` set how search fuses this list with the keyword list (weight 1): the defaults were
+    tuned for the local MiniLM on LoCoMo. `embedder` optionally rides along for a `Backfiller`.
+    Pass an instance as `vectors=` to `storage.search.search` / `node_search`.
     """
 
-    def __init__(self, model_id: str, embed_query: Callable[[str], np.ndarray], weight: float = 1.0,
-                 embedder: EmbedFn | None = None):
+    def __init__(self, model_id: str, embed_query: Callable[[str], np.ndarray], weight: float = 0.3,
+                 rrf_k: int = 10, embedder: EmbedFn | None = None):
         self.model_id = model_id
         self.embed_query = embed_query
-        self.weight = weight
+        self.weight, self.rrf_k = weight, rrf_k
         self.embedder = embedder
         self._lock = threading.Lock()
         self._version = -1
