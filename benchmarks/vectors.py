@@ -101,7 +101,8 @@ def latency(root: Path, chunks: int, queries: int) -> None:
     store_s = time.perf_counter() - t0
 
     words = scale.make_vocabulary(np.random.default_rng(7))
-    query_texts = [" ".join(scale.zipf_words(rng, words, int(rng.integers(2, 5)))) for _ in range(queries)]
+    qrng = np.random.default_rng(1)  # the same queries as benchmarks/scale.py
+    query_texts = [" ".join(scale.zipf_words(qrng, words, int(qrng.integers(3, 8)))) for _ in range(queries)]
     query_vecs = dict(zip(query_texts, clustered(rng, centres, queries)))
     index = vectors.VectorIndex(model, query_vecs.__getitem__)
     with db.session() as con:

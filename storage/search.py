@@ -173,6 +173,7 @@ def search(
         return []
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived)
     pool = max(CANDIDATES, 3 * limit)
+    _prepare(vectors, con, query)
     keyword = bm25(con, query, pool, filters, params)
     if min_score is not None:
         keyword = [(cid, s) for cid, s in keyword if s >= min_score]
@@ -301,6 +302,7 @@ def node_search(
         return []
     filters, params = _file_filters(path_prefix="digest/")
     pool = max(CANDIDATES, 5 * limit)
+    _prepare(vectors, con, query)
     keyword = bm25(con, query, pool, filters, params)
     semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
     ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
@@ -315,6 +317,12 @@ def node_search(
         for p, s in fused
         if p in info
     ]
+
+
+def _prepare(vectors: Vectors | None, con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Let a vectors object that can (storage/vectors.py) score the query while BM25 runs."""
+    if vectors is not None and hasattr(vectors, "prepare"):
+        vectors.prepare(con, query)
 
 
 def _vector_weight(vectors: Vectors | None) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Protocol
 
 import duckdb
@@ -182,8 +183,16 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def prune(con: duckdb.DuckDBPyConnection) -> int:
-    """Delete vectors of texts no chunk has any more; returns how many went."""
+def prune(con: duckdb.DuckDBPyConnection, min_share: float = 0.0) -> int:
+    """Delete vectors of texts no chunk has any more, if they are more than `min_share` of all rows (they are
+    a cache: a text that comes back costs nothing); returns how many went."""
+    if min_share > 0:
+        orphans, rows = con.execute(
+            """SELECT count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.text_hash = e.text_hash)),
+                      count(*) FROM embeddings e"""
+        ).fetchone()
+        if orphans <= min_share * rows:
+            return 0
     gone = con.execute(
         "DELETE FROM embeddings e WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.text_hash = e.text_hash)"
     ).fetchone()[0]
@@ -312,6 +321,8 @@ class Backfiller:
                 continue
             try:
                 backfill(self.db, self.embedder, self.batch, index=self.index, stop=self._stop)
+                with self.db.session() as con:
+                    prune(con, min_share=0.1)  # a reload of the index follows, so only now and then
                 self.last_error, delay = None, self.retry_after
                 if not self._wake.is_set():
                     self._idle.set()
@@ -351,6 +362,8 @@ class VectorIndex:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._starts = np.zeros(0, dtype=np.int64)  # owner index -> its first matrix row (pieces are contiguous)
         self._query_cache: dict[str, np.ndarray] = {}
+        self._prepared: dict[str, Future] = {}
+        self._worker: ThreadPoolExecutor | None = None
 
     # keeping the matrix in step with the table
 
@@ -421,14 +434,31 @@ class VectorIndex:
             self._query_cache[query] = vec
         return vec
 
+    def prepare(self, con: duckdb.DuckDBPyConnection, query: str) -> None:
+        """Start embedding and scoring `query` on a worker thread, so it overlaps the keyword query that
+        search runs next (numpy and the model release the GIL); `scores` picks the result up."""
+        snapshot = self._snapshot(con)
+        if snapshot is not None:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dreamflow-vectors")
+            self._prepared = {query: self._worker.submit(self._score, snapshot, query)}  # one search at a time
+
     def scores(self, con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], np.ndarray] | None:
         """(text hashes, best piece cosine per hash) for the query, or None when there is nothing to search."""
+        prepared = self._prepared.pop(query, None)
+        if prepared is not None:
+            return prepared.result()
+        snapshot = self._snapshot(con)
+        return None if snapshot is None else self._score(snapshot, query)
+
+    def _snapshot(self, con: duckdb.DuckDBPyConnection) -> tuple | None:
         self.refresh(con)
         with self._lock:
             self._fold()
-            if not self._hashes:
-                return None
-            matrix, starts, hashes = self._matrix, self._starts, self._hashes
+            return (self._matrix, self._starts, self._hashes) if self._hashes else None
+
+    def _score(self, snapshot: tuple, query: str) -> tuple[list[str], np.ndarray] | None:
+        matrix, starts, hashes = snapshot
         q = self._query_vector(query)
         if q is None or q.shape[0] != matrix.shape[1]:
             return None

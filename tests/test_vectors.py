@@ -136,8 +136,10 @@ def test_prune_drops_vectors_no_chunk_uses(ws, db, notes):
     (ws.root / "digest/wiki/bread.md").unlink()
     with db.session() as con:
         index.reconcile(con, ws)
-        assert vectors.prune(con) == 1
+        assert vectors.prune(con, min_share=0.5) == 0  # 1 orphan of 4 rows: kept as a cache
+        assert vectors.prune(con, min_share=0.1) == 1
         assert vectors.status(con)["embedded"] == 3
+        assert vectors.prune(con) == 0
 
 
 def test_a_failing_embedder_stores_nothing_and_later_catches_up(db, notes, llm_server):
