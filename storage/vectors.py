@@ -363,6 +363,8 @@ class VectorIndex:
         self._starts = np.zeros(0, dtype=np.int64)  # owner index -> its first matrix row (pieces are contiguous)
         self._query_cache: dict[str, np.ndarray] = {}
         self._prepared: dict[str, Future] = {}
+        self._ids_of: dict[str, list[int]] = {}  # text_hash -> chunk ids (see _chunk_ids)
+        self._ids_top, self._ids_rows = 0, 0
         self._worker: ThreadPoolExecutor | None = None
 
     # keeping the matrix in step with the table
@@ -469,12 +471,13 @@ class VectorIndex:
         """The `k` chunks closest to the query: [(chunk_id, cosine)], best first, only chunks under
         `path_prefix` whose file `f` passes the SQL condition `filters` (named `params`), as search builds it.
 
-        Exact: hashes are taken best-first in growing slices until k such chunks are found or none remain.
+        Exact: texts are taken best-first in growing slices until k such chunks are found or none remain.
         """
         scored = self.scores(con, query)
         if scored is None or k <= 0:
             return []
         hashes, best = scored
+        ids_of = self._chunk_ids(con)
         found: list[tuple[int, float]] = []
         taken, want = 0, max(4 * k, 64)
         while taken < len(best) and len(found) < k:
@@ -482,23 +485,39 @@ class VectorIndex:
             top = np.argpartition(-best, want - 1)[:want] if want < len(best) else np.arange(len(best))
             top = top[np.argsort(-best[top], kind="stable")][taken:]
             taken = want
-            found.extend(_chunks_of(con, [hashes[i] for i in top], best[top], path_prefix, filters, params))
+            ranked = [(cid, float(best[i])) for i in top for cid in ids_of.get(hashes[i], ())]
+            found.extend(_passing(con, ranked, path_prefix, filters, params))
             want *= 8
-        found.sort(key=lambda item: (-item[1], item[0]))
         return found[:k]
 
+    def _chunk_ids(self, con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
+        """text_hash -> chunk ids, kept in step cheaply: chunk ids only grow, so new rows are those past the
+        highest id seen; ids of deleted chunks linger (`_passing` drops them) until they are 10% of the map."""
+        top, live = con.execute("SELECT coalesce(max(id), 0), count(*) FROM chunks").fetchone()
+        with self._lock:
+            if self._ids_rows > 1.1 * live + 64:
+                self._ids_of, self._ids_top, self._ids_rows = {}, 0, 0
+            if top > self._ids_top:
+                rows = con.execute("SELECT id, text_hash FROM chunks WHERE id > ?", [self._ids_top]).fetchall()
+                for cid, h in rows:
+                    self._ids_of.setdefault(h, []).append(cid)
+                self._ids_top, self._ids_rows = top, self._ids_rows + len(rows)
+            return self._ids_of
 
-def _chunks_of(con: duckdb.DuckDBPyConnection, hashes: list[str], scores: np.ndarray, path_prefix: str | None,
-               filters: str = "TRUE", params: dict | None = None) -> list[tuple[int, float]]:
-    """Live chunks carrying these text hashes that pass the filters, each with its hash's score."""
-    score_of = dict(zip(hashes, scores.tolist()))
-    # Hashes are hex, so literals are safe; a literal IN list costs ~1 ms where a bound list costs several.
-    conds = [f"c.text_hash IN ({', '.join(_literal(h) for h in hashes)})"]
+
+def _passing(con: duckdb.DuckDBPyConnection, ranked: list[tuple[int, float]], path_prefix: str | None,
+             filters: str = "TRUE", params: dict | None = None) -> list[tuple[int, float]]:
+    """The (chunk id, score) pairs, in order, whose chunk still exists and passes the filters."""
+    if not ranked:
+        return []
+    # Literal ids: chunk ids are sequential, so zone maps find them (a bound list becomes a slower join).
+    conds = [f"c.id IN ({', '.join(str(int(cid)) for cid, _ in ranked)})"]
     if path_prefix:
         conds.append(f"starts_with(c.path, {_literal(path_prefix)})")
     join = ""
     if filters.strip() != "TRUE":
         join = "JOIN files f ON f.path = c.path"
         conds.append(f"({filters})")
-    sql = f"SELECT c.id, c.text_hash FROM chunks c {join} WHERE {' AND '.join(conds)}"
-    return [(cid, score_of[h]) for cid, h in con.execute(sql, params or None).fetchall()]
+    sql = f"SELECT c.id FROM chunks c {join} WHERE {' AND '.join(conds)}"
+    ok = {r[0] for r in con.execute(sql, params or None).fetchall()}
+    return [(cid, score) for cid, score in ranked if cid in ok]
