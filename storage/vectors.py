@@ -479,7 +479,7 @@ class VectorIndex:
         hashes, best = scored
         ids_of = self._chunk_ids(con)
         found: list[tuple[int, float]] = []
-        taken, want = 0, max(4 * k, 64)
+        taken, want = 0, k + 16  # most of the best texts pass: grow 8x when filters reject many
         while taken < len(best) and len(found) < k:
             want = min(want, len(best))
             top = np.argpartition(-best, want - 1)[:want] if want < len(best) else np.arange(len(best))
