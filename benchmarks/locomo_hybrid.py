@@ -5,7 +5,7 @@ with the real local model through `storage.vectors.backfill`, then runs benchmar
 each mode. Embeddings of pieces and questions are cached by text under benchmarks/out/ (gitignored), so a rerun
 costs seconds instead of minutes on 2 cores.
 
-    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.3] [--rrf-k 10] [--piece-chars 720]
+    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720]
 
 `--piece-chars` sets the vector piece size (0 = one piece per keyword chunk) to measure granularity;
 `--weights` and `--rrf-k` list vector RRF weights (keyword weight 1) and RRF k values to compare.
@@ -70,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(locomo.DEFAULT_DATA))
     parser.add_argument("--modes", default="keyword,vector,hybrid")
-    parser.add_argument("--weights", default="0.3", help="comma-separated vector RRF weights for hybrid")
+    parser.add_argument("--weights", default="0.2", help="comma-separated vector RRF weights for hybrid")
     parser.add_argument("--rrf-k", default="10", help="comma-separated RRF k values for hybrid")
     parser.add_argument("--piece-chars", type=int, default=vectors.PIECE_CHARS)
     parser.add_argument("--overlap", type=float, default=vectors.OVERLAP)

@@ -32,7 +32,7 @@ class Settings:
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
     embed_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_MODEL"))
     # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (README "Semantic recall")
-    vector_weight: float = field(default_factory=lambda: float(_env("DREAMFLOW_VECTOR_WEIGHT", "0.3")))
+    vector_weight: float = field(default_factory=lambda: float(_env("DREAMFLOW_VECTOR_WEIGHT", "0.2")))
     vector_rrf_k: int = field(default_factory=lambda: int(_env("DREAMFLOW_VECTOR_RRF_K", "10")))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))

@@ -348,7 +348,7 @@ class VectorIndex:
     Pass an instance as `vectors=` to `storage.search.search` / `node_search`.
     """
 
-    def __init__(self, model_id: str, embed_query: Callable[[str], np.ndarray], weight: float = 0.3,
+    def __init__(self, model_id: str, embed_query: Callable[[str], np.ndarray], weight: float = 0.2,
                  rrf_k: int = 10, embedder: EmbedFn | None = None):
         self.model_id = model_id
         self.embed_query = embed_query
