@@ -1,8 +1,15 @@
 """Vectors: content-hash keyed embeddings in the real DuckDB index, backfill, exact in-memory search."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from dreamflow import semantic
+from dreamflow.client import local_memory
 from dreamflow.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder
 from storage import index, vectors
 from storage.db import IndexDB
@@ -294,3 +301,44 @@ def test_node_search_fuses_at_node_level(db, hybrid):
         nodes = node_search(con, PARAPHRASE, vectors=hybrid)
     assert nodes[0]["path"] == "digest/personal/family.md"
     assert all(n["path"].startswith("digest/") for n in nodes)
+
+
+# ---- processes: the service's memory and the CLI ------------------------------------------------------------
+
+
+def test_long_running_memory_fills_vectors_in_the_background(tmp_path, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "local")
+    memory = local_memory(tmp_path / "ws", keep_open=True)
+    worker = semantic.attach(memory, long_running=True)
+    try:
+        memory.write("daily/2024-05-01/adoption.md", NOTES["daily/2024-05-01/adoption.md"])
+        memory.write("daily/2024-05-02/garage.md", NOTES["daily/2024-05-02/garage.md"])
+        worker.notify()
+        assert worker.wait_idle(120), worker.last_error
+        assert semantic.status(memory)["pending"] == 0
+        hits = memory.search(PARAPHRASE, limit=1)
+        assert hits[0]["path"] == "daily/2024-05-01/adoption.md" and hits[0]["vector_rank"] == 1
+    finally:
+        worker.stop()
+        memory.db.close()
+
+
+def cli(ws, *args, **env):
+    full_env = {**os.environ, "DREAMFLOW_EMBEDDER": "local", **env}
+    proc = subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(ws), *args],
+                          capture_output=True, text=True, env=full_env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_embed_command_counts_and_fills_and_cli_search_uses_vectors_only_when_asked(tmp_path):
+    ws = tmp_path / "ws"
+    cli(ws, "write", "daily/2024-05-01/adoption.md", "--content", NOTES["daily/2024-05-01/adoption.md"])
+    before = json.loads(cli(ws, "embed", "--status", "--json"))
+    assert (before["pending"], before["embedded"], before["configured"]) == (1, 0, LocalEmbedder.model_id)
+    done = json.loads(cli(ws, "embed", "--json"))
+    assert (done["embedded"], done["pending"]) == (1, 0)
+    assert json.loads(cli(ws, "embed", "--status", "--json"))["pending"] == 0
+    assert json.loads(cli(ws, "search", PARAPHRASE, "--json")) == []  # fast path: keyword only
+    hits = json.loads(cli(ws, "search", PARAPHRASE, "--json", DREAMFLOW_CLI_VECTORS="1"))
+    assert hits[0]["path"] == "daily/2024-05-01/adoption.md" and hits[0]["vector_rank"] == 1
