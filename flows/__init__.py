@@ -1,1 +1,9 @@
-"""Memory jobs as Prefect flows: one module per job; prompts in prompts/*.md."""
+"""Memory jobs as Prefect flows: one module per job; prompts in prompts/*.md.
+
+Importing this package applies Dreamflow's quiet, offline Prefect defaults (nothing phones home) before any
+flow module imports prefect, so `from flows.auto_dream import auto_dream` is safe from plain Python too.
+"""
+
+from dreamflow import prefect_env
+
+prefect_env.configure()

@@ -1,1 +1,8 @@
-"""Small Prefect tasks around plain functions, used by the flows."""
+"""Small Prefect tasks around plain functions, used by the flows.
+
+Like `flows`, importing this package applies the quiet, offline Prefect defaults first.
+"""
+
+from dreamflow import prefect_env
+
+prefect_env.configure()
