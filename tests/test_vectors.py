@@ -314,7 +314,7 @@ def test_long_running_memory_fills_vectors_in_the_background(tmp_path, monkeypat
         memory.write("daily/2024-05-01/adoption.md", NOTES["daily/2024-05-01/adoption.md"])
         memory.write("daily/2024-05-02/garage.md", NOTES["daily/2024-05-02/garage.md"])
         worker.notify()
-        assert worker.wait_idle(120), worker.last_error
+        assert worker.wait_idle(40), worker.last_error
         assert semantic.status(memory)["pending"] == 0
         hits = memory.search(PARAPHRASE, limit=1)
         assert hits[0]["path"] == "daily/2024-05-01/adoption.md" and hits[0]["vector_rank"] == 1
