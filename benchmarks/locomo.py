@@ -5,7 +5,7 @@ Builds a workspace with one daily Markdown note per conversation session, dated 
 captions as text, generated summaries/observations left out), indexes it, runs every question of
 categories 1-4 as a search restricted to its conversation (the note's tag), and prints the metrics.
 
-    python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR]
+    python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR] [--per-file N]
 
 Metrics, per question, averaged: session recall@k = share of its evidence sessions among the sessions of
 the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage import index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
-from storage.search import search  # noqa: E402
+from storage.search import PER_FILE, search  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
@@ -91,7 +91,7 @@ def make_vectors(mode: str):
     sys.exit("vector and hybrid modes need embeddings: run benchmarks/locomo_hybrid.py --modes " + mode)
 
 
-def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str) -> dict:
+def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str, per_file: int | None = PER_FILE) -> dict:
     vectors = make_vectors(mode)
     weights = {"keyword": (1.0, 0.0), "vector": (0.0, 1.0), "hybrid": (1.0, 1.0)}[mode]
     session_of = {}  # path -> (conv, session number)
@@ -113,7 +113,7 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str)
                 ev_sessions = {s for s, _ in evidence}
                 t0 = time.perf_counter()
                 hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id], expand=0,
-                              vectors=vectors, weights=weights)
+                              vectors=vectors, weights=weights, per_file=per_file)
                 latencies.append(time.perf_counter() - t0)
                 sessions = [session_of[h["path"]][1] for h in hits]
                 distinct = list(dict.fromkeys(sessions))
@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
     parser.add_argument("--mode", choices=("keyword", "vector", "hybrid"), default="keyword")
     parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
+    parser.add_argument("--per-file", type=int, default=PER_FILE, help="chunks per file in the results (0: no cap)")
     args = parser.parse_args()
 
     root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="locomo-"))
@@ -164,7 +165,7 @@ def main() -> None:
         reindex_s = time.perf_counter() - t0
     print(f"workspace {root}: {built['files']} files, {size / 1e6:.2f} MB, {built['chunks']} chunks")
     print(f"reindex: {reindex_s:.3f} s")
-    result = evaluate(ws, convs, turn_lines, args.mode)
+    result = evaluate(ws, convs, turn_lines, args.mode, args.per_file or None)
     print(f"mode {args.mode}, {result.pop('questions')} questions (categories 1-4)")
     for key, value in result.items():
         print(f"  {key:>27}: {value}")

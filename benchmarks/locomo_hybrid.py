@@ -5,7 +5,7 @@ with the real local model through `storage.vectors.backfill`, then runs benchmar
 each mode. Embeddings of pieces and questions are cached by text under benchmarks/out/ (gitignored), so a rerun
 costs seconds instead of minutes on 2 cores.
 
-    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720]
+    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720] [--per-file 1]
 
 `--piece-chars` sets the vector piece size (0 = one piece per keyword chunk) to measure granularity;
 `--weights` and `--rrf-k` list vector RRF weights (keyword weight 1) and RRF k values to compare.
@@ -32,6 +32,7 @@ import locomo  # noqa: E402
 from dreamflow.embedders import LocalEmbedder  # noqa: E402
 from storage import vectors  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
+from storage import search as search_module  # noqa: E402
 from storage.search import search  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rrf-k", default="10", help="comma-separated RRF k values for hybrid")
     parser.add_argument("--piece-chars", type=int, default=vectors.PIECE_CHARS)
     parser.add_argument("--overlap", type=float, default=vectors.OVERLAP)
+    parser.add_argument("--per-file", type=int, default=search_module.PER_FILE, help="chunks per file (0: no cap)")
     args = parser.parse_args()
     vectors.OVERLAP = args.overlap
 
@@ -105,7 +107,7 @@ def main() -> None:
         for mode in args.modes.split(","):
             for w, k in (grid if mode == "hybrid" else [(None, 60)]):
                 chosen["weights"], chosen["k"] = (1.0, w or 1.0), k
-                result = locomo.evaluate(ws, convs, turn_lines, mode)
+                result = locomo.evaluate(ws, convs, turn_lines, mode, args.per_file or None)
                 label = f"{mode} (vector weight {w}, rrf k {k})" if w else mode
                 print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()
                                                 if k.startswith(("recall", "mrr", "search"))))

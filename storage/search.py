@@ -23,6 +23,7 @@ K1 = 1.2
 B = 0.75
 RRF_K = 60
 CANDIDATES = 50  # at least this many candidates from each list go into the fusion
+PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
 
 
@@ -158,6 +159,7 @@ def search(
     weights: tuple[float, float] | None = None,
     rrf_k: int | None = None,
     include_archived: bool = False,
+    per_file: int | None = PER_FILE,
 ) -> list[dict]:
     """Chunks matching `query`: BM25 (+ vector) candidates fused by RRF, filtered, with linked neighbours.
 
@@ -165,8 +167,10 @@ def search(
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
     digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
     vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
+    `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
+    as the `more` line ranges ([start, end], best first) of its last hit instead of taking result slots.
     Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
-    text, name, description, date, chunk_id, neighbors (up to `expand` outgoing and `expand` incoming links of
+    text, name, description, date, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
     the hit's file, each with the neighbour's name and description).
     """
     if limit <= 0:
@@ -180,7 +184,8 @@ def search(
     semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)
-    fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)[:limit]
+    fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
+    fused, more = _cap_per_file(con, fused, limit, per_file)
     if not fused:
         return []
     hits = _chunk_rows(con, [cid for cid, _ in fused])
@@ -194,6 +199,7 @@ def search(
         hit["score"] = round(score, 6)
         hit["bm25_rank"], hit["bm25"] = kw.get(cid, (None, None))
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
+        hit["more"] = more.get(cid, [])
         results.append(hit)
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
     # one files lookup for the hits and all their neighbours
@@ -205,6 +211,39 @@ def search(
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
             n["exists"] = n["path"] in info
     return results
+
+
+def _cap_per_file(
+    con: duckdb.DuckDBPyConnection, fused: list[tuple[int, float]], limit: int, per_file: int | None
+) -> tuple[list[tuple[int, float]], dict[int, list[list[int]]]]:
+    """The first `limit` of `fused` with at most `per_file` chunks per file, and {kept chunk id: [[start, end]]
+    of its file's later candidates that the cap left out} (on the file's last kept chunk). Candidates are
+    looked up in batches of 2 * limit, until the results are full."""
+    if per_file is None or per_file <= 0:
+        return fused[:limit], {}
+    kept: list[tuple[int, float]] = []
+    last: dict[str, int] = {}  # path -> its last kept chunk id
+    count: dict[str, int] = {}
+    more: dict[int, list[list[int]]] = {}
+    step = 2 * limit
+    for at in range(0, len(fused), step):
+        if len(kept) >= limit:
+            break
+        batch = fused[at:at + step]
+        where = {r[0]: r[1:] for r in con.execute(
+            f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(c for c, _ in batch)})"
+        ).fetchall()}
+        for cid, score in batch:
+            if cid not in where:
+                continue
+            path, start, end = where[cid]
+            if count.get(path, 0) < per_file and len(kept) < limit:
+                kept.append((cid, score))
+                count[path] = count.get(path, 0) + 1
+                last[path] = cid
+            elif path in last:
+                more.setdefault(last[path], []).append([start, end])
+    return kept, more
 
 
 def _vector_candidates(

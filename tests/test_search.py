@@ -202,3 +202,24 @@ def test_traverse_directions_depth_predicate_and_limit(con):
     assert all(e["source"] in {n["path"] for n in small["nodes"]} for e in small["edges"])
     with pytest.raises(ValueError):
         traverse(con, start, direction="sideways")
+
+
+def test_per_file_caps_hits_of_one_file_and_lists_its_other_matches(con, ws):
+    filler = " ".join(f"word{i}" for i in range(180))
+    body = "\n\n".join(f"## Trip {n}\n\nKayak trip number {n} on the lake. {filler}" for n in range(1, 5))
+    ws.write_text("daily/2024-07-01/kayak.md", note("Kayak log", "# Kayaking\n\n" + body))
+    ws.write_text("daily/2024-07-02/shop.md", note("Shop", "Bought a paddle; the kayak shop was closed."))
+    with IndexDB(ws).session() as c:
+        index.reconcile(c, ws)
+        uncapped = search(c, "kayak lake", expand=0, per_file=None)
+        capped = search(c, "kayak lake", expand=0)
+        two = search(c, "kayak lake", expand=0, per_file=2)
+    log = "daily/2024-07-01/kayak.md"
+    log_chunks = [h for h in uncapped if h["path"] == log]
+    assert len(log_chunks) == 4 and uncapped[:4] == log_chunks  # without a cap the log fills the top 4
+    assert Counter(paths(capped)) == Counter([log, "daily/2024-07-02/shop.md"])
+    assert capped[0]["chunk_id"] == log_chunks[0]["chunk_id"]  # the file's best chunk stands for it
+    assert capped[0]["more"] == [[h["start_line"], h["end_line"]] for h in log_chunks[1:]]
+    assert capped[1]["more"] == [] and capped[1]["path"] == "daily/2024-07-02/shop.md"
+    assert [h["chunk_id"] for h in two if h["path"] == log] == [h["chunk_id"] for h in log_chunks[:2]]
+    assert two[1]["more"] == [[h["start_line"], h["end_line"]] for h in log_chunks[2:]] and two[0]["more"] == []
