@@ -113,6 +113,7 @@ PARAM_HELP: dict[str, str] = {
     "tags": "Only files with all of these tags",
     "path_prefix": "Only files under this path prefix, e.g. digest/",
     "expand": "Linked neighbours to attach per hit (0 = none)",
+    "per_file": "Hits per file at most (0 = no cap); a file's other matching line ranges are listed in `more`",
     "paths": "Workspace-relative paths to start from",
     "depth": "How many link hops to follow",
     "direction": "Follow links forward (out), backward (in) or both",

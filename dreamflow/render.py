@@ -57,6 +57,9 @@ def show_search(hits: list[dict]) -> None:
             out.print(Text("  " + line))
         if len(lines) > SNIPPET_LINES:
             out.print(Text(f"  … {len(lines) - SNIPPET_LINES} more lines", style="dim"))
+        if hit.get("more"):
+            ranges = ", ".join(f"L{start}-L{end}" for start, end in hit["more"])
+            out.print(Text(f"  also matches in this file: {ranges}", style="dim"))
         for nb in hit.get("neighbors") or []:
             out.print(_neighbor(nb))
         out.print()

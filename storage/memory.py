@@ -372,6 +372,7 @@ class Memory:
         path_prefix: str | None = None,
         expand: int = 3,
         include_archived: bool = False,
+        per_file: int = 1,
     ) -> list[dict]:
         """Search memory: keyword (+ vector) hits fused by RRF, filtered, each with linked neighbours."""
         with self.db.session() as con:
@@ -380,7 +381,7 @@ class Memory:
                 start_date=_parse_date(start_date) if start_date else None,
                 end_date=_parse_date(end_date) if end_date else None,
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
-                include_archived=include_archived,
+                include_archived=include_archived, per_file=per_file or None,
             )
 
     def node_search(self, query: str, limit: int = 20) -> list[dict]:
