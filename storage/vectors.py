@@ -142,6 +142,13 @@ def pending(con: duckdb.DuckDBPyConnection, limit: int = BATCH) -> list[tuple[st
     ).fetchall()
 
 
+def _some_texts(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[str, str]]:
+    """Up to `limit` (text_hash, text) pairs of any chunk texts (to start a new model with)."""
+    return con.execute(
+        "SELECT text_hash, any_value(text) FROM chunks GROUP BY text_hash ORDER BY min(id) LIMIT ?", [limit]
+    ).fetchall()
+
+
 def status(con: duckdb.DuckDBPyConnection, model_id: str | None = None) -> dict:
     """{chunks, texts, embedded, pending, pieces, model, dim}: how far vectors lag the keyword index.
 
@@ -232,28 +239,27 @@ def backfill(db, embedder: EmbedFn, batch: int = BATCH, progress: Progress | Non
     """
     done = 0
     with db.session() as con:
-        model, _ = stored_model(con)
-        has_chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0] > 0
-    if model != embedder.model_id and has_chunks:  # new model: learn its dimension, then start over
-        dim = int(embedder.embed(["dimension probe"]).shape[1])
-        with db.session() as con:
-            use_model(con, embedder.model_id, dim)
-            if index is not None:
-                index.refresh(con)
-    with db.session() as con:
-        total = status(con)["pending"]
+        total = status(con, model_id=embedder.model_id)["pending"]
     if progress:
         progress(0, total)
     while not (stop and stop.is_set()):
-        with db.session() as con:
-            todo = pending(con, batch)
+        with db.session() as con:  # under another model every text is pending, whatever the table holds
+            same_model = stored_model(con)[0] == embedder.model_id
+            todo = pending(con, batch) if same_model else _some_texts(con, batch)
         if not todo:
             break
         vectors = embed_texts(embedder, [text for _, text in todo])
         with db.session() as con:
+            if stored_model(con)[0] != embedder.model_id:  # first batch of a new model: start over with it
+                use_model(con, embedder.model_id, int(vectors[0].shape[1]))
+                if index is not None:
+                    index.refresh(con)
             items = list(zip([h for h, _ in todo], vectors))
             before = version(con)
             after = store(con, embedder.model_id, items)
+            if after == before:  # nothing stored (e.g. a dimension change mid-way): never loop on it
+                raise RuntimeError(f"{embedder.model_id} returned vectors the index cannot take "
+                                   f"(dimension {vectors[0].shape[1]}, index {stored_model(con)[1]})")
             if index is not None:
                 index.added(before, after, items)
         done += len(todo)
