@@ -10,6 +10,7 @@ an outcome `{item, status: done|skipped, detail, changed, deleted}`; a failed ta
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
@@ -93,6 +94,17 @@ def outcome(item: str, status: str, detail: str = "", changed=(), deleted=(), us
 def digest_node(path: str) -> bool:
     """A live digest node: Markdown under digest/, not archived."""
     return path.startswith("digest/") and not path.startswith(ARCHIVE) and path.endswith(".md")
+
+
+def load_node(memory, path: str) -> tuple[tuple[str, Any] | None, dict | None]:
+    """((text, frontmatter), None) for a live digest node with readable frontmatter, else (None, skipped outcome)."""
+    text = read_text(memory, path) if digest_node(path) else None
+    if text is None:
+        return None, outcome(path, "skipped", "not a live digest node")
+    fm = split_frontmatter(text)
+    if fm.error:
+        return None, outcome(path, "skipped", "malformed frontmatter")
+    return (text, fm), None
 
 
 def stamps(memory) -> dict[str, str]:
@@ -193,12 +205,10 @@ def mining_queue(workspace: str, paths: list[str] | None, max_nodes: int) -> dic
 def mine_links(workspace: str, path: str, candidates: int) -> dict:
     """Propose links from one node to related nodes (node_search + LLM judgement) and weave them in."""
     memory = memory_of(workspace)
-    text = read_text(memory, path)
-    if text is None or not digest_node(path):
-        return outcome(path, "skipped", "not a live digest node")
-    fm = split_frontmatter(text)
-    if fm.error:
-        return outcome(path, "skipped", "malformed frontmatter")
+    node, skipped = load_node(memory, path)
+    if skipped:
+        return skipped
+    text, fm = node
     linked = link_targets(text)
     query = f"{fm.meta.get('name') or ''}. {fm.meta.get('description') or ''}. {fm.body[:500]}"
     found = [c for c in memory.node_search(query, limit=candidates + len(linked) + 1)
@@ -274,12 +284,10 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     """Break one node into focused parts that link to each other and to the node, which stays as their
     overview; sources are carried along and no link of the original is lost."""
     memory = memory_of(workspace)
-    text = read_text(memory, path)
-    if text is None or not digest_node(path):
-        return outcome(path, "skipped", "not a live digest node")
-    fm = split_frontmatter(text)
-    if fm.error:
-        return outcome(path, "skipped", "malformed frontmatter")
+    node, skipped = load_node(memory, path)
+    if skipped:
+        return skipped
+    text, fm = node
     llm = LLM.from_settings()
     messages = [{"role": "system", "content": load_prompt("split").replace("{max_parts}", str(max_parts))},
                 {"role": "user", "content": f'<node path="{path}">\n{text[:MAX_NODE_CHARS]}\n</node>'}]
@@ -313,11 +321,9 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
 def archive_node(workspace: str, path: str, date: str) -> dict:
     """Move a node to digest/archive/ (same sub-path; links to it retargeted) and mark it `archived: date`."""
     memory = memory_of(workspace)
-    text = read_text(memory, path) if digest_node(path) else None
-    if text is None:
-        return outcome(path, "skipped", "not a live digest node")
-    if split_frontmatter(text).error:
-        return outcome(path, "skipped", "malformed frontmatter")
+    _, skipped = load_node(memory, path)
+    if skipped:
+        return skipped
     dest = ARCHIVE + path.removeprefix("digest/")
     if read_text(memory, dest) is not None:
         return outcome(path, "skipped", f"{dest} already exists")
