@@ -109,7 +109,7 @@ def test_full_dream_create_then_corroborate(prefect_harness, llm, memory, ws):
 
 
 def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memory, ws, monkeypatch):
-    monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "0.5")
+    monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "3")
     paths = {n: f"daily/{DAY}/{n}.md" for n in ("ok", "badjson", "slow", "dropper")}
     for name, path in paths.items():
         memory.write(path, f"Notes about {name}.", name=name)
@@ -118,7 +118,7 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
         {"name": n, "bucket": "wiki", "summary": f"About {n}.", "paths": [p]} for n, p in paths.items()]}))
     llm.on(unit_route("ok"), json_reply({"action": "CREATE", "name": "OK node", "content": "Fine."}))
     llm.on(unit_route("badjson"), Reply(content="{broken"), Reply(content="still not json"))
-    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=1.5))
+    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=8))
     llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
                                               "content": "Rewritten without its link."}))
 
