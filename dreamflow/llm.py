@@ -69,13 +69,12 @@ class Usage:
 
 def load_prompt(name: str) -> str:
     """The system prompt `flows/prompts/<name>.md`."""
-    import flows  # its __path__ works for a regular and a namespace package (some editable installs)
+    import flows
 
-    for base in flows.__path__:
-        path = Path(base) / "prompts" / f"{name}.md"
-        if path.is_file():
-            return path.read_text(encoding="utf-8")
-    raise FileNotFoundError(f"no prompt flows/prompts/{name}.md")
+    path = Path(flows.__file__).parent / "prompts" / f"{name}.md"
+    if not path.is_file():
+        raise FileNotFoundError(f"no prompt flows/prompts/{name}.md")
+    return path.read_text(encoding="utf-8")
 
 
 def require_llm(settings: Settings | None = None) -> Settings:

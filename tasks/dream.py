@@ -31,7 +31,6 @@ from tasks.cards import slugify, unique_path
 from tasks.context import memory_of, metadata_of, run_logger
 
 BUCKETS = ("personal", "procedure", "wiki")
-ACTIONS = ("CREATE", "CORROBORATE", "REFINE", "CORRECT")
 MAX_FILE_CHARS = 8_000      # per daily file in the extract prompt
 MAX_PROMPT_CHARS = 60_000   # all files together; files beyond wait for the next run
 MAX_NODE_CHARS = 6_000      # per candidate node shown to integrate
