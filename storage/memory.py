@@ -17,12 +17,13 @@ from dataclasses import asdict
 from datetime import date as _date
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from storage import search as _search
-from storage.db import IndexDB
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.workspace import Workspace
+
+if TYPE_CHECKING:  # duckdb loads on first use, so a CLI call that goes to the service never imports it
+    from storage.db import IndexDB
 
 # The parser, indexer and doctor (PyYAML, marko, ...) are imported inside the methods that use them, so
 # read-only commands such as `dreamflow search` start ~50 ms faster.
@@ -45,7 +46,11 @@ class Memory:
 
     def __init__(self, workspace_root: str | os.PathLike[str], db: IndexDB | None = None, vectors: Any = None):
         self.ws = Workspace(workspace_root)
-        self.db = db if db is not None else IndexDB(self.ws)
+        if db is None:
+            from storage.db import IndexDB
+
+            db = IndexDB(self.ws)
+        self.db = db
         self.vectors = vectors
 
     # ---- writing files -------------------------------------------------------------------------------
@@ -375,6 +380,8 @@ class Memory:
         per_file: int = 1,
     ) -> list[dict]:
         """Search memory: keyword (+ vector) hits fused by RRF, filtered, each with linked neighbours."""
+        from storage import search as _search
+
         with self.db.session() as con:
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
@@ -386,6 +393,8 @@ class Memory:
 
     def node_search(self, query: str, limit: int = 20) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score), no chunk text."""
+        from storage import search as _search
+
         with self.db.session() as con:
             return _search.node_search(con, query, limit=limit, vectors=self.vectors)
 
@@ -398,6 +407,8 @@ class Memory:
         limit: int = 200,
     ) -> dict:
         """Walk the link graph from paths: nodes with name/description and directed edges (source -> target)."""
+        from storage import search as _search
+
         rels = [self.ws.normalize(p) for p in paths]
         with self.db.session() as con:
             return _search.traverse(con, rels, depth=depth, direction=direction, predicate=predicate, limit=limit)
