@@ -18,7 +18,8 @@ def reindex(workspace: str | None = None) -> dict:
 
 @flow(name="optimize")
 def optimize(workspace: str | None = None) -> dict:
-    """Nightly maintenance: catch up with files changed behind our back, then compact the index."""
+    """Nightly maintenance: catch up with files changed behind our back, then compact the index (and drop
+    vectors no chunk uses any more)."""
     root = workspace_root(workspace)
     reconciled = reconcile_index(root)
     return {"reconciled": reconciled, **compact_index(root)}

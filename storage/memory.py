@@ -458,12 +458,14 @@ class Memory:
             return index.stats(con)
 
     def optimize(self) -> dict:
-        """Compact the index now: drop stale search rows and re-sort postings (writes do it as they pile up)."""
-        from storage import index
+        """Compact the index now: drop stale search rows, re-sort postings (writes do it as they pile up) and
+        delete vectors of texts no chunk has any more."""
+        from storage import index, vectors
 
         with self.db.session() as con:
             compacted = index.compact(con, force=True)
-            return {"compacted": compacted, **index.stats(con)}
+            pruned = vectors.prune(con)
+            return {"compacted": compacted, "vectors_pruned": pruned, **index.stats(con)}
 
     # ---- helpers -------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from flows.auto_memory import auto_memory
@@ -9,6 +10,8 @@ from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
 from llm_server import Reply, json_reply, tool_reply
+from storage import vectors
+from storage.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory
 from tasks import checkpoints, dialog
@@ -162,6 +165,9 @@ def test_maintenance_flows(prefect_harness, memory, ws):
     out = reindex(workspace=str(ws.root))
     assert out["rebuilt"] and out["stats"]["files"] >= 1
     ws.write_text("digest/wiki/b.md", "Gamma written behind Dreamflow's back.")
+    with IndexDB(ws).session() as con:  # vectors of a text no chunk has any more (an edited-away version)
+        vectors.use_model(con, "test-model", 2)
+        vectors.store(con, "test-model", [("gone-text-hash", np.ones((1, 2), dtype=np.float32))])
     out = optimize(workspace=str(ws.root))
-    assert out["reconciled"]["added"] == 1 and out["compacted"] is True
+    assert out["reconciled"]["added"] == 1 and out["compacted"] is True and out["vectors_pruned"] == 1
     assert memory.search("gamma")[0]["path"] == "digest/wiki/b.md"
