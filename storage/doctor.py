@@ -2,7 +2,8 @@
 
 Problems (each a list of rows; any row makes the report not ok):
 - `broken_links`: wikilinks whose target file does not exist
-- `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`)
+- `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`),
+  and heading anchors (`#Setup`, `#setup-steps`, `#Parent#Child`) naming no heading of their Markdown target
 - `orphans`: digest nodes with no inbound and no outbound link
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage import graph_edit, index
+from storage import graph_edit, index, markdown
 from storage.tokenize import terms
 from storage.workspace import Workspace
 
@@ -57,7 +58,7 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     links = _links(con, scan.disk)
     report: dict = {"ok": True, "counts": {}, "files": len(scan.disk), "links": len(links)}
     report["broken_links"] = [_link_row(k) for k in links if k["target"] not in scan.disk]
-    report["broken_anchors"] = _broken_anchors(con, links, scan.disk)
+    report["broken_anchors"] = _broken_anchors(con, ws, links, scan.disk)
     nodes = _digest_nodes(con, scan.disk)
     report["digest_nodes"] = len(nodes)
     report["orphans"] = _orphans(con, scan.disk)
@@ -207,17 +208,38 @@ def _link_row(link: dict) -> dict:
     return {k: link[k] for k in ("source", "line", "target", "anchor", "predicate")}
 
 
-def _broken_anchors(con: duckdb.DuckDBPyConnection, links: list[dict], disk: dict) -> list[dict]:
+def _broken_anchors(con: duckdb.DuckDBPyConnection, ws: Workspace, links: list[dict], disk: dict) -> list[dict]:
     lengths = dict(con.execute("SELECT path, line_count FROM files").fetchall())
+    titles: dict[str, set[str]] = {}  # target -> its headings, as written and as slugs (read once per target)
     out = []
     for link in links:
-        ranges = graph_edit.line_ranges(link["anchor"])
-        if ranges is None or link["target"] not in disk:
+        anchor, target = link["anchor"], link["target"]
+        if not anchor or target not in disk or anchor.startswith("^"):  # `^id`: a block reference, not checked
             continue
-        length = lengths.get(link["target"]) or 0
-        if any(first < 1 or last < first or last > length for first, last in ranges):
-            out.append({**_link_row(link), "target_lines": length})
+        ranges = graph_edit.line_ranges(anchor)
+        if ranges is not None:
+            length = lengths.get(target) or 0
+            if any(first < 1 or last < first or last > length for first, last in ranges):
+                out.append({**_link_row(link), "target_lines": length})
+        elif target.endswith(".md"):
+            if target not in titles:
+                titles[target] = _heading_keys(ws, target)
+            if any(_anchor_key(part) not in titles[target] for part in anchor.split("#") if part.strip()):
+                out.append({**_link_row(link), "target_lines": lengths.get(target) or 0})
     return out
+
+
+def _anchor_key(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _heading_keys(ws: Workspace, path: str) -> set[str]:
+    """A Markdown file's headings as `[[file#Heading]]` (any case) or `[[file#heading-slug]]` may name them."""
+    try:
+        found = markdown.headings(ws.read_text(path))
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {_anchor_key(h) for h in found} | {markdown.heading_slug(h) for h in found}
 
 
 # ---- digest nodes ---------------------------------------------------------------------------------------

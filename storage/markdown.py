@@ -428,6 +428,26 @@ def _frontmatter_date(value: Any) -> str | None:
     return None
 
 
+def headings(text: str) -> list[str]:
+    """The text of every heading of a Markdown file, in order (frontmatter skipped; headings in lists and
+    quotes included, `#` lines in code not)."""
+    out: list[str] = []
+
+    def walk(blocks) -> None:
+        for block in blocks:
+            if block.kind == "heading":
+                out.append(block.title)
+            walk(block.children)
+
+    walk(parse_blocks(split_frontmatter(text).body).blocks)
+    return out
+
+
+def heading_slug(text: str) -> str:
+    """GitHub-style anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text.strip().lower()))
+
+
 def path_date(path: str) -> str | None:
     """YYYY-MM-DD of `daily/YYYY-MM-DD.md`, `daily/YYYY-MM-DD/...` or `resource/YYYY-MM-DD/...`."""
     m = _PATH_DATE.match(path)
