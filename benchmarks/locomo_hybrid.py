@@ -1,9 +1,11 @@
 """LoCoMo retrieval with vectors: keyword vs vector vs hybrid (RRF), on benchmarks/locomo.py's workspace.
 
 Builds the same workspace (one daily note per session, searched per conversation by tag), fills the vectors
-with the real local model through `storage.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in
-each mode. Embeddings of pieces and questions are cached by text under benchmarks/out/ (gitignored), so a rerun
-costs seconds instead of minutes on 2 cores.
+with the configured embedder (`DREAMFLOW_EMBEDDER`, default the packaged local MiniLM; `openai` measures any
+OpenAI-compatible endpoint set by `DREAMFLOW_EMBED_BASE_URL` / `DREAMFLOW_EMBED_MODEL`) through
+`storage.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in each mode. Embeddings of pieces and
+questions are cached by text, one file per model under benchmarks/out/ (gitignored), so a rerun costs seconds
+instead of minutes on 2 cores.
 
     python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720] [--per-file 1]
 
@@ -18,6 +20,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -29,25 +32,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
-from dreamflow.embedders import LocalEmbedder  # noqa: E402
+from dreamflow.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
 from storage import vectors  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
 from storage import search as search_module  # noqa: E402
 from storage.search import search  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
-CACHE = Path(__file__).resolve().parent / "out" / "embedding-cache.npz"
+OUT = Path(__file__).resolve().parent / "out"
 
 
 class CachedEmbedder:
     """Wraps an embedder with a text -> vector cache kept in an .npz file (benchmarks only)."""
 
-    def __init__(self, inner, path: Path = CACHE):
-        self.inner, self.path, self.model_id = inner, path, inner.model_id
+    def __init__(self, inner):
+        self.inner, self.model_id = inner, inner.model_id
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.model_id).strip("-")
+        self.path = OUT / ("embedding-cache.npz" if self.model_id == LOCAL_MODEL_ID else f"embedding-cache-{slug}.npz")
         self.cache: dict[str, np.ndarray] = {}
         self.computed = 0
-        if path.exists():
-            data = np.load(path)
+        if self.path.exists():
+            data = np.load(self.path)
             if str(data["model"]) == self.model_id:
                 self.cache = dict(zip(data["keys"].tolist(), data["vectors"]))
 
@@ -86,7 +91,10 @@ def main() -> None:
     for conv_id, data in convs.items():
         turn_lines |= locomo.write_conversation(ws, conv_id, data)
     db = IndexDB(ws)
-    embedder = CachedEmbedder(LocalEmbedder())
+    inner = make_embedder()
+    if inner is None:
+        sys.exit("DREAMFLOW_EMBEDDER is none: set it to local or openai")
+    embedder = CachedEmbedder(inner)
     t0 = time.perf_counter()
     filled = vectors.backfill(db, embedder, batch=64)
     with db.session() as con:
