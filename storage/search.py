@@ -33,7 +33,9 @@ class Vectors(Protocol):
     def candidates(
         self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None,
         filters: str = "TRUE", params: dict[str, Any] | None = None,
-    ) -> list[tuple[int, float]]: ...  # `filters`: SQL condition over `files f` (with `params`), as for BM25
+    ) -> list[tuple[int, float]]: ...
+    # [(chunk id, score)] best first, only live chunks under `path_prefix` whose file passes `filters` (an SQL
+    # condition over `files f`, with `params`, as for BM25): search takes them as they are
 
 
 def sql_literal(value: Any) -> str:
@@ -255,21 +257,11 @@ def _vector_candidates(
     filters: str,
     params: dict[str, Any],
 ) -> list[tuple[int, float]]:
-    """The vector list, ranked, keeping only live chunks that pass the file filters."""
+    """The vector list, ranked: live chunks that pass the file filters (the vectors object applies them)."""
     if vectors is None:
         return []
-    found = list(vectors.candidates(con, query, k, path_prefix=path_prefix, filters=filters, params=params) or [])
-    if not found:
-        return []
-    allowed = {
-        r[0]
-        for r in con.execute(
-            f"SELECT c.id FROM chunks c JOIN files f ON f.path = c.path "
-            f"WHERE c.id IN ({_in_list(int(cid) for cid, _ in found)}) AND {filters}",
-            params or None,
-        ).fetchall()
-    }
-    return [(int(cid), float(s)) for cid, s in found if int(cid) in allowed]
+    found = vectors.candidates(con, query, k, path_prefix=path_prefix, filters=filters, params=params) or []
+    return [(int(cid), float(s)) for cid, s in found]
 
 
 _HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "headings", "text")

@@ -81,7 +81,8 @@ def test_chinese_query_finds_chinese_text(con):
 
 
 class TrigramVectors:
-    """A small real vector index: cosine similarity of character-trigram counts of chunk texts."""
+    """A small real vector index: cosine similarity of character-trigram counts of the chunk texts that pass
+    search's filters (the `Vectors` contract)."""
 
     def __init__(self, weight=None):
         if weight is not None:
@@ -97,7 +98,10 @@ class TrigramVectors:
         self.calls.append((query, k, path_prefix))
         q = self._vec(query)
         scored = []
-        for cid, text in con.execute("SELECT id, text FROM chunks").fetchall():
+        prefix = f"starts_with(c.path, '{path_prefix}')" if path_prefix else "TRUE"
+        rows = con.execute(f"SELECT c.id, c.text FROM chunks c JOIN files f ON f.path = c.path "
+                           f"WHERE {prefix} AND {filters}", params or None)
+        for cid, text in rows.fetchall():
             d = self._vec(text)
             dot = sum(q[g] * d[g] for g in q)
             norm = math.sqrt(sum(v * v for v in q.values()) * sum(v * v for v in d.values()))
