@@ -387,3 +387,18 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     automations = svc.prefect("POST", "/automations/filter", {})
     resource = [a for a in automations if a["trigger"].get("expect") == ["dreamflow.resource.changed"]]
     assert resource and resource[-1]["trigger"]["threshold"] == 1
+
+    # a Prefect worker on the pool runs a deployed flow (pull step, entrypoint, workspace from the job env);
+    # the built-in runner serves the same deployments, so it is paused to leave the run to the worker
+    runner = next(c for c in svc.memory.status()["children"] if c["name"] == "runner")
+    os.kill(runner["pid"], signal.SIGSTOP)
+    try:
+        run = svc.prefect("POST", f"/deployments/{svc.deployment('optimize/nightly')['id']}/create_flow_run", {})
+        worker = subprocess.run([*prefect, "worker", "start", "--pool", "dreamflow", "--run-once"], cwd=root,
+                                env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, capture_output=True, text=True,
+                                timeout=180)
+    finally:
+        os.kill(runner["pid"], signal.SIGCONT)
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    # --run-once returns when the runs it took have finished; with the runner paused only it could take this one
+    assert svc.prefect("GET", f"/flow_runs/{run['id']}")["state"]["type"] == "COMPLETED", worker.stdout
