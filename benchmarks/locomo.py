@@ -11,7 +11,8 @@ Metrics, per question, averaged: session recall@k = share of its evidence sessio
 the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
 an evidence session; turn hit@k = some top-k chunk's line range holds an evidence turn; distinct-session
 recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
-index measures). `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
+index measures); recall@5 by group = recall@5 per question category and for questions with one or several
+evidence sessions. `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
 and supplies `make_vectors` (an object with `.candidates(con, query, k, ...)`, see storage/vectors.py).
 """
 
@@ -40,6 +41,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo
 KS = (1, 5, 10)
 DISTINCT_POOL = 50  # results fetched per question to rank distinct sessions
 TURN_ID = re.compile(r"D(\d+):(\d+)")
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 
 
 def session_date(text: str) -> dt.datetime:
@@ -100,6 +102,7 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str,
         session_of[rel] = (m.group(1), int(m.group(2)))
     totals = ({f"recall@{k}": 0.0 for k in KS} | {"mrr": 0.0} | {f"turn_hit@{k}": 0.0 for k in KS}
               | {f"distinct_session_recall@{k}": 0.0 for k in KS})
+    groups: dict[str, list[float]] = {}  # recall@5 per question category and per evidence spread
     n = 0
     latencies = []
     with IndexDB(ws).session() as con:
@@ -123,10 +126,14 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str,
                     totals[f"recall@{k}"] += len(ev_sessions & set(sessions[:k])) / len(ev_sessions)
                     totals[f"turn_hit@{k}"] += any(turns_hit[:k])
                     totals[f"distinct_session_recall@{k}"] += len(ev_sessions & set(distinct[:k])) / len(ev_sessions)
+                for group in (CATEGORIES[qa["category"]], "one evidence session" if len(ev_sessions) == 1
+                              else "several evidence sessions"):
+                    groups.setdefault(group, []).append(len(ev_sessions & set(sessions[:5])) / len(ev_sessions))
                 first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
                 totals["mrr"] += 1 / first if first else 0.0
                 n += 1
     result = {key: round(value / n, 4) for key, value in totals.items()}
+    result["recall@5 by group"] = {g: f"{sum(v) / len(v):.3f} ({len(v)})" for g, v in sorted(groups.items())}
     latencies.sort()
     result["questions"] = n
     result["search_p50_ms"] = round(1000 * latencies[len(latencies) // 2], 2)

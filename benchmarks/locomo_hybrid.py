@@ -72,6 +72,26 @@ class CachedEmbedder:
         os.replace(tmp, self.path)
 
 
+def union_recall(ws: Workspace, convs: dict, index: vectors.VectorIndex, k: int = 5) -> float:
+    """Share of evidence sessions found in the union of the keyword top k and the vector top k (one hit per
+    file): what a fusion of the two lists into k results could reach at most, were it perfect."""
+    total, n = 0.0, 0
+    with IndexDB(ws).session() as con:
+        for conv_id, data in convs.items():
+            for qa in data["qa"]:
+                evidence = {int(s) for e in qa.get("evidence", []) for s, _ in locomo.TURN_ID.findall(e)}
+                if qa.get("category") not in locomo.CATEGORIES or not evidence:
+                    continue
+                found = set()
+                for vectors_, weights in ((None, (1.0, 0.0)), (index, (0.0, 1.0))):
+                    hits = search(con, qa["question"], limit=k, tags=[conv_id], expand=0, vectors=vectors_,
+                                  weights=weights)
+                    found |= {int(re.search(r"-session-(\d+)\.md$", h["path"]).group(1)) for h in hits}
+                total += len(evidence & found) / len(evidence)
+                n += 1
+    return total / n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(locomo.DEFAULT_DATA))
@@ -116,9 +136,13 @@ def main() -> None:
             for w, k in (grid if mode == "hybrid" else [(None, 60)]):
                 chosen["weights"], chosen["k"] = (1.0, w or 1.0), k
                 result = locomo.evaluate(ws, convs, turn_lines, mode, args.per_file or None)
+                groups = result.pop("recall@5 by group")
                 label = f"{mode} (vector weight {w}, rrf k {k})" if w else mode
                 print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()
                                                 if k.startswith(("recall", "mrr", "search"))))
+                print("    recall@5 by group: " + ", ".join(f"{g} {v}" for g, v in groups.items()))
+        print(f"ceiling of any fusion: keyword top 5 + vector top 5 sessions hold {union_recall(ws, convs, index):.4f} "
+              "of the evidence")
     finally:
         embedder.save()
 
