@@ -187,17 +187,14 @@ def search(
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)
     fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
-    fused, more = _cap_per_file(con, fused, limit, per_file)
-    if not fused:
+    kept, more = _top_hits(con, fused, limit, per_file)
+    if not kept:
         return []
-    hits = _chunk_rows(con, [cid for cid, _ in fused])
     kw = {cid: (rank, s) for rank, (cid, s) in enumerate(keyword, 1)}
     vec = {cid: (rank, s) for rank, (cid, s) in enumerate(semantic, 1)}
     results = []
-    for cid, score in fused:
-        hit = hits.get(cid)
-        if hit is None:
-            continue
+    for hit, score in kept:
+        cid = hit["chunk_id"]
         hit["score"] = round(score, 6)
         hit["bm25_rank"], hit["bm25"] = kw.get(cid, (None, None))
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
@@ -215,15 +212,15 @@ def search(
     return results
 
 
-def _cap_per_file(
+def _top_hits(
     con: duckdb.DuckDBPyConnection, fused: list[tuple[int, float]], limit: int, per_file: int | None
-) -> tuple[list[tuple[int, float]], dict[int, list[list[int]]]]:
-    """The first `limit` of `fused` with at most `per_file` chunks per file, and {kept chunk id: [[start, end]]
-    of its file's later candidates that the cap left out} (on the file's last kept chunk). Candidates are
-    looked up in batches of 2 * limit, until the results are full."""
-    if per_file is None or per_file <= 0:
-        return fused[:limit], {}
-    kept: list[tuple[int, float]] = []
+) -> tuple[list[tuple[dict, float]], dict[int, list[list[int]]]]:
+    """The hits (chunk rows as dicts, with their fused score) of the first `limit` live chunks of `fused`, at
+    most `per_file` per file (None: no cap), and {kept chunk id: [[start, end]] of its file's later candidates
+    that the cap left out} (on the file's last kept chunk). Candidates are read in batches of 2 * limit, until
+    the results are full."""
+    cap = per_file if per_file and per_file > 0 else limit
+    kept: list[tuple[dict, float]] = []
     last: dict[str, int] = {}  # path -> its last kept chunk id
     count: dict[str, int] = {}
     more: dict[int, list[list[int]]] = {}
@@ -232,19 +229,21 @@ def _cap_per_file(
         if len(kept) >= limit:
             break
         batch = fused[at:at + step]
-        where = {r[0]: r[1:] for r in con.execute(
-            f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(c for c, _ in batch)})"
+        rows = {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in con.execute(
+            f"SELECT id, path, start_line, end_line, headings, text FROM chunks "
+            f"WHERE id IN ({_in_list(c for c, _ in batch)})"
         ).fetchall()}
         for cid, score in batch:
-            if cid not in where:
+            hit = rows.get(cid)
+            if hit is None:  # deleted since it was ranked
                 continue
-            path, start, end = where[cid]
-            if count.get(path, 0) < per_file and len(kept) < limit:
-                kept.append((cid, score))
+            path = hit["path"]
+            if count.get(path, 0) < cap and len(kept) < limit:
+                kept.append((hit, score))
                 count[path] = count.get(path, 0) + 1
                 last[path] = cid
-            elif path in last:
-                more.setdefault(last[path], []).append([start, end])
+            elif path in last and per_file:
+                more.setdefault(last[path], []).append([hit["start_line"], hit["end_line"]])
     return kept, more
 
 
@@ -266,14 +265,6 @@ def _vector_candidates(
 
 _HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "headings", "text")
 _FILE_COLUMNS = ("name", "description", "date")
-
-
-def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, dict]:
-    """Hit dicts for these chunk ids (file facts are added by the caller: a join would scan every chunk)."""
-    rows = con.execute(
-        f"SELECT id, path, start_line, end_line, headings, text FROM chunks WHERE id IN ({_in_list(ids)})"
-    ).fetchall()
-    return {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in rows}
 
 
 def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str, tuple]:
