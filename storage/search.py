@@ -219,7 +219,8 @@ def _top_hits(
     most `per_file` per file (None: no cap), and {kept chunk id: [[start, end]] of its file's later candidates
     that the cap left out} (on the file's last kept chunk). Candidates are read in batches of 2 * limit, until
     the results are full."""
-    cap = per_file if per_file and per_file > 0 else limit
+    capped = per_file is not None and per_file > 0
+    cap = per_file if capped else limit
     kept: list[tuple[dict, float]] = []
     last: dict[str, int] = {}  # path -> its last kept chunk id
     count: dict[str, int] = {}
@@ -228,7 +229,7 @@ def _top_hits(
     for at in range(0, len(fused), step):
         if len(kept) >= limit:
             break
-        batch = fused[at:at + step]
+        batch = fused[at:at + step]  # file facts come later (_file_info): a join here would scan every chunk
         rows = {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in con.execute(
             f"SELECT id, path, start_line, end_line, headings, text FROM chunks "
             f"WHERE id IN ({_in_list(c for c, _ in batch)})"
@@ -242,7 +243,7 @@ def _top_hits(
                 kept.append((hit, score))
                 count[path] = count.get(path, 0) + 1
                 last[path] = cid
-            elif path in last and per_file:
+            elif path in last and capped:
                 more.setdefault(last[path], []).append([hit["start_line"], hit["end_line"]])
     return kept, more
 
