@@ -6,7 +6,8 @@ status and health.
 - `POST /proactive`: the day's topics (read at once); `GET /health`.
 - `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`).
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
-  `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 503 busy).
+  `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
+  trouble), documented on every route (`ERROR_RESPONSES`).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
 """
 
@@ -62,6 +63,28 @@ class FlowRun(BaseModel):
     state: str | None = None
 
 
+class ErrorDetail(BaseModel):
+    type: str = Field(description="Error class, e.g. NotFound, PathError, InvalidInput")
+    message: str
+    exit_code: int = Field(description="What the CLI exits with for this error")
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer: the CLI's `--json` error shape."""
+
+    error: ErrorDetail
+
+
+# Documented on every route, so /docs and the OpenAPI schema show the error answers the handlers give.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description} for status, description in (
+        (400, "Bad input or path"), (401, "Missing or wrong bearer token"), (404, "No such file or route"),
+        (409, "Conflict, e.g. the destination exists"), (422, "Malformed request"), (502, "LLM answer unusable"),
+        (503, "Index busy, LLM or service unavailable"),
+    )
+}
+
+
 def error_body(exc: DreamflowError) -> dict:
     return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
@@ -73,6 +96,7 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
         title="Dreamflow",
         version=__version__,
         description="File-native long-term memory for AI agents. Paths are workspace-relative.",
+        responses=ERROR_RESPONSES,
     )
     _add_error_handlers(app)
     if token:
@@ -134,7 +158,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
         message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
         body = {"error": {"type": kind, "message": message, "exit_code": 3 if exc.status_code == 404 else 1}}
-        return JSONResponse(body, status_code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)  # e.g. 405's `Allow`
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
@@ -163,7 +187,7 @@ def _add_op_route(app: FastAPI, memory, op: ops.Op, on_write=None) -> None:
     model = _strict(ops.request_model(op))
     method = getattr(memory, op.method_name)
 
-    def endpoint(request: model = Body(default_factory=dict)):  # type: ignore[valid-type]
+    def endpoint(request: model = Body(default_factory=model)):  # type: ignore[valid-type]
         result = method(**request.model_dump(exclude_unset=True))
         if on_write is not None:
             on_write()
@@ -172,7 +196,7 @@ def _add_op_route(app: FastAPI, memory, op: ops.Op, on_write=None) -> None:
     endpoint.__name__ = op.name
     endpoint.__signature__ = inspect.Signature([
         inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=model,
-                          default=Body(default_factory=dict) if not _required(op) else Body(...)),
+                          default=Body(default_factory=model) if not _required(op) else Body(...)),
     ])
     app.add_api_route(
         f"/ops/{op.name}", endpoint, methods=["POST"], response_model=_response_type(op),
@@ -205,13 +229,13 @@ def _add_service_routes(app: FastAPI, service) -> None:
 def _add_flow_route(app: FastAPI, service, flow: str, deployment, model: type[BaseModel]) -> None:
     model = _strict(model)
 
-    def launch(parameters: model = Body(default_factory=dict)):  # type: ignore[valid-type]
+    def launch(parameters: model = Body(default_factory=model)):  # type: ignore[valid-type]
         return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"))
 
     launch.__name__ = f"launch_{flow}"
     launch.__signature__ = inspect.Signature([
         inspect.Parameter("parameters", inspect.Parameter.KEYWORD_ONLY, annotation=model,
-                          default=Body(default_factory=dict)),
+                          default=Body(default_factory=model)),
     ])
     app.add_api_route(
         f"/flows/{flow}", launch, methods=["POST"], response_model=FlowRun, tags=["flows"],

@@ -107,6 +107,16 @@ def test_json_error_bodies_and_validation(served):
     assert status == 422
     status, body = server.raw("POST", "/ops/no_such_op", {})
     assert status == 404 and body["error"]["type"] == "NotFound" and "/ops/no_such_op" in body["error"]["message"]
+    # found by tests/test_api_schema.py: no body at all, absurd counts, and a wrong method
+    status, body = server.raw("POST", "/ops/list")
+    assert status == 200 and "entries" in body
+    status, body = server.raw("POST", "/ops/node_search", {"query": "x", "limit": 10**19})
+    assert status == 400 and body["error"]["type"] == "InvalidInput" and "limit" in body["error"]["message"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("DELETE", "/health")
+    resp = conn.getresponse()
+    assert resp.status == 405 and resp.getheader("Allow") == "GET"
+    conn.close()
 
 
 def test_openapi_documents_every_operation_with_its_parameters(served):
