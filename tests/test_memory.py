@@ -49,6 +49,17 @@ def test_symlink_out_of_the_workspace_is_refused(mem, tmp_path):
 
 # ---- writing -------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("call", [
+    lambda m: m.search("x", limit=-1), lambda m: m.search("x", limit=10**19), lambda m: m.search("x", expand=10**6),
+    lambda m: m.node_search("x", limit=10**19), lambda m: m.traverse(["a.md"], depth=-2),
+    lambda m: m.list(limit=-5), lambda m: m.tags(limit=10**12), lambda m: m.daily_list(limit=-1),
+    lambda m: m.doctor(stale_days=10**9),
+])
+def test_absurd_counts_are_refused_clearly(mem, call):
+    with pytest.raises(InvalidInput, match="must be between 0 and 10000"):
+        call(mem)
+
+
 def test_write_then_search_finds_it_at_once(mem):
     result = mem.write("digest/wiki/instruments", name="Instruments", description="Odd instruments",
                        content="The xylophone was tuned on Tuesday.\n")
