@@ -50,14 +50,15 @@ def test_symlink_out_of_the_workspace_is_refused(mem, tmp_path):
 # ---- writing -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call", [
-    lambda m: m.search("x", limit=-1), lambda m: m.search("x", limit=10**19), lambda m: m.search("x", expand=10**6),
+    lambda m: m.search("x", limit=-1), lambda m: m.search("x", limit=10**19), lambda m: m.search("x", expand=10**10),
     lambda m: m.node_search("x", limit=10**19), lambda m: m.traverse(["a.md"], depth=-2),
     lambda m: m.list(limit=-5), lambda m: m.tags(limit=10**12), lambda m: m.daily_list(limit=-1),
-    lambda m: m.doctor(stale_days=10**9),
+    lambda m: m.doctor(stale_days=10**6),
 ])
 def test_absurd_counts_are_refused_clearly(mem, call):
-    with pytest.raises(InvalidInput, match="must be between 0 and 10000"):
+    with pytest.raises(InvalidInput, match="must be between 0 and "):
         call(mem)
+    assert mem.search("x", limit=10**9) == [] and mem.list(limit=10**9)["truncated"] is False  # big is fine
 
 
 def test_write_then_search_finds_it_at_once(mem):
