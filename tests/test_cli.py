@@ -8,6 +8,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from cli_probe import run_cli
 
 from dreamflow import ops
 from storage.memory import Memory
@@ -168,23 +169,13 @@ def test_reindex_shows_progress(ws):
     assert "reindex" in proc.stderr and "3/3" in proc.stderr
 
 
-def test_memory_commands_do_not_import_heavy_libraries(ws, tmp_path):
+def test_memory_commands_do_not_import_heavy_libraries(ws):
     """The fast path: write, read and search (JSON and rich output) never load prefect/openai/torch/pydantic."""
     ok(ws, "write", "notes/fast.md", "--content", "quick brown fox")
-    dump = tmp_path / "modules.json"
-    probe = (
-        "import atexit, json, sys\n"
-        f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
-        "from dreamflow.cli import main\n"
-        "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
-        "main()\n"
-    )
     for args in (["search", "fox", "--json"], ["search", "fox"], ["read", "notes/fast.md"],
                  ["write", "notes/w.md", "--content", "x"], ["edit", "notes/w.md", "--old", "x", "--new", "y"]):
-        proc = subprocess.run([sys.executable, "-c", probe, "--workspace", str(ws), *args],
-                              capture_output=True, text=True, input="", timeout=120)
+        proc, modules = run_cli(ws, *args)
         assert proc.returncode == 0, proc.stderr
-        modules = set(json.loads(dump.read_text()))
         assert "storage.memory" in modules and "click" in modules  # the probe really ran the CLI
         loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY)
         assert loaded == [], f"`dreamflow {' '.join(args)}` imported {loaded[:10]}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_probe import run_cli
 from llm_server import Reply, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
@@ -123,16 +124,9 @@ def test_the_cli_goes_through_the_running_service(dreamflow_service):
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)[0]["path"] == "digest/wiki/quokka.md"
     # a call that only forwards to the service loads no database engine (duckdb) and no model
-    probe = ("import atexit, json, sys\n"
-             "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-             "from dreamflow.cli import main\n"
-             "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
-             "main()\n")
-    proc = subprocess.run([sys.executable, "-c", probe, "--workspace", str(svc.workspace), "search", "quokka",
-                           "--json"], capture_output=True, text=True, timeout=60)
+    proc, modules = run_cli(svc.workspace, "search", "quokka", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["path"] == "digest/wiki/quokka.md"
-    modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
     assert not modules & {"duckdb", "torch", "prefect", "openai", "storage.search", "storage.db"}
     status = cli("status", "--json", workspace=svc.workspace)
     assert status.returncode == 0, status.stderr
