@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -82,6 +83,21 @@ def write_conversation(ws: Workspace, conv_id: str, data: dict) -> dict[str, dic
     return turn_lines
 
 
+def questions(convs: dict[str, dict]) -> Iterator[tuple[str, dict, set[tuple[int, int]]]]:
+    """(conversation id, question, its evidence {(session, turn)}) for every question of categories 1-4 that
+    names evidence."""
+    for conv_id, data in convs.items():
+        for qa in data["qa"]:
+            evidence = {(int(s), int(t)) for e in qa.get("evidence", []) for s, t in TURN_ID.findall(e)}
+            if qa.get("category") in CATEGORIES and evidence:
+                yield conv_id, qa, evidence
+
+
+def session_number(path: str) -> int:
+    """N of a note `.../<conv>-session-<N>.md`."""
+    return int(re.search(r"-session-(\d+)\.md$", path).group(1))
+
+
 def make_vectors(mode: str):
     """The vectors object for `--mode vector|hybrid` (None for keyword).
 
@@ -96,42 +112,32 @@ def make_vectors(mode: str):
 def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str, per_file: int | None = PER_FILE) -> dict:
     vectors = make_vectors(mode)
     weights = {"keyword": (1.0, 0.0), "vector": (0.0, 1.0), "hybrid": (1.0, 1.0)}[mode]
-    session_of = {}  # path -> (conv, session number)
-    for rel in turn_lines:
-        m = re.search(r"/(conv-[^/]+)-session-(\d+)\.md$", rel)
-        session_of[rel] = (m.group(1), int(m.group(2)))
     totals = ({f"recall@{k}": 0.0 for k in KS} | {"mrr": 0.0} | {f"turn_hit@{k}": 0.0 for k in KS}
               | {f"distinct_session_recall@{k}": 0.0 for k in KS})
     groups: dict[str, list[float]] = {}  # recall@5 per question category and per evidence spread
     n = 0
     latencies = []
     with IndexDB(ws).session() as con:
-        for conv_id, data in convs.items():
-            for qa in data["qa"]:
-                if qa.get("category") not in (1, 2, 3, 4):
-                    continue
-                evidence = {(int(s), int(t)) for e in qa.get("evidence", []) for s, t in TURN_ID.findall(e)}
-                if not evidence:
-                    continue
-                ev_sessions = {s for s, _ in evidence}
-                t0 = time.perf_counter()
-                hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id], expand=0,
-                              vectors=vectors, weights=weights, per_file=per_file)
-                latencies.append(time.perf_counter() - t0)
-                sessions = [session_of[h["path"]][1] for h in hits]
-                distinct = list(dict.fromkeys(sessions))
-                sessions, hits = sessions[: max(KS)], hits[: max(KS)]
-                turns_hit = [_holds_turn(h, turn_lines, evidence) for h in hits]
-                for k in KS:
-                    totals[f"recall@{k}"] += len(ev_sessions & set(sessions[:k])) / len(ev_sessions)
-                    totals[f"turn_hit@{k}"] += any(turns_hit[:k])
-                    totals[f"distinct_session_recall@{k}"] += len(ev_sessions & set(distinct[:k])) / len(ev_sessions)
-                for group in (CATEGORIES[qa["category"]], "one evidence session" if len(ev_sessions) == 1
-                              else "several evidence sessions"):
-                    groups.setdefault(group, []).append(len(ev_sessions & set(sessions[:5])) / len(ev_sessions))
-                first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
-                totals["mrr"] += 1 / first if first else 0.0
-                n += 1
+        for conv_id, qa, evidence in questions(convs):
+            ev_sessions = {s for s, _ in evidence}
+            t0 = time.perf_counter()
+            hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id], expand=0,
+                          vectors=vectors, weights=weights, per_file=per_file)
+            latencies.append(time.perf_counter() - t0)
+            sessions = [session_number(h["path"]) for h in hits]
+            distinct = list(dict.fromkeys(sessions))
+            sessions, hits = sessions[: max(KS)], hits[: max(KS)]
+            turns_hit = [_holds_turn(h, turn_lines, evidence) for h in hits]
+            for k in KS:
+                totals[f"recall@{k}"] += len(ev_sessions & set(sessions[:k])) / len(ev_sessions)
+                totals[f"turn_hit@{k}"] += any(turns_hit[:k])
+                totals[f"distinct_session_recall@{k}"] += len(ev_sessions & set(distinct[:k])) / len(ev_sessions)
+            for group in (CATEGORIES[qa["category"]], "one evidence session" if len(ev_sessions) == 1
+                          else "several evidence sessions"):
+                groups.setdefault(group, []).append(len(ev_sessions & set(sessions[:5])) / len(ev_sessions))
+            first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
+            totals["mrr"] += 1 / first if first else 0.0
+            n += 1
     result = {key: round(value / n, 4) for key, value in totals.items()}
     result["recall@5 by group"] = {g: f"{sum(v) / len(v):.3f} ({len(v)})" for g, v in sorted(groups.items())}
     latencies.sort()

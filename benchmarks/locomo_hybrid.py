@@ -77,18 +77,15 @@ def union_recall(ws: Workspace, convs: dict, index: vectors.VectorIndex, k: int 
     file): what a fusion of the two lists into k results could reach at most, were it perfect."""
     total, n = 0.0, 0
     with IndexDB(ws).session() as con:
-        for conv_id, data in convs.items():
-            for qa in data["qa"]:
-                evidence = {int(s) for e in qa.get("evidence", []) for s, _ in locomo.TURN_ID.findall(e)}
-                if qa.get("category") not in locomo.CATEGORIES or not evidence:
-                    continue
-                found = set()
-                for vectors_, weights in ((None, (1.0, 0.0)), (index, (0.0, 1.0))):
-                    hits = search(con, qa["question"], limit=k, tags=[conv_id], expand=0, vectors=vectors_,
-                                  weights=weights)
-                    found |= {int(re.search(r"-session-(\d+)\.md$", h["path"]).group(1)) for h in hits}
-                total += len(evidence & found) / len(evidence)
-                n += 1
+        for conv_id, qa, evidence in locomo.questions(convs):
+            sessions = {s for s, _ in evidence}
+            found = set()
+            for vectors_, weights in ((None, (1.0, 0.0)), (index, (0.0, 1.0))):
+                hits = search(con, qa["question"], limit=k, tags=[conv_id], expand=0, vectors=vectors_,
+                              weights=weights)
+                found |= {locomo.session_number(h["path"]) for h in hits}
+            total += len(sessions & found) / len(sessions)
+            n += 1
     return total / n
 
 
