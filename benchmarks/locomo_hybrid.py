@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
-from dreamflow.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
+from engine.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
 from storage import vectors  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
 from storage import search as search_module  # noqa: E402

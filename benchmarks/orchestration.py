@@ -55,7 +55,7 @@ def main() -> None:
 
     home = tempfile.mkdtemp(prefix="dreamflow-bench-")
     os.environ["PREFECT_HOME"] = str(Path(home) / "prefect")
-    from dreamflow import prefect_env
+    from engine import prefect_env
 
     prefect_env.configure()
     from llm_server import LLMServer

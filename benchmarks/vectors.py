@@ -44,7 +44,7 @@ def percentiles(samples: list[float]) -> str:
 
 
 def throughput(n_chunks: int, root: Path) -> None:
-    from dreamflow.embedders import LocalEmbedder
+    from engine.embedders import LocalEmbedder
 
     ws = Workspace(root / "throughput")
     for f in sorted(glob.glob(str(locomo.DEFAULT_DATA / "conv-*.json")))[:1]:

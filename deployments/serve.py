@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dreamflow.settings import Settings
+from engine.settings import Settings
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."
@@ -172,7 +172,7 @@ def build(settings: Settings | None = None) -> list:
 
 def main() -> None:
     """Serve every deployment until SIGTERM/Ctrl-C (the service runs this as its `runner` child)."""
-    from dreamflow import prefect_env
+    from engine import prefect_env
 
     prefect_env.configure()
     from prefect import serve

@@ -1,4 +1,4 @@
-"""The HTTP API: one route per memory operation (generated from `dreamflow.ops`), plus turns, flow launches,
+"""The HTTP API: one route per memory operation (generated from `engine.ops`), plus turns, flow launches,
 status and health.
 
 - `POST /ops/<name>` with the operation's parameters as a JSON object (pydantic model from the `Memory`
@@ -23,7 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dreamflow import __version__, ops
+from dreamflow import __version__
+from engine import ops
 from storage.errors import DreamflowError, InvalidInput
 
 

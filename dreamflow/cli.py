@@ -1,4 +1,4 @@
-"""The `dreamflow` command line: one command per operation in `dreamflow.ops`, plus registered extensions.
+"""The `dreamflow` command line: one command per operation in `engine.ops`, plus registered extensions.
 
 Memory commands are generated from the `Memory` method signatures (type hints -> click options, the docstring
 -> help). They import only click, the storage layer and (for people) rich: never prefect, openai, torch,
@@ -20,15 +20,16 @@ from typing import Any
 
 import click
 
-from dreamflow import __version__, ops
-from dreamflow.client import open_memory
-from dreamflow.settings import Settings
+from dreamflow import __version__
+from engine import ops
+from engine.client import open_memory
+from engine.settings import Settings
 from storage.errors import DreamflowError
 
 # Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
 EXTENSIONS: list[str] = [
-    "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.semantic",
+    "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
 ]
 
 
@@ -39,7 +40,7 @@ class CliContext:
     workspace: Path
 
     def memory(self):
-        """Through the running service when there is one, else in this process (dreamflow.client)."""
+        """Through the running service when there is one, else in this process (engine.client)."""
         return open_memory(self.workspace)
 
 

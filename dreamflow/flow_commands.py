@@ -79,7 +79,7 @@ def dream(obj, as_json: bool, **params: Any) -> None:
 @click.pass_obj
 def proactive(obj, date: str | None, include_content: bool, as_json: bool) -> None:
     """Topics to bring up today, from daily/<date>/interests.yaml (written by dream)."""
-    from dreamflow.client import open_memory
+    from engine.client import open_memory
     from tasks.context import check_date, today
     from tasks.interests import proactive_topics
 
@@ -112,7 +112,7 @@ def _messages(text: str | None, file) -> list[dict] | None:
 
 def _run(workspace: Path, module: str, name: str, params: dict, as_json: bool, needs_llm: bool) -> None:
     """Run flow `module.name` in this process and print its result."""
-    from dreamflow.llm import require_llm
+    from engine.llm import require_llm
 
     try:
         if needs_llm:
@@ -129,8 +129,8 @@ def _call_flow(workspace: Path, module: str, name: str, params: dict, quiet: boo
     import importlib
     import os
 
-    from dreamflow import prefect_env
-    from dreamflow.client import service_info
+    from engine import prefect_env
+    from engine.client import service_info
 
     running = service_info(workspace)
     if running and running.get("prefect_api"):  # the service's Prefect server: runs show in its UI, no start-up

@@ -105,7 +105,7 @@ def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool) -> None
 
 def _run(workspace, name: str, params: dict, as_json: bool) -> None:
     from dreamflow.flow_commands import _call_flow, _fail
-    from dreamflow.llm import require_llm
+    from engine.llm import require_llm
 
     try:
         if name != "archive":

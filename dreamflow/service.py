@@ -4,7 +4,7 @@
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
                    (skipped when --prefect-api / PREFECT_API_URL names a running server)
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
-                   memory through this service's API (`dreamflow.client.open_memory` reads service.json)
+                   memory through this service's API (`engine.client.open_memory` reads service.json)
 
 Children die with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
 minutes) and otherwise the service stops with exit code 8 and the child's last log lines. Ctrl-C/SIGTERM stop
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dreamflow.client import SERVICE_FILE, service_info
-from dreamflow.settings import Settings, dreamflow_home
+from engine.client import SERVICE_FILE, service_info
+from engine.settings import Settings, dreamflow_home
 from storage.errors import DreamflowError
 from storage.workspace import Workspace
 
@@ -176,7 +176,7 @@ class Service:
         self.prefect_api: str | None = None
         self.ui_url: str | None = None
         self.memory = None
-        self.backfiller = None  # embeds new chunks in the background (dreamflow.semantic)
+        self.backfiller = None  # embeds new chunks in the background (engine.semantic)
         self.turns = None
         self.watcher = None
         self._api_server = None
@@ -213,7 +213,7 @@ class Service:
     def start(self) -> None:
         from filelock import FileLock, Timeout
 
-        from dreamflow import prefect_env
+        from engine import prefect_env
 
         prefect_env.configure()  # before anything imports prefect; children inherit the environment
         opts = self.options
@@ -390,9 +390,9 @@ class Service:
     # -- index, watcher, API
 
     def _open_index(self) -> None:
-        from dreamflow import semantic
-        from dreamflow.client import local_memory
-        from dreamflow.turns import TurnCounter
+        from engine import semantic
+        from engine.client import local_memory
+        from engine.turns import TurnCounter
 
         self.memory = local_memory(self.ws.root, keep_open=True)
         self.backfiller = semantic.attach(self.memory, long_running=True, settings=self.settings)
@@ -483,7 +483,7 @@ class Service:
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""
-        from dreamflow.turns import record_turn
+        from engine.turns import record_turn
 
         return record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact)
 
@@ -548,7 +548,7 @@ class Service:
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
         }
         if self.backfiller is not None:
-            from dreamflow import semantic
+            from engine import semantic
 
             status["vectors"] = {**semantic.status(self.memory, self.settings), "error": self.backfiller.last_error}
         if self.prefect_ready.is_set():
@@ -649,9 +649,9 @@ def _parse_messages(text: str, compact: bool) -> list[dict]:
 
 def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False) -> dict:
     """Record a turn through the running service, or in this process (counted; the run waits for the service)."""
-    from dreamflow.client import connect, local_memory
-    from dreamflow.turns import TurnCounter
-    from dreamflow.turns import record_turn as record
+    from engine.client import connect, local_memory
+    from engine.turns import TurnCounter
+    from engine.turns import record_turn as record
     from tasks.dialog import append_messages
 
     remote = connect(workspace)
@@ -664,8 +664,8 @@ def record_turn(workspace: Path, session_id: str, messages: list[dict], compact:
 
 def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters)."""
-    from dreamflow.client import connect, local_memory
-    from dreamflow.turns import TurnCounter
+    from engine.client import connect, local_memory
+    from engine.turns import TurnCounter
 
     remote = connect(workspace)
     if remote is not None:

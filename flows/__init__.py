@@ -4,6 +4,6 @@ Importing this package applies Dreamflow's quiet, offline Prefect defaults (noth
 flow module imports prefect, so `from flows.auto_dream import auto_dream` is safe from plain Python too.
 """
 
-from dreamflow import prefect_env
+from engine import prefect_env
 
 prefect_env.configure()

@@ -6,8 +6,8 @@ from prefect import flow, unmapped
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from dreamflow.llm import require_llm
-from dreamflow.settings import Settings
+from engine.llm import require_llm
+from engine.settings import Settings
 from tasks.context import check_date, today, workspace_root
 from tasks.dream import UnitsFailed, extract, finish, integrate, publish_report, settle
 from tasks.topics import select_topics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dreamflow.llm import require_llm
+from engine.llm import require_llm
 from tasks.cards import refresh_day, summarise_session
 from tasks.context import check_date, today, workspace_root
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised

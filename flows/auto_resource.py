@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dreamflow.llm import require_llm
+from engine.llm import require_llm
 from storage.markdown import path_date
 from tasks.cards import check_resource, record_resource, refresh_day, remove_resource_card, summarise_resource
 from tasks.context import today, workspace_root

@@ -12,8 +12,8 @@ from prefect import flow, unmapped
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from dreamflow.llm import require_llm
-from dreamflow.settings import Settings
+from engine.llm import require_llm
+from engine.settings import Settings
 from tasks.context import today, workspace_root
 from tasks.dream import UnitsFailed
 from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,

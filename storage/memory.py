@@ -3,7 +3,7 @@
 Each public method is an operation: workspace-relative paths in (checked by `Workspace.resolve`), JSON-ready
 dicts/lists out. Methods that change files do so atomically and re-index the changed files inside one
 `IndexDB.session()` before returning, so `write` then `search` finds the new text at once, from any process.
-`dreamflow/ops.py` lists these methods once; the CLI, routes and tool schemas are built from their signatures,
+`engine/ops.py` lists these methods once; the CLI, routes and tool schemas are built from their signatures,
 type hints and docstrings, so keep those accurate.
 """
 

@@ -12,7 +12,7 @@
   score is the best cosine of its pieces.
 
 No torch or openai here: the embedder is any object with `model_id` and `embed(texts) -> float32 matrix`
-with L2-normalised rows (see dreamflow/embedders.py).
+with L2-normalised rows (see engine/embedders.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,6 @@
 Like `flows`, importing this package applies the quiet, offline Prefect defaults first.
 """
 
-from dreamflow import prefect_env
+from engine import prefect_env
 
 prefect_env.configure()

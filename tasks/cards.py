@@ -16,8 +16,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from dreamflow.llm import LLM, LLMError, load_prompt
-from dreamflow.tools import Toolbox, read_text
+from engine.llm import LLM, LLMError, load_prompt
+from engine.toolbox import Toolbox, read_text
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from tasks import checkpoints, dialog

@@ -1,7 +1,7 @@
 """What every task needs to reach a workspace: its resolved root, its memory and today's date.
 
 Tasks take the workspace as a plain path string (so Prefect can record and hash it) and open memory through
-`dreamflow.client.open_memory` only; the `Workspace` object is used for `metadata/` checkpoints alone.
+`engine.client.open_memory` only; the `Workspace` object is used for `metadata/` checkpoints alone.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import logging
 from datetime import date
 from pathlib import Path
 
-from dreamflow.client import open_memory
-from dreamflow.settings import Settings
+from engine.client import open_memory
+from engine.settings import Settings
 from storage.errors import InvalidInput
 from storage.workspace import Workspace
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from dreamflow.turns import check_session_id
+from engine.turns import check_session_id
 from storage.errors import NotFound
 from storage.workspace import Workspace
 from tasks import checkpoints

@@ -23,8 +23,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from dreamflow.llm import LLM, LLMError, Usage, load_prompt
-from dreamflow.tools import Toolbox, WriteRejected, predict, read_text
+from engine.llm import LLM, LLMError, Usage, load_prompt
+from engine.toolbox import Toolbox, WriteRejected, predict, read_text
 from storage.markdown import parse_links, split_frontmatter
 from tasks import checkpoints
 from tasks.cards import slugify, unique_path

@@ -17,8 +17,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from dreamflow.llm import LLM, load_prompt
-from dreamflow.tools import WriteRejected, predict, read_text
+from engine.llm import LLM, load_prompt
+from engine.toolbox import WriteRejected, predict, read_text
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter

@@ -20,7 +20,7 @@ from datetime import timedelta
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from dreamflow.tools import read_text
+from engine.toolbox import read_text
 from storage.errors import DreamflowError, InvalidInput
 from storage.tokenize import terms
 

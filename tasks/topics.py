@@ -7,8 +7,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from dreamflow.llm import LLM, LLMError, load_prompt
-from dreamflow.settings import Settings
+from engine.llm import LLM, LLMError, load_prompt
+from engine.settings import Settings
 from tasks import interests
 from tasks.context import memory_of, run_logger
 

@@ -25,7 +25,7 @@ import atexit  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-from dreamflow import prefect_env  # noqa: E402
+from engine import prefect_env  # noqa: E402
 from llm_server import LLMServer  # noqa: E402
 
 # Prefect's home (its DB and persisted task results) goes to a temp folder for the test session, never ~/.prefect.

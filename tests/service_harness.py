@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from dreamflow.client import RemoteMemory
+from engine.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)

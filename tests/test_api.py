@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 
 from dreamflow.api import create_app
-from dreamflow.client import RemoteMemory
+from engine.client import RemoteMemory
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
@@ -123,7 +123,7 @@ def test_openapi_documents_every_operation_with_its_parameters(served):
     _, _, server = served
     status, spec = server.raw("GET", "/openapi.json")
     assert status == 200
-    from dreamflow import ops
+    from engine import ops
 
     for op in ops.OPS:
         assert f"/ops/{op.name}" in spec["paths"], op.name

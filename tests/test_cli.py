@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_probe import run_cli
 
-from dreamflow import ops
+from engine import ops
 from storage.memory import Memory
 
 HEAVY = ("prefect", "openai", "torch", "sentence_transformers", "transformers", "pydantic", "fastapi", "uvicorn")

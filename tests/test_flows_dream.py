@@ -2,7 +2,7 @@
 
 import pytest
 
-from dreamflow.llm import LLMNotConfigured
+from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, tool_reply
 from storage.memory import Memory

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dreamflow.tools import Toolbox, WriteRejected, predict
+from engine.toolbox import Toolbox, WriteRejected, predict
 from storage.errors import InvalidInput
 from storage.memory import Memory
 from tasks import checkpoints, dialog, interests

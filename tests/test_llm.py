@@ -5,8 +5,8 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from dreamflow.llm import LLM, LLMError, LLMNotConfigured, Usage, extract_json, load_prompt, parse_model
-from dreamflow.settings import Settings
+from engine.llm import LLM, LLMError, LLMNotConfigured, Usage, extract_json, load_prompt, parse_model
+from engine.settings import Settings
 from llm_server import json_reply
 
 

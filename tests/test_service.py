@@ -22,7 +22,7 @@ from llm_server import Reply, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
-from dreamflow.client import connect
+from engine.client import connect
 from dreamflow.service import Child, Options, Service, ServiceError
 
 pytestmark = pytest.mark.timeout(300)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dreamflow.turns import TurnCounter, check_session_id, record_turn
+from engine.turns import TurnCounter, check_session_id, record_turn
 from storage.errors import InvalidInput
 
 

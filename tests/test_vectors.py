@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from dreamflow import semantic
-from dreamflow.client import local_memory
-from dreamflow.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder
+from engine import semantic
+from engine.client import local_memory
+from engine.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder
 from storage import index, vectors
 from storage.db import IndexDB
 from storage.search import node_search, search

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
-from dreamflow.settings import Settings
+from engine.settings import Settings
 from storage.errors import DreamflowError
 
 if TYPE_CHECKING:
-    from dreamflow.tools import Toolbox
+    from engine.toolbox import Toolbox
 
 T = TypeVar("T", bound=BaseModel)
 

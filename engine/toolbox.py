@@ -1,4 +1,4 @@
-"""Agent tools: the memory operations of `dreamflow.ops`, restricted per job in code.
+"""Agent tools: the memory operations of `engine.ops`, restricted per job in code.
 
 A `Toolbox` offers the read tools plus the write tools, and checks every write before it happens: the path
 must pass the job's `can_write` (e.g. integrate: under `digest/`; auto_memory: its own card), and an optional
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from dreamflow import ops
+from engine import ops
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
 from storage.workspace import Workspace

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dreamflow.settings import Settings
+from engine.settings import Settings
 from storage.errors import DreamflowError
 
 SERVICE_FILE = "metadata/service.json"
@@ -36,7 +36,7 @@ def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
     from storage.memory import Memory
 
     if not keep_open:
-        from dreamflow.semantic import attach
+        from engine.semantic import attach
 
         memory = Memory(workspace)
         attach(memory)  # vector search in-process only with DREAMFLOW_CLI_VECTORS=1 (the service always has it)
@@ -118,7 +118,7 @@ class RemoteMemory:
         return f"RemoteMemory({self.url!r})"
 
     def __getattr__(self, name: str):
-        from dreamflow import ops
+        from engine import ops
 
         op = next((o for o in ops.OPS if o.method_name == name), None)
         if op is None:
@@ -191,7 +191,7 @@ class RemoteMemory:
 
 def _remote_method(remote: RemoteMemory, op):
     """A callable with the signature of `Memory.<op>` (without self/callbacks) that calls the service."""
-    from dreamflow import ops
+    from engine import ops
 
     params = ops.parameters(op)
     signature = inspect.Signature([

@@ -12,7 +12,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from dreamflow.settings import dreamflow_home
+from engine.settings import dreamflow_home
 
 DEFAULTS = {
     # Nothing phones home: client analytics and the server's telemetry.

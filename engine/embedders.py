@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dreamflow.settings import Settings
+from engine.settings import Settings
 
 LOCAL_MODEL_ID = "local:all-MiniLM-L6-v2"
 
