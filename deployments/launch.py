@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
+from storage.errors import InvalidInput, NotFound
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None) -> dict:
@@ -28,6 +31,93 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
     )
     return {"id": str(run.id), "name": run.name, "deployment": deployment.full_name,
             "state": run.state.name if run.state else None}
+
+
+def run_status(run_id: str) -> dict:
+    """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, ui_url}`.
+
+    `summary` is the flow's result once the run has finished (for a run that ended Failed because units or
+    items failed, the summary it carries), else None. Raises NotFound for an unknown run id.
+    """
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        deployment = _deployment_name(client, run.deployment_id) if run.deployment_id else None
+    state = run.state
+    state_type = state.type.value if state else None
+    return {
+        "id": str(run.id),
+        "name": run.name,
+        "deployment": deployment,
+        "state": state.name if state else None,
+        "state_type": state_type,
+        "message": state.message if state else None,
+        "parameters": run.parameters,
+        "summary": _result_summary(state) if state_type in FINAL_STATES else None,
+        "ui_url": run_url(str(run.id)),
+    }
+
+
+def run_logs(run_id: str, offset: int = 0, limit: int = 200) -> list[dict]:
+    """The run's log lines from `offset` on, oldest first: `{time, level, message}` (what the UI shows)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])),
+                                sort=LogSort.TIMESTAMP_ASC, offset=offset, limit=limit)
+    return [{"time": log.timestamp.isoformat(), "level": logging_level(log.level), "message": log.message}
+            for log in logs]
+
+
+def run_url(run_id: str) -> str | None:
+    """The run's page in the Prefect UI."""
+    from prefect.settings import get_current_settings
+
+    ui = get_current_settings().ui_url
+    return f"{ui.rstrip('/')}/runs/flow-run/{run_id}" if ui else None
+
+
+def logging_level(level: int) -> str:
+    import logging
+
+    return logging.getLevelName(level)
+
+
+def _read_run(client, run_id: str):
+    from uuid import UUID
+
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_flow_run(UUID(str(run_id)))
+    except ValueError:
+        raise InvalidInput(f"not a flow run id: {run_id!r}") from None
+    except ObjectNotFound:
+        raise NotFound(f"no flow run {run_id}") from None
+
+
+def _deployment_name(client, deployment_id) -> str | None:
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        deployment = client.read_deployment(deployment_id)
+        return f"{client.read_flow(deployment.flow_id).name}/{deployment.name}"
+    except ObjectNotFound:
+        return None
+
+
+def _result_summary(state) -> dict | None:
+    """The finished run's summary: its result, or the summary a planned failure (UnitsFailed) carries."""
+    try:
+        result = state.result(raise_on_failure=False)
+    except Exception:  # not persisted (an older run) or storage gone: the state message still says what happened
+        return None
+    summary = getattr(result, "summary", result)
+    return summary if isinstance(summary, dict) else None
 
 
 def emit_resource_changed(workspace: str, path: str, exists: bool) -> None:

@@ -17,7 +17,7 @@ import os
 import typing
 from typing import Any
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,6 +62,26 @@ class FlowRun(BaseModel):
     name: str
     deployment: str
     state: str | None = None
+
+
+class FlowRunStatus(BaseModel):
+    """A flow run as `GET /flows/runs/{run_id}` reports it."""
+
+    id: str
+    name: str
+    deployment: str | None = Field(description="`flow/deployment`, None for a run started outside a deployment")
+    state: str | None = Field(description="State name, e.g. Running, Completed, Failed, AwaitingRetry")
+    state_type: str | None = Field(description="SCHEDULED, PENDING, RUNNING, COMPLETED, FAILED, CRASHED, ...")
+    message: str | None = Field(description="The state's message (why a run failed)")
+    parameters: dict[str, Any]
+    summary: dict[str, Any] | None = Field(description="The flow's result summary once the run has finished")
+    ui_url: str | None = Field(description="The run's page in the Prefect UI")
+
+
+class FlowRunLog(BaseModel):
+    time: str
+    level: str
+    message: str
 
 
 class ErrorDetail(BaseModel):
@@ -222,6 +242,17 @@ def _add_service_routes(app: FastAPI, service) -> None:
     def status() -> dict[str, Any]:
         """What runs, index size, turn counters, last and next dream, runs in progress."""
         return service.status()
+
+    @app.get("/flows/runs/{run_id}", tags=["flows"], response_model=FlowRunStatus)
+    def run_status(run_id: str):
+        """A flow run's state, parameters and UI link; `summary` is the flow's result once it has finished
+        (also for a run that ended Failed because units failed)."""
+        return service.run_status(run_id)
+
+    @app.get("/flows/runs/{run_id}/logs", tags=["flows"], response_model=list[FlowRunLog])
+    def run_logs(run_id: str, offset: int = Query(0, ge=0, description="Skip this many log lines")):
+        """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
+        return service.run_logs(run_id, offset)
 
     for flow, deployment in DEPLOYMENTS.items():
         _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))

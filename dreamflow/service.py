@@ -476,10 +476,32 @@ class Service:
         The workspace travels as a parameter, so the run works on it whichever runner or worker executes it.
         """
         from deployments.launch import launch
+        from deployments.serve import DEPLOYMENTS
 
+        if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
+            from engine.llm import require_llm
+
+            require_llm(self.settings)  # our runner runs it with our settings: say so now, not in a Failed run
+        self._wait_prefect()
+        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
+
+    def run_status(self, run_id: str) -> dict:
+        """A flow run's state and, once finished, its summary (deployments.launch.run_status)."""
+        from deployments.launch import run_status
+
+        self._wait_prefect()
+        return run_status(run_id)
+
+    def run_logs(self, run_id: str, offset: int = 0) -> list[dict]:
+        """A flow run's log lines from `offset` on."""
+        from deployments.launch import run_logs
+
+        self._wait_prefect()
+        return run_logs(run_id, offset)
+
+    def _wait_prefect(self) -> None:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
-        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""

@@ -39,6 +39,7 @@ class Settings:
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
+    doctor_cron: str | None = field(default_factory=lambda: _env("DREAMFLOW_DOCTOR_CRON"))  # unset: no schedule
     dream_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_DREAM_CONCURRENCY", "3")))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
 

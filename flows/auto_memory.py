@@ -10,7 +10,7 @@ from tasks.context import check_date, today, workspace_root
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
 
 
-@flow(name="auto-memory")
+@flow(name="auto-memory", persist_result=True)
 def auto_memory(session_id: str, messages: list[dict] | None = None, date: str | None = None,
                 hint: str | None = None, workspace: str | None = None) -> dict:
     """Append `messages` (if any) to session/dialog/<session_id>.jsonl, then summarise every record not yet

@@ -10,7 +10,7 @@ from tasks.cards import check_resource, record_resource, refresh_day, remove_res
 from tasks.context import today, workspace_root
 
 
-@flow(name="auto-resource")
+@flow(name="auto-resource", persist_result=True)
 def auto_resource(path: str, workspace: str | None = None) -> dict:
     """Write or update the card of text resource `path` in its date's daily folder (root-level resources:
     today); a deleted resource's card is removed; then the day index page is refreshed."""

@@ -20,7 +20,7 @@ from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_re
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
 
 
-@flow(name="doctor")
+@flow(name="doctor", persist_result=True)
 def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300,
            workspace: str | None = None) -> dict:
     """Report the memory graph's health (and with `fix`, first repair drift and moved files): schedulable."""
@@ -30,7 +30,8 @@ def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: in
     return report
 
 
-@flow(name="link-mine", task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+@flow(name="link-mine", persist_result=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
 def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: int = 8,
               workspace: str | None = None) -> dict:
     """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""
@@ -43,7 +44,7 @@ def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: i
     return _finish(summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
 
 
-@flow(name="merge")
+@flow(name="merge", persist_result=True)
 def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshold: float | None = None,
           workspace: str | None = None) -> dict:
     """Fold each [survivor, victim] pair (default: the doctor's near-duplicates) into its survivor."""
@@ -58,7 +59,7 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
     return _finish(summarize("merge", outcomes, failures))
 
 
-@flow(name="split")
+@flow(name="split", persist_result=True)
 def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = 300,
           workspace: str | None = None) -> dict:
     """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
@@ -73,7 +74,7 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
     return _finish(summarize("split", outcomes, failures))
 
 
-@flow(name="archive")
+@flow(name="archive", persist_result=True)
 def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: str | None = None) -> dict:
     """Move stale nodes (default: the doctor's: nobody links to them, not updated for `stale_days`) to
     digest/archive/, links retargeted; they stay readable, and searchable with include_archived."""

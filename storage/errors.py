@@ -41,3 +41,11 @@ class InvalidInput(DreamflowError):
 
     exit_code = 2
     http_status = 400
+
+
+class JobFailed(DreamflowError):
+    """A memory job ran but some of its units or items failed; they are left for a retry of the run (the UI's
+    Retry re-runs only them) or for the next run. The run ends Failed with this message."""
+
+    exit_code = 9
+    http_status = 500

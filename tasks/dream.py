@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from engine.llm import LLM, LLMError, Usage, load_prompt
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
+from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
 from tasks import checkpoints
 from tasks.cards import slugify, unique_path
@@ -348,8 +349,9 @@ def publish_report(summary: dict) -> str:
     return markdown
 
 
-class UnitsFailed(LLMError):
-    """Some units of a dream failed; `summary` is the run summary (their paths stay un-checkpointed)."""
+class UnitsFailed(JobFailed, LLMError):
+    """Some units of a job failed (a planned failure, exit code 9); `summary` is the run summary (their paths
+    stay un-checkpointed)."""
 
     def __init__(self, message: str, summary: dict):
         super().__init__(message, summary)

@@ -242,7 +242,7 @@ def checkpoint_mined(workspace: str, outcomes: list[dict]) -> None:
 
 # ---- tasks: merge, split, archive ------------------------------------------------------------------------
 
-@task(task_run_name="merge-{victim}", tags=["llm"], cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="merge-{victim}", tags=["llm"])
 def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
     """Fold `victim` into `survivor`: LLM-merged prose, union of sources and links, `merged_from`, inbound
     links retargeted (line anchors follow their text), victim deleted."""
@@ -279,7 +279,7 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
                    deleted=[victim], usage=llm.usage.as_dict())
 
 
-@task(task_run_name="split-{path}", tags=["llm"], cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="split-{path}", tags=["llm"])
 def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     """Break one node into focused parts that link to each other and to the node, which stays as their
     overview; sources are carried along and no link of the original is lost."""
@@ -317,7 +317,7 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
                    usage=llm.usage.as_dict())
 
 
-@task(task_run_name="archive-{path}", cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="archive-{path}")
 def archive_node(workspace: str, path: str, date: str) -> dict:
     """Move a node to digest/archive/ (same sub-path; links to it retargeted) and mark it `archived: date`."""
     memory = memory_of(workspace)
