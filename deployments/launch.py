@@ -15,7 +15,7 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None) -> dict:
-    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state}`.
+    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state, ui_url}`.
 
     Raises KeyError for an unknown flow; Prefect errors (API down) propagate.
     """
@@ -30,7 +30,7 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
         idempotency_key=idempotency_key,
     )
     return {"id": str(run.id), "name": run.name, "deployment": deployment.full_name,
-            "state": run.state.name if run.state else None}
+            "state": run.state.name if run.state else None, "ui_url": run_url(str(run.id))}
 
 
 def run_status(run_id: str) -> dict:

@@ -62,6 +62,7 @@ class FlowRun(BaseModel):
     name: str
     deployment: str
     state: str | None = None
+    ui_url: str | None = Field(None, description="The run's page in the Prefect UI")
 
 
 class FlowRunStatus(BaseModel):

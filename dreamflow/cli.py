@@ -53,11 +53,25 @@ class OperationsGroup(click.Group):
         generated = [op.cli_name for op in ops.OPS]
         return generated + [name for name in self.commands if name not in generated]
 
+    # Extensions may wrap a generated command (e.g. run it as a deployment when the service runs):
+    # cli name -> function taking the generated command and returning the one to use.
+    wrappers: dict[str, typing.Callable[[click.Command], click.Command]] = {}
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Add an extension command; its listing line is its first sentence, whole (click would cut it)."""
+        if not cmd.short_help and cmd.help:
+            cmd.short_help = ops.first_sentence(cmd.help)
+        super().add_command(cmd, name)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]
         op = next((op for op in ops.OPS if op.cli_name == name), None)
-        return build_command(op) if op else None
+        if op is None:
+            return None
+        command = build_command(op)
+        wrap = self.wrappers.get(name)
+        return wrap(command) if wrap else command
 
 
 @click.group(cls=OperationsGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -42,7 +43,14 @@ class Op:
 
     @property
     def summary(self) -> str:
-        return self.help.split("\n", 1)[0]
+        return first_sentence(self.help)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line (never cut mid-sentence)."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = re.search(r"[.!?](\s|$)", paragraph)
+    return paragraph[:end.start() + 1] if end else paragraph
 
 
 OPS: tuple[Op, ...] = (

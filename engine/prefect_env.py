@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.settings import dreamflow_home
+from storage.errors import JobFailed
 
 DEFAULTS = {
     # Nothing phones home: client analytics and the server's telemetry.
@@ -44,6 +45,19 @@ def configure() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     logging.getLogger("EventsWorker").setLevel(logging.ERROR)
+    runs = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, PlannedFailureFilter) for f in runs.filters):
+        runs.addFilter(PlannedFailureFilter())
+
+
+class PlannedFailureFilter(logging.Filter):
+    """Drops Prefect's "Engine execution exited with unexpected exception" (and its traceback) from a deployment
+    run that ended Failed on purpose (`JobFailed`: units failed and will be retried): the run's state message
+    says what failed, and nothing unexpected happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, JobFailed) and record.getMessage().startswith("Engine execution exited"))
 
 
 @contextmanager
