@@ -114,7 +114,9 @@ def error_body(exc: DreamflowError) -> dict:
 def create_app(memory, token: str | None = None, service=None) -> FastAPI:
     """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
     flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`."""
-    app = FastAPI(
+    from fastapi_offline import FastAPIOffline
+
+    app = FastAPIOffline(  # /docs and /redoc with Swagger UI and ReDoc served from the package, no CDN
         title="Dreamflow",
         version=__version__,
         description="File-native long-term memory for AI agents. Paths are workspace-relative.",
