@@ -63,6 +63,17 @@ class OperationsGroup(click.Group):
             cmd.short_help = ops.first_sentence(cmd.help)
         super().add_command(cmd, name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """Like click's, but an unknown command gets the nearest names: `serch` -> "Did you mean search?"."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command '{name}'. Did you mean {' or '.join(close)}?")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]

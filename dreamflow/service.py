@@ -182,6 +182,7 @@ class Service:
         self._api_server = None
         self._api_thread: threading.Thread | None = None
         self._lock = None
+        self.warnings: list[str] = []  # shown at start and in `status`
 
     # -- lifecycle
 
@@ -235,6 +236,7 @@ class Service:
         self._write_service_file()
         self.say(f"Workspace   {self.ws.root}")
         self.say(f"API         {self.url}   (docs: {self.url}/docs)")
+        self._check_install()
         self._reconcile()
         self._wait_for_prefect()
         if opts.runner:
@@ -244,6 +246,15 @@ class Service:
         self.say(f"Prefect UI  {self.ui_url}")
         self.say("Dreamflow is running. Ctrl-C to stop.")
         self.ready.set()
+
+    def _check_install(self) -> None:
+        """Warn about an install that works but wastes the machine (a CUDA torch without a GPU)."""
+        from engine.torch_check import torch_warning
+
+        warning = torch_warning()
+        if warning:
+            self.warnings.append(warning)
+            self.say(f"WARNING: {warning}")
 
     def supervise(self) -> None:
         """Watch the children until asked to stop; restart a crashed one or give up with a clear message."""
@@ -568,6 +579,7 @@ class Service:
             "index": self.memory.index_stats(),
             "watcher": {"idle": self.watcher.idle() if self.watcher else None},
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
+            "warnings": self.warnings,
         }
         if self.backfiller is not None:
             from engine import semantic
@@ -616,9 +628,10 @@ def register(cli) -> None:
         sys.exit(start(options))
 
     @cli.command("status")
+    @click.option("--verbose", "-v", is_flag=True, help="Also pids, log files and the index's internal counters.")
     @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
     @click.pass_obj
-    def status_command(obj, as_json: bool) -> None:
+    def status_command(obj, verbose: bool, as_json: bool) -> None:
         """Show whether the service runs, what it runs, index size, last dream and pending work."""
         from dreamflow.cli import fail
 
@@ -629,7 +642,7 @@ def register(cli) -> None:
         if as_json:
             click.echo(json.dumps(status, indent=2, ensure_ascii=False, default=str))
         else:
-            click.echo(format_status(status))
+            click.echo(format_status(status, verbose))
 
     @cli.command("turn")
     @click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
@@ -701,34 +714,64 @@ def current_status(workspace: Path) -> dict:
     }
 
 
-def format_status(status: dict) -> str:
-    """People's view of `current_status`."""
-    svc = status.get("service", {})
+def format_status(status: dict, verbose: bool = False) -> str:
+    """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
+    svc, index = status.get("service", {}), status.get("index", {})
     lines = [f"Workspace   {svc.get('workspace')}"]
     if not status.get("running"):
         lines.append("Service     not running (start it with `dreamflow start`)")
     else:
-        lines.append(f"Service     running, pid {svc.get('pid')}, up {svc.get('uptime_s')} s")
-        lines.append(f"API         {svc.get('url')}")
+        lines.append(f"Service     running for {_duration(svc.get('uptime_s') or 0)}"
+                     + (f", pid {svc.get('pid')}" if verbose else ""))
+        lines.append(f"API         {svc.get('url')}   (docs: {svc.get('url')}/docs)")
         lines.append(f"Prefect UI  {svc.get('ui')}")
-        for child in status.get("children", []):
-            state = "running" if child["running"] else "stopped"
-            lines.append(f"  {child['name']:<14} pid {child['pid']}  {state}, {child['restarts']} restart(s)")
-    index = status.get("index", {})
-    lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
-    dream = status.get("last_dream")
+        children = status.get("children", [])
+        trouble = [c for c in children if not c["running"] or c["restarts"]]
+        if verbose or trouble:
+            for child in children if verbose else trouble:
+                state = "running" if child["running"] else "STOPPED"
+                lines.append(f"  {child['name']:<14} {state}, {child['restarts']} restart(s)"
+                             + (f", pid {child['pid']}, log {child['log']}" if verbose or trouble else ""))
+    for warning in status.get("warnings", []):
+        lines.append(f"Warning     {warning}")
+    if verbose:
+        lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
+    else:
+        text = f"{index.get('files', 0)} files, {index.get('chunks', 0)} chunks, {index.get('links', 0)} links"
+        if index.get("files_with_errors"):
+            text += f", {index['files_with_errors']} files could not be parsed (indexed as text)"
+        lines.append(f"Index       {text}")
+    vectors = status.get("vectors")
+    if vectors and vectors.get("configured"):
+        lines.append(f"Vectors     {vectors.get('embedded', 0)} of {vectors.get('texts', 0)} chunk texts embedded "
+                     f"({vectors['configured']})" + (f"; error: {vectors['error']}" if vectors.get("error") else ""))
     if "last_dream" in status:
+        dream = status["last_dream"]
         lines.append(f"Last dream  {dream['start_time']} ({dream['state']})" if dream else "Last dream  none yet")
     if status.get("next_dream"):
         lines.append(f"Next dream  {status['next_dream']['expected_start_time']}")
     sessions = status.get("turns", {}).get("sessions", {})
     waiting = {s: e["pending"] for s, e in sessions.items() if e.get("pending")}
-    lines.append(f"Turns       {len(sessions)} session(s), {sum(waiting.values())} turn(s) waiting for a summary")
+    lines.append(f"Turns       {sum(waiting.values())} turn(s) waiting for a summary"
+                 + (f" in {len(waiting)} session(s)" if waiting else "")
+                 + (f"; {len(sessions)} session(s) counted" if verbose else ""))
     for run in status.get("active_runs", []):
-        lines.append(f"  run {run['name']} ({run['deployment']}): {run['state']}")
+        lines.append(f"Running     {run['deployment']} run {run['name']}: {run['state']}")
     if status.get("prefect_error"):
         lines.append(f"Prefect     unavailable: {status['prefect_error']}")
+    if verbose and status.get("running"):
+        lines.append(f"Prefect API {svc.get('prefect_api')}")
+        if "watcher" in status:
+            lines.append(f"Watcher     {'idle' if status['watcher'].get('idle') else 'busy'}")
     return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def format_turn(result: dict) -> str:
