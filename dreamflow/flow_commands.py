@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from dreamflow.job_runs import exit_code, no_wait_option, run_job
+from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
 from storage.errors import DreamflowError
 
 
@@ -95,6 +95,8 @@ def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wa
         _run(obj.workspace, "flows.proactive", "proactive", {"date": date, "include_content": include_content},
              as_json, no_wait, remote=remote)
         return
+    if no_wait:
+        refuse_no_wait()
     try:
         result = proactive_topics(local_memory(obj.workspace), check_date(date) if date else today(),
                                   include_content)
@@ -115,7 +117,7 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
         remote = connect(ctx.obj.workspace)
         if remote is None:
             if no_wait:
-                raise click.UsageError("--no-wait needs the running service (`dreamflow start`)")
+                refuse_no_wait()
             return ctx.invoke(original, as_json=as_json, **kwargs)
         try:
             done = run_job(ctx.obj.workspace, flow, "", kwargs, as_json, no_wait, remote=remote)

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from dreamflow.job_runs import exit_code, no_wait_option, run_job
+from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
 from storage.errors import DreamflowError
 
 
@@ -53,7 +53,7 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
                 return
             report = done[0]
         elif no_wait:
-            raise click.UsageError("--no-wait needs the running service (`dreamflow start`)")
+            refuse_no_wait()
         else:
             report = obj.memory().doctor(**params)
     except DreamflowError as exc:

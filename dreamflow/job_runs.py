@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,18 @@ def run_job(workspace: Path, flow: str, module: str, params: dict[str, Any], qui
             return None
         return follow(remote, run, quiet)
     if no_wait:
-        raise click.UsageError("--no-wait needs the running service (`dreamflow start`): without it the job "
-                               "runs in this process")
+        refuse_no_wait()
     if needs_llm:
         from engine.llm import require_llm
 
         require_llm()  # fail before paying for Prefect's start
     return _call_flow(workspace, module, flow, params, quiet)
+
+
+def refuse_no_wait() -> typing.NoReturn:
+    """`--no-wait` without the service: a usage error (the job would run in this process anyway)."""
+    raise click.UsageError("--no-wait needs the running service (`dreamflow start`): without it the job runs in "
+                           "this process")
 
 
 def exit_code(units_failed: bool) -> int:

@@ -36,13 +36,19 @@ prefect_env.configure()
 
 
 @pytest.fixture(scope="session")
-def prefect_harness():
-    """A temporary Prefect API (prefect_test_harness, ~11 s, once per session) with in-process-run settings
-    (no flow heartbeat). Request it in any test that runs flows."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(dreamflow_service):
+    """A Prefect API for flows run in this process, with in-process-run settings (no flow heartbeat): the shared
+    service's Prefect server, so the session runs one Prefect server, not two. Request it in any test that runs
+    flows in-process; their runs have no deployment and their workspaces are not the service's."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120), prefect_env.interactive_runs():
+    with temporary_settings({PREFECT_API_URL: dreamflow_service.prefect_api}), prefect_env.interactive_runs():
         yield
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=10)  # before the service (and its Prefect server) stops
+        EventsWorker.drain_all(timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ Uses the shared service (conftest `dreamflow_service`); the CLI runs in a subpro
 
 import json
 import os
+import re
 import subprocess
 
 import httpx
@@ -97,6 +98,7 @@ def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service
     assert httpx.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000").status_code == 404
 
 
+@pytest.mark.slow
 def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow_service):
     svc = dreamflow_service
     for flow in ("doctor", "link_mine", "merge", "split", "archive"):
@@ -113,10 +115,26 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
     assert fixed.returncode in (0, 1) and "counts" in json.loads(fixed.stdout), fixed.stderr
     assert run_by(svc, "doctor/manual", fix=True)["state_type"] == "COMPLETED"
     # the LLM flows, started like the UI's "Run" with parameters (given nothing to do)
-    for flow, params in (("link_mine", {"max_nodes": 0}), ("merge", {"pairs": []}), ("split", {"paths": []})):
-        run = svc.prefect("POST", f"/deployments/{svc.deployment(DEPLOYMENTS[flow].full_name)['id']}/create_flow_run",
-                          {"parameters": {**params, "workspace": str(svc.workspace)}})
+    runs = {flow: svc.prefect("POST", f"/deployments/{svc.deployment(DEPLOYMENTS[flow].full_name)['id']}/create_flow_run",
+                              {"parameters": {**params, "workspace": str(svc.workspace)}})["id"]
+            for flow, params in (("link_mine", {"max_nodes": 0}), ("merge", {"pairs": []}), ("split", {"paths": []}))}
+    for flow, run_id in runs.items():  # the runner runs them side by side
         done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
-            svc.prefect("GET", f"/flow_runs/{run['id']}")), 90, f"the {flow} run")
+            svc.prefect("GET", f"/flow_runs/{run_id}")), 90, f"the {flow} run")
         assert done["state_type"] == "COMPLETED", (flow, done["state"]["message"])
-        assert httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()["summary"]["failed"] == []
+        status = httpx.get(f"{svc.url}/flows/runs/{run_id}").json()
+        assert status["deployment"] == DEPLOYMENTS[flow].full_name and status["summary"]["failed"] == []
+
+
+def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
+    svc = dreamflow_service
+    plain = cli(svc, "status")
+    assert plain.returncode == 0, plain.stderr
+    assert f"API         {svc.url}   (docs: {svc.url}/docs)" in plain.stdout and "Prefect UI  http" in plain.stdout
+    assert re.search(r"Index       \d+ files, \d+ chunks, \d+ links\n", plain.stdout)
+    assert "postings" not in plain.stdout and "Warning" not in plain.stdout
+    assert re.search(r"Service     running for [^\n]*\n", plain.stdout) and "Service     running for" in plain.stdout
+    assert not re.search(r"Service [^\n]*pid", plain.stdout)
+    verbose = cli(svc, "status", "--verbose")
+    assert "postings" in verbose.stdout and "unsorted_postings" in verbose.stdout
+    assert re.search(r"runner +running, \d+ restart\(s\), pid \d+, log ", verbose.stdout)

@@ -261,6 +261,7 @@ def spare(dreamflow_service, llm_server, tmp_path_factory):
     assert svc.stop() == 0
 
 
+@pytest.mark.slow
 def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(spare):
     svc = spare
     day = svc.workspace / "daily/2024-06-01"
@@ -280,6 +281,7 @@ def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(
     assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
 
 
+@pytest.mark.slow
 def test_work_that_arrives_while_the_service_is_down_runs_after_restart(spare, dreamflow_service, llm_server):
     svc, n = spare, SERVICE_TURNS
     llm_server.reset()
@@ -357,6 +359,7 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
 
 # ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
 
+@pytest.mark.slow
 def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     svc = dreamflow_service
     env = {**svc.env, "PREFECT_API_URL": svc.prefect_api, "DREAMFLOW_WORKSPACE": str(svc.workspace),
