@@ -490,9 +490,13 @@ class Service:
         from deployments.serve import DEPLOYMENTS
 
         if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
-            from engine.llm import require_llm
+            from engine.llm import LLMNotConfigured, require_llm
 
-            require_llm(self.settings)  # our runner runs it with our settings: say so now, not in a Failed run
+            try:  # our runner runs it with our settings: say so now, not in a Failed run
+                require_llm(self.settings)
+            except LLMNotConfigured as exc:
+                raise LLMNotConfigured(f"the service has {exc} (they count where `dreamflow start` runs: "
+                                       "restart it with them set)") from None
         self._wait_prefect()
         return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
 

@@ -138,3 +138,14 @@ def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_serv
     verbose = cli(svc, "status", "--verbose")
     assert "postings" in verbose.stdout and "unsorted_postings" in verbose.stdout
     assert re.search(r"runner +running, \d+ restart\(s\), pid \d+, log ", verbose.stdout)
+
+
+def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_path, no_llm):
+    from dreamflow.service import Options, Service
+    from engine.llm import LLMNotConfigured
+    from engine.settings import Settings
+
+    service = Service(Options(tmp_path / "ws", settings=Settings()), say=lambda text: None)
+    with pytest.raises(LLMNotConfigured, match="the service has no LLM configured") as refused:
+        service.launch("auto_dream", {"date": "2024-07-01"})
+    assert refused.value.exit_code == 6
