@@ -241,4 +241,4 @@ def _show_topics(result: dict) -> None:
     out.print(table)
 
 
-SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream}
+SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive": _show_topics}

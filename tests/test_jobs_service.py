@@ -94,6 +94,8 @@ def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service
     assert httpx.get(f"{svc.url}/flows/runs/{run_id}").json()["deployment"] == "reindex/manual"
     waited = cli(svc, "reindex", "--json")
     assert waited.returncode == 0 and json.loads(waited.stdout)["files"] >= 0, waited.stdout + waited.stderr
+    topics = cli(svc, "proactive", "--date", "2024-07-09")  # the same table as in-process
+    assert topics.returncode == 0 and "no topics" in topics.stdout and "proactive/manual" in topics.stderr
     assert httpx.get(f"{svc.url}/flows/runs/not-a-uuid").status_code == 400
     assert httpx.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000").status_code == 404
 
