@@ -100,8 +100,11 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
         return summary, False
     if status["state_type"] == "FAILED" and summary is not None:  # planned: units failed, retryable
         return summary, True
+    where = status["ui_url"] or status["id"]
+    if status["state_type"] == "COMPLETED":
+        raise DreamflowError(f"{label} run {status['name']} completed but its result could not be read ({where})")
     raise DreamflowError(f"{label} run {status['name']} ended {status['state']}: "
-                         f"{status['message'] or 'no message'} ({status['ui_url'] or status['id']})")
+                         f"{status['message'] or 'no message'} ({where})")
 
 
 def _print_logs(remote, run_id: str, offset: int) -> int:
