@@ -133,7 +133,12 @@ class RunningService:
     # -- the Prefect API, read over REST
 
     def prefect(self, method: str, path: str, body: dict | None = None):
-        resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, timeout=20)
+        """One Prefect API call; a 503 (its SQLite database was locked) is retried, as Prefect's own client does."""
+        for attempt in range(6):
+            resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, timeout=20)
+            if resp.status_code != 503:
+                break
+            time.sleep(1 + attempt)
         resp.raise_for_status()
         return resp.json()
 
