@@ -599,7 +599,7 @@ def register(cli) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
     @click.pass_obj
     def status_command(obj, as_json: bool) -> None:
-        """Show whether the service runs, what it runs, index size, last dream and pending work."""
+        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
         from dreamflow.cli import fail
 
         try:

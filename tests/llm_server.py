@@ -93,7 +93,8 @@ class LLMServer:
             self._routes.append((pred, list(replies)))
         return self
 
-    def refuse(self, match: Callable[[dict], bool], status: int = 400, message: str = "unsupported request") -> LLMServer:
+    def refuse(self, match: Callable[[dict], bool], status: int = 400,
+               message: str = "unsupported request") -> LLMServer:
         """Answer every request for which `match(body)` is true with HTTP `status` (until `reset`)."""
         with self._lock:
             self._refusals.append((match, status, message))
