@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import LLM, load_prompt
+from engine.llm import LLM, load_prompt, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
 from engine.usage import Usage
 from storage.doctor import describe
@@ -233,7 +233,9 @@ def mine_links(workspace: str, path: str, candidates: int) -> dict:
     llm = LLM.from_settings()
     messages = [{"role": "system", "content": load_prompt("link_mine")},
                 {"role": "user", "content": mining_material(path, text, found)}]
-    judgement = llm.structured(messages, LinkJudgement, "link_mine")
+    schema = response_schema(LinkJudgement)
+    schema["$defs"]["LinkChoice"]["properties"]["target"]["enum"] = [c["path"] for c in found]
+    judgement = llm.structured(messages, LinkJudgement, "link_mine", json_schema=schema)
     names = {c["path"]: c.get("name") for c in found}
     proposals = {c.target: Proposal(c.target, c.old, c.new, c.reason, c.predicate, names[c.target])
                  for c in judgement.links if c.target in names}
