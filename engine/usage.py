@@ -38,13 +38,10 @@ class Usage:
         return self
 
     def record(self, kind: str, seconds: float, response_usage: Any = None) -> None:
-        """Count one attempted call of `kind` (failed ones included)."""
-        tokens = {key: getattr(response_usage, key, 0) or 0 for key in TOTALS[1:4]} if response_usage else {}
-        for target in (self.__dict__, self._kind(kind)):
-            target["calls"] += 1
-            target["seconds"] += seconds
-            for key, value in tokens.items():
-                target[key] += value
+        """Count one attempted call of `kind` (failed ones included), with the tokens its response reports."""
+        spent = {"calls": 1, "seconds": seconds}
+        spent.update({key: getattr(response_usage, key, 0) or 0 for key in TOTALS[1:4]})
+        self.add({**spent, "kinds": {kind: spent}})
 
     def note(self, kind: str, outcome: str) -> None:
         """Count one outcome (`answers`, `first_try`, `repairs`, `failures`) of `kind`."""

@@ -310,3 +310,11 @@ def test_agent_step_bound(llm, monkeypatch, toolbox):
     with pytest.raises(LLMError, match="within 2 steps"):
         model.agent([*ASK], Note, toolbox, "card", max_steps=2)
     assert model.usage.kinds["card"]["failures"] == 1
+
+
+def test_auto_asks_without_tools_when_the_endpoint_refuses_them(llm, toolbox):
+    llm.refuse(lambda body: "tools" in body, message="tools are not supported")
+    llm.reply_json({"title": "Lisbon"})
+    assert client().agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
+    assert ["tools" in r for r in llm.requests] == [True, False]
+    assert learned(llm.base_url, llm.model)["tools"] is False
