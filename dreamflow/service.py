@@ -441,7 +441,8 @@ class Service:
 
         from dreamflow.api import create_app
 
-        app = create_app(self.memory, token=self.settings.api_token, service=self)
+        app = create_app(self.memory, token=self.settings.api_token, service=self, host=self.options.host,
+                         settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
                                 access_log=False, lifespan="off")
         self._api_server = uvicorn.Server(config)
