@@ -5,7 +5,10 @@ without the credentials, while the service's own runs go through."""
 
 import json
 import socket
+import subprocess
 import threading
+
+import httpx
 
 import pytest
 from test_api import ApiServer
@@ -109,3 +112,41 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(server, path):
     assert sent < 32 << 20  # of 64 MB offered, the server stopped taking it early
     status, answer, _ = http(server.port, "POST", path, chunks=[b'{"path": "digest/wiki/c.md", ', b'"content": "c"}'])
     assert status == 200 and answer == ({"path": "digest/wiki/c.md"} | answer if path == "/ops/write" else 44)
+
+
+def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_server):
+    from service_harness import DREAMFLOW, RunningService, wait_for
+
+    svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret")
+    try:
+        assert svc.prefect_auth == ("dreamflow", "s3cret")
+        for auth in (None, ("dreamflow", "wrong"), ("s3cret", "")):
+            for method, path, body in (("GET", "/flows/", None), ("POST", "/deployments/filter", {}),
+                                       ("POST", "/flow_runs/", {"flow_id": "00000000-0000-0000-0000-000000000000"})):
+                resp = httpx.request(method, f"{svc.prefect_api}{path}", json=body, auth=auth, timeout=20)
+                assert resp.status_code == 401, (method, path, auth, resp.text)
+
+        # the service's own runs still work: launched over its API, run by the runner in a subprocess
+        run = httpx.post(f"{svc.url}/flows/reindex", json={}, headers=svc.headers, timeout=60).json()
+        state = wait_for(lambda: _final_state(svc, run["id"]), 120, "the reindex run to finish")
+        assert state == "COMPLETED", svc.log()
+
+        # a CLI flow command reaches the same server with the token, and says what is missing without it
+        env = {k: v for k, v in svc.env.items() if not k.startswith("PREFECT_API")}
+        dream = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "dream", "--json"], env=env,
+                               capture_output=True, text=True, timeout=180)
+        assert dream.returncode == 0, dream.stdout + dream.stderr
+        runs = svc.prefect("POST", "/flow_runs/filter", {"flows": {"name": {"any_": ["auto-dream"]}},
+                                                          "flow_runs": {"deployment_id": {"is_null_": True}}})
+        assert [r["state_type"] for r in runs] == ["COMPLETED"]  # the CLI's run, in the service's server
+        env.pop("DREAMFLOW_API_TOKEN")
+        refused = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "dream", "--json"], env=env,
+                                 capture_output=True, text=True, timeout=180)
+        assert refused.returncode != 0 and "DREAMFLOW_API_TOKEN" in refused.stdout + refused.stderr
+    finally:
+        assert svc.stop() == 0, svc.log()
+
+
+def _final_state(svc, run_id: str) -> str | None:
+    state = svc.prefect("GET", f"/flow_runs/{run_id}")["state_type"]
+    return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
