@@ -47,12 +47,18 @@ def test_an_alias_bomb_is_malformed_frontmatter_and_the_note_is_still_text():
     assert "the quokka survives the bomb" in text and "b: &b" in text  # the YAML lines stay searchable
 
 
+def merge_bomb(levels: int = 8) -> str:
+    """Mappings merging 9 copies of the one before (`<<: [*m0, *m0, ...]`): merge keys count like aliases."""
+    lines = ["m0: &m0 {x: [1, 2, 3]}"]
+    for i in range(1, levels):
+        lines.append(f"m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 9)}], y{i}: {i}}}")
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize("yaml_text", [
-    "a: &a [1, *a]\n",                           # a list that contains itself
-    "a: &a {k: *a}\n",                           # a mapping that contains itself
-    "base: &m {x: [1, 2, 3]}\n" + "".join(      # merge keys multiply like aliases
-        f"m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}' if i > 1 else '*m'] * 9)}], y{i}: {i}}}\n" for i in range(1, 8)
-    ).replace("*m0", "*m"),
+    "a: &a [1, *a]\n",  # a list that contains itself
+    "a: &a {k: *a}\n",  # a mapping that contains itself
+    merge_bomb(),
 ])
 def test_recursive_and_merge_aliases_are_refused(yaml_text):
     with pytest.raises(AliasBombError):
@@ -76,8 +82,8 @@ def test_a_bad_value_keeps_the_other_keys_and_is_reported():
     fm = split_frontmatter(text)
     assert fm.error is None and fm.meta == {"name": "Trip", "description": "the Lisbon trip",
                                             "date": "2024-13-45", "tags": ["travel"]}
-    assert fm.value_errors == [
-        "malformed frontmatter value: '2024-13-45' at line 4 is not a valid date (month must be in 1..12); kept as text"]
+    assert fm.value_errors == ["malformed frontmatter value: '2024-13-45' at line 4 is not a valid date "
+                               "(month must be in 1..12); kept as text"]
     parsed = parse_file("digest/wiki/trip.md", text.encode())
     assert (parsed.name, parsed.description, parsed.tags) == ("Trip", "the Lisbon trip", ["travel"])
     assert parsed.date is None and parsed.frontmatter["date"] == "2024-13-45"
