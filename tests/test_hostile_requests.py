@@ -119,6 +119,7 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(server, path):
 
 def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_server):
     from service_harness import DREAMFLOW, RunningService, wait_for
+    from test_service import card_reply, finished
 
     svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret")
     try:
@@ -129,10 +130,15 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
                 resp = httpx.request(method, f"{svc.prefect_api}{path}", json=body, auth=auth, timeout=20)
                 assert resp.status_code == 401, (method, path, auth, resp.text)
 
-        # the service's own runs still work: launched over its API, run by the runner in a subprocess
+        # the service's own runs still work: launched over its API, or by a resource event, run by the runner
         run = httpx.post(f"{svc.url}/flows/reindex", json={}, headers=svc.headers, timeout=60).json()
-        state = wait_for(lambda: _final_state(svc, run["id"]), 120, "the reindex run to finish")
-        assert state == "COMPLETED", svc.log()
+        runs = wait_for(lambda: finished(svc, "reindex/manual", 1), 120, "the reindex run to finish")
+        assert [(r["id"], r["state_type"]) for r in runs] == [(run["id"], "COMPLETED")], svc.log()
+        llm_server.reset()
+        llm_server.on("koalafacts", card_reply("Koala facts", "Notes about koalas"))
+        svc.memory.write("resource/2024-05-03/koala.md", "# koalafacts\n\nKoalas sleep 20 hours a day.\n")
+        runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1), 120, "the auto_resource run")
+        assert [r["state_type"] for r in runs] == ["COMPLETED"], svc.log()
 
         # a CLI flow command reaches the same server with the token, and says what is missing without it
         env = {k: v for k, v in svc.env.items() if not k.startswith("PREFECT_API")}
@@ -149,7 +155,3 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
     finally:
         assert svc.stop() == 0, svc.log()
 
-
-def _final_state(svc, run_id: str) -> str | None:
-    state = svc.prefect("GET", f"/flow_runs/{run_id}")["state_type"]
-    return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
