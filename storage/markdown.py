@@ -557,6 +557,7 @@ def _apply_meta(parsed: ParsedFile, meta: dict[str, Any]) -> None:
         date = _frontmatter_date(meta["date"])
         if date:
             parsed.date = date
-        else:
-            parsed.errors.append(f"frontmatter date {meta['date']!r} is not a YYYY-MM-DD date; ignored")
+        elif not any(f"{meta['date']!r} at line" in e for e in parsed.errors):  # else YAML already said why
+            parsed.errors.append(f"malformed frontmatter value: date {meta['date']!r} is not a YYYY-MM-DD date; "
+                                 "not used as the note's date")
 
