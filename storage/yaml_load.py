@@ -107,13 +107,19 @@ def load(text: str, first_line: int = 1) -> tuple[Any, list[str]]:
     with line numbers counted from `first_line` (the document's first line in its file)."""
     loader = _BoundedLoader(text, first_line)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, []
-        if "*" in text:  # no alias without a `*`: skip the count for the common document
-            own = _distinct_nodes(node)
-            if _expanded_size(node, own + ALIAS_BUDGET) > own + ALIAS_BUDGET:
-                raise AliasBombError(f"its aliases expand to more than {ALIAS_BUDGET:,} values (an alias bomb?)")
-        return loader.construct_document(node), loader.problems
+        return _load(loader, text)
+    except RecursionError:  # PyYAML without libyaml composes and builds recursively
+        raise yaml.YAMLError("values nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def _load(loader: _BoundedLoader, text: str) -> tuple[Any, list[str]]:
+    node = loader.get_single_node()
+    if node is None:
+        return None, []
+    if "*" in text:  # no alias without a `*`: skip the count for the common document
+        own = _distinct_nodes(node)
+        if _expanded_size(node, own + ALIAS_BUDGET) > own + ALIAS_BUDGET:
+            raise AliasBombError(f"its aliases expand to more than {ALIAS_BUDGET:,} values (an alias bomb?)")
+    return loader.construct_document(node), loader.problems

@@ -65,6 +65,13 @@ def test_recursive_and_merge_aliases_are_refused(yaml_text):
         load(yaml_text)
 
 
+def test_deep_nesting_is_malformed_frontmatter_not_a_crash():
+    deep = "---\nname: deep\nx: " + "[" * 20000 + "]" * 20000 + "\n---\nbody\n"
+    fm = split_frontmatter(deep)
+    assert fm.meta == {} and fm.error.startswith("malformed frontmatter")
+    assert parse_file("digest/wiki/deep.md", deep.encode()).errors[0].startswith("malformed frontmatter")
+
+
 def test_ordinary_aliases_within_the_budget_load():
     data, problems = load("defaults: &d {lang: en, tags: [a, b]}\nthis: *d\nthat: [*d, *d]\n")
     assert data["this"] == data["defaults"] == {"lang": "en", "tags": ["a", "b"]} and problems == []
