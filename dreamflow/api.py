@@ -9,6 +9,8 @@ status and health.
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
+- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, bodies over
+  `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
 import hmac
@@ -24,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
+from dreamflow.http_guard import RequestGuard, allowed_hosts
 from engine import ops
+from engine.settings import Settings
 from storage.errors import DreamflowError, InvalidInput
 
 
@@ -80,7 +84,9 @@ class ErrorResponse(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description} for status, description in (
         (400, "Bad input or path"), (401, "Missing or wrong bearer token"), (404, "No such file or route"),
-        (409, "Conflict, e.g. the destination exists"), (422, "Malformed request"), (502, "LLM answer unusable"),
+        (409, "Conflict, e.g. the destination exists"), (413, "Request body over DREAMFLOW_MAX_BODY_BYTES"),
+        (421, "Host header not a name this service answers to"), (422, "Malformed request"),
+        (502, "LLM answer unusable"),
         (503, "Index busy, LLM or service unavailable"),
     )
 }
@@ -90,9 +96,12 @@ def error_body(exc: DreamflowError) -> dict:
     return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
-def create_app(memory, token: str | None = None, service=None) -> FastAPI:
+def create_app(memory, token: str | None = None, service=None, host: str = "127.0.0.1",
+               settings: Settings | None = None) -> FastAPI:
     """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
-    flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`."""
+    flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`. `host`: the
+    interface it is served on (its name is accepted in `Host`, with `settings.allowed_hosts`)."""
+    settings = settings or Settings()
     app = FastAPI(
         title="Dreamflow",
         version=__version__,
@@ -123,6 +132,8 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
         _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
     if service is not None:
         _add_service_routes(app, service)
+    app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
+                       max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check
     return app
 
 

@@ -131,10 +131,11 @@ def _call_flow(workspace: Path, module: str, name: str, params: dict, quiet: boo
 
     from engine import prefect_env
     from engine.client import service_info
+    from engine.settings import Settings
 
     running = service_info(workspace)
     if running and running.get("prefect_api"):  # the service's Prefect server: runs show in its UI, no start-up
-        os.environ.setdefault("PREFECT_API_URL", running["prefect_api"])
+        prefect_env.use_service_prefect(running, Settings().api_token)
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")  # the table says it all
     prefect_env.configure()
     with _spinner(f"{name.replace('_', '-')}", quiet):

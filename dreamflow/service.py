@@ -2,7 +2,8 @@
 
     this process   index owner (IndexDB keep_open), HTTP API (uvicorn thread), watcher, turn counter
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
-                   (skipped when --prefect-api / PREFECT_API_URL names a running server)
+                   (skipped when --prefect-api / PREFECT_API_URL names a running server); with
+                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env)
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
                    memory through this service's API (`engine.client.open_memory` reads service.json)
 
@@ -174,6 +175,7 @@ class Service:
         self.started_at = time.time()
         self.url = f"http://{options.host}:{options.port}"
         self.prefect_api: str | None = None
+        self.prefect_auth: str | None = None  # basic-auth string of the Prefect server started here, if any
         self.ui_url: str | None = None
         self.memory = None
         self.backfiller = None  # embeds new chunks in the background (engine.semantic)
@@ -321,8 +323,15 @@ class Service:
         self.prefect_api = f"http://127.0.0.1:{opts.prefect_port}/api"
         self.ui_url = f"http://127.0.0.1:{opts.prefect_port}"
         os.environ["PREFECT_API_URL"] = self.prefect_api
+        if self.settings.api_token:  # the token protects Prefect's API too; this process and children send it
+            from engine.prefect_env import auth_string
+
+            self.prefect_auth = auth_string(self.settings.api_token)
+            os.environ["PREFECT_API_AUTH_STRING"] = self.prefect_auth
         env = self._prefect_env()
         env.pop("PREFECT_API_URL")
+        if self.prefect_auth:
+            env["PREFECT_SERVER_API_AUTH_STRING"] = self.prefect_auth
         env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
         Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
         prefect = Child(
@@ -441,7 +450,8 @@ class Service:
 
         from dreamflow.api import create_app
 
-        app = create_app(self.memory, token=self.settings.api_token, service=self)
+        app = create_app(self.memory, token=self.settings.api_token, service=self, host=self.options.host,
+                         settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
                                 access_log=False, lifespan="off")
         self._api_server = uvicorn.Server(config)
@@ -452,7 +462,9 @@ class Service:
             if not self._api_thread.is_alive() or time.monotonic() > deadline:
                 raise ServiceError(f"the HTTP API could not listen on {self.url}")
             time.sleep(0.02)
-        if self.options.host not in ("127.0.0.1", "localhost", "::1") and not self.settings.api_token:
+        from dreamflow.http_guard import LOOPBACK_NAMES
+
+        if self.options.host.strip("[]") not in LOOPBACK_NAMES and not self.settings.api_token:
             self.say(f"WARNING: the API listens on {self.options.host} without DREAMFLOW_API_TOKEN: "
                      "anyone who can reach it can read and change your memory")
 
@@ -463,6 +475,7 @@ class Service:
             "token_required": bool(self.settings.api_token),
             "workspace": str(self.ws.root),
             "prefect_api": self.prefect_api,
+            "prefect_auth": bool(self.prefect_auth),
             "ui": self.ui_url,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
         }

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.settings import dreamflow_home
+from storage.errors import DreamflowError
+
+AUTH_USER = "dreamflow"  # user part of the Prefect server's basic-auth string when DREAMFLOW_API_TOKEN is set
 
 DEFAULTS = {
     # Nothing phones home: client analytics and the server's telemetry.
@@ -44,6 +47,25 @@ def configure() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     logging.getLogger("EventsWorker").setLevel(logging.ERROR)
+
+
+def auth_string(token: str) -> str:
+    """Basic-auth credentials (`user:password`) of the Prefect server a service with `DREAMFLOW_API_TOKEN`
+    starts: `dreamflow:<token>`. The server gets them as PREFECT_SERVER_API_AUTH_STRING, its clients (runner,
+    flow runs, CLI, workers) as PREFECT_API_AUTH_STRING, and the Prefect UI asks for them at login."""
+    return f"{AUTH_USER}:{token}"
+
+
+def use_service_prefect(info: dict, token: str | None) -> None:
+    """Send this process's Prefect client to a running service's Prefect server (`info`: its service.json),
+    with the server's credentials when it requires them (unless PREFECT_API_URL names another server)."""
+    os.environ.setdefault("PREFECT_API_URL", info["prefect_api"])
+    if not info.get("prefect_auth") or os.environ["PREFECT_API_URL"] != info["prefect_api"]:
+        return
+    if not token:
+        raise DreamflowError(f"the service's Prefect server at {info['prefect_api']} requires credentials: set "
+                             "DREAMFLOW_API_TOKEN to the service's token")
+    os.environ.setdefault("PREFECT_API_AUTH_STRING", auth_string(token))
 
 
 @contextmanager

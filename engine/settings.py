@@ -51,6 +51,10 @@ class Settings:
     vector_rrf_k: int = field(default_factory=lambda: int(_env("DREAMFLOW_VECTOR_RRF_K", "10")))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
+    # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
+    max_body_bytes: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_BODY_BYTES", str(32 << 20))))
+    allowed_hosts: list[str] = field(default_factory=lambda: [
+        name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
