@@ -272,7 +272,9 @@ class HttpMount:
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
         self.server = build_server(Dispatcher(target, tool_set))
-        self.sessions = StreamableHTTPSessionManager(app=self.server, security_settings=security)
+        # JSON answers rather than an SSE stream per request: the tools never stream or ask the client back,
+        # and a plain JSON body is a shorter round trip (benchmarks/mcp.py)
+        self.sessions = StreamableHTTPSessionManager(app=self.server, security_settings=security, json_response=True)
         self.asgi = StreamableHTTPASGIApp(self.sessions)
 
     def lifespan(self, app):
