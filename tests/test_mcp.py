@@ -288,3 +288,21 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
     prefect_run = next(r for r in svc.flow_runs("auto-dream/nightly") if r["id"] == report["id"])
     assert prefect_run["state_type"] == "COMPLETED"
     assert "Ana runs a bakery" in svc.memory.read("digest/personal/ana-bakery.md", numbered=False)["content"]
+
+
+def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):
+    from dreamflow.mcp_server import HttpMount
+    from dreamflow.mcp_targets import WorkspaceTarget
+    from engine.settings import Settings
+    from storage.errors import InvalidInput
+
+    monkeypatch.setenv("DREAMFLOW_MCP_TOOLS", "all")
+    mount = HttpMount(WorkspaceTarget(tmp_path / "ws"), Settings().mcp_tools)
+
+    async def names():
+        async with Client(mount.server) as client:  # in-process: the same server the mount serves
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert {"delete", "move", "reindex", "auto_memory"} <= anyio.run(names)
+    with pytest.raises(InvalidInput, match="unknown tool set"):
+        HttpMount(WorkspaceTarget(tmp_path / "ws"), "everything")
