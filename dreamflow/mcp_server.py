@@ -23,6 +23,7 @@ Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -34,7 +35,7 @@ from typing import Any
 from dreamflow import __version__
 from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
 from engine import ops
-from storage.errors import DreamflowError, InvalidInput
+from storage.errors import DreamflowError, InvalidInput, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
     "search", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get", "daily_list",
@@ -93,8 +94,6 @@ def _job_call(name: str) -> Callable[[Target, dict], Any]:
 
 
 def _doc(fn) -> str:
-    import inspect
-
     return inspect.getdoc(fn) or ""
 
 
@@ -134,7 +133,7 @@ class Dispatcher:
         except DreamflowError as exc:
             return None, exc
         except OSError as exc:  # permissions, a full disk: the CLI's message, no traceback
-            return None, DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+            return None, from_os_error(exc)
         except Exception as exc:  # a bug: say so briefly, keep the traceback on stderr for the operator
             log.exception("tool %s failed", name)
             return None, DreamflowError(f"internal error: {type(exc).__name__}: {exc}")
