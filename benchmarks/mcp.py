@@ -106,7 +106,8 @@ def main() -> None:
         starts = [anyio.run(first_answer, root / "ws", env, q) for q in qs[:args.starts]]
         print(line("dreamflow mcp start -> first answer", starts))
         print(line("search over stdio (in-process), warm", anyio.run(stdio_trips, root / "ws", env, qs)))
-        print(line("hook claude-code (one Stop, in-process)", [hook_delivery(root / "ws", env, root) for _ in range(3)]))
+        hook_delivery(root / "ws", env, root)  # compile the hook's modules once
+        print(line("hook claude-code (one Stop, in-process)", [hook_delivery(root / "ws", env, root) for _ in range(5)]))
 
         svc = RunningService.start(root, env={"PYTHONPYCACHEPREFIX": env["PYTHONPYCACHEPREFIX"]})
         try:
