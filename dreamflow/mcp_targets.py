@@ -41,6 +41,7 @@ class Target:
               topic_count: int = 3, topic_diversity_days: int = 7) -> dict:
         """Start a dream (auto_dream): consolidate recent daily cards into digest nodes and pick the day's
         topics. Returns at once with the run id; job_status reports its state and summary."""
+        _check_date(date)
         params = {"date": date, "hint": hint, "scan_days": scan_days, "max_units": max_units,
                   "topic_count": topic_count, "topic_diversity_days": topic_diversity_days}
         return self.launch("auto_dream", {k: v for k, v in params.items() if v is not None})
@@ -48,6 +49,10 @@ class Target:
     def auto_memory(self, session_id: str, date: str | None = None, hint: str | None = None) -> dict:
         """Start an auto_memory run: summarise the session's not-yet-summarised turns into its daily card now.
         Returns at once with the run id; job_status reports its state and summary."""
+        from engine.turns import check_session_id
+
+        check_session_id(session_id)
+        _check_date(date)
         params = {"session_id": session_id, "date": date, "hint": hint}
         return self.launch("auto_memory", {k: v for k, v in params.items() if v is not None})
 
@@ -75,6 +80,14 @@ class Target:
     def retry_elsewhere(self) -> bool:
         """After IndexBusy: True when the call should be retried because a service took the index over."""
         return False
+
+
+def _check_date(date: str | None) -> None:
+    """Refuse a malformed date now, as a tool error, rather than in a run that fails later."""
+    if date:
+        from tasks.context import check_date
+
+        check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
 
 
 JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status")

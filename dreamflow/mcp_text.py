@@ -11,9 +11,14 @@ from typing import Any
 
 
 def text(tool: str, result: Any) -> str:
-    """The model-facing text of `tool`'s `result`."""
+    """The model-facing text of `tool`'s `result` (compact JSON for a shape the renderer does not expect)."""
     render = RENDERERS.get(tool)
-    return render(result) if render else compact(result)
+    if render is not None:
+        try:
+            return render(result)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+    return compact(result)
 
 
 def compact(value: Any) -> str:

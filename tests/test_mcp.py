@@ -115,6 +115,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             metadata = await call(client, "read", path="metadata/index.lock")
             unknown = await call(client, "read", path="notes/ferry.md", colour="blue")
             dream = await call(client, "dream")
+            bad_day = await call(client, "dream", date="2024-13-01")
             turn = await call(client, "turn", session_id="chat-1",
                               messages=[{"role": "user", "content": "Remember: my ferry is at 7:30"}])
 
@@ -122,9 +123,9 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             text = (await client.read_resource("dreamflow://notes/ferry.md")).contents[0].text
             with pytest.raises(MCPError, match="metadata/"):
                 await client.read_resource("dreamflow://metadata/turns.json")
-            return conflict, escape, metadata, unknown, dream, turn, resources, text
+            return conflict, escape, metadata, unknown, dream, bad_day, turn, resources, text
 
-    conflict, escape, metadata, unknown, dream, turn, resources, text = anyio.run(session)
+    conflict, escape, metadata, unknown, dream, bad_day, turn, resources, text = anyio.run(session)
 
     cli_error = cli_json(ws, "edit", "notes/ferry.md", "--old", "8:15", "--new", "9:00")["error"]
     assert conflict.is_error and conflict.content[0].text == cli_error["message"]
@@ -134,6 +135,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
     assert unknown.is_error and "colour" in unknown.content[0].text
     assert dream.is_error and dream.structured_content["error"]["type"] == "ServiceNeeded"
     assert "dreamflow --workspace" in dream.content[0].text and "start" in dream.content[0].text
+    assert bad_day.is_error and bad_day.structured_content["error"]["type"] == "InvalidInput"  # refused up front
     assert not turn.is_error and turn.structured_content["appended"] == 1 and turn.structured_content["turns"] == 1
     assert "my ferry is at 7:30" in (ws / "session/dialog/chat-1.jsonl").read_text()
     assert "dreamflow://notes/ferry.md" in resources and not any("metadata/" in r for r in resources)
