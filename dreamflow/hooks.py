@@ -141,13 +141,15 @@ def _blocks(content: Any) -> list:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
 
-def turns_of(messages: list[dict]) -> list[list[dict]]:
-    """Messages grouped into turns: a user prompt starts one (tool-result-only user records were dropped)."""
-    turns: list[list[dict]] = []
+def turns_of(messages: list[dict]) -> list[tuple[list[dict], list[str]]]:
+    """Messages grouped into turns, each with the transcript uuids it holds: a user prompt starts one
+    (tool-result-only user records were dropped)."""
+    turns: list[tuple[list[dict], list[str]]] = []
     for message in messages:
         if message["role"] == "user" or not turns:
-            turns.append([])
-        turns[-1].append({k: message[k] for k in ("role", "content", "created_at") if message.get(k)})
+            turns.append(([], []))
+        turns[-1][0].append({k: message[k] for k in ("role", "content", "created_at") if message.get(k)})
+        turns[-1][1].extend(u for u in message["uuids"] if u)
     return turns
 
 
@@ -175,16 +177,16 @@ def capture(workspace: Path, payload: dict) -> dict:
     results = []
     with checkpoints.lock(ws, name, timeout=LOCK_TIMEOUT):
         state = checkpoints.load(ws, name)
-        same_file = state.get("transcript") == str(path)
-        records, offset = read_new(path, int(state.get("offset", 0)) if same_file else 0)
+        start = int(state.get("offset", 0)) if state.get("transcript") == str(path) else 0
+        records, offset = read_new(path, start)
         seen = set(state.get("uuids", []))
-        messages = messages_of(records, seen)
-        turns = turns_of(messages)
-        for i, turn in enumerate(turns):
+        turns = turns_of(messages_of(records, seen))
+        for i, (turn, uuids) in enumerate(turns):
             results.append(record_turn(ws.root, session_id, turn, compact=event in COMPACTING and i == len(turns) - 1))
+            seen.update(uuids)  # saved per turn: if a later turn fails, a redelivery skips the recorded ones
+            checkpoints.save(ws, name, {"transcript": str(path), "offset": start, "uuids": sorted(seen)})
         if not turns and event in COMPACTING and _pending(ws, session_id):
             results.append(record_turn(ws.root, session_id, [], compact=True))
-        seen.update(u for m in messages for u in m["uuids"] if u)
         checkpoints.save(ws, name, {"transcript": str(path), "offset": offset, "uuids": sorted(seen)})
     return {"session_id": session_id, "event": event, "appended": sum(r["appended"] for r in results),
             "turns": len(turns), "results": results}

@@ -91,8 +91,14 @@ def test_claude_code_transcript_is_captured_once_turn_by_turn(tmp_path):
         compacting = hook(ws, payload(transcript, "PreCompact"))
         assert compacting.returncode == 0 and "0 message(s)" in compacting.stderr, compacting.stderr
     assert len(dialog(ws)) == 6 and counted(ws)["turns"] == 2
-    checkpoint = json.loads((ws / f"metadata/checkpoints/claude-code/{SESSION}.json").read_text())
+    checkpoint_path = ws / f"metadata/checkpoints/claude-code/{SESSION}.json"
+    checkpoint = json.loads(checkpoint_path.read_text())
     assert checkpoint["offset"] == transcript.stat().st_size
+
+    # a delivery that died after recording its turns left the old offset: the recorded uuids are skipped
+    checkpoint_path.write_text(json.dumps({**checkpoint, "offset": 0}))
+    assert hook(ws, payload(transcript)).returncode == 0
+    assert len(dialog(ws)) == 6 and counted(ws)["turns"] == 2
 
 
 def test_the_hook_never_fails_the_host(tmp_path):
