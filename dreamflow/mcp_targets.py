@@ -32,10 +32,10 @@ class Target:
 
     # -- job tools (public methods: each becomes an MCP tool; docstrings are the tool descriptions)
 
-    def turn(self, session_id: str, messages: list[dict[str, Any]], compact: bool = False) -> dict:
+    def turn(self, session_id: str, messages: list[dict[str, Any]] | None = None, compact: bool = False) -> dict:
         """Remember a conversation turn: the messages are appended to session/dialog/<session_id>.jsonl at once;
-        every N turns (or with `compact`) an auto_memory run summarises the session into its daily card."""
-        return self.record_turn(session_id, messages, compact)
+        every N turns (or with `compact`, also without messages) auto_memory summarises the session."""
+        return self.record_turn(session_id, messages or [], compact)
 
     def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
               topic_count: int = 3, topic_diversity_days: int = 7) -> dict:

@@ -75,7 +75,10 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
     assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
     assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint
     assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
-    assert short["turn"].input_schema["required"] == ["session_id", "messages"]
+    assert short["turn"].input_schema["required"] == ["session_id"]  # as POST /turn: compact needs no messages
+    for tool in full.values():  # every parameter carries the shared help text, job tools' too
+        assert tool.description and all(p.get("description") for p in tool.input_schema["properties"].values())
+        assert tool.input_schema.get("additionalProperties") is False
 
 
 def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
