@@ -542,6 +542,7 @@ class Service:
     def status(self) -> dict:
         """What runs, index size, turn counters, last and next dream, runs in progress."""
         from deployments import launch
+        from tasks import usage
 
         status = {
             "service": {"pid": os.getpid(), "url": self.url, "uptime_s": round(time.time() - self.started_at),
@@ -554,6 +555,7 @@ class Service:
             "index": self.memory.index_stats(),
             "watcher": {"idle": self.watcher.idle() if self.watcher else None},
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
+            "usage": usage.summary(str(self.ws.root)),
         }
         if self.backfiller is not None:
             from engine import semantic
@@ -605,7 +607,7 @@ def register(cli) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
     @click.pass_obj
     def status_command(obj, as_json: bool) -> None:
-        """Show whether the service runs, what it runs, index size, last dream and pending work."""
+        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
         from dreamflow.cli import fail
 
         try:
@@ -674,6 +676,7 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters)."""
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
+    from tasks import usage
 
     remote = connect(workspace)
     if remote is not None:
@@ -684,6 +687,7 @@ def current_status(workspace: Path) -> dict:
         "service": {"workspace": str(memory.ws.root)},
         "index": memory.index_stats(),
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
+        "usage": usage.summary(str(memory.ws.root)),
     }
 
 
@@ -710,6 +714,14 @@ def format_status(status: dict) -> str:
     sessions = status.get("turns", {}).get("sessions", {})
     waiting = {s: e["pending"] for s, e in sessions.items() if e.get("pending")}
     lines.append(f"Turns       {len(sessions)} session(s), {sum(waiting.values())} turn(s) waiting for a summary")
+    spent = status.get("usage")
+    if spent and spent["runs"]:
+        total = spent["total"]
+        lines.append(f"LLM usage   last {len(spent['runs'])} run(s): {total['calls']} calls, "
+                     f"{total['total_tokens']} tokens, {total['seconds']} s in calls")
+        for run in spent["runs"][:5]:
+            lines.append(f"  {run['at']}  {run['job']:<14} {run['calls']} calls, {run['total_tokens']} tokens, "
+                         f"{run['seconds']} s")
     for run in status.get("active_runs", []):
         lines.append(f"  run {run['name']} ({run['deployment']}): {run['state']}")
     if status.get("prefect_error"):

@@ -58,3 +58,14 @@ def interactive_runs():
 
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+def run_logger() -> logging.Logger:
+    """Prefect's logger of the current run (shown in the UI), else a plain one (outside runs)."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("dreamflow.tasks")
