@@ -5,10 +5,12 @@ system reminder, a sidechain, an interruption, summary/snapshot/system records a
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_probe import PROBE
 from llm_server import Reply, text_of
 from service_harness import DREAMFLOW, wait_for
 
@@ -128,3 +130,13 @@ def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_se
                              if r["parameters"].get("session_id") == session and r["state_type"] in
                              {"COMPLETED", "FAILED", "CRASHED"}], 120, "the auto_memory run of the compaction")
     assert runs[0]["state_type"] == "COMPLETED", runs
+
+
+def test_the_hook_imports_no_prefect_openai_or_torch(tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("".join(fixture_lines()))
+    proc = subprocess.run([sys.executable, "-c", PROBE, "--workspace", str(tmp_path / "ws"), "hook", "claude-code"],
+                          input=json.dumps(payload(transcript)), capture_output=True, text=True, timeout=60)
+    modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert proc.returncode == 0 and len(dialog(tmp_path / "ws")) == 6
+    assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
