@@ -148,7 +148,10 @@ class WorkspaceTarget(Target):
         return self._local
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
-        from dreamflow.service import record_turn
+        remote = self.remote()
+        if remote is not None:
+            return remote.turn(session_id, messages, compact)
+        from dreamflow.service import record_turn  # in-process: counted; a due run waits for the service
 
         return record_turn(self.root, session_id, messages, compact)
 
