@@ -250,12 +250,14 @@ def test_stdio_forwards_to_the_running_service(dreamflow_service):
             wrote = await call(client, "write", path="mcp/via-stdio.md", content="Forwarded through the service.")
             elapsed = time.monotonic() - started
             status = await call(client, "job_status", run_id="00000000-0000-0000-0000-000000000000")
-            return wrote, elapsed, status
+            turn = await call(client, "turn", session_id="mcp-stdio", messages=[{"role": "user", "content": "hi"}])
+            return wrote, elapsed, status, turn
 
-    wrote, elapsed, status = anyio.run(session)
+    wrote, elapsed, status, turn = anyio.run(session)
     assert not wrote.is_error and elapsed < 5  # in-process it would wait for the service's index lock
     assert svc.memory.search("forwarded through the service")[0]["path"] == "mcp/via-stdio.md"
     assert status.is_error and status.structured_content["error"]["type"] == "NotFound"  # the service answered
+    assert not turn.is_error and svc.memory.status()["turns"]["sessions"]["mcp-stdio"]["turns"] == 1
 
 
 def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(dreamflow_service, llm_server):
