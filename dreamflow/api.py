@@ -66,7 +66,7 @@ class FlowRunStatus(FlowRun):
     state_type: str | None = Field(None, description="Prefect state type: SCHEDULED, PENDING, RUNNING, COMPLETED, ...")
     message: str | None = Field(None, description="The state's message (why a run failed)")
     parameters: dict[str, Any] = Field(default_factory=dict)
-    summary: str | None = Field(None, description="The run's report (its newest artifact), when it wrote one")
+    summary: dict[str, Any] | str | None = Field(None, description="The run's summary once it has one (its report)")
     ui_url: str | None = Field(None, description="The run in the Prefect UI")
 
 

@@ -105,8 +105,11 @@ def _status(r: dict) -> str:
     line = f"run {r['id']} ({r.get('deployment')}): {r.get('state')}"
     if r.get("message"):
         line += f": {r['message']}"
-    if r.get("summary"):
-        line += f"\n{r['summary']}"
+    summary = r.get("summary")
+    if summary:  # a report's text, or the flow's result
+        line += "\n" + (summary if isinstance(summary, str) else compact(summary))
+    if r.get("ui_url"):
+        line += f"\n{r['ui_url']}"
     return line
 
 
