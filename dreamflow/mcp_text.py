@@ -98,7 +98,8 @@ def _turn(r: dict) -> str:
 
 
 def _run(r: dict) -> str:
-    return f"run {r['id']} ({r.get('name')}, {r.get('deployment')}) started: {r.get('state')}; ask job_status"
+    line = f"run {r['id']} ({r.get('name')}, {r.get('deployment')}) started: {r.get('state')}; ask job_status"
+    return line + (f"\n{r['ui_url']}" if r.get("ui_url") else "")
 
 
 def _status(r: dict) -> str:
