@@ -85,6 +85,64 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
     return [_summary(r, deployment.full_name) for r in found]
 
 
+def run_status(run_id: str) -> dict:
+    """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, ui_url}`.
+
+    `summary` is the text of the run's newest artifact (the dream's and doctor's markdown reports), else None.
+    Raises InvalidInput for a malformed id, NotFound for an unknown run.
+    """
+    from uuid import UUID
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.sorting import ArtifactSort
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import get_current_settings
+
+    from storage.errors import InvalidInput, NotFound
+
+    try:
+        uuid = UUID(str(run_id))
+    except ValueError:
+        raise InvalidInput(f"run id {run_id!r} is not a flow run id (a UUID)") from None
+    with get_client(sync_client=True) as client:
+        try:
+            run = client.read_flow_run(uuid)
+        except ObjectNotFound:
+            raise NotFound(f"no flow run {run_id}") from None
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[uuid])),
+            sort=ArtifactSort.CREATED_DESC, limit=1,
+        )
+        deployment = _deployment_names(client).get(run.deployment_id)
+    ui = get_current_settings().ui_url
+    state = run.state
+    return {
+        "id": str(run.id),
+        "name": run.name,
+        "deployment": deployment,
+        "state": state.name if state else None,
+        "state_type": state.type.value if state else None,
+        "message": state.message if state else None,
+        "parameters": run.parameters,
+        "summary": artifacts[0].data if artifacts and isinstance(artifacts[0].data, str) else None,
+        "ui_url": f"{ui.rstrip('/')}/runs/flow-run/{run.id}" if ui else None,
+    }
+
+
+def _deployment_names(client) -> dict:
+    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments."""
+    from prefect.exceptions import ObjectNotFound
+
+    names = {}
+    for d in DEPLOYMENTS.values():
+        try:
+            names[client.read_deployment_by_name(d.full_name).id] = d.full_name
+        except ObjectNotFound:
+            continue
+    return names
+
+
 def active_runs(limit: int = 20) -> list[dict]:
     """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out)."""
     from datetime import datetime, timezone
@@ -98,15 +156,9 @@ def active_runs(limit: int = 20) -> list[dict]:
         FlowRunFilterTags,
     )
     from prefect.client.schemas.sorting import FlowRunSort
-    from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
-        names = {}
-        for d in DEPLOYMENTS.values():
-            try:
-                names[client.read_deployment_by_name(d.full_name).id] = d.full_name
-            except ObjectNotFound:
-                continue
+        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow"]),

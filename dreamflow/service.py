@@ -453,7 +453,7 @@ class Service:
         app = create_app(self.memory, token=self.settings.api_token, service=self, host=self.options.host,
                          settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
         self._api_server = uvicorn.Server(config)
         self._api_thread = threading.Thread(target=self._api_server.run, name="dreamflow-api", daemon=True)
         self._api_thread.start()
@@ -493,6 +493,14 @@ class Service:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
         return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
+
+    def run_status(self, run_id: str) -> dict:
+        """A flow run's Prefect state and summary (deployments.launch.run_status)."""
+        from deployments.launch import run_status
+
+        if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
+            raise ServiceError("the Prefect API is not ready yet")
+        return run_status(run_id)
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""

@@ -15,7 +15,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from engine.settings import Settings
 from storage.errors import DreamflowError
@@ -143,6 +143,10 @@ class RemoteMemory:
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
         """Start a run of a flow's deployment: `{id, name, deployment, state}`."""
         return self.request("POST", f"/flows/{flow}", parameters or {})
+
+    def run_status(self, run_id: str) -> dict:
+        """A flow run's state and summary (`deployments.launch.run_status`)."""
+        return self.request("GET", f"/flows/runs/{quote(str(run_id), safe='')}")
 
     # -- transport
 

@@ -60,6 +60,7 @@ class Settings:
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
     dream_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_DREAM_CONCURRENCY", "3")))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
+    mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
 
     @property
     def llm_configured(self) -> bool:
