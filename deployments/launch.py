@@ -37,15 +37,19 @@ def run_status(run_id: str) -> dict:
     """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, ui_url}`.
 
     `summary` is the flow's result once the run has finished (for a run that ended Failed because units or
-    items failed, the summary it carries), else None. Raises NotFound for an unknown run id.
+    items failed, the summary it carries), else the text of its newest artifact (its report), else None.
+    Raises InvalidInput for a malformed id, NotFound for an unknown run.
     """
     from prefect import get_client
 
     with get_client(sync_client=True) as client:
         run = _read_run(client, run_id)
         deployment = _deployment_name(client, run.deployment_id) if run.deployment_id else None
-    state = run.state
-    state_type = state.type.value if state else None
+        state = run.state
+        state_type = state.type.value if state else None
+        summary = None
+        if state_type in FINAL_STATES:
+            summary = _result_summary(state) or _report_text(client, run.id)
     return {
         "id": str(run.id),
         "name": run.name,
@@ -54,7 +58,7 @@ def run_status(run_id: str) -> dict:
         "state_type": state_type,
         "message": state.message if state else None,
         "parameters": run.parameters,
-        "summary": _result_summary(state) if state_type in FINAL_STATES else None,
+        "summary": summary,
         "ui_url": run_url(str(run.id)),
     }
 
@@ -120,6 +124,19 @@ def _result_summary(state) -> dict | None:
     return summary if isinstance(summary, dict) else None
 
 
+def _report_text(client, run_id) -> str | None:
+    """The text of the run's newest artifact (its markdown report): the summary of a run whose result was not
+    persisted."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    artifacts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])),
+        sort=ArtifactSort.CREATED_DESC, limit=1,
+    )
+    return artifacts[0].data if artifacts and isinstance(artifacts[0].data, str) else None
+
+
 def emit_resource_changed(workspace: str, path: str, exists: bool) -> None:
     """Tell Prefect a resource file of `workspace` changed (or was deleted); the auto-resource trigger starts
     a run for it."""
@@ -175,6 +192,19 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
     return [_summary(r, deployment.full_name) for r in found]
 
 
+def _deployment_names(client) -> dict:
+    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments."""
+    from prefect.exceptions import ObjectNotFound
+
+    names = {}
+    for d in DEPLOYMENTS.values():
+        try:
+            names[client.read_deployment_by_name(d.full_name).id] = d.full_name
+        except ObjectNotFound:
+            continue
+    return names
+
+
 def active_runs(limit: int = 20) -> list[dict]:
     """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out)."""
     from datetime import datetime, timezone
@@ -188,15 +218,9 @@ def active_runs(limit: int = 20) -> list[dict]:
         FlowRunFilterTags,
     )
     from prefect.client.schemas.sorting import FlowRunSort
-    from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
-        names = {}
-        for d in DEPLOYMENTS.values():
-            try:
-                names[client.read_deployment_by_name(d.full_name).id] = d.full_name
-            except ObjectNotFound:
-                continue
+        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow"]),

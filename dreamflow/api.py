@@ -4,11 +4,14 @@ status and health.
 - `POST /ops/<name>` with the operation's parameters as a JSON object (pydantic model from the `Memory`
   signature, so /docs documents every field); the answer is the operation's JSON result.
 - `POST /proactive`: the day's topics (read at once); `GET /health`.
-- `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`).
+- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `GET /status` and the MCP endpoint `/mcp`
+  (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
+- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, bodies over
+  `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
 import hmac
@@ -24,19 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
+from dreamflow.http_guard import RequestGuard, allowed_hosts
 from engine import ops
-from storage.errors import DreamflowError, InvalidInput
+from engine.settings import Settings
+from storage.errors import DreamflowError
 
 
 class TurnRequest(BaseModel):
     """One conversation turn of a session."""
 
-    session_id: str = Field(description="Conversation id; the turn goes to session/dialog/<session_id>.jsonl")
-    messages: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
-    )
-    compact: bool = Field(False, description="Summarise the session now instead of waiting for N turns")
+    session_id: str = Field(description=ops.PARAM_HELP["session_id"])
+    messages: list[dict[str, Any]] = Field(default_factory=list, description=ops.PARAM_HELP["messages"])
+    compact: bool = Field(False, description=ops.PARAM_HELP["compact"])
 
 
 class ProactiveRequest(BaseModel):
@@ -75,7 +77,9 @@ class FlowRunStatus(BaseModel):
     state_type: str | None = Field(description="SCHEDULED, PENDING, RUNNING, COMPLETED, FAILED, CRASHED, ...")
     message: str | None = Field(description="The state's message (why a run failed)")
     parameters: dict[str, Any]
-    summary: dict[str, Any] | None = Field(description="The flow's result summary once the run has finished")
+    summary: dict[str, Any] | str | None = Field(
+        description="Once the run has finished: the flow's result (also for a run that ended Failed because units "
+                    "failed), else its report's text")
     ui_url: str | None = Field(description="The run's page in the Prefect UI")
 
 
@@ -101,7 +105,9 @@ class ErrorResponse(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description} for status, description in (
         (400, "Bad input or path"), (401, "Missing or wrong bearer token"), (404, "No such file or route"),
-        (409, "Conflict, e.g. the destination exists"), (422, "Malformed request"), (502, "LLM answer unusable"),
+        (409, "Conflict, e.g. the destination exists"), (413, "Request body over DREAMFLOW_MAX_BODY_BYTES"),
+        (421, "Host header not a name this service answers to"), (422, "Malformed request"),
+        (502, "LLM answer unusable"),
         (503, "Index busy, LLM or service unavailable"),
     )
 }
@@ -111,16 +117,21 @@ def error_body(exc: DreamflowError) -> dict:
     return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
-def create_app(memory, token: str | None = None, service=None) -> FastAPI:
+def create_app(memory, token: str | None = None, service=None, host: str = "127.0.0.1",
+               settings: Settings | None = None) -> FastAPI:
     """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
-    flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`."""
+    flow launches, status and `/mcp`. With `token`, every request needs `Authorization: Bearer <token>`. `host`:
+    the interface it is served on (its name is accepted in `Host`, with `settings.allowed_hosts`)."""
     from fastapi_offline import FastAPIOffline
 
+    settings = settings or Settings()
+    mcp = _mcp_mount(service) if service is not None else None
     app = FastAPIOffline(  # /docs and /redoc with Swagger UI and ReDoc served from the package, no CDN
         title="Dreamflow",
         version=__version__,
         description="File-native long-term memory for AI agents. Paths are workspace-relative.",
         responses=ERROR_RESPONSES,
+        lifespan=mcp.lifespan if mcp is not None else None,
     )
     _add_error_handlers(app)
     if token:
@@ -146,7 +157,19 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
         _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
     if service is not None:
         _add_service_routes(app, service)
+    if mcp is not None:
+        app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
+                       max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check
     return app
+
+
+def _mcp_mount(service):
+    """The MCP tools over the service (tool set: `DREAMFLOW_MCP_TOOLS`, default the short one)."""
+    from dreamflow.mcp_server import HttpMount
+    from dreamflow.mcp_targets import ServiceTarget
+
+    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host)
 
 
 def _require_token(app: FastAPI, token: str) -> None:
@@ -171,11 +194,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
-        )
-        body = error_body(InvalidInput(f"invalid request: {problems}"))
-        return JSONResponse(body, status_code=422)
+        return JSONResponse(error_body(ops.invalid_arguments(exc.errors())), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

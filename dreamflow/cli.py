@@ -24,12 +24,13 @@ from dreamflow import __version__
 from engine import ops
 from engine.client import open_memory
 from engine.settings import Settings
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, from_os_error
 
 # Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
 EXTENSIONS: list[str] = [
     "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
+    "dreamflow.mcp_server", "dreamflow.hooks",
 ]
 
 
@@ -130,7 +131,7 @@ def build_command(op: ops.Op) -> click.Command:
         except DreamflowError as exc:
             fail(exc, as_json)
         except OSError as exc:  # permissions, a full disk, a file where a folder should be: no traceback
-            fail(DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)), as_json)
+            fail(from_os_error(exc), as_json)
         if as_json:
             click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
         else:

@@ -2,7 +2,8 @@
 
     this process   index owner (IndexDB keep_open), HTTP API (uvicorn thread), watcher, turn counter
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
-                   (skipped when --prefect-api / PREFECT_API_URL names a running server)
+                   (skipped when --prefect-api / PREFECT_API_URL names a running server); with
+                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env)
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
                    memory through this service's API (`engine.client.open_memory` reads service.json)
 
@@ -174,6 +175,7 @@ class Service:
         self.started_at = time.time()
         self.url = f"http://{options.host}:{options.port}"
         self.prefect_api: str | None = None
+        self.prefect_auth: str | None = None  # basic-auth string of the Prefect server started here, if any
         self.ui_url: str | None = None
         self.memory = None
         self.backfiller = None  # embeds new chunks in the background (engine.semantic)
@@ -332,8 +334,15 @@ class Service:
         self.prefect_api = f"http://127.0.0.1:{opts.prefect_port}/api"
         self.ui_url = f"http://127.0.0.1:{opts.prefect_port}"
         os.environ["PREFECT_API_URL"] = self.prefect_api
+        if self.settings.api_token:  # the token protects Prefect's API too; this process and children send it
+            from engine.prefect_env import auth_string
+
+            self.prefect_auth = auth_string(self.settings.api_token)
+            os.environ["PREFECT_API_AUTH_STRING"] = self.prefect_auth
         env = self._prefect_env()
         env.pop("PREFECT_API_URL")
+        if self.prefect_auth:
+            env["PREFECT_SERVER_API_AUTH_STRING"] = self.prefect_auth
         env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
         Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
         prefect = Child(
@@ -452,9 +461,10 @@ class Service:
 
         from dreamflow.api import create_app
 
-        app = create_app(self.memory, token=self.settings.api_token, service=self)
+        app = create_app(self.memory, token=self.settings.api_token, service=self, host=self.options.host,
+                         settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
         self._api_server = uvicorn.Server(config)
         self._api_thread = threading.Thread(target=self._api_server.run, name="dreamflow-api", daemon=True)
         self._api_thread.start()
@@ -463,7 +473,9 @@ class Service:
             if not self._api_thread.is_alive() or time.monotonic() > deadline:
                 raise ServiceError(f"the HTTP API could not listen on {self.url}")
             time.sleep(0.02)
-        if self.options.host not in ("127.0.0.1", "localhost", "::1") and not self.settings.api_token:
+        from dreamflow.http_guard import LOOPBACK_NAMES
+
+        if self.options.host.strip("[]") not in LOOPBACK_NAMES and not self.settings.api_token:
             self.say(f"WARNING: the API listens on {self.options.host} without DREAMFLOW_API_TOKEN: "
                      "anyone who can reach it can read and change your memory")
 
@@ -474,6 +486,7 @@ class Service:
             "token_required": bool(self.settings.api_token),
             "workspace": str(self.ws.root),
             "prefect_api": self.prefect_api,
+            "prefect_auth": bool(self.prefect_auth),
             "ui": self.ui_url,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
         }
@@ -571,6 +584,7 @@ class Service:
     def status(self) -> dict:
         """What runs, index size, turn counters, last and next dream, runs in progress."""
         from deployments import launch
+        from tasks import usage
 
         status = {
             "service": {"pid": os.getpid(), "url": self.url, "uptime_s": round(time.time() - self.started_at),
@@ -583,6 +597,7 @@ class Service:
             "index": self.memory.index_stats(),
             "watcher": {"idle": self.watcher.idle() if self.watcher else None},
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
+            "usage": usage.summary(str(self.ws.root)),
             "warnings": self.warnings,
         }
         if self.backfiller is not None:
@@ -636,7 +651,7 @@ def register(cli) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
     @click.pass_obj
     def status_command(obj, verbose: bool, as_json: bool) -> None:
-        """Show whether the service runs, what it runs, index size, last dream and pending work."""
+        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
         from dreamflow.cli import fail
 
         try:
@@ -705,6 +720,7 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters)."""
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
+    from tasks import usage
 
     remote = connect(workspace)
     if remote is not None:
@@ -715,6 +731,7 @@ def current_status(workspace: Path) -> dict:
         "service": {"workspace": str(memory.ws.root)},
         "index": memory.index_stats(),
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
+        "usage": usage.summary(str(memory.ws.root)),
     }
 
 
@@ -759,6 +776,14 @@ def format_status(status: dict, verbose: bool = False) -> str:
     lines.append(f"Turns       {sum(waiting.values())} turn(s) waiting for a summary"
                  + (f" in {len(waiting)} session(s)" if waiting else "")
                  + (f"; {len(sessions)} session(s) counted" if verbose else ""))
+    spent = status.get("usage")
+    if spent and spent["runs"]:
+        total = spent["total"]
+        lines.append(f"LLM usage   last {len(spent['runs'])} run(s): {total['calls']} calls, "
+                     f"{total['total_tokens']} tokens, {total['seconds']} s in calls")
+        for run in spent["runs"][:5]:
+            lines.append(f"  {run['at']}  {run['job']:<14} {run['calls']} calls, {run['total_tokens']} tokens, "
+                         f"{run['seconds']} s")
     for run in status.get("active_runs", []):
         lines.append(f"Running     {run['deployment']} run {run['name']}: {run['state']}")
     if status.get("prefect_error"):

@@ -146,11 +146,11 @@ class RemoteMemory:
 
     def run_status(self, run_id: str) -> dict:
         """A flow run's state and, once finished, its summary (`GET /flows/runs/{run_id}`)."""
-        return self.request("GET", f"/flows/runs/{quote(run_id, safe='')}")
+        return self.request("GET", f"/flows/runs/{quote(str(run_id), safe='')}")
 
     def run_logs(self, run_id: str, offset: int = 0) -> list[dict]:
         """A flow run's log lines from `offset` on."""
-        return self.request("GET", f"/flows/runs/{quote(run_id, safe='')}/logs?offset={int(offset)}")
+        return self.request("GET", f"/flows/runs/{quote(str(run_id), safe='')}/logs?offset={int(offset)}")
 
     # -- transport
 

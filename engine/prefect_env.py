@@ -15,6 +15,8 @@ from pathlib import Path
 from engine.settings import dreamflow_home
 from storage.errors import JobFailed
 
+AUTH_USER = "dreamflow"  # user part of the Prefect server's basic-auth string when DREAMFLOW_API_TOKEN is set
+
 DEFAULTS = {
     # Nothing phones home: client analytics and the server's telemetry.
     "DO_NOT_TRACK": "1",
@@ -60,6 +62,13 @@ class PlannedFailureFilter(logging.Filter):
         return not (isinstance(exc, JobFailed) and record.getMessage().startswith("Engine execution exited"))
 
 
+def auth_string(token: str) -> str:
+    """Basic-auth credentials (`user:password`) of the Prefect server a service with `DREAMFLOW_API_TOKEN`
+    starts: `dreamflow:<token>`. The server gets them as PREFECT_SERVER_API_AUTH_STRING, its clients (runner,
+    flow runs, CLI, workers) as PREFECT_API_AUTH_STRING, and the Prefect UI asks for them at login."""
+    return f"{AUTH_USER}:{token}"
+
+
 @contextmanager
 def interactive_runs():
     """Settings for flows run in the calling process (CLI, tests, benchmarks): no flow heartbeat.
@@ -72,3 +81,14 @@ def interactive_runs():
 
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+def run_logger() -> logging.Logger:
+    """Prefect's logger of the current run (shown in the UI), else a plain one (outside runs)."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("dreamflow.tasks")

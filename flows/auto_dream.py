@@ -28,7 +28,7 @@ def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int 
     outcomes, failures = settle(futures, extracted["units"])
     topics = select_topics(root, date, extracted["topics"], topic_count, topic_diversity_days)
     summary = finish(root, date, extracted, outcomes, failures, topics)
-    publish_report(summary)
+    publish_report(root, summary)
     if failures:
         message = f"{len(failures)} of {summary['units']} units failed; their files will be retried"
         return Failed(message=message, data=UnitsFailed(message, summary))

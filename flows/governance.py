@@ -41,7 +41,7 @@ def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: i
     futures = mine_links.map(unmapped(root), queue["paths"], unmapped(candidates))
     outcomes, failures = collect(futures, queue["paths"])
     checkpoint_mined(root, outcomes)
-    return _finish(summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
+    return _finish(root, summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
 
 
 @flow(name="merge", persist_result=True)
@@ -56,7 +56,7 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
     date = today()
     states = [merge_pair(root, survivor, victim, date, return_state=True) for survivor, victim in pairs]
     outcomes, failures = collect(states, [f"{v} → {s}" for s, v in pairs])
-    return _finish(summarize("merge", outcomes, failures))
+    return _finish(root, summarize("merge", outcomes, failures))
 
 
 @flow(name="split", persist_result=True)
@@ -71,7 +71,7 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
     date = today()
     states = [split_node(root, path, max_parts, date, return_state=True) for path in paths]
     outcomes, failures = collect(states, paths)
-    return _finish(summarize("split", outcomes, failures))
+    return _finish(root, summarize("split", outcomes, failures))
 
 
 @flow(name="archive", persist_result=True)
@@ -84,11 +84,11 @@ def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: st
     date = today()
     states = [archive_node(root, path, date, return_state=True) for path in paths]
     outcomes, failures = collect(states, paths)
-    return _finish(summarize("archive", outcomes, failures))
+    return _finish(root, summarize("archive", outcomes, failures))
 
 
-def _finish(summary: dict):
-    publish_changes(summary)
+def _finish(root: str, summary: dict):
+    publish_changes(root, summary)
     if summary["failed"]:
         message = f"{len(summary['failed'])} of {len(summary['failed']) + len(summary['outcomes'])} items failed"
         return Failed(message=message, data=UnitsFailed(message, summary))

@@ -8,6 +8,11 @@ class DreamflowError(Exception):
     http_status = 400
 
 
+def from_os_error(exc: OSError) -> DreamflowError:
+    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error."""
+    return DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+
+
 class PathError(DreamflowError):
     """A path is absolute, escapes the workspace, or points somewhere it must not."""
 

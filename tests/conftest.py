@@ -61,13 +61,19 @@ def llm_server():
 
 @pytest.fixture
 def llm(llm_server, monkeypatch):
-    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries)."""
+    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries, tools
+    auto, response_format auto)."""
+    from engine.llm import forget_endpoints
+
     llm_server.reset()
+    forget_endpoints()  # each test probes response_format and tool support afresh
     monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", llm_server.base_url)
     monkeypatch.setenv("DREAMFLOW_LLM_MODEL", llm_server.model)
     monkeypatch.setenv("DREAMFLOW_LLM_API_KEY", "test-key")
     monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "2")
     monkeypatch.setenv("DREAMFLOW_LLM_MAX_RETRIES", "0")
+    for knob in ("TOOLS", "JSON", "MAX_TOKENS", "CONCURRENCY", "TEMPERATURE", "FREQUENCY_PENALTY", "REPEAT_PENALTY"):
+        monkeypatch.delenv(f"DREAMFLOW_LLM_{knob}", raising=False)
     yield llm_server
     llm_server.reset()
 

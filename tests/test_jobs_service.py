@@ -117,7 +117,8 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
     assert fixed.returncode in (0, 1) and "counts" in json.loads(fixed.stdout), fixed.stderr
     assert run_by(svc, "doctor/manual", fix=True)["state_type"] == "COMPLETED"
     # the LLM flows, started like the UI's "Run" with parameters (given nothing to do)
-    runs = {flow: svc.prefect("POST", f"/deployments/{svc.deployment(DEPLOYMENTS[flow].full_name)['id']}/create_flow_run",
+    deployed = {flow: svc.deployment(DEPLOYMENTS[flow].full_name)["id"] for flow in ("link_mine", "merge", "split")}
+    runs = {flow: svc.prefect("POST", f"/deployments/{deployed[flow]}/create_flow_run",
                               {"parameters": {**params, "workspace": str(svc.workspace)}})["id"]
             for flow, params in (("link_mine", {"max_nodes": 0}), ("merge", {"pairs": []}), ("split", {"paths": []}))}
     for flow, run_id in runs.items():  # the runner runs them side by side

@@ -232,13 +232,34 @@ def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
 
 # ---- more services on the same Prefect server: token, SIGTERM, kill -9, restart ----------------------------
 
+def mcp_tools(url: str, token: str) -> list[str] | None:
+    """Tool names of the service's /mcp through the SDK's client with this bearer token, None when refused."""
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def names():
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    try:
+        return anyio.run(names)
+    except Exception as exc:  # the client reports the 401 as an error group
+        assert "401" in repr(exc) or "Unauthorized" in repr(exc) or "error response" in repr(exc), exc
+        return None
+
+
 def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, token="s3cret")
     try:
-        for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status")):
+        for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status"),
+                              ("POST", "/mcp"), ("GET", "/mcp")):
             assert httpx.request(method, f"{svc.url}{route}", json={}).status_code == 401, route
         ok = httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+        assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
         env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN"}
         denied = cli("list", env=env, workspace=svc.workspace)
         assert denied.returncode == 8 and "bearer token" in denied.stderr
