@@ -50,17 +50,18 @@ class Op:
         return first_sentence(self.help)
 
 
-def first_sentence(text: str) -> str:
-    """The first sentence of a docstring's first paragraph, on one line (never cut mid-sentence)."""
-    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
-    end = re.search(r"[.!?](\s|$)", paragraph)
-    return paragraph[:end.start() + 1] if end else paragraph
-
     @property
     def hints(self) -> dict[str, bool]:
         """MCP tool annotations: what a host may assume about calling this operation."""
         return {"readOnlyHint": not self.writes, "destructiveHint": self.writes and self.destructive,
                 "idempotentHint": not self.writes or self.idempotent, "openWorldHint": False}
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line (never cut mid-sentence)."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = re.search(r"[.!?](\s|$)", paragraph)
+    return paragraph[:end.start() + 1] if end else paragraph
 
 
 OPS: tuple[Op, ...] = (
