@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from engine.settings import Settings
 from storage.errors import DreamflowError
+from storage.workspace import pid_alive
 
 SERVICE_FILE = "metadata/service.json"
 
@@ -56,18 +57,6 @@ def service_info(workspace: str | os.PathLike[str]) -> dict | None:
     if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
         return None
     return info
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def connect(workspace: str | os.PathLike[str]) -> RemoteMemory | None:

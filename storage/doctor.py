@@ -90,8 +90,7 @@ def repair(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
     links = _links(con, scan.disk)
     retargeted = []
     for old, new in _moves(scan, links).items():
-        retargeted.append({"from": old, "to": new, "rewritten": graph_edit.rewrite_sources(con, ws, old, new)})
-    graph_edit.reindex(con, ws, [r["path"] for move in retargeted for r in move["rewritten"]])
+        retargeted.append({"from": old, "to": new, "rewritten": graph_edit.relink(con, ws, old, new)["rewritten"]})
     return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
 
 

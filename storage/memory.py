@@ -54,6 +54,7 @@ class Memory:
             db = IndexDB(self.ws)
         self.db = db
         self.vectors = vectors
+        self.recovered = self._recover()
 
     # ---- writing files -------------------------------------------------------------------------------
 
@@ -142,33 +143,17 @@ class Memory:
 
     def move(self, src: str, dst: str) -> dict:
         """Move a file and rewrite `[[src]]` links in every file that has them, keeping anchors and aliases."""
-        from storage import index
-        from storage.markdown import rewrite_links
+        from storage import graph_edit
 
         old, new = self._rel(src), self._rel(dst)
         if not PurePosixPath(new).suffix and PurePosixPath(old).suffix:
-            new += PurePosixPath(old).suffix
+            new = self._rel(new + PurePosixPath(old).suffix)
         if old == new:
             raise InvalidInput("source and destination are the same path")
         if any(c in new for c in "[]|#"):
             raise InvalidInput(f"{new!r} cannot be a wikilink target: no [ ] | # in file names")
         with self.db.session() as con:
-            old_path, new_path = self.ws.resolve(old), self.ws.resolve(new)
-            if not old_path.is_file():
-                raise NotFound(f"no such file: {old}")
-            if new_path.exists():
-                raise Conflict(f"{new} already exists; move refuses to overwrite it")
-            new_path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(old_path, new_path)
-            rewritten = []
-            for rel in self._files_mentioning(old):
-                text, count = rewrite_links(self._read_text(rel), old, new)
-                if count:
-                    self.ws.write_text(rel, text)
-                    rewritten.append({"path": rel, "links": count})
-            index.remove_file(con, old)
-            self._reindex(con, new, *(r["path"] for r in rewritten))
-        return {"from": old, "to": new, "rewritten": rewritten}
+            return graph_edit.move(con, self.ws, old, new)
 
     def frontmatter_update(self, path: str, metadata: dict[str, Any]) -> dict:
         """Set frontmatter keys (other keys and the body are kept as they are)."""
@@ -480,12 +465,25 @@ class Memory:
     # ---- helpers -------------------------------------------------------------------------------------
 
     def _rel(self, path: str) -> str:
-        """Normalised workspace-relative path, refusing `..`, absolute paths and escaping symlinks."""
-        rel = self.ws.normalize(path)
-        self.ws.resolve(rel)
-        if rel == "metadata" or rel.startswith("metadata/"):
-            raise PathError(f"{rel} is in metadata/, which holds derived state only")
-        return rel
+        """Normalised workspace-relative path, refusing `..`, absolute paths, escaping symlinks and anything
+        that reaches metadata/ (also through a symlink, in any letter case)."""
+        return self.ws.memory_path(path)
+
+    def _recover(self) -> dict:
+        """Finish what a killed process left: its journaled moves/relinks and its temp files (cheap when
+        there is nothing: two folder listings)."""
+        from storage import journal
+
+        done: dict = {}
+        temps = self.ws.clean_stale_temps()
+        if temps:
+            done["temp_files_removed"] = temps
+        if journal.interrupted(self.ws):
+            from storage import graph_edit
+
+            with self.db.session() as con:
+                done["operations"] = graph_edit.recover(con, self.ws)
+        return done
 
     def _reindex(self, con, *rels: str) -> None:
         """Re-index changed files before the write returns (a missing file's rows are removed)."""
@@ -532,13 +530,6 @@ class Memory:
             self.ws.write_text(rel, text)
             self._reindex(con, rel)
         return {"path": rel, "created": not exists, "lines": _line_count(text), "bytes": len(text.encode())}
-
-    def _files_mentioning(self, target: str):
-        """Markdown files outside resource/ and session/ whose text contains `target` (cheap pre-filter)."""
-        needle = target.encode()
-        for rel in self.ws.iter_files():
-            if rel.endswith(".md") and not rel.startswith(LINKING_SKIP) and needle in self.ws.read_bytes(rel):
-                yield rel
 
     def _day_cards(self, day: str) -> list[dict]:
         from storage.markdown import split_frontmatter
