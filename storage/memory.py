@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
-from storage.workspace import Workspace
+from storage.workspace import Workspace, fsync_folder, is_scratch_name, read_regular, special_kind
 
 if TYPE_CHECKING:  # duckdb loads on first use, so a CLI call that goes to the service never imports it
     from storage.db import IndexDB
@@ -133,10 +133,9 @@ class Memory:
 
         rel = self._rel(path)
         with self.db.session() as con:
-            target = self.ws.resolve(rel)
-            if not target.is_file():
-                raise NotFound(f"no such file: {rel}")
+            target = self.ws.regular(rel)
             target.unlink()
+            fsync_folder(target.parent)
             index.remove_file(con, rel)
             still = [link for link in index.inbound(con, rel) if link["source"] != rel]
         return {"path": rel, "deleted": True, "inbound": still}
@@ -203,7 +202,7 @@ class Memory:
         with self.db.session() as con:
             if self.ws.resolve(rel).exists() and not overwrite:
                 raise Conflict(f"{rel} already exists (use overwrite to replace it)")
-            self.ws.write_bytes(rel, src.read_bytes())
+            self.ws.write_bytes(rel, read_regular(src))
             self._reindex(con, rel)
         return {"path": rel, "source": str(src.resolve()), "bytes": src.stat().st_size}
 
@@ -233,13 +232,11 @@ class Memory:
         from storage.markdown import parse_file
 
         rel = self._rel(path)
-        full = self.ws.resolve(rel)
-        if full.is_dir():
+        if self.ws.resolve(rel).is_dir():
             raise NotFound(f"{rel} is a folder, not a file (use list)")
-        if not full.is_file():
-            raise NotFound(f"no such file: {rel}")
+        full = self.ws.regular(rel)
         st = full.stat()
-        parsed = parse_file(rel, full.read_bytes())
+        parsed = parse_file(rel, read_regular(full))
         with self.db.session() as con:
             links_in = index.inbound(con, rel)
         return {
@@ -260,14 +257,15 @@ class Memory:
     def list(self, prefix: str = "", recursive: bool = True, limit: int = 200) -> dict:
         """List files under a folder or path prefix (recursive by default; folders end with `/` otherwise)."""
         _check_counts(limit=limit)
-        norm = self.ws.normalize(prefix) if prefix.strip(" /.") else ""
+        norm = "" if (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
         base = self.ws.resolve(norm) if norm else self.ws.root
         folder, start = (norm, "") if base.is_dir() or not norm else (str(PurePosixPath(norm).parent), norm)
         folder = "" if folder == "." else folder
+        skipped: list[dict] = []
         if recursive:
-            names = (r for r in self.ws.iter_files(folder) if r.startswith(start))
+            names = (r for r in self.ws.iter_files(folder, skipped=skipped) if r.startswith(start))
         else:
-            names = (r for r in self._children(folder) if r.startswith(start))
+            names = (r for r in self._children(folder, skipped) if r.startswith(start))
         entries = []
         truncated = False
         for rel in names:
@@ -275,7 +273,8 @@ class Memory:
                 truncated = True
                 break
             entries.append(self._entry(rel))
-        return {"prefix": norm, "entries": entries, "truncated": truncated}
+        return {"prefix": norm, "entries": entries, "truncated": truncated,
+                "skipped": [s for s in skipped if s["path"].startswith(start)]}
 
     def frontmatter_get(self, path: str) -> dict:
         """The frontmatter of a file as a mapping (with the parse error, if the YAML is malformed)."""
@@ -334,9 +333,7 @@ class Memory:
     def download(self, path: str, dest: str, overwrite: bool = False) -> dict:
         """Copy a workspace file out to an outside path (a folder keeps the file name); refuses to overwrite."""
         rel = self._rel(path)
-        full = self.ws.resolve(rel)
-        if not full.is_file():
-            raise NotFound(f"no such file: {rel}")
+        full = self.ws.regular(rel)
         out = Path(dest).expanduser()
         if out.is_dir():
             out = out / full.name
@@ -541,15 +538,22 @@ class Memory:
                 cards.append({"path": rel, "name": _str(meta.get("name")), "description": _str(meta.get("description"))})
         return cards
 
-    def _children(self, folder: str):
+    def _children(self, folder: str, skipped: list[dict]):
+        """Direct entries of `folder` (sub-folders end with `/`); special entries go to `skipped`."""
         base = self.ws.resolve(folder) if folder else self.ws.root
         if not base.is_dir():
             return
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
             rel = f"{folder}/{entry.name}" if folder else entry.name
-            if entry.name.startswith(".") or rel == "metadata":
+            if is_scratch_name(entry.name) or rel == "metadata":
                 continue
-            yield rel + "/" if entry.is_dir() else rel
+            kind = special_kind(entry.path)
+            if kind == "folder" and not entry.is_symlink():
+                yield rel + "/"
+            elif kind is None and not self.ws.in_metadata(rel) and self.ws.contains(entry.path):
+                yield rel
+            elif kind not in ("folder", "missing"):
+                skipped.append({"path": rel, "kind": kind or "symlink out of bounds"})
 
     def _entry(self, rel: str) -> dict:
         if rel.endswith("/"):
