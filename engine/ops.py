@@ -26,6 +26,12 @@ class Op:
     args: tuple[str, ...] = ()  # parameters taken positionally on the CLI, in order
     body: str | None = None    # parameter the CLI may also read from --file or stdin
     method: str | None = None  # Memory method, when it differs from `name`
+    bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
+                                   # method instead (bytes in or out); agent tools and MCP never offer it
+
+    @property
+    def host_paths(self) -> bool:
+        return self.bytes_form is not None
 
     @property
     def cli_name(self) -> str:
@@ -57,8 +63,8 @@ OPS: tuple[Op, ...] = (
     Op("move", writes=True, args=("src", "dst")),
     Op("stat", writes=False, args=("path",)),
     Op("list", writes=False, args=("prefix",)),
-    Op("upload", writes=True, args=("source",)),
-    Op("download", writes=False, args=("path", "dest")),
+    Op("upload", writes=True, args=("source",), bytes_form="upload_content"),
+    Op("download", writes=False, args=("path", "dest"), bytes_form="download_content"),
     # frontmatter, tags, days
     Op("frontmatter_get", writes=False, args=("path",)),
     Op("frontmatter_update", writes=True, args=("path",)),
@@ -104,7 +110,7 @@ PARAM_HELP: dict[str, str] = {
     "tag": "Only this tag, with its files",
     "date": "Day as YYYY-MM-DD, or `today`",
     "source": "Path of a file outside the workspace to copy in",
-    "dest": "Outside path (file or existing folder) to copy to",
+    "dest": "Outside path to copy to: a file, an existing folder, or a folder ending with / (created)",
     "overwrite": "Replace the destination if it exists",
     "query": "Search text (any language)",
     "min_score": "Drop hits scoring below this",

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import asdict
 from datetime import date as _date
 from datetime import datetime
@@ -194,17 +192,24 @@ class Memory:
 
     def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
-        src = Path(source).expanduser()
-        if not src.is_file():
-            raise NotFound(f"no such file to upload: {source}")
+        from storage import outside
+
+        data, source_name = outside.read_source(source)
+        result = self.upload_content(data, name or source_name, date=date, overwrite=overwrite)
+        return {**result, "source": str(Path(source).expanduser().resolve())}
+
+    def upload_content(self, content: bytes, name: str, date: str | None = None, overwrite: bool = False) -> dict:
+        """Store `content` as resource/[DATE/]NAME: what `upload` does with a file's bytes (the HTTP form)."""
         folder = f"resource/{_parse_date(date)}" if date else "resource"
-        rel = self._rel(f"{folder}/{name or src.name}")
+        if not name or not name.strip():
+            raise InvalidInput("an upload needs a file name")
+        rel = self._rel(f"{folder}/{name}")
         with self.db.session() as con:
             if self.ws.resolve(rel).exists() and not overwrite:
                 raise Conflict(f"{rel} already exists (use overwrite to replace it)")
-            self.ws.write_bytes(rel, read_regular(src))
+            self.ws.write_bytes(rel, content)
             self._reindex(con, rel)
-        return {"path": rel, "source": str(src.resolve()), "bytes": src.stat().st_size}
+        return {"path": rel, "bytes": len(content)}
 
     # ---- reading files -------------------------------------------------------------------------------
 
@@ -331,25 +336,17 @@ class Memory:
         return {"days": ordered[:limit], "truncated": len(ordered) > limit}
 
     def download(self, path: str, dest: str, overwrite: bool = False) -> dict:
-        """Copy a workspace file out to an outside path (a folder keeps the file name); refuses to overwrite."""
+        """Copy a workspace file out to an outside path: an existing folder or a DEST ending with `/` (created
+        if missing) keeps the file name; refuses to overwrite, and refuses the workspace's metadata/."""
+        from storage import outside
+
         rel = self._rel(path)
-        full = self.ws.regular(rel)
-        out = Path(dest).expanduser()
-        if out.is_dir():
-            out = out / full.name
-        if out.exists() and not overwrite:
-            raise Conflict(f"{out} already exists (use overwrite to replace it)")
-        if not out.parent.is_dir():
-            raise NotFound(f"destination folder does not exist: {out.parent}")
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh, full.open("rb") as src:
-                shutil.copyfileobj(src, fh)
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        out = outside.save(self.download_content(rel), dest, PurePosixPath(rel).name, overwrite, self.ws.root)
         return {"path": rel, "dest": str(out.resolve()), "bytes": out.stat().st_size}
+
+    def download_content(self, path: str) -> bytes:
+        """The bytes of a workspace file: what `download` writes out (the HTTP form answers with them)."""
+        return self.ws.read_bytes(self._rel(path))
 
     # ---- search and graph ----------------------------------------------------------------------------
 

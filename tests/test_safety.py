@@ -86,3 +86,110 @@ def test_reading_a_fifo_over_http_is_a_400(served):
     with pytest.raises(PathError):
         remote.append("digest/pipe.md", "more")
     assert remote.list("digest")["skipped"] == [{"path": "digest/pipe.md", "kind": "FIFO"}]
+
+
+# ---- item 4: metadata/ is unreachable, also through a symlink and in any letter case --------------------
+
+def test_metadata_is_refused_through_a_symlink_on_the_cli(tmp_path):
+    root = tmp_path / "ws"
+    Memory(root).write("digest/wiki/a.md", "note", name="A", description="a")
+    os.symlink("../metadata", root / "digest" / "metalink")
+    index_before = (root / "metadata" / "index.duckdb").read_bytes()
+    attempts = [
+        ("write", "digest/metalink/x.md", "--content", "x"),
+        ("append", "digest/metalink/x.md", "--content", "x"),
+        ("read", "digest/metalink/index.lock"),
+        ("delete", "digest/metalink/index.lock"),
+        ("move", "digest/wiki/a.md", "digest/metalink/a.md"),
+        ("list", "digest/metalink"),
+        ("write", "Metadata/x.md", "--content", "x"),
+        ("list", "METADATA"),
+        ("download", "digest/wiki/a.md", str(root / "digest" / "metalink" / "index.duckdb"), "--overwrite"),
+    ]
+    for args in attempts:
+        proc = run(root, *args, "--json")
+        assert proc.returncode == 2, (args, proc.stdout)
+        assert json.loads(proc.stdout)["error"]["type"] == "PathError", args
+    assert (root / "metadata" / "index.duckdb").read_bytes() == index_before
+    assert (root / "metadata" / "index.lock").exists() and not (root / "metadata" / "x.md").exists()
+    assert [e["path"] for e in as_json(root, "list")["entries"]] == ["digest/wiki/a.md"]
+
+
+def test_metadata_is_refused_through_a_symlink_over_http(served):
+    mem, remote, server = served
+    os.symlink("../metadata", mem.ws.root / "digest" / "metalink")
+    for op, body in (("write", {"path": "digest/metalink/x.md", "content": "x"}),
+                     ("read", {"path": "digest/metalink/index.lock"}),
+                     ("list", {"prefix": "digest/metalink"}),
+                     ("download", {"path": "digest/metalink/index.lock"})):
+        status, answer = server.raw("POST", f"/ops/{op}", body)
+        assert (status, answer["error"]["type"]) == (400, "PathError"), op
+    mem.write("digest/wiki/a.md", "note")
+    with pytest.raises(PathError):  # the client refuses to write into the service's metadata/ too
+        remote.download("digest/wiki/a.md", str(mem.ws.root / "digest" / "metalink"))
+    assert not (mem.ws.metadata / "a.md").exists()
+
+
+# ---- item 5: over HTTP, upload takes bytes and download answers with them ------------------------------
+
+def test_http_upload_and_download_never_take_server_paths(served, tmp_path):
+    mem, remote, server = served
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    status, body = server.raw("POST", "/ops/upload", {"source": str(secret)})
+    assert status == 422 and not any(mem.ws.root.glob("resource/**/secret.txt"))
+    status, body = server.raw("POST", "/ops/download", {"path": "x.md", "dest": str(tmp_path / "out.md")})
+    assert status == 422 and not (tmp_path / "out.md").exists()
+
+    content = base64.b64encode(b"raw \x00 bytes").decode()
+    status, body = server.raw("POST", "/ops/upload", {"content": content, "name": "blob.bin", "date": "2024-05-01"})
+    assert (status, body) == (200, {"path": "resource/2024-05-01/blob.bin", "bytes": 11})
+    status, body = server.raw("POST", "/ops/upload", {"content": content, "name": "blob.bin", "date": "2024-05-01"})
+    assert status == 409
+    status, body = server.raw("POST", "/ops/upload", {"content": "not base64!", "name": "b.bin"})
+    assert status == 400 and body["error"]["type"] == "InvalidInput"
+
+    boundary = "dreamflowboundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.md\"\r\n"
+            f"Content-Type: text/markdown\r\n\r\n# Uploaded notes\r\n--{boundary}--\r\n").encode()
+    conn = __import__("http.client").client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/ops/upload", body=form,
+                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and json.loads(resp.read())["path"] == "resource/notes.md"
+
+    conn.request("POST", "/ops/download", body=json.dumps({"path": "resource/2024-05-01/blob.bin"}),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "application/octet-stream"
+    assert resp.read() == b"raw \x00 bytes"
+    conn.close()
+    assert mem.search("uploaded notes")[0]["path"] == "resource/notes.md"
+
+
+def test_the_cli_through_the_service_moves_bytes_on_the_callers_side(served, tmp_path, monkeypatch):
+    mem, remote, server = served
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local.txt").write_text("local notes")
+    assert remote.upload("local.txt")["path"] == "resource/local.txt"
+    out = remote.download("resource/local.txt", "fresh/folder/")  # trailing slash: a folder, created
+    assert out["dest"] == str(tmp_path / "fresh" / "folder" / "local.txt")
+    assert (tmp_path / "fresh" / "folder" / "local.txt").read_text() == "local notes"
+    with pytest.raises(Conflict):
+        remote.download("resource/local.txt", "fresh/folder/")
+
+
+def test_agent_tools_never_offer_upload_or_download(mem):
+    from engine.toolbox import Toolbox
+
+    names = {tool["function"]["name"] for tool in Toolbox(mem, mem.ws, can_write=lambda p: True).schemas()}
+    assert "read" in names and not names & {"upload", "download", "upload_content", "download_content"}
+
+
+def test_download_into_a_missing_folder_ending_with_a_slash_creates_it(tmp_path):
+    root = tmp_path / "ws"
+    Memory(root).write("digest/wiki/a.md", "note", name="A", description="a")
+    dest = tmp_path / "out" / "new"
+    assert run(root, "download", "digest/wiki/a.md", str(tmp_path / "plain" / "a.md")).returncode == 3
+    result = as_json(root, "download", "digest/wiki/a.md", f"{dest}/")
+    assert result["dest"] == str(dest / "a.md") and (dest / "a.md").read_text().endswith("note\n")
