@@ -131,6 +131,8 @@ PARAM_HELP: dict[str, str] = {
     "overlong_lines": "Digest nodes longer than this many lines are split candidates",
     "target": "Link target whose links to repoint",
     "new_target": "Path the links should point to instead",
+    "expected_hash": "Refuse (conflict, exit 4) unless the file still has this content hash (the `hash` that read, "
+                     "stat and writes return): optimistic concurrency",
     "before": "Text the target had, when it has already been rewritten (line anchors follow it)",
 }
 

@@ -10,7 +10,6 @@ middle leaves the index as it was before, and the next `reconcile` brings it up 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -24,17 +23,12 @@ from storage.markdown import parse_file
 from storage.model import ParsedFile
 from storage.tokenize import terms
 from storage.errors import DreamflowError
-from storage.workspace import Workspace, is_scratch_name, read_regular
+from storage.workspace import Workspace, content_hash, is_scratch_name, read_regular
 
 Progress = Callable[[int, int], None]
 
 BATCH_FILES = 500  # files parsed and written per insert batch
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
-
-
-def content_hash(data: bytes) -> str:
-    """Hash of file or chunk content (blake2b, 128 bits, hex)."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def is_indexed_path(rel: str) -> bool:

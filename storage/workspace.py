@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import atexit
 import errno
+import hashlib
 import os
 import re
 import secrets
 import stat
 from pathlib import Path, PurePosixPath
 
-from storage.errors import NotFound, PathError
+from storage.errors import Changed, NotFound, PathError
 
 LAYOUT = (
     "session/dialog",
@@ -138,9 +139,17 @@ class Workspace:
         """Text of a file, decoded as UTF-8 (undecodable bytes replaced)."""
         return self.read_bytes(rel).decode("utf-8", errors="replace")
 
-    def write_bytes(self, rel: str, data: bytes) -> Path:
-        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target)."""
-        path = Path(os.path.realpath(self.resolve(rel)))
+    def write_bytes(self, rel: str, data: bytes, expect: str | bool | None = None) -> Path:
+        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target).
+
+        `expect` guards a read-modify-write: a content hash the file must still have, or False for "must
+        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`.
+        """
+        path = self.resolve(rel)
+        kind = special_kind(path)
+        if kind not in (None, "missing"):
+            raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file: Dreamflow never writes it")
+        path = Path(os.path.realpath(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -158,6 +167,8 @@ class Workspace:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if expect is not None:
+                _check_unchanged(path, expect)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -167,6 +178,22 @@ class Workspace:
             raise
         fsync_folder(path.parent)
         return path
+
+    def append_bytes(self, rel: str, data: bytes) -> None:
+        """Durably append `data` to the existing regular file `rel`, in place (O_APPEND, one write, fsync):
+        what others append meanwhile is kept, and a killed process leaves the old content intact."""
+        path = self.regular(rel)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            kind = _mode_kind(os.fstat(fd).st_mode)
+            if kind is not None:
+                raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def write_text(self, rel: str, text: str) -> Path:
         return self.write_bytes(rel, text.encode("utf-8"))
@@ -252,6 +279,21 @@ class Workspace:
         for pid in dead:
             _unmark(folder / f"writer-{pid}")
         return sorted(removed)
+
+
+def content_hash(data: bytes) -> str:
+    """Hash of file or chunk content (blake2b, 128 bits, hex): what `hash` fields and `expected_hash` hold."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _check_unchanged(path: Path, expect: str | bool) -> None:
+    try:
+        current = content_hash(read_regular(path))
+    except NotFound:
+        current = False
+    if current != expect:
+        raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
+                      else f"{path.name} was created meanwhile")
 
 
 def special_kind(path: str | os.PathLike[str]) -> str | None:

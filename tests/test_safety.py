@@ -193,3 +193,78 @@ def test_download_into_a_missing_folder_ending_with_a_slash_creates_it(tmp_path)
     assert run(root, "download", "digest/wiki/a.md", str(tmp_path / "plain" / "a.md")).returncode == 3
     result = as_json(root, "download", "digest/wiki/a.md", f"{dest}/")
     assert result["dest"] == str(dest / "a.md") and (dest / "a.md").read_text().endswith("note\n")
+
+
+# ---- item 8: outside edits are never lost; optimistic concurrency for callers -------------------------
+
+def test_appends_racing_an_outside_writer_lose_no_line(mem):
+    import threading
+
+    mem.write("daily/log.md", "# Log\n", name="Log", description="shared log")
+    path = mem.ws.root / "daily" / "log.md"
+    stop = threading.Event()
+    written = []
+
+    def outside_writer():
+        n = 0
+        while not stop.is_set():
+            with open(path, "a", encoding="utf-8") as fh:  # like `echo line >> log.md`
+                fh.write(f"outside {n}\n")
+            written.append(n)
+            n += 1
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=outside_writer)
+    thread.start()
+    try:
+        for i in range(60):
+            mem.append("daily/log.md", f"ours {i}")
+    finally:
+        stop.set()
+        thread.join()
+    lines = set(path.read_text(encoding="utf-8").splitlines())
+    assert {f"ours {i}" for i in range(60)} <= lines
+    assert [n for n in written if f"outside {n}" not in lines] == []
+
+
+def test_expected_hash_refuses_a_stale_write_on_the_cli(tmp_path):
+    root = tmp_path / "ws"
+    first = as_json(root, "write", "digest/wiki/a.md", "--content", "v1", "--name", "A")
+    assert first["hash"] == as_json(root, "read", "digest/wiki/a.md")["hash"] == as_json(root, "stat", "digest/wiki/a.md")["hash"]
+    (root / "digest" / "wiki" / "a.md").write_text("changed by hand\n")
+    for args in (("write", "--content", "v2"), ("append", "--content", "more"), ("prepend", "--content", "top"),
+                 ("edit", "--old", "hand", "--new", "tool"), ("frontmatter-update", "--metadata", "k=1")):
+        proc = run(root, args[0], "digest/wiki/a.md", *args[1:], "--expected-hash", first["hash"], "--json")
+        assert proc.returncode == 4, (args, proc.stdout)
+        assert json.loads(proc.stdout)["error"]["type"] == "Changed"
+    assert (root / "digest" / "wiki" / "a.md").read_text() == "changed by hand\n"
+    current = as_json(root, "read", "digest/wiki/a.md")["hash"]
+    done = as_json(root, "edit", "digest/wiki/a.md", "--old", "hand", "--new", "tool", "--expected-hash", current)
+    assert done["hash"] == as_json(root, "stat", "digest/wiki/a.md")["hash"] != current
+
+
+def test_expected_hash_conflict_over_http_is_a_409(served):
+    mem, remote, server = served
+    written = remote.write("digest/wiki/a.md", "v1")
+    mem.append("digest/wiki/a.md", "someone else")
+    status, body = server.raw("POST", "/ops/append", {"path": "digest/wiki/a.md", "content": "x",
+                                                      "expected_hash": written["hash"]})
+    assert status == 409 and body["error"]["type"] == "Changed"
+    fresh = remote.read("digest/wiki/a.md")["hash"]
+    assert remote.append("digest/wiki/a.md", "x", expected_hash=fresh)["lines"] == 3
+
+
+def test_edit_rereads_a_file_changed_between_read_and_replace(mem, monkeypatch):
+    mem.write("digest/wiki/a.md", "alpha beta\n")
+    real_write = Workspace.write_bytes
+    raced = []
+
+    def write_after_an_outside_change(self, rel, data, expect=None):
+        if not raced and rel == "digest/wiki/a.md":
+            raced.append(True)
+            (self.root / rel).write_text("alpha beta\noutside line\n")
+        return real_write(self, rel, data, expect)
+
+    monkeypatch.setattr(Workspace, "write_bytes", write_after_an_outside_change)
+    assert mem.edit("digest/wiki/a.md", "beta", "gamma")["replacements"] == 1
+    assert (mem.ws.root / "digest/wiki/a.md").read_text() == "alpha gamma\noutside line\n"
