@@ -268,3 +268,47 @@ def test_edit_rereads_a_file_changed_between_read_and_replace(mem, monkeypatch):
     monkeypatch.setattr(Workspace, "write_bytes", write_after_an_outside_change)
     assert mem.edit("digest/wiki/a.md", "beta", "gamma")["replacements"] == 1
     assert (mem.ws.root / "digest/wiki/a.md").read_text() == "alpha gamma\noutside line\n"
+
+
+# ---- item 9: modes are kept, new files follow the umask, writes are durable ---------------------------
+
+def test_rewrites_keep_the_mode_and_new_files_follow_the_umask(tmp_path):
+    root = tmp_path / "ws"
+    note = root / "digest" / "wiki" / "a.md"
+    as_json(root, "write", "digest/wiki/a.md", "--content", "v1")
+    assert stat.S_IMODE(note.stat().st_mode) == 0o666 & ~_umask()
+    for mode, args in ((0o640, ("edit", "digest/wiki/a.md", "--old", "v1", "--new", "v2")),
+                       (0o604, ("append", "digest/wiki/a.md", "--content", "more")),
+                       (0o664, ("write", "digest/wiki/a.md", "--content", "v3")),
+                       (0o600, ("frontmatter-update", "digest/wiki/a.md", "--metadata", "k=1"))):
+        note.chmod(mode)
+        as_json(root, *args)
+        assert stat.S_IMODE(note.stat().st_mode) == mode, args
+    proc = __import__("subprocess").run(
+        [__import__("sys").executable, "-m", "dreamflow", "--workspace", str(root), "write", "digest/wiki/b.md",
+         "--content", "x"], preexec_fn=lambda: os.umask(0o027), capture_output=True, timeout=60)
+    assert proc.returncode == 0 and stat.S_IMODE((root / "digest/wiki/b.md").stat().st_mode) == 0o640
+
+
+def test_http_writes_keep_the_mode(served):
+    mem, remote, server = served
+    remote.write("digest/wiki/a.md", "v1")
+    (mem.ws.root / "digest/wiki/a.md").chmod(0o644)
+    remote.edit("digest/wiki/a.md", "v1", "v2")
+    assert stat.S_IMODE((mem.ws.root / "digest/wiki/a.md").stat().st_mode) == 0o644
+
+
+def test_writes_fsync_the_file_before_the_rename_and_the_folder_after(ws, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", stat.S_ISDIR(os.fstat(fd).st_mode))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", None)), real_replace(a, b))[1])
+    ws.write_text("digest/wiki/a.md", "durable\n")
+    assert events[-3:] == [("fsync", False), ("replace", None), ("fsync", True)]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
