@@ -8,7 +8,7 @@ Problems (each a list of rows; any row makes the report not ok):
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
 - `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
-- `bad_frontmatter`: files whose YAML frontmatter does not parse
+- `bad_frontmatter`: files whose YAML frontmatter does not parse, or holds a bad value (e.g. `date: 2024-13-45`)
 - `drift`: files added, changed or deleted behind the index's back
 - `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
   or into metadata/: skipped everywhere (never opened, never indexed), listed here to be removed by hand
@@ -48,7 +48,6 @@ PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "nea
 NOTES = ("moved", "stale", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
-FRONTMATTER_ERRORS = ("malformed frontmatter", "frontmatter is a YAML")  # storage.markdown's messages
 _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
 
 
@@ -313,10 +312,16 @@ def _bad_frontmatter(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
     rows = con.execute("SELECT path, errors FROM files WHERE len(errors) > 0 ORDER BY path").fetchall()
     out = []
     for path, errors in rows:
-        bad = [e for e in errors if e.startswith(FRONTMATTER_ERRORS)]
+        bad = [e for e in errors if _about_frontmatter(e)]
         if bad and path in disk:
             out.append({"path": path, "error": bad[0]})
     return out
+
+
+def _about_frontmatter(error: str) -> bool:
+    """A parse error about the frontmatter block or one of its values (storage.markdown's messages name it
+    in their first clause: malformed YAML, not a mapping, a bad `date` value...)."""
+    return "frontmatter" in error.split(";", 1)[0].lower()
 
 
 # ---- near-duplicates ------------------------------------------------------------------------------------

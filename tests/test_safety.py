@@ -312,3 +312,41 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# ---- item 10: one bad byte or line hides nothing ---------------------------------------------------------
+
+def test_a_few_bad_bytes_or_lines_hide_nothing_on_the_cli(tmp_path):
+    root = tmp_path / "ws"
+    Workspace(root)
+    (root / "digest" / "wiki" / "kiwi.md").write_bytes(
+        b"---\nname: Kiwi\ndescription: flightless bird\n---\nThe kiwi \xff\xfe lays huge eggs.\n")
+    (root / "session" / "dialog" / "s1.jsonl").write_bytes(
+        b'{"role": "user", "content": "remember the zeppelin"}\n'
+        b"\x00\x00garbage\x00\n"
+        b'{"role": "user", "content": "caf\xe9 au lait"}\n'
+        b"{truncated json\n")
+    as_json(root, "reconcile")
+    assert as_json(root, "search", "kiwi eggs")[0]["path"] == "digest/wiki/kiwi.md"
+    note = as_json(root, "stat", "digest/wiki/kiwi.md")
+    assert (note["kind"], note["name"], note["description"]) == ("markdown", "Kiwi", "flightless bird")
+    assert any("not UTF-8" in e for e in note["errors"])
+    assert as_json(root, "search", "zeppelin")[0]["path"] == "session/dialog/s1.jsonl"
+    assert as_json(root, "search", "lait")[0]["path"] == "session/dialog/s1.jsonl"
+    log = as_json(root, "stat", "session/dialog/s1.jsonl")
+    assert log["kind"] == "jsonl" and any("1 lines with NUL bytes skipped" in e for e in log["errors"])
+    assert "garbage" not in json.dumps(as_json(root, "search", "garbage"))
+    kiwi = (root / "digest" / "wiki" / "kiwi.md").read_bytes()
+    as_json(root, "edit", "digest/wiki/kiwi.md", "--old", "huge", "--new", "big")
+    assert (root / "digest" / "wiki" / "kiwi.md").read_bytes() == kiwi.replace(b"huge", b"big")  # bad bytes kept
+
+
+def test_a_bad_frontmatter_value_keeps_the_rest_and_doctor_lists_it(served):
+    mem, remote, server = served
+    (mem.ws.root / "digest" / "wiki" / "trip.md").write_text(
+        '---\nname: Trip\ndescription: the spring trip\ndate: "2024-13-45"\n---\nWe saw kangaroos.\n')
+    mem.reconcile()
+    found = remote.stat("digest/wiki/trip.md")
+    assert (found["name"], found["description"], found["date"]) == ("Trip", "the spring trip", None)
+    listed = remote.doctor()["bad_frontmatter"]
+    assert [row["path"] for row in listed] == ["digest/wiki/trip.md"] and "2024-13-45" in listed[0]["error"]
