@@ -350,3 +350,62 @@ def test_a_bad_frontmatter_value_keeps_the_rest_and_doctor_lists_it(served):
     assert (found["name"], found["description"], found["date"]) == ("Trip", "the spring trip", None)
     listed = remote.doctor()["bad_frontmatter"]
     assert [row["path"] for row in listed] == ["digest/wiki/trip.md"] and "2024-13-45" in listed[0]["error"]
+
+
+# ---- item 11: overlong names are path errors, `list ../` is refused, jobs write bounded cards ----------
+
+@pytest.mark.parametrize("path", ["digest/" + "n" * 310 + ".md", "/".join(["digest"] + ["deep" * 20] * 60) + "/x.md"])
+def test_overlong_names_and_paths_are_path_errors(tmp_path, served, path):
+    root = tmp_path / "ws"
+    for command in (("write", path, "--content", "x"), ("read", path), ("stat", path), ("list", path)):
+        proc = run(root, *command, "--json")
+        assert proc.returncode == 2, (command[0], proc.stdout[:300])
+        assert json.loads(proc.stdout)["error"]["type"] == "PathError"
+    mem, remote, server = served
+    for op, body in (("write", {"path": path, "content": "x"}), ("read", {"path": path})):
+        status, answer = server.raw("POST", f"/ops/{op}", body)
+        assert (status, answer["error"]["type"]) == (400, "PathError")
+
+
+def test_list_refuses_paths_outside_the_workspace(tmp_path, served):
+    root = tmp_path / "ws"
+    for prefix in ("../", "/", "..", "../..", "/etc"):
+        proc = run(root, "list", prefix, "--json")
+        assert proc.returncode == 2, (prefix, proc.stdout)
+    assert as_json(root, "list", ".")["prefix"] == "" and as_json(root, "list")["prefix"] == ""
+    mem, remote, server = served
+    status, answer = server.raw("POST", "/ops/list", {"prefix": "../"})
+    assert (status, answer["error"]["type"]) == (400, "PathError")
+
+
+def test_jobs_write_at_most_the_cap_into_a_card(mem, monkeypatch):
+    from engine.toolbox import Toolbox
+    from tasks.context import memory_of
+
+    monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "1000")
+    job = memory_of(str(mem.ws.root))
+    toolbox = Toolbox(job, mem.ws, can_write=lambda p: True, write_scope="anywhere")
+    refused = toolbox.call("write", {"path": "digest/wiki/huge.md", "content": "x" * 1001})
+    assert "TooLarge" in refused["error"] and "DREAMFLOW_MAX_WRITE_CHARS" in refused["error"]
+    assert not (mem.ws.root / "digest/wiki/huge.md").exists() and toolbox.written == []
+    assert toolbox.call("write", {"path": "digest/wiki/ok.md", "content": "x" * 1000})["created"]
+    assert "TooLarge" in toolbox.call("append", {"path": "digest/wiki/ok.md", "content": "y" * 2000})["error"]
+    assert "TooLarge" in toolbox.call("edit", {"path": "digest/wiki/ok.md", "old": "x", "new": "z" * 5000,
+                                               "replace_all": True})["error"]
+    job.append("session/dialog/s1.jsonl", "r" * 5000)  # raw material is written as it comes
+
+
+def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, llm, mem, monkeypatch):
+    from flows.auto_memory import auto_memory
+    from llm_server import json_reply
+
+    monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "5000")
+    llm.on("Summarise the new messages", json_reply({"name": "Runaway", "description": "too long",
+                                                     "content": "word " * 5000}))
+    messages = [{"role": "user", "content": "plan the trip", "timestamp": "2024-05-08T09:00:00"}]
+    with pytest.raises(Exception, match="at most 5,000 characters"):
+        auto_memory(session_id="s1", workspace=str(mem.ws.root), messages=messages)
+    assert not list((mem.ws.root / "daily").rglob("*.md"))
+    from tasks import checkpoints
+
+    assert not checkpoints.load(mem.ws, "sessions/s1").get("records")
