@@ -146,7 +146,7 @@ def _replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> l
             _write(ws, rel, changed)
             rewritten.append({"path": rel, "links": count})
     index.remove_file(con, src)
-    reindex(con, ws, [dst, *(r["path"] for r in rewritten)])
+    reindex(con, ws, [dst, *plan["files"]])  # all planned files: a crashed run rewrote some unindexed
     return rewritten
 
 
@@ -171,7 +171,7 @@ def _replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) ->
         if changed != text:
             _write(ws, source, changed)
             rewritten.append({"path": source, "links": count, "anchors_dropped": dropped})
-    reindex(con, ws, [r["path"] for r in rewritten])
+    reindex(con, ws, list(plan["files"]))  # all planned files: a crashed run rewrote some unindexed
     return rewritten
 
 
