@@ -161,10 +161,7 @@ class Workspace:
             try:
                 if mode is not None:
                     os.fchmod(fd, mode)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
+                _write_all(fd, data)
             finally:
                 os.close(fd)
             if expect is not None:
@@ -188,10 +185,7 @@ class Workspace:
             kind = _mode_kind(os.fstat(fd).st_mode)
             if kind is not None:
                 raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            _write_all(fd, data)
         finally:
             os.close(fd)
 
@@ -340,6 +334,14 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
         if kind is not None:
             raise PathError(f"{path} is a {kind}, not a regular file")
         return fh.read()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` and fsync it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
 
 
 def fsync_folder(folder: str | os.PathLike[str]) -> None:
