@@ -3,6 +3,9 @@ status and health.
 
 - `POST /ops/<name>` with the operation's parameters as a JSON object (pydantic model from the `Memory`
   signature, so /docs documents every field); the answer is the operation's JSON result.
+- `POST /ops/upload` takes the file's bytes (JSON with base64 `content` and `name`, or a multipart form with a
+  `file` part) and `POST /ops/download` answers with the file's bytes: over HTTP no operation names a path on
+  the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
 - `POST /proactive`: the day's topics (read at once); `GET /health`.
 - `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `GET /status` and the MCP endpoint `/mcp`
   (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
@@ -14,15 +17,18 @@ status and health.
   `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
+import base64
 import hmac
 import inspect
 import os
 import typing
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -154,7 +160,9 @@ def create_app(memory, token: str | None = None, service=None, host: str = "127.
         return proactive_topics(memory, day, request.include_content)
 
     for op in ops.OPS:
-        _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
+        if not op.host_paths:
+            _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
+    _add_transfer_routes(app, memory, on_write=service.changed if service is not None else None)
     if service is not None:
         _add_service_routes(app, service)
     if mcp is not None:
@@ -245,6 +253,77 @@ def _add_op_route(app: FastAPI, memory, op: ops.Op, on_write=None) -> None:
         f"/ops/{op.name}", endpoint, methods=["POST"], response_model=_response_type(op),
         summary=op.summary, description=op.help, tags=["memory: writes" if op.writes else "memory: reads"],
     )
+
+
+class UploadRequest(BaseModel):
+    """A file's bytes to store under resource/[DATE/]."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="The file's bytes, base64-encoded")
+    name: str = Field(description="File name under resource/[DATE/] (may include sub-folders)")
+    date: str | None = Field(None, description="Day folder as YYYY-MM-DD, or `today`")
+    overwrite: bool = Field(False, description="Replace the file if it exists")
+
+
+class DownloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Workspace-relative path of the file")
+
+
+class UploadResult(BaseModel):
+    path: str
+    bytes: int
+
+
+def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
+    """`/ops/upload` and `/ops/download` with the bytes in the request and the answer (never a server path)."""
+    upload_schema = UploadRequest.model_json_schema()
+    form_schema = {"type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": "The file (its name is the default name)"},
+        "name": {"type": "string"}, "date": {"type": "string"}, "overwrite": {"type": "boolean"}}}
+
+    @app.post("/ops/upload", tags=["memory: writes"], response_model=UploadResult,
+              summary="Store a file's bytes under resource/[DATE/]",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": upload_schema}, "multipart/form-data": {"schema": form_schema}}}})
+    async def upload(request: Request):
+        """Store uploaded bytes as resource/[DATE/]NAME: a JSON body `{content (base64), name, date?,
+        overwrite?}` or a multipart form (`file`, optional `name`, `date`, `overwrite`)."""
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            form = await request.form()
+            part = form.get("file")
+            if part is None or isinstance(part, str):
+                raise InvalidInput("a multipart upload needs a `file` part")
+            data = await part.read()
+            name = str(form.get("name") or part.filename or "")
+            date = str(form["date"]) if form.get("date") else None
+            overwrite = str(form.get("overwrite", "")).lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                fields = UploadRequest.model_validate_json(await request.body())
+            except ValueError as exc:
+                raise RequestValidationError(getattr(exc, "errors", lambda: [])()) from exc
+            try:
+                data = base64.b64decode(fields.content, validate=True)
+            except ValueError as exc:
+                raise InvalidInput(f"content is not valid base64: {exc}") from exc
+            name, date, overwrite = fields.name, fields.date, fields.overwrite
+        result = await run_in_threadpool(memory.upload_content, data, name, date=date, overwrite=overwrite)
+        if on_write is not None:
+            on_write()
+        return result
+
+    @app.post("/ops/download", tags=["memory: reads"], response_class=Response,
+              summary="The bytes of a workspace file",
+              responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
+    def download(request: DownloadRequest) -> Response:
+        """Answer with the bytes of a workspace file (`Content-Disposition` carries its name)."""
+        data = memory.download_content(request.path)
+        name = request.path.rstrip("/").rsplit("/", 1)[-1]
+        return Response(data, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})
 
 
 def _required(op: ops.Op) -> bool:

@@ -41,7 +41,6 @@ DEFAULT_TOOLS: tuple[str, ...] = (
     "search", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get", "daily_list",
     "node_search", "turn", "dream", "job_status",
 )
-NEVER: frozenset[str] = frozenset({"upload", "download"})  # they read or write the server's own file system
 TOOL_SETS = ("default", "all")
 RESOURCE_LIMIT = 1000  # files listed as resources; any other file is still readable through the template
 URI_PREFIX = "dreamflow://"
@@ -72,7 +71,7 @@ def tools(tool_set: str = "default") -> dict[str, Tool]:
         raise InvalidInput(f"unknown tool set {tool_set!r}: use one of {', '.join(TOOL_SETS)}")
     found: dict[str, Tool] = {}
     for op in ops.OPS:
-        if op.name not in NEVER:
+        if not op.host_paths:  # upload/download name the server's own files: never a tool
             found[op.name] = Tool(op.name, op.help, ops.parameters(op), op.hints, _op_call(op), op.writes)
     for name in JOB_TOOLS:
         method = getattr(Target, name)

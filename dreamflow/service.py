@@ -426,7 +426,7 @@ class Service:
     def _reconcile(self) -> None:
         started = time.monotonic()
         result = self.memory.reconcile()
-        summary = ", ".join(f"{k} {v}" for k, v in result.items())
+        summary = ", ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int))
         self.say(f"Index       up to date ({summary}; {time.monotonic() - started:.1f} s)")
 
     def _start_watcher(self) -> None:

@@ -9,6 +9,7 @@ the same output either way. This module stays import-light (stdlib http.client, 
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import os
@@ -19,6 +20,7 @@ from urllib.parse import quote, urlsplit
 
 from engine.settings import Settings
 from storage.errors import DreamflowError
+from storage.workspace import pid_alive
 
 SERVICE_FILE = "metadata/service.json"
 
@@ -56,18 +58,6 @@ def service_info(workspace: str | os.PathLike[str]) -> dict | None:
     if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
         return None
     return info
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def connect(workspace: str | os.PathLike[str]) -> RemoteMemory | None:
@@ -127,6 +117,27 @@ class RemoteMemory:
         setattr(self, name, method)  # build once per instance
         return method
 
+    # -- operations that name files on this machine: the bytes travel, never the path
+
+    def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
+        """Copy a file of this machine into resource/[DATE/] of the service's workspace."""
+        from storage.outside import read_source
+
+        data, source_name = read_source(source)
+        payload = {"content": base64.b64encode(data).decode("ascii"), "name": name or source_name,
+                   "date": date, "overwrite": overwrite}
+        result = self.request("POST", "/ops/upload", payload)
+        return {**result, "source": str(Path(source).expanduser().resolve())}
+
+    def download(self, path: str, dest: str, overwrite: bool = False) -> dict:
+        """Copy a workspace file of the service to `dest` on this machine (see `Memory.download`)."""
+        from storage.outside import save
+
+        data = self.request("POST", "/ops/download", {"path": path}, raw=True)
+        workspace = Path(self.health()["workspace"])
+        out = save(data, dest, path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1], overwrite, workspace)
+        return {"path": path, "dest": str(out.resolve()), "bytes": len(data)}
+
     # -- routes beyond the operations
 
     def health(self) -> dict:
@@ -154,8 +165,9 @@ class RemoteMemory:
 
     # -- transport
 
-    def request(self, method: str, path: str, payload: Any = None) -> Any:
-        """Send one request; return the decoded JSON or raise the error the service reported."""
+    def request(self, method: str, path: str, payload: Any = None, raw: bool = False) -> Any:
+        """Send one request; return the decoded JSON (the body's bytes with `raw`) or raise the error the
+        service reported."""
         import http.client  # imported on first use: in-process CLI calls never need it (~15 ms)
 
         body = None if payload is None else json.dumps(payload, ensure_ascii=False, default=str).encode()
@@ -182,10 +194,11 @@ class RemoteMemory:
                 self._local.conn = None  # a dropped keep-alive connection: retry once on a fresh one
                 if attempt == 2:
                     raise ServiceUnavailable(f"the Dreamflow service at {self.url} dropped the request ({exc})") from exc
-        result = json.loads(data) if data else None
         if resp.status >= 400:
-            raise _error_from(resp.status, result)
-        return result
+            raise _error_from(resp.status, json.loads(data) if data else None)
+        if raw:
+            return data
+        return json.loads(data) if data else None
 
     def _connection(self) -> http.client.HTTPConnection:
         import http.client
@@ -206,16 +219,8 @@ def _remote_method(remote: RemoteMemory, op):
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.annotation)
         for p in params
     ])
-    outside_paths = {"source", "dest"}  # paths on this machine: the service's working directory differs
-
     def call(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        payload = {}
-        for name, value in bound.arguments.items():
-            if name in outside_paths and isinstance(value, str):
-                value = os.path.abspath(os.path.expanduser(value))
-            payload[name] = value
-        return remote.request("POST", f"/ops/{op.name}", payload)
+        return remote.request("POST", f"/ops/{op.name}", dict(signature.bind(*args, **kwargs).arguments))
 
     call.__name__ = op.method_name
     call.__doc__ = op.help

@@ -31,6 +31,12 @@ class Op:
     method: str | None = None  # Memory method, when it differs from `name`
     destructive: bool = False  # may remove or replace content the caller did not restate (delete, move, overwrite)
     idempotent: bool = False   # repeating the call with the same arguments changes nothing more (reads: always)
+    bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
+                                   # method instead (bytes in or out); agent tools and MCP never offer it
+
+    @property
+    def host_paths(self) -> bool:
+        return self.bytes_form is not None
 
     @property
     def cli_name(self) -> str:
@@ -76,8 +82,8 @@ OPS: tuple[Op, ...] = (
     Op("move", writes=True, args=("src", "dst"), destructive=True, idempotent=True),
     Op("stat", writes=False, args=("path",)),
     Op("list", writes=False, args=("prefix",)),
-    Op("upload", writes=True, args=("source",), destructive=True, idempotent=True),
-    Op("download", writes=False, args=("path", "dest")),
+    Op("upload", writes=True, args=("source",), destructive=True, idempotent=True, bytes_form="upload_content"),
+    Op("download", writes=False, args=("path", "dest"), bytes_form="download_content"),
     # frontmatter, tags, days
     Op("frontmatter_get", writes=False, args=("path",)),
     Op("frontmatter_update", writes=True, args=("path",), destructive=True, idempotent=True),
@@ -123,7 +129,7 @@ PARAM_HELP: dict[str, str] = {
     "tag": "Only this tag, with its files",
     "date": "Day as YYYY-MM-DD, or `today`",
     "source": "Path of a file outside the workspace to copy in",
-    "dest": "Outside path (file or existing folder) to copy to",
+    "dest": "Outside path to copy to: a file, an existing folder, or a folder ending with / (created)",
     "overwrite": "Replace the destination if it exists",
     "query": "Search text (any language)",
     "min_score": "Drop hits scoring below this",
@@ -144,6 +150,8 @@ PARAM_HELP: dict[str, str] = {
     "overlong_lines": "Digest nodes longer than this many lines are split candidates",
     "target": "Link target whose links to repoint",
     "new_target": "Path the links should point to instead",
+    "expected_hash": "Refuse (conflict, exit 4) unless the file still has this content hash (the `hash` that read, "
+                     "stat and writes return): optimistic concurrency",
     "before": "Text the target had, when it has already been rewritten (line anchors follow it)",
     # jobs (turns and flow runs)
     "session_id": "Conversation id (letters, digits, '.', '_', '-'); the turn goes to session/dialog/<session_id>.jsonl",

@@ -55,6 +55,8 @@ class Settings:
     max_body_bytes: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_BODY_BYTES", str(32 << 20))))
     allowed_hosts: list[str] = field(default_factory=lambda: [
         name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
+    # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
+    max_write_chars: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_WRITE_CHARS", "100000")))
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))

@@ -8,8 +8,10 @@ Problems (each a list of rows; any row makes the report not ok):
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
 - `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
-- `bad_frontmatter`: files whose YAML frontmatter does not parse
+- `bad_frontmatter`: files whose YAML frontmatter does not parse, or holds a bad value (e.g. `date: 2024-13-45`)
 - `drift`: files added, changed or deleted behind the index's back
+- `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
+  or into metadata/: skipped everywhere (never opened, never indexed), listed here to be removed by hand
 
 Notes (inputs of the governance flows, not problems): `moved` (a missing link target whose content now lives
 at exactly one other path, by content hash), `stale` (digest nodes nobody links to, not updated for
@@ -38,14 +40,14 @@ import duckdb
 
 from storage import graph_edit, index, markdown
 from storage.tokenize import terms
-from storage.workspace import Workspace
+from storage.errors import DreamflowError
+from storage.workspace import Workspace, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "bad_frontmatter",
-            "drift")
+            "drift", "special_files")
 NOTES = ("moved", "stale", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
-FRONTMATTER_ERRORS = ("malformed frontmatter", "frontmatter is a YAML")  # storage.markdown's messages
 _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
 
 
@@ -66,6 +68,7 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["near_duplicates"] = _near_duplicates(con, nodes, dup_threshold)
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift
+    report["special_files"] = scan.special
     report["moved"] = [{"from": old, "to": new} for old, new in _moves(scan, links).items()]
     report["stale"] = _stale(con, scan.disk, stale_days, today or dt.date.today())
     report["overlong"] = [{"path": n["path"], "name": n["name"], "lines": n["lines"]}
@@ -90,8 +93,7 @@ def repair(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
     links = _links(con, scan.disk)
     retargeted = []
     for old, new in _moves(scan, links).items():
-        retargeted.append({"from": old, "to": new, "rewritten": graph_edit.rewrite_sources(con, ws, old, new)})
-    graph_edit.reindex(con, ws, [r["path"] for move in retargeted for r in move["rewritten"]])
+        retargeted.append({"from": old, "to": new, "rewritten": graph_edit.relink(con, ws, old, new)["rewritten"]})
     return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
 
 
@@ -105,7 +107,8 @@ def describe(key: str, row: dict) -> str:
         return f"`{row['paths'][0]}` ≈ `{row['paths'][1]}` ({row['score']})"
     if key == "moved":
         return f"`{row['from']}` → `{row['to']}`"
-    detail = row.get("reason") or row.get("error") or row.get("state") or row.get("updated") or row.get("lines") or ""
+    detail = (row.get("reason") or row.get("error") or row.get("state") or row.get("kind") or row.get("updated")
+              or row.get("lines") or "")
     return f"`{row['path']}`" + (f": {detail}" if detail != "" else "")
 
 
@@ -117,12 +120,13 @@ class _Scan:
     hashes: dict[str, str]               # content hash of files on disk (index, or computed when drifted)
     gone: dict[str, str]                 # content hash a missing file last had (stale index row or ledger)
     drift: list[dict]                    # [{path, state: added|modified|deleted}]
+    special: list[dict]                  # [{path, kind}] entries that are not regular files (never opened)
 
 
 def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
-    disk = {}
+    disk, special = {}, []
     root = str(ws.root)
-    for rel in ws.iter_files():
+    for rel in ws.iter_files(skipped=special):
         if not index.is_indexed_path(rel):
             continue
         try:
@@ -138,9 +142,8 @@ def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
             hashes[rel] = row[2]
             continue
         try:
-            with open(os.path.join(root, rel), "rb") as fh:
-                hashes[rel] = index.content_hash(fh.read())
-        except OSError:
+            hashes[rel] = index.content_hash(read_regular(os.path.join(root, rel)))
+        except (OSError, DreamflowError):
             continue
         if row is None or row[2] != hashes[rel]:
             drift.append({"path": rel, "state": "added" if row is None else "modified"})
@@ -151,7 +154,7 @@ def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
             if row[2]:
                 gone[rel] = row[2]
     drift.sort(key=lambda d: d["path"])
-    return _Scan(disk, hashes, gone, drift)
+    return _Scan(disk, hashes, gone, drift, special)
 
 
 def _moves(scan: _Scan, links: list[dict]) -> dict[str, str]:
@@ -237,7 +240,7 @@ def _heading_keys(ws: Workspace, path: str) -> set[str]:
     """A Markdown file's headings as `[[file#Heading]]` (any case) or `[[file#heading-slug]]` may name them."""
     try:
         found = markdown.headings(ws.read_text(path))
-    except (OSError, UnicodeDecodeError):
+    except (OSError, DreamflowError):
         return set()
     return {_anchor_key(h) for h in found} | {markdown.heading_slug(h) for h in found}
 
@@ -289,9 +292,8 @@ def _missing_sources(ws: Workspace, nodes: list[dict], disk: dict, links: list[d
     root = str(ws.root)
     for node in nodes:
         try:
-            with open(os.path.join(root, node["path"]), "rb") as fh:
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
+            text = read_regular(os.path.join(root, node["path"])).decode("utf-8", errors="replace")
+        except (OSError, DreamflowError):
             continue
         section = graph_edit.section_lines(text, "Sources")
         if section is None:
@@ -310,10 +312,16 @@ def _bad_frontmatter(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
     rows = con.execute("SELECT path, errors FROM files WHERE len(errors) > 0 ORDER BY path").fetchall()
     out = []
     for path, errors in rows:
-        bad = [e for e in errors if e.startswith(FRONTMATTER_ERRORS)]
+        bad = [e for e in errors if _about_frontmatter(e)]
         if bad and path in disk:
             out.append({"path": path, "error": bad[0]})
     return out
+
+
+def _about_frontmatter(error: str) -> bool:
+    """A parse error about the frontmatter block or one of its values (storage.markdown's messages name it
+    in their first clause: malformed YAML, not a mapping, a bad `date` value...)."""
+    return "frontmatter" in error.split(";", 1)[0].lower()
 
 
 # ---- near-duplicates ------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ class Conflict(DreamflowError):
     http_status = 409
 
 
+class Changed(Conflict):
+    """The file changed between being read and being replaced (or since the caller read it)."""
+
+
 class IndexBusy(DreamflowError):
     """Another process held the index lock for longer than the wait timeout."""
 

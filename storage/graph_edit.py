@@ -9,17 +9,18 @@ added back, under `## Sources` when it was a source, else under `## Related`), s
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 import duckdb
 
-from storage import index
-from storage.errors import InvalidInput
+from storage import index, journal
+from storage.errors import Conflict, DreamflowError, InvalidInput
 from storage.markdown import parse_links, rewrite_links, split_frontmatter
 from storage.model import Link
 from storage.tokenize import terms
-from storage.workspace import Workspace
+from storage.workspace import Workspace, fsync_folder, special_kind
 
 RAW_PREFIXES = ("resource/", "session/")  # raw material: never rewritten, its links are not the graph's
 ARCHIVE = "digest/archive/"
@@ -70,7 +71,7 @@ def _find_lines(lines: list[str], block: list[str], near: int) -> int | None:
     return min(starts, key=lambda i: abs(i - near)) if starts else None
 
 
-# ---- relinking -------------------------------------------------------------------------------------------
+# ---- relinking and moving (journaled: see storage/journal.py) -------------------------------------------
 
 def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_target: str,
            before: str | None = None) -> dict:
@@ -80,33 +81,82 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
     (`before`, default the file at `target` now) to the text at `new_target`; an anchor whose lines are gone
     is dropped. With neither text known, anchors are kept. `target == new_target` (with `before`) only
     re-anchors links into a rewritten file. Returns {target, new_target, rewritten: [{path, links,
-    anchors_dropped}]}; changed files are re-indexed.
+    anchors_dropped}]}; changed files are re-indexed. Journaled: a crash midway is finished by `recover`.
     """
-    rewritten = rewrite_sources(con, ws, target, new_target, before)
-    reindex(con, ws, [r["path"] for r in rewritten])
+    if target == new_target and before is None:
+        raise InvalidInput("relinking a path to itself needs `before`, the text it had")
+    _check_target(new_target)
+    sources = [r[0] for r in con.execute(
+        "SELECT DISTINCT source FROM links WHERE target = ? ORDER BY source", [target]).fetchall()]
+    plan = {"target": target, "new_target": new_target,
+            "before": before if before is not None else _text_or_none(ws, target),
+            "files": _hashes(ws, [s for s in sources if not s.startswith(RAW_PREFIXES)])}
+    with journal.intent(ws, "relink", plan):
+        rewritten = _replay_relink(con, ws, plan)
     return {"target": target, "new_target": new_target, "rewritten": rewritten}
 
 
-def rewrite_sources(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_target: str,
-                    before: str | None = None) -> list[dict]:
-    """`relink` without the re-indexing: rewrite the files linking `target`; returns what changed."""
-    if target == new_target and before is None:
-        raise InvalidInput("relinking a path to itself needs `before`, the text it had")
-    if not new_target.strip() or any(c in new_target for c in "[]|#\n\r"):
-        raise InvalidInput(f"{new_target!r} cannot be a wikilink target (no [ ] | # or line breaks)")
-    old_text = before if before is not None else _text_or_none(ws, target)
+def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str) -> dict:
+    """Rename file `old` to `new` (which must not exist) and rewrite `[[old]]` links in every Markdown file
+    outside resource/ and session/ that has them (anchors, aliases, predicates kept); re-indexes. Journaled:
+    after a crash, `recover` finishes it (rename done) or drops it (rename not done, nothing changed yet)."""
+    old_path, new_path = ws.regular(old), ws.resolve(new)
+    if os.path.lexists(new_path):
+        raise Conflict(f"{new} already exists; move refuses to overwrite it")
+    plan = {"src": old, "dst": new, "files": _hashes(ws, _files_mentioning(ws, old))}
+    with journal.intent(ws, "move", plan):
+        new_path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(old_path, new_path)
+        fsync_folder(new_path.parent)
+        fsync_folder(old_path.parent)
+        rewritten = _replay_move(con, ws, plan)
+    return {"from": old, "to": new, "rewritten": rewritten}
+
+
+def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> list[dict]:
+    """Finish (or drop) every journaled operation a dead process left: [{kind, ..., outcome}]. Call under
+    the index lock, so no entry belongs to an operation still running."""
+    done = []
+    for entry in journal.entries(ws):
+        plan = journal.load(entry)
+        if plan is None:
+            outcome = "unreadable entry dropped"
+        elif plan.get("kind") == "move":
+            src, dst = plan["src"], plan["dst"]
+            if special_kind(ws.root / dst) == "missing" and special_kind(ws.root / src) is None:
+                outcome = "rolled back (the file was not moved yet)"
+            else:
+                outcome = f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"
+        elif plan.get("kind") == "relink":
+            outcome = f"replayed ({len(_replay_relink(con, ws, plan))} files rewritten)"
+        else:
+            outcome = f"unknown kind {plan.get('kind')!r} dropped"
+        journal.finish(entry)
+        done.append({**{k: v for k, v in (plan or {}).items() if k in ("kind", "src", "dst", "target",
+                                                                          "new_target")}, "outcome": outcome})
+    return done
+
+
+def _replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+    src, dst = plan["src"], plan["dst"]
+    rewritten = []
+    for rel, text in _unchanged(ws, plan["files"]):
+        changed, count = rewrite_links(text, src, dst)
+        if count:
+            _write(ws, rel, changed)
+            rewritten.append({"path": rel, "links": count})
+    index.remove_file(con, src)
+    reindex(con, ws, [dst, *plan["files"]])  # all planned files: a crashed run rewrote some unindexed
+    return rewritten
+
+
+def _replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+    target, new_target, old_text = plan["target"], plan["new_target"], plan["before"]
     new_text = _text_or_none(ws, new_target)
     old_lines = old_text.splitlines() if old_text is not None else None
     new_lines = new_text.splitlines() if new_text is not None else None
-    sources = [r[0] for r in con.execute(
-        "SELECT DISTINCT source FROM links WHERE target = ? ORDER BY source", [target]).fetchall()]
     rewritten = []
-    for source in sources:
-        if source.startswith(RAW_PREFIXES):
-            continue
-        text = _text_or_none(ws, source)
-        if text is None:
-            continue
+    for source, text in _unchanged(ws, plan["files"]):
         dropped = 0
 
         def follow(anchor: str | None) -> str | None:
@@ -119,8 +169,9 @@ def rewrite_sources(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, 
 
         changed, count = rewrite_links(text, target, new_target, anchor=follow)
         if changed != text:
-            ws.write_text(source, changed)
+            _write(ws, source, changed)
             rewritten.append({"path": source, "links": count, "anchors_dropped": dropped})
+    reindex(con, ws, list(plan["files"]))  # all planned files: a crashed run rewrote some unindexed
     return rewritten
 
 
@@ -133,11 +184,59 @@ def reindex(con: duckdb.DuckDBPyConnection, ws: Workspace, paths: list[str]) -> 
             index.index_file(con, ws, path, force=True)
 
 
-def _text_or_none(ws: Workspace, rel: str) -> str | None:
-    """UTF-8 text of a file; None when it is missing or not valid UTF-8 (never rewritten then)."""
+def _check_target(new_target: str) -> None:
+    if not new_target.strip() or any(c in new_target for c in "[]|#\n\r"):
+        raise InvalidInput(f"{new_target!r} cannot be a wikilink target (no [ ] | # or line breaks)")
+
+
+def _files_mentioning(ws: Workspace, target: str) -> list[str]:
+    """Markdown files outside resource/ and session/ whose bytes contain `target` (cheap pre-filter)."""
+    needle = target.encode()
+    found = []
+    for rel in ws.iter_files():
+        if rel.endswith(".md") and not rel.startswith(RAW_PREFIXES):
+            data = _bytes_or_none(ws, rel)
+            if data is not None and needle in data:
+                found.append(rel)
+    return found
+
+
+def _hashes(ws: Workspace, paths: list[str]) -> dict[str, str]:
+    """{path: content hash} of the files an operation is about to rewrite (missing ones left out)."""
+    out = {}
+    for rel in paths:
+        data = _bytes_or_none(ws, rel)
+        if data is not None:
+            out[rel] = index.content_hash(data)
+    return out
+
+
+def _unchanged(ws: Workspace, files: dict[str, str]):
+    """(path, text) of the planned files whose content still has the recorded hash (not yet rewritten).
+    Text is decoded with surrogateescape, so bytes that are not UTF-8 survive the rewrite unchanged."""
+    for rel, digest in files.items():
+        data = _bytes_or_none(ws, rel)
+        if data is not None and index.content_hash(data) == digest:
+            yield rel, data.decode("utf-8", "surrogateescape")
+
+
+def _write(ws: Workspace, rel: str, text: str) -> None:
+    ws.write_bytes(rel, text.encode("utf-8", "surrogateescape"))
+
+
+def _bytes_or_none(ws: Workspace, rel: str) -> bytes | None:
     try:
-        return ws.resolve(rel).read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        return ws.read_bytes(rel)
+    except (OSError, DreamflowError):
+        return None
+
+
+def _text_or_none(ws: Workspace, rel: str) -> str | None:
+    """UTF-8 text of a file; None when it is missing, special or not valid UTF-8."""
+    data = _bytes_or_none(ws, rel)
+    try:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
         return None
 
 

@@ -10,7 +10,6 @@ middle leaves the index as it was before, and the next `reconcile` brings it up 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -23,17 +22,13 @@ import duckdb
 from storage.markdown import parse_file
 from storage.model import ParsedFile
 from storage.tokenize import terms
-from storage.workspace import Workspace, is_scratch_name
+from storage.errors import DreamflowError
+from storage.workspace import Workspace, content_hash, is_scratch_name, read_regular
 
 Progress = Callable[[int, int], None]
 
 BATCH_FILES = 500  # files parsed and written per insert batch
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
-
-
-def content_hash(data: bytes) -> str:
-    """Hash of file or chunk content (blake2b, 128 bits, hex)."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def is_indexed_path(rel: str) -> bool:
@@ -83,9 +78,11 @@ def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
 
 
 def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | None = None) -> dict:
-    """Bring the index in line with the files: added, modified (mtime+size, hash on doubt), deleted."""
+    """Bring the index in line with the files: added, modified (mtime+size, hash on doubt), deleted; special
+    entries (FIFOs, sockets, devices, symlink loops, dangling symlinks) are skipped and listed."""
     indexed = {r[0]: r[1:] for r in con.execute("SELECT path, mtime, size, hash, indexed_at FROM files").fetchall()}
-    on_disk = _stat_files(ws)
+    special: list[dict] = []
+    on_disk = _stat_files(ws, special)
     deleted = [p for p in indexed if p not in on_disk]
     added = [p for p in on_disk if p not in indexed]
     doubtful = [p for p, st in on_disk.items() if p in indexed and not _same_stat(indexed[p], st)]
@@ -114,13 +111,16 @@ def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress 
     compact(con)
     if progress and not total:
         progress(0, 0)
+    counts["skipped"] = len(special)
+    counts["special_files"] = special
     return counts
 
 
 def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | None = None) -> dict:
     """Re-create the index from the files (one transaction); returns counts and seconds taken."""
     started = time.perf_counter()
-    on_disk = _stat_files(ws)
+    special: list[dict] = []
+    on_disk = _stat_files(ws, special)
     paths = list(on_disk)
     with _transaction(con):
         for table in ("postings", "stale_chunks", "chunks", "links", "files"):
@@ -135,6 +135,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | 
     if progress and not paths:
         progress(0, 0)
     result = stats(con)
+    result["special_files"] = special
     result["seconds"] = round(time.perf_counter() - started, 3)
     return result
 
@@ -168,9 +169,10 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
 Item = tuple[ParsedFile, float, int, str]  # parsed file, mtime, size, content hash
 
 
-def _stat_files(ws: Workspace) -> dict[str, os.stat_result]:
+def _stat_files(ws: Workspace, skipped: list[dict] | None = None) -> dict[str, os.stat_result]:
+    """stat of every indexable file; special entries (FIFOs, loops, ...) are appended to `skipped`."""
     out = {}
-    for rel in ws.iter_files():
+    for rel in ws.iter_files(skipped=skipped):
         try:
             st = os.stat(ws.root / rel)
         except OSError:
@@ -189,8 +191,8 @@ def _same_stat(row: tuple, st: os.stat_result) -> bool:
 def _read_and_parse(ws: Workspace, rel: str, st: os.stat_result, known_hash: str | None = None) -> Item | None:
     """Parse one file for insertion; None when its content hash equals `known_hash` (unchanged)."""
     try:
-        data = (ws.root / rel).read_bytes()
-    except OSError as exc:
+        data = read_regular(ws.root / rel)
+    except (OSError, DreamflowError) as exc:
         return ParsedFile(path=rel, kind="binary", errors=[f"unreadable: {exc}"]), st.st_mtime, st.st_size, ""
     digest = content_hash(data)
     if digest == known_hash:

@@ -485,14 +485,29 @@ def file_kind(path: str) -> str:
 
 
 def decode_text(data: bytes) -> str | None:
-    """UTF-8 text of `data` (BOM dropped), or None when it looks binary (NUL early on, or not UTF-8)."""
+    """UTF-8 text of `data` (BOM dropped; bytes that are not UTF-8 become U+FFFD), or None when it looks
+    binary (NUL early on, or more than one character in 8 undecodable)."""
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        text = data.decode("utf-8", errors="replace")
+        if undecodable(text, data) * 8 > max(len(text), 64):
+            return None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def undecodable(text: str, data: bytes) -> int:
+    """How many U+FFFD in `text` (decoded from `data`) stand for bytes that were not UTF-8."""
+    return text.count("\ufffd") - data.count("\ufffd".encode())
+
+
+def _drop_nul_lines(data: bytes) -> tuple[bytes, int]:
+    """`data` with every line holding a NUL byte emptied (line numbers kept), and how many there were."""
+    lines = data.split(b"\n")
+    bad = sum(b"\x00" in line for line in lines)
+    return b"\n".join(b"" if b"\x00" in line else line for line in lines), bad
 
 
 def parse_file(path: str, data: bytes) -> ParsedFile:
@@ -501,14 +516,20 @@ def parse_file(path: str, data: bytes) -> ParsedFile:
     Markdown: frontmatter (JSON-ready copy in `frontmatter`), name, description, tags, date (a valid
     `date` key wins over the date in the path), structure-aware chunks of the body and links. A file whose
     body is empty gets one chunk of its frontmatter text; malformed frontmatter is chunked as plain text.
-    JSON Lines: chunks by records. Other text: chunks by size (CSV repeats its header row). Binary: no chunks.
+    JSON Lines: chunks by records (lines with NUL bytes skipped). Other text: chunks by size (CSV repeats its
+    header row). Bytes that are not UTF-8 are read as U+FFFD and reported. Binary: no chunks.
     """
     parsed = ParsedFile(path=path, kind=file_kind(path), date=path_date(path))
+    if parsed.kind == "jsonl" and b"\x00" in data:  # a log with some garbage lines: skip only those
+        data, dropped = _drop_nul_lines(data)
+        parsed.errors.append(f"{dropped} lines with NUL bytes skipped; the other records are indexed")
     text = decode_text(data)
     if text is None:
         parsed.kind = "binary"
-        parsed.errors.append("binary file (NUL bytes or not UTF-8): stored, not indexed as text")
+        parsed.errors.append("binary file (NUL bytes or mostly not UTF-8): stored, not indexed as text")
         return parsed
+    if undecodable(text, data):
+        parsed.errors.append(f"{undecodable(text, data)} bytes that are not UTF-8 read as U+FFFD; the rest is indexed")
     lines = split_lines(text)
     parsed.line_count = len(lines)
     try:

@@ -1,16 +1,26 @@
-"""The workspace folder: its layout, safe path resolution and atomic writes.
+"""The workspace folder: its layout, safe path resolution, safe reads and durable atomic writes.
 
 Every path that enters Dreamflow is workspace-relative. `Workspace.resolve` refuses absolute paths, `..`
-segments and symlinks that lead outside the root; every write goes through a temp file and `os.replace`.
+segments, names too long for the file system and symlinks that lead outside the root; `memory_path` also
+refuses anything whose resolved path is in `metadata/` (case-insensitively). Reads open regular files only
+(never a FIFO, socket or device: they could block or have side effects). Writes go through a temp file
+`.<name>.<pid>-<rand>.tmp` in the target folder, fsynced, renamed over the target and the folder fsynced;
+the target keeps its mode (new files get the umask's). Temp files of a process killed mid-write are removed
+by the next process that opens the workspace (`clean_stale_temps`).
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
+import hashlib
 import os
-import tempfile
+import re
+import secrets
+import stat
 from pathlib import Path, PurePosixPath
 
-from storage.errors import NotFound, PathError
+from storage.errors import Changed, NotFound, PathError
 
 LAYOUT = (
     "session/dialog",
@@ -21,6 +31,11 @@ LAYOUT = (
     "digest/wiki",
     "metadata",
 )
+MAX_NAME_BYTES = 255   # one path component (ext4, APFS, NTFS all stop here)
+MAX_PATH_BYTES = 4000  # a workspace-relative path (PATH_MAX is 4096 with the root in front)
+WRITERS = "metadata/journal"  # `writer-<pid>` markers: processes that may leave temp files behind
+_TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.tmp$")
+_marked: set[Path] = set()  # workspace roots this process has marked as written to
 
 
 class Workspace:
@@ -43,24 +58,52 @@ class Workspace:
             raise PathError("path must be a non-empty workspace-relative string")
         text = rel.strip().replace("\\", "/")
         if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
-            raise PathError(f"absolute paths are not allowed: {rel!r} (use a path relative to the workspace)")
+            raise PathError(f"absolute paths are not allowed: {_short(rel)} (use a path relative to the workspace)")
         parts = [p for p in PurePosixPath(text).parts if p not in ("", ".")]
         if not parts:
             raise PathError(f"path {rel!r} names the workspace root, not a file")
         if any(p == ".." for p in parts):
-            raise PathError(f"path {rel!r} escapes the workspace ('..' is not allowed)")
+            raise PathError(f"path {_short(rel)} escapes the workspace ('..' is not allowed)")
         if "\x00" in text:
             raise PathError("path contains a NUL byte")
-        return "/".join(parts)
+        for part in parts:
+            if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+                raise PathError(f"file name {_short(part)} is longer than {MAX_NAME_BYTES} bytes")
+        norm = "/".join(parts)
+        if len(norm.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+            raise PathError(f"path {_short(rel)} is longer than {MAX_PATH_BYTES} bytes")
+        return norm
 
     def resolve(self, rel: str) -> Path:
         """Absolute path for a workspace-relative one; refuses anything that leaves the workspace."""
         norm = self.normalize(rel)
         path = self.root / norm
-        real = path.resolve()
-        if real != self.root and self.root not in real.parents:
-            raise PathError(f"path {rel!r} leaves the workspace through a symlink")
+        if not self.contains(path):
+            raise PathError(f"path {_short(rel)} leaves the workspace through a symlink")
         return path
+
+    def contains(self, path: str | os.PathLike[str]) -> bool:
+        """True when `path`, with every symlink resolved (loops left as they are), is inside the root."""
+        real = Path(os.path.realpath(path))
+        return real == self.root or self.root in real.parents
+
+    def in_metadata(self, rel: str) -> bool:
+        """True when `rel`, as written or once symlinks are resolved, is `metadata/` or inside it, in any
+        letter case (a case-insensitive file system would take `Metadata/` for it)."""
+        norm = self.normalize(rel)
+        real = Path(os.path.realpath(self.root / norm))
+        candidates = [norm]
+        if real == self.root or self.root in real.parents:
+            candidates.append(real.relative_to(self.root).as_posix())
+        return any(c.split("/", 1)[0].casefold() == "metadata" for c in candidates)
+
+    def memory_path(self, rel: str) -> str:
+        """Normalised path of a memory file: inside the workspace and not reaching `metadata/`."""
+        norm = self.normalize(rel)
+        self.resolve(norm)
+        if self.in_metadata(norm):
+            raise PathError(f"{_short(norm)} reaches metadata/, which holds derived state only")
+        return norm
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """Workspace-relative posix path of an absolute path inside the workspace."""
@@ -75,26 +118,54 @@ class Workspace:
     def exists(self, rel: str) -> bool:
         return self.resolve(rel).is_file()
 
-    def read_bytes(self, rel: str) -> bytes:
+    def regular(self, rel: str) -> Path:
+        """The path of `rel` when it is a regular file (or a symlink to one); NotFound when nothing is
+        there, PathError for a folder, FIFO, socket, device, symlink loop or dangling symlink."""
         path = self.resolve(rel)
-        if not path.is_file():
+        kind = special_kind(path)
+        if kind == "missing":
             raise NotFound(f"no such file: {self.normalize(rel)}")
-        return path.read_bytes()
+        if kind == "folder":
+            raise PathError(f"{self.normalize(rel)} is a folder, not a file")
+        if kind is not None:
+            raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file: Dreamflow never opens it")
+        return path
+
+    def read_bytes(self, rel: str) -> bytes:
+        """Bytes of a regular file (see `regular`)."""
+        return read_regular(self.regular(rel))
 
     def read_text(self, rel: str) -> str:
         """Text of a file, decoded as UTF-8 (undecodable bytes replaced)."""
         return self.read_bytes(rel).decode("utf-8", errors="replace")
 
-    def write_bytes(self, rel: str, data: bytes) -> Path:
-        """Atomically write `data` to `rel`: temp file in the same folder, fsync, rename."""
+    def write_bytes(self, rel: str, data: bytes, expect: str | bool | None = None) -> Path:
+        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target).
+
+        `expect` guards a read-modify-write: a content hash the file must still have, or False for "must
+        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`.
+        """
         path = self.resolve(rel)
+        kind = special_kind(path)
+        if kind not in (None, "missing"):
+            raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file: Dreamflow never writes it")
+        path = Path(os.path.realpath(path))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = None  # a new file: the umask decides, as for any file the user creates
+        self._mark_writer()
+        fd, tmp = _temp_file(path)
+        try:
+            try:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            if expect is not None:
+                _check_unchanged(path, expect)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -102,30 +173,227 @@ class Workspace:
             except FileNotFoundError:
                 pass
             raise
+        fsync_folder(path.parent)
         return path
+
+    def append_bytes(self, rel: str, data: bytes) -> None:
+        """Durably append `data` to the existing regular file `rel`, in place (O_APPEND, one write, fsync):
+        what others append meanwhile is kept, and a killed process leaves the old content intact."""
+        path = self.regular(rel)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            kind = _mode_kind(os.fstat(fd).st_mode)
+            if kind is not None:
+                raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file")
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
 
     def write_text(self, rel: str, text: str) -> Path:
         return self.write_bytes(rel, text.encode("utf-8"))
 
-    def iter_files(self, prefix: str = "", include_metadata: bool = False):
-        """Yield workspace-relative paths of regular files under `prefix`, skipping temp files."""
+    def iter_files(self, prefix: str = "", include_metadata: bool = False, skipped: list[dict] | None = None):
+        """Yield workspace-relative paths of regular files under `prefix`, skipping temp and hidden files.
+
+        Special entries (FIFOs, sockets, devices, symlink loops, dangling symlinks, symlinks leaving the
+        workspace or into metadata/) are never yielded; when `skipped` is a list, each is appended to it as
+        `{path, kind}`. Symlinked folders are not descended into.
+        """
         base = self.resolve(prefix) if prefix else self.root
-        if not base.exists():
+        if not base.is_dir():
             return
-        root = str(self.root)
-        for dirpath, dirnames, filenames in os.walk(base):
-            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-            if not include_metadata and (rel_dir == "metadata" or rel_dir.startswith("metadata/")):
-                dirnames[:] = []
+        stack = [base]
+        while stack:
+            folder = stack.pop()
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
                 continue
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                if is_scratch_name(name):
+            subfolders = []
+            for entry in entries:
+                rel = self.relative(entry.path)
+                if rel.split("/", 1)[0] == "metadata" and not include_metadata:
                     continue
-                full = os.path.join(dirpath, name)
-                if os.path.islink(full) and self.root not in Path(full).resolve().parents:
+                if entry.name.startswith(".") or is_scratch_name(entry.name):
                     continue
-                yield name if rel_dir == "." else f"{rel_dir}/{name}"
+                if entry.is_dir(follow_symlinks=False):
+                    subfolders.append(Path(entry.path))
+                    continue
+                kind = special_kind(entry.path)
+                if kind is None and entry.is_symlink():
+                    if not self.contains(entry.path):
+                        kind = "symlink leaving the workspace"
+                    elif not include_metadata and self.in_metadata(rel):
+                        kind = "symlink into metadata/"
+                if kind == "folder":  # a symlink to a folder: not followed
+                    continue
+                if kind is None:
+                    yield rel
+                elif skipped is not None and kind != "missing":
+                    skipped.append({"path": rel, "kind": kind})
+            stack.extend(reversed(subfolders))
+
+    def _mark_writer(self) -> None:
+        """Leave `metadata/journal/writer-<pid>` while this process writes: a process killed mid-write
+        leaves it behind, which tells the next one to look for its temp files."""
+        if self.root in _marked:
+            return
+        marker = self.root / WRITERS / f"writer-{os.getpid()}"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        _marked.add(self.root)
+        atexit.register(_unmark, marker)
+
+    def clean_stale_temps(self) -> list[str]:
+        """Remove the temp files of writer processes that died (their `writer-<pid>` marker is left);
+        returns the removed paths. Cheap when no writer died: one folder listing."""
+        dead = set()
+        folder = self.root / WRITERS
+        try:
+            markers = [m for m in os.listdir(folder) if m.startswith("writer-")]
+        except OSError:
+            return []
+        for marker in markers:
+            pid = marker.removeprefix("writer-")
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                dead.add(pid)
+        if not dead:
+            return []
+        removed = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                m = _TEMP_RE.match(name)
+                if m and m.group(1) in dead:
+                    full = os.path.join(dirpath, name)
+                    try:
+                        os.unlink(full)
+                    except OSError:
+                        continue
+                    removed.append(self.relative(full))
+        for pid in dead:
+            _unmark(folder / f"writer-{pid}")
+        return sorted(removed)
+
+
+def content_hash(data: bytes) -> str:
+    """Hash of file or chunk content (blake2b, 128 bits, hex): what `hash` fields and `expected_hash` hold."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _check_unchanged(path: Path, expect: str | bool) -> None:
+    try:
+        current = content_hash(read_regular(path))
+    except NotFound:
+        current = False
+    if current != expect:
+        raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
+                      else f"{path.name} was created meanwhile")
+
+
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """None for a regular file (or a symlink to one); else what is there: `missing`, `folder`, `FIFO`,
+    `socket`, `device`, `symlink loop`, `dangling symlink` (found with stat, never by opening it)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "dangling symlink" if os.path.islink(path) else "missing"
+        if exc.errno == errno.ENAMETOOLONG:
+            return "missing"
+        return f"unreadable entry ({exc.strerror})"
+    return _mode_kind(st.st_mode)
+
+
+def _mode_kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """Bytes of the regular file at `path`. Checked with stat before opening and with fstat after (opened
+    non-blocking, so a FIFO swapped in meanwhile cannot hang the read); PathError for anything else."""
+    kind = special_kind(path)
+    if kind == "missing":
+        raise NotFound(f"no such file: {path}")
+    if kind is not None:
+        raise PathError(f"{path} is a {kind}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        kind = _mode_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise PathError(f"{path} is a {kind}, not a regular file")
+        return fh.read()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` and fsync it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+    """Make a rename or removal in `folder` durable (a no-op where folders cannot be fsynced)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists (also when it belongs to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _temp_file(path: Path) -> tuple[int, str]:
+    """A new temp file beside `path`, created with mode 0666 minus the umask (so a new file gets the mode
+    any file the user creates gets)."""
+    stem = path.name.encode()[:200].decode(errors="ignore")
+    prefix = f".{stem}.{os.getpid()}-"
+    while True:
+        tmp = str(path.parent / f"{prefix}{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _unmark(marker: Path) -> None:
+    try:
+        marker.unlink()
+    except OSError:
+        pass
+
+
+def _short(text: str, keep: int = 80) -> str:
+    """`text` quoted, cut in the middle when long (a 5,000-character path makes an unreadable message)."""
+    return repr(text) if len(text) <= keep else repr(text[:keep // 2] + "…" + text[-keep // 2:])
 
 
 def is_scratch_name(name: str) -> bool:

@@ -10,6 +10,7 @@ from datetime import date
 from pathlib import Path
 
 from engine.client import open_memory
+from engine.job_memory import JobMemory
 from engine.settings import Settings
 from storage.errors import InvalidInput
 from storage.workspace import Workspace
@@ -21,8 +22,9 @@ def workspace_root(workspace: str | None = None) -> str:
 
 
 def memory_of(workspace: str):
-    """The workspace's memory (through the service when one runs)."""
-    return open_memory(workspace)
+    """The workspace's memory (through the service when one runs), with what a job may write into one card
+    or node capped (engine/job_memory.py)."""
+    return JobMemory(open_memory(workspace))
 
 
 def metadata_of(workspace: str) -> Workspace:

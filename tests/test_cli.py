@@ -198,7 +198,7 @@ def test_help_and_readme_list_every_operation(ws):
 
 def test_registry_covers_every_public_memory_method():
     public = {name for name in dir(Memory) if not name.startswith("_") and callable(getattr(Memory, name))}
-    assert {op.method_name for op in ops.OPS} == public
+    assert {op.method_name for op in ops.OPS} | {op.bytes_form for op in ops.OPS if op.bytes_form} == public
     for op in ops.OPS:
         assert op.help, f"{op.name} has no docstring"
         names = [p.name for p in ops.parameters(op)]

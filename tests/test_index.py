@@ -91,11 +91,12 @@ def test_reconcile_picks_up_changes_made_behind_the_index(ws):
     os.utime(ws.root / "daily/2024-01-02/touch.md")  # mtime moves, content does not: hash says unchanged
     with db.session() as con:
         counts = index.reconcile(con, ws)
-        assert counts == {"added": 1, "modified": 1, "deleted": 1, "unchanged": 2}
+        assert counts == {"added": 1, "modified": 1, "deleted": 1, "unchanged": 2, "skipped": 0, "special_files": []}
         assert paths_found(con, "pelican") == ["daily/2024-01-03/new.md"]
         assert paths_found(con, "flamingo") == ["daily/2024-01-02/edit.md"]
         assert sorted(paths_found(con, "original")) == ["daily/2024-01-02/keep.md", "daily/2024-01-02/touch.md"]
-        assert index.reconcile(con, ws) == {"added": 0, "modified": 0, "deleted": 0, "unchanged": 4}
+        assert index.reconcile(con, ws) == {"added": 0, "modified": 0, "deleted": 0, "unchanged": 4, "skipped": 0,
+                                              "special_files": []}
 
 
 def test_binary_and_malformed_files_never_stop_indexing(ws):

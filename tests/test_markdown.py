@@ -332,8 +332,8 @@ def test_rewrite_links_preserves_crlf_table_escapes_and_reports_zero():
 def test_binary_files_are_recognised_and_never_raise(ws):
     png = parse(ws, "resource/pic.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     assert png.kind == "binary" and png.chunks == [] and png.links == [] and "binary" in png.errors[0]
-    latin1 = parse(ws, "resource/old.txt", "caf\u00e9 cr\u00e8me".encode("latin-1"))
-    assert latin1.kind == "binary" and latin1.chunks == []
+    latin1 = parse(ws, "resource/old.txt", "caf\u00e9 cr\u00e8me".encode("latin-1"))  # a few bad bytes: text
+    assert latin1.kind == "text" and latin1.chunks[0].text == "caf\ufffd cr\ufffdme" and "U+FFFD" in latin1.errors[0]
     late_nul = parse(ws, "resource/late.md", b"# ok\n" + b"x" * 9000 + b"\x00")
     assert late_nul.kind == "markdown"  # only the first 8 KB are sniffed for NUL; valid UTF-8 otherwise
     text_bin = parse(ws, "resource/notes.bin", "plain words".encode())

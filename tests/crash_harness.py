@@ -1,0 +1,118 @@
+"""SIGKILL a `move` at random points and check what the next command leaves (tests/test_crash.py, and
+benchmarks/crash_move.py for more trials).
+
+A template workspace has one target node and `linking` notes that link to it. Each trial copies it, starts a
+move of the target (a CLI subprocess, or a forked process calling `Memory.move`, which starts faster), waits
+until the file has been renamed, sleeps a random part of the time the link rewriting takes, and SIGKILLs it.
+Then one command runs (`dreamflow list`, or opening a `Memory` in this process) and the files are scanned:
+every link must name an existing file, and no temp file may be left.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from storage.markdown import parse_links
+from storage.memory import Memory
+
+SRC, DST = "digest/wiki/target.md", "digest/wiki/moved.md"
+TEMP = re.compile(r"^\..+\.tmp$")
+
+
+def build_template(root: Path, linking: int = 300) -> Path:
+    """A workspace with SRC and `linking` notes linking it (plain, aliased, anchored, typed); indexed."""
+    mem = Memory(root)
+    mem.write(SRC, "# Target\n\nline two\nline three\n", name="Target", description="what everyone links")
+    for i in range(linking):
+        body = (f"Note {i} cites [[{SRC}]] and [[{SRC}|the target]].\n\n"
+                f"related:: [[{SRC}#L3]]\n\n" + "filler line\n" * (i % 20))
+        mem.ws.write_text(f"digest/wiki/note-{i:04d}.md", f"---\nname: Note {i}\ndescription: cites it\n---\n{body}")
+    mem.reindex()
+    return root
+
+
+def dangling(root: Path) -> int:
+    """Links, in every Markdown file of the workspace, to a file that does not exist."""
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "metadata"]
+        for name in filenames:
+            if name.endswith(".md") and not name.startswith("."):
+                text = Path(dirpath, name).read_text(encoding="utf-8", errors="replace")
+                count += sum(not (root / link.target).is_file() for link in parse_links(text))
+    return count
+
+
+def temp_files(root: Path) -> list[str]:
+    return [os.path.join(d, n) for d, _, names in os.walk(root) for n in names if TEMP.match(n)]
+
+
+def _move_in_child(root: str) -> None:
+    Memory(root).move(SRC, DST)
+
+
+def _start(root: Path, via: str):
+    if via == "cli":
+        env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+        proc = subprocess.Popen([sys.executable, "-m", "dreamflow", "--workspace", str(root), "move", SRC, DST],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return proc.pid, proc.wait
+    child = multiprocessing.get_context("fork").Process(target=_move_in_child, args=(str(root),))
+    child.start()
+    return child.pid, child.join
+
+
+def _wait_for_rename(root: Path, timeout: float = 30.0) -> float:
+    deadline = time.monotonic() + timeout
+    while (root / SRC).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the move did not rename the file in time")
+        time.sleep(0.0002)
+    return time.monotonic()
+
+
+def calibrate(template: Path, work: Path, via: str = "fork") -> float:
+    """Seconds from the rename to the end of an uninterrupted move (the window kills are spread over)."""
+    root = work / "calibrate"
+    shutil.copytree(template, root)
+    pid, wait = _start(root, via)
+    renamed = _wait_for_rename(root)
+    wait()
+    return time.monotonic() - renamed
+
+
+def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",
+          keep: bool = False) -> dict:
+    """One SIGKILLed move and the next command: {mid_move, dangling_before, dangling_after, temps_after,
+    moved}; the trial's workspace `work/trial-<n>` is removed unless `keep`."""
+    root = work / f"trial-{n}"
+    shutil.copytree(template, root)
+    pid, wait = _start(root, via)
+    _wait_for_rename(root)
+    time.sleep(rng.uniform(0, window))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    wait()
+    before = dangling(root)
+    if via == "cli":
+        env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+        subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), "list", "digest", "--json"],
+                       env=env, capture_output=True, check=True, timeout=120)
+    else:
+        Memory(root)
+    result = {"mid_move": before > 0, "dangling_before": before, "dangling_after": dangling(root),
+              "temps_after": len(temp_files(root)), "moved": (root / DST).is_file()}
+    if not keep:
+        shutil.rmtree(root)
+    return result
