@@ -58,12 +58,6 @@ class OperationsGroup(click.Group):
     # cli name -> function taking the generated command and returning the one to use.
     wrappers: dict[str, typing.Callable[[click.Command], click.Command]] = {}
 
-    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        """Add an extension command; its listing line is its first sentence, whole (click would cut it)."""
-        if not cmd.short_help and cmd.help:
-            cmd.short_help = ops.first_sentence(cmd.help)
-        super().add_command(cmd, name)
-
     def resolve_command(self, ctx: click.Context, args: list[str]):
         """Like click's, but an unknown command gets the nearest names: `serch` -> "Did you mean search?"."""
         name = args[0] if args else ""
@@ -99,6 +93,15 @@ def cli(ctx: click.Context, workspace: Path) -> None:
     Every PATH is relative to the workspace. Add --json to any command for machine-readable output.
     """
     ctx.obj = CliContext(workspace)
+
+
+def _whole_short_help(cmd: click.Command) -> None:
+    """An extension command's listing line (and its subcommands') is its first sentence, whole: click would cut
+    it at ~45 characters with "..."."""
+    if not cmd.short_help and cmd.help:
+        cmd.short_help = ops.first_sentence(cmd.help)
+    for sub in getattr(cmd, "commands", {}).values():
+        _whole_short_help(sub)
 
 
 # ---- commands generated from the operation registry --------------------------------------------------
@@ -248,6 +251,8 @@ def _body(op: ops.Op, content: str | None, body_file) -> str | None:
 
 for _module in EXTENSIONS:
     importlib.import_module(_module).register(cli)
+for _command in cli.commands.values():
+    _whole_short_help(_command)
 
 
 def main() -> None:
