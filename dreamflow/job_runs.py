@@ -93,8 +93,7 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
         err.print(f"\n{label}: stopped waiting; the run goes on: {run.get('ui_url') or run['id']}")
         sys.exit(130)
     if not quiet:
-        time.sleep(0.5)  # the last log lines reach the API just after the final state
-        _print_logs(remote, run["id"], offset)
+        _drain_logs(remote, run["id"], offset)
     summary = status["summary"]
     if status["state_type"] == "COMPLETED" and summary is not None:
         return summary, False
@@ -105,6 +104,17 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
         raise DreamflowError(f"{label} run {status['name']} completed but its result could not be read ({where})")
     raise DreamflowError(f"{label} run {status['name']} ended {status['state']}: "
                          f"{status['message'] or 'no message'} ({where})")
+
+
+def _drain_logs(remote, run_id: str, offset: int, settle: float = 2.0, limit: float = 6.0) -> None:
+    """Print the log lines that reach the API after the final state (Prefect sends them in batches every ~2 s):
+    until none came for `settle` seconds, at most `limit` seconds."""
+    started = last = time.monotonic()
+    while time.monotonic() - last < settle and time.monotonic() - started < limit:
+        time.sleep(0.5)
+        printed = _print_logs(remote, run_id, offset)
+        if printed:
+            offset, last = offset + printed, time.monotonic()
 
 
 def _print_logs(remote, run_id: str, offset: int) -> int:
