@@ -155,3 +155,13 @@ def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_pat
     with pytest.raises(LLMNotConfigured, match="the service has no LLM configured") as refused:
         service.launch("auto_dream", {"date": "2024-07-01"})
     assert refused.value.exit_code == 6
+
+
+def test_the_doctor_is_scheduled_only_when_asked(monkeypatch):
+    from deployments.serve import crons
+    from engine.settings import Settings
+
+    monkeypatch.delenv("DREAMFLOW_DOCTOR_CRON", raising=False)
+    assert "doctor" not in crons(Settings())
+    monkeypatch.setenv("DREAMFLOW_DOCTOR_CRON", "0 6 * * 1")
+    assert crons(Settings())["doctor"] == "0 6 * * 1"
