@@ -36,7 +36,7 @@ from dreamflow import __version__
 from dreamflow.http_guard import RequestGuard, allowed_hosts
 from engine import ops
 from engine.settings import Settings
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, InvalidInput
 
 
 class TurnRequest(BaseModel):
