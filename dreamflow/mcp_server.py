@@ -23,6 +23,7 @@ Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import logging
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from dreamflow import __version__
 from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
@@ -122,7 +124,9 @@ class Dispatcher:
         """(result, None) or (None, the Dreamflow error to report as a tool error). Runs in a worker thread."""
         from pydantic import ValidationError
 
-        tool = self.tools[name]
+        tool = self.tools.get(name)
+        if tool is None:  # a tool error the model can read and correct, as the SDK's own server answers
+            return None, InvalidInput(f"unknown tool {name!r}; available: {', '.join(self.tools)}")
         try:
             try:
                 args = self.model(tool).model_validate(arguments or {}).model_dump(exclude_unset=True)
@@ -176,9 +180,6 @@ def build_server(dispatcher: Dispatcher):
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in dispatcher.tools:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; available: "
-                                                 f"{', '.join(dispatcher.tools)}")
         result, error = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments)
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
@@ -193,7 +194,7 @@ def build_server(dispatcher: Dispatcher):
         listing = await anyio.to_thread.run_sync(
             lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT))
         return types.ListResourcesResult(resources=[
-            types.Resource(name=e["path"], uri=URI_PREFIX + e["path"], mime_type=_mime(e["path"]), size=e.get("size"))
+            types.Resource(name=e["path"], uri=resource_uri(e["path"]), mime_type=_mime(e["path"]), size=e.get("size"))
             for e in listing["entries"] if e.get("type") == "file"
         ])
 
@@ -207,12 +208,16 @@ def build_server(dispatcher: Dispatcher):
         uri = str(params.uri)
         if not uri.startswith(URI_PREFIX):
             raise MCPError(types.INVALID_PARAMS, f"not a Dreamflow resource: {uri} (expected {URI_PREFIX}<path>)")
-        path = uri[len(URI_PREFIX):]
-        result, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path)
+        path = unquote(uri[len(URI_PREFIX):])
+        data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path)
         if error is not None:
             raise MCPError(types.INVALID_PARAMS, str(error))
+        text = _text_or_none(data)
+        if text is None:  # an image, a PDF: the bytes, base64 as the protocol carries them
+            return types.ReadResourceResult(contents=[types.BlobResourceContents(
+                uri=uri, mime_type=_mime(path, binary=True), blob=base64.b64encode(data).decode("ascii"))])
         return types.ReadResourceResult(contents=[
-            types.TextResourceContents(uri=uri, mime_type=_mime(path), text=result["content"])])
+            types.TextResourceContents(uri=uri, mime_type=_mime(path), text=text)])
 
     return Server(
         "dreamflow", version=__version__, title="Dreamflow memory", instructions=INSTRUCTIONS,
@@ -221,18 +226,38 @@ def build_server(dispatcher: Dispatcher):
     )
 
 
+def resource_uri(path: str) -> str:
+    """`dreamflow://<path>` with the path percent-encoded (spaces, non-ASCII, `%`, `#`, `?`), so hosts that
+    parse URIs strictly accept it; reads decode it again (as the `{+path}` template expands)."""
+    return URI_PREFIX + quote(path, safe="/")
+
+
 def _read_any(target: Target, path: str):
-    """A resource read: the file's text, or the Dreamflow error (bad path, metadata/, missing, binary)."""
+    """A resource read: the file's bytes, or the Dreamflow error (bad path, metadata/, missing, special file)."""
     try:
-        return call_retrying(target, lambda: target.memory().read(path, numbered=False)), None
+        return call_retrying(target, lambda: target.file_bytes(path)), None
     except DreamflowError as exc:
         return None, exc
 
 
-def _mime(path: str) -> str:
+def _text_or_none(data: bytes) -> str | None:
+    """The bytes as text when they are UTF-8 without NUL bytes (how storage tells text from binary), else None."""
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _mime(path: str, binary: bool = False) -> str:
+    import mimetypes
+
     suffix = Path(path).suffix.lower()
-    return {".md": "text/markdown", ".jsonl": "application/jsonl", ".json": "application/json",
-            ".yaml": "application/yaml", ".yml": "application/yaml"}.get(suffix, "text/plain")
+    known = {".md": "text/markdown", ".jsonl": "application/jsonl", ".json": "application/json",
+             ".yaml": "application/yaml", ".yml": "application/yaml"}.get(suffix)
+    guessed = known or mimetypes.guess_type(path)[0]
+    return guessed or ("application/octet-stream" if binary else "text/plain")
 
 
 # ---- transports --------------------------------------------------------------------------------------------

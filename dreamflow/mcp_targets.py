@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,10 @@ class Target:
     def memory(self):
         raise NotImplementedError
 
+    def file_bytes(self, path: str) -> bytes:
+        """A workspace file's bytes (what resources serve), by the same path rules as `read`."""
+        return self.memory().download_content(path)
+
     def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
         raise NotImplementedError
 
@@ -80,6 +85,10 @@ class Target:
     def retry_elsewhere(self) -> bool:
         """After IndexBusy: True when the call should be retried because a service took the index over."""
         return False
+
+    def retry_here(self, call):
+        """After a refused connection to the service: `call()` again without it, or raise LookupError."""
+        raise LookupError
 
 
 def _check_date(date: str | None) -> None:
@@ -123,6 +132,7 @@ class WorkspaceTarget(Target):
         self.root = Path(workspace)
         self._remote = None
         self._local = None
+        self._bypass = threading.local()  # `active` while a call runs here because the service refused it
 
     def remote(self):
         """The service's `RemoteMemory`, or None when no service runs for the workspace."""
@@ -130,8 +140,7 @@ class WorkspaceTarget(Target):
         from engine.settings import Settings
 
         info = service_info(self.root)
-        if info is None:
-            self._remote = None
+        if info is None or getattr(self._bypass, "active", False):
             return None
         if self._remote is None or self._remote.url != info["url"].rstrip("/"):
             self._remote = RemoteMemory(info["url"], token=Settings().api_token)
@@ -161,8 +170,24 @@ class WorkspaceTarget(Target):
     def run_status(self, run_id: str) -> dict:
         return self._service("report a run").run_status(run_id)
 
+    def file_bytes(self, path: str) -> bytes:
+        remote = self.remote()
+        if remote is not None:  # RemoteMemory's download writes a local file: ask for the bytes instead
+            return remote.request("POST", "/ops/download", {"path": path}, raw=True)
+        return self.memory().download_content(path)
+
     def retry_elsewhere(self) -> bool:
         return self.remote() is not None  # the service started while we waited for the index lock
+
+    def retry_here(self, call):
+        # service.json names a live pid whose port refuses connections: a service shutting down (its API
+        # stops before the file goes) or a stale file whose pid was reused. The request never reached a
+        # server, so running it here cannot do anything twice; the index lock waits for a stopping service.
+        self._bypass.active = True
+        try:
+            return call()
+        finally:
+            self._bypass.active = False
 
     def _service(self, what: str):
         remote = self.remote()
@@ -174,10 +199,20 @@ class WorkspaceTarget(Target):
 
 def call_retrying(target: Target, call):
     """`call()`; once more when it met IndexBusy because a service took the index over meanwhile (the lock is
-    taken before anything is written, so nothing happens twice)."""
+    taken before anything is written, so nothing happens twice), or in this process when the service's port
+    refused the connection (nothing was sent)."""
+    from engine.client import ServiceUnavailable
+
     try:
         return call()
     except IndexBusy:
         if not target.retry_elsewhere():
             raise
         return call()
+    except ServiceUnavailable as exc:
+        if not isinstance(exc.__cause__, ConnectionRefusedError):
+            raise  # a timeout or a dropped request may have been applied: say so rather than repeat it
+        try:
+            return target.retry_here(call)
+        except LookupError:
+            raise exc from None

@@ -1,6 +1,7 @@
 """The MCP server through the SDK's real client: `dreamflow mcp` spawned over stdio, and streamable HTTP at
 `/mcp` of the shared real service (conftest `dreamflow_service`; the token case is in test_service.py)."""
 
+import base64
 import json
 import os
 import subprocess
@@ -147,6 +148,94 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
         assert "Traceback" not in tb.content[0].text
 
 
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+
+
+def test_resources_have_percent_encoded_uris_binary_files_are_blobs_and_unknown_tools_are_tool_errors(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    names = {"notes/with space.md": "spaced out\n", "notes/café 東京.md": "Köln 東京\n", "notes/100% sure.md": "sure\n"}
+    for name, text in names.items():
+        (ws / name).write_text(text)
+    (ws / "photo.png").write_bytes(PNG)
+    os.mkfifo(ws / "pipe")
+
+    async def session():
+        async with stdio(ws) as client:
+            listed = {r.name: r for r in (await client.list_resources()).resources}
+            texts = {name: (await client.read_resource(listed[name].uri)).contents[0].text for name in names}
+            raw = (await client.read_resource("dreamflow://notes/with space.md")).contents[0].text  # unencoded too
+            blob = (await client.read_resource(listed["photo.png"].uri)).contents[0]
+            with anyio.fail_after(10), pytest.raises(MCPError, match="FIFO"):
+                await client.read_resource("dreamflow://pipe")
+            unknown = await call(client, "forget_everything", path="notes/with space.md")
+            return listed, texts, raw, blob, unknown
+
+    listed, texts, raw, blob, unknown = anyio.run(session)
+
+    assert listed["notes/with space.md"].uri == "dreamflow://notes/with%20space.md"
+    assert listed["notes/100% sure.md"].uri == "dreamflow://notes/100%25%20sure.md"
+    assert all(" " not in r.uri and r.uri.isascii() for r in listed.values())  # valid URIs for strict hosts
+    assert texts == names and raw == "spaced out\n"
+    assert listed["photo.png"].mime_type == "image/png" and "pipe" not in listed
+    assert blob.mime_type == "image/png" and base64.b64decode(blob.blob) == PNG
+    assert unknown.is_error and unknown.structured_content["error"]["type"] == "InvalidInput"
+    assert "unknown tool 'forget_everything'" in unknown.content[0].text and "search" in unknown.content[0].text
+
+
+def test_stdio_server_survives_lines_that_are_not_json_rpc(tmp_path):
+    proc = subprocess.Popen([DREAMFLOW, "--workspace", str(tmp_path / "ws"), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "garbage", "{", "[]", "null", "\x00\x01", {"jsonrpc": "2.0", "id": 2},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read", "arguments": "not an object"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list", "arguments": {}}},
+    ]
+    lines = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages)
+    answers = {}
+    proc.stdin.write(lines)
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while 4 not in answers and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        answer = json.loads(line)
+        answers[answer.get("id")] = answer
+    proc.stdin.close()
+    assert proc.wait(30) == 0
+    assert answers[3]["error"]["code"] == -32602  # a malformed request: a protocol error, and no crash
+    assert answers[4]["result"]["isError"] is False and answers[4]["result"]["content"][0]["text"] == "empty"
+    assert "Traceback" not in proc.stderr.read()
+
+
+def test_stdio_works_here_when_the_service_named_in_service_json_refuses_connections(tmp_path):
+    """A service shutting down (its API gone, service.json not yet), or a stale file whose pid was reused."""
+    from service_harness import free_port
+
+    ws = tmp_path / "ws"
+    (ws / "metadata").mkdir(parents=True)
+    (ws / "metadata/service.json").write_text(json.dumps({"pid": os.getpid(), "url": f"http://127.0.0.1:{free_port()}"}))
+
+    async def session():
+        async with stdio(ws) as client:
+            wrote = await call(client, "write", path="notes/here.md", content="Written while the port refused.")
+            found = await call(client, "search", query="port refused")
+            turn = await call(client, "turn", session_id="refused", messages=[{"role": "user", "content": "hi"}])
+            dream = await call(client, "dream")
+            text = (await client.read_resource("dreamflow://notes/here.md")).contents[0].text
+            return wrote, found, turn, dream, text
+
+    wrote, found, turn, dream, text = anyio.run(session)
+    assert not wrote.is_error and not turn.is_error, (wrote.content, turn.content)
+    assert found.structured_content[0]["path"] == "notes/here.md" and text == "Written while the port refused.\n"
+    assert turn.structured_content["turns"] == 1 and "hi" in (ws / "session/dialog/refused.jsonl").read_text()
+    assert dream.is_error and dream.structured_content["error"]["type"] == "ServiceNeeded"
+
+
 def test_older_protocol_clients_get_lists_as_an_object(tmp_path):
     async def session():
         async with Client(StdioServerParameters(command=DREAMFLOW, args=["--workspace", str(tmp_path / "ws"), "mcp"],
@@ -251,9 +340,13 @@ def test_stdio_forwards_to_the_running_service(dreamflow_service):
             elapsed = time.monotonic() - started
             status = await call(client, "job_status", run_id="00000000-0000-0000-0000-000000000000")
             turn = await call(client, "turn", session_id="mcp-stdio", messages=[{"role": "user", "content": "hi"}])
-            return wrote, elapsed, status, turn
+            blob = (await client.read_resource("dreamflow://mcp/photo%20one.png")).contents[0]  # the service's bytes
+            return wrote, elapsed, status, turn, blob
 
-    wrote, elapsed, status, turn = anyio.run(session)
+    (svc.workspace / "mcp").mkdir(exist_ok=True)
+    (svc.workspace / "mcp/photo one.png").write_bytes(PNG)
+    wrote, elapsed, status, turn, blob = anyio.run(session)
+    assert base64.b64decode(blob.blob) == PNG
     assert not wrote.is_error and elapsed < 5  # in-process it would wait for the service's index lock
     assert svc.memory.search("forwarded through the service")[0]["path"] == "mcp/via-stdio.md"
     assert status.is_error and status.structured_content["error"]["type"] == "NotFound"  # the service answered
