@@ -180,16 +180,41 @@ def capture(workspace: Path, payload: dict) -> dict:
         start = int(state.get("offset", 0)) if state.get("transcript") == str(path) else 0
         records, offset = read_new(path, start)
         seen = set(state.get("uuids", []))
-        turns = turns_of(messages_of(records, seen))
+        turns, rest = continued(turns_of(messages_of(records, seen)), bool(seen))
+        if rest:  # the end of a turn counted before (Claude Code writes the transcript behind the Stop event)
+            results.append(_append_uncounted(ws.root, session_id, rest[0]))
+            seen.update(rest[1])
+            checkpoints.save(ws, name, {"transcript": str(path), "offset": start, "uuids": sorted(seen)})
         for i, (turn, uuids) in enumerate(turns):
             results.append(record_turn(ws.root, session_id, turn, compact=event in COMPACTING and i == len(turns) - 1))
             seen.update(uuids)  # saved per turn: if a later turn fails, a redelivery skips the recorded ones
             checkpoints.save(ws, name, {"transcript": str(path), "offset": start, "uuids": sorted(seen)})
-        if not turns and event in COMPACTING and _pending(ws, session_id):
+        if not turns and event in COMPACTING and (rest or _pending(ws, session_id)):
             results.append(record_turn(ws.root, session_id, [], compact=True))
         checkpoints.save(ws, name, {"transcript": str(path), "offset": offset, "uuids": sorted(seen)})
     return {"session_id": session_id, "event": event, "appended": sum(r["appended"] for r in results),
             "turns": len(turns), "results": results}
+
+
+def continued(turns: list[tuple[list[dict], list[str]]], recorded_before: bool):
+    """(turns to count, the messages that end an earlier turn or None). Messages before the delivery's first
+    user prompt, when earlier records were taken, finish the previous turn (an answer written after its Stop
+    fired): they go with the next prompt's turn, or are appended uncounted when no prompt follows, so the
+    counter counts one turn per user prompt."""
+    if not recorded_before or not turns or turns[0][0][0]["role"] == "user":
+        return turns, None
+    head, turns = turns[0], turns[1:]
+    if not turns:
+        return [], head
+    return [(head[0] + turns[0][0], head[1] + turns[0][1]), *turns[1:]], None
+
+
+def _append_uncounted(root: Path, session_id: str, messages: list[dict]) -> dict:
+    """Append messages to the session's dialog (through the service when it runs) without counting a turn."""
+    from engine.client import open_memory
+    from tasks.dialog import append_messages
+
+    return append_messages(open_memory(root), session_id, messages)
 
 
 def _pending(ws, session_id: str) -> bool:

@@ -140,3 +140,32 @@ def test_the_hook_imports_no_prefect_openai_or_torch(tmp_path):
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
     assert proc.returncode == 0 and len(dialog(tmp_path / "ws")) == 6
     assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
+
+
+def test_an_answer_written_after_its_stop_fired_counts_no_extra_turn(tmp_path):
+    """Claude Code writes the transcript behind the Stop event: the end of a turn can arrive with the next one."""
+    ws, transcript = tmp_path / "ws", tmp_path / f"{SESSION}.jsonl"
+
+    def record(kind: str, uuid: str, content, message_id: str | None = None) -> str:
+        message = {"role": kind, "content": content, **({"id": message_id} if message_id else {})}
+        return json.dumps({"type": kind, "uuid": uuid, "isSidechain": False, "sessionId": SESSION,
+                           "timestamp": "2024-05-09T10:00:00.000Z", "message": message}) + "\n"
+
+    deliveries = [
+        record("user", "u1", "Which tram goes to Alfama? Antwort bitte auf Deutsch, danke schön")
+        + record("assistant", "a1", [{"type": "tool_use", "id": "t1", "name": "WebSearch", "input": {"q": "tram"}}], "m1"),
+        record("user", "r1", [{"type": "tool_result", "tool_use_id": "t1", "content": "x" * 5000}])
+        + record("assistant", "a2", [{"type": "text", "text": "Die Linie 28E fährt nach Alfama."}], "m2"),
+        record("user", "u2", "And back to Baixa?") + record("assistant", "a3", "Also the 28E.", "m3"),
+    ]
+    for lines in deliveries:
+        with transcript.open("a") as fh:
+            fh.write(lines)
+        done = hook(ws, payload(transcript))
+        assert done.returncode == 0 and done.stderr.count("dreamflow hook claude-code") == 1, done.stderr
+
+    records = dialog(ws)
+    assert [r["role"] for r in records] == ["user", "assistant", "assistant", "user", "assistant"]
+    assert "28E fährt" in json.dumps(records, ensure_ascii=False) and "x" * 100 not in json.dumps(records)
+    assert counted(ws)["turns"] == 2  # one per user prompt, not one more for the late answer
+    assert hook(ws, payload(transcript)).returncode == 0 and len(dialog(ws)) == 5
