@@ -406,3 +406,37 @@ def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeyp
     assert {"delete", "move", "reindex", "auto_memory"} <= anyio.run(names)
     with pytest.raises(InvalidInput, match="unknown tool set"):
         HttpMount(WorkspaceTarget(tmp_path / "ws"), "everything")
+
+
+def test_the_readme_host_configs_parse_and_the_stdio_entry_starts_a_working_server(tmp_path):
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from dreamflow.hooks import EVENTS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Use from your agent"):]
+    section = section[:section.index("\n## ", 5)]
+    blocks = re.findall(r"```(json|toml)\n(.*?)```", section, re.S)
+    configs = [json.loads(body) if lang == "json" else tomllib.loads(body) for lang, body in blocks]
+    servers = [c.get("mcpServers") or c.get("mcp_servers") for c in configs if "hooks" not in c]
+    assert len(servers) == 4  # Claude Code .mcp.json, Claude Desktop, Cursor, Codex
+    for entries in servers:
+        stdio_entry = entries["dreamflow"]
+        assert stdio_entry["command"] == "dreamflow" and stdio_entry["args"][-1] == "mcp"
+        assert all(e["url"].endswith("/mcp") for name, e in entries.items() if name != "dreamflow")
+    hooks = next(c["hooks"] for c in configs if "hooks" in c)  # Claude Code settings.json: event -> matchers
+    assert set(hooks) == set(EVENTS)
+    for groups in hooks.values():
+        for handler in (h for group in groups for h in group["hooks"]):
+            assert handler["type"] == "command" and handler["command"].endswith("hook claude-code")
+            assert isinstance(handler["timeout"], int)  # seconds
+
+    args = [str(tmp_path / "ws") if a == "/home/me/memory" else a for a in servers[0]["dreamflow"]["args"]]
+
+    async def first_answer():
+        async with Client(StdioServerParameters(command=DREAMFLOW, args=args, env=dict(os.environ))) as client:
+            return await call(client, "list")
+
+    assert not anyio.run(first_answer).is_error
