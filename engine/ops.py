@@ -96,7 +96,7 @@ OPS: tuple[Op, ...] = (
     Op("node_search", writes=False, args=("query",)),
     Op("traverse", writes=False, args=("paths",)),
     # graph governance (the `doctor` CLI command is replaced by dreamflow/governance_commands.py)
-    Op("doctor", writes=True, idempotent=True),
+    Op("doctor", writes=True, destructive=True, idempotent=True),  # `fix` retargets links in files, as relink
     Op("relink", writes=True, args=("target", "new_target"), destructive=True, idempotent=True),
     # index maintenance (derived state only: never destructive to memory files)
     Op("reindex", writes=True, idempotent=True),

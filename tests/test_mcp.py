@@ -75,6 +75,7 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
         assert set(tool.input_schema.get("required", [])) == {p.name for p in ops.parameters(op) if p.required}
     assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
     assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint
+    assert full["doctor"].annotations.destructive_hint  # doctor fix rewrites links in files, like relink
     assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
     assert short["turn"].input_schema["required"] == ["session_id"]  # as POST /turn: compact needs no messages
     for tool in full.values():  # every parameter carries the shared help text, job tools' too
