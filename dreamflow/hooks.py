@@ -175,7 +175,7 @@ def capture(workspace: Path, payload: dict) -> dict:
     ws = Workspace(workspace)
     name = CHECKPOINT.format(session_id=session_id)
     results = []
-    with checkpoints.lock(ws, name, timeout=LOCK_TIMEOUT):
+    with checkpoints.lock(ws, name, timeout=LOCK_TIMEOUT), _index_held(ws):
         state = checkpoints.load(ws, name)
         start = int(state.get("offset", 0)) if state.get("transcript") == str(path) else 0
         records, offset = read_new(path, start)
@@ -207,6 +207,17 @@ def continued(turns: list[tuple[list[dict], list[str]]], recorded_before: bool):
     if not turns:
         return [], head
     return [(head[0] + turns[0][0], head[1] + turns[0][1]), *turns[1:]], None
+
+
+def _index_held(ws):
+    """Without a service: the index opened once for the whole delivery (nested sessions of this process reuse
+    it), not once per turn: a first delivery of a long session is hundreds of turns. With one: nothing."""
+    from contextlib import nullcontext
+
+    from engine.client import service_info
+    from storage.db import IndexDB
+
+    return nullcontext() if service_info(ws.root) is not None else IndexDB(ws).session()
 
 
 def _append_uncounted(root: Path, session_id: str, messages: list[dict]) -> dict:
