@@ -15,8 +15,9 @@ operation. `upload`/`download` take paths of the server's own file system and ar
 
 A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content
 (a list is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow
-only objects there). A Dreamflow error is a tool error (`isError`) whose text is the CLI's message and whose
-structured content is the CLI's `--json` error object; it is never a protocol error or a traceback.
+only objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
+CLI's message and whose structured content is the CLI's `--json` error object; never a protocol error or a
+traceback. Resources are served as text, or as base64 blobs for binary files.
 
 Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect, openai or torch.
 """
