@@ -172,6 +172,8 @@ def capture(workspace: Path, payload: dict) -> dict:
     if not isinstance(transcript, str) or not transcript:
         raise InvalidInput("the hook input has no transcript_path")
     path = Path(transcript).expanduser()
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise InvalidInput(f"the transcript {path} is not a regular file")
     ws = Workspace(workspace)
     name = CHECKPOINT.format(session_id=session_id)
     results = []

@@ -111,8 +111,12 @@ def test_the_hook_never_fails_the_host(tmp_path):
                           (json.dumps({"session_id": SESSION, "hook_event_name": "Stop"}), "transcript_path")):
         proc = hook(ws, None, raw=raw)
         assert proc.returncode == 0 and expected in proc.stderr and proc.stdout == "", (raw, proc.stderr)
-    other = hook(ws, {**payload(FIXTURE), "hook_event_name": "UserPromptSubmit"})
-    assert other.returncode == 0 and dialog(ws) == []
+    os.mkfifo(tmp_path / "fifo")
+    proc = hook(ws, payload(tmp_path / "fifo"))  # would block forever on open
+    assert proc.returncode == 0 and "not a regular file" in proc.stderr, proc.stderr
+    for event in ("UserPromptSubmit", "SubagentStop", "SessionStart", "Notification", None):
+        other = hook(ws, {**payload(FIXTURE), "hook_event_name": event})
+        assert other.returncode == 0 and dialog(ws) == [] and "Error" not in other.stderr, (event, other.stderr)
 
 
 def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_server, tmp_path):
