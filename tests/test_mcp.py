@@ -318,9 +318,14 @@ def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
             conflict = await call(client, "edit", path="mcp/http-note.md", old="Monday", new="Sunday")
             escape = await call(client, "read", path="/etc/passwd")
             turn = await call(client, "turn", session_id="mcp-http", messages=[{"role": "user", "content": "hello"}])
-            return names, found, read, conflict, escape, turn
+            listed = {r.name: r.uri for r in (await client.list_resources()).resources}
+            blob = (await client.read_resource(listed["mcp/http photo.png"])).contents[0]
+            return names, found, read, conflict, escape, turn, blob
 
-    names, found, read, conflict, escape, turn = anyio.run(session)
+    (svc.workspace / "mcp").mkdir(exist_ok=True)
+    (svc.workspace / "mcp/http photo.png").write_bytes(PNG)
+    names, found, read, conflict, escape, turn, blob = anyio.run(session)
+    assert blob.mime_type == "image/png" and base64.b64decode(blob.blob) == PNG
 
     assert names == list(DEFAULT_TOOLS)
     assert found.structured_content[0]["path"] == "mcp/http-note.md"
