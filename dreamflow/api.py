@@ -181,12 +181,13 @@ def _mcp_mount(service):
 
 
 def _require_token(app: FastAPI, token: str) -> None:
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     @app.middleware("http")
     async def check_token(request: Request, call_next):
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        # the scheme is case-insensitive (RFC 7235): some clients send `bearer`
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
             message = "missing or wrong bearer token: send 'Authorization: Bearer $DREAMFLOW_API_TOKEN'"
             return JSONResponse(
                 {"error": {"type": "Unauthorized", "message": message, "exit_code": 8}},

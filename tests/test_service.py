@@ -259,6 +259,10 @@ def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_servic
             assert httpx.request(method, f"{svc.url}{route}", json={}).status_code == 401, route
         ok = httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+        for header in ("bearer s3cret", "BEARER s3cret"):  # the auth scheme is case-insensitive (RFC 7235)
+            assert httpx.post(f"{svc.url}/mcp", headers={"Authorization": header}).status_code != 401
+        for header in ("Bearer", "Bearer s3cretx", "Basic s3cret", "s3cret", "Bearer s3cret x", "Bearers3cret"):
+            assert httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": header}).status_code == 401
         assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
         env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN"}
         denied = cli("list", env=env, workspace=svc.workspace)
