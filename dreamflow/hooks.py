@@ -5,7 +5,9 @@ Claude Code runs the command on `Stop`, `PreCompact` and `SessionEnd` with a JSO
 record per line, appended to as the session goes on. Each delivery appends the records not seen before to
 `session/dialog/<session_id>.jsonl` and counts them through the turn counter (one turn per user prompt), so
 auto_memory summarises the session every N turns as for any other caller; `PreCompact` and `SessionEnd`
-summarise now (compact), since Claude Code is about to drop detail or the session is over.
+summarise now (compact), since Claude Code is about to drop detail or the session is over. Claude Code
+writes the transcript behind its events, so the end of a turn may come with the next delivery: it is
+appended then without counting another turn.
 
 What is kept: the main conversation's user prompts and assistant text (and tool calls, their long arguments
 cut). Dropped: tool results, thinking, base64 images (tasks/dialog.py filters as for every turn), sidechains
