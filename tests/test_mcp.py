@@ -10,6 +10,7 @@ import time
 
 import anyio
 import httpx2
+import jsonschema
 import pytest
 from cli_probe import PROBE
 from llm_server import json_reply, text_of
@@ -81,6 +82,14 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
     for tool in full.values():  # every parameter carries the shared help text, job tools' too
         assert tool.description and all(p.get("description") for p in tool.input_schema["properties"].values())
         assert tool.input_schema.get("additionalProperties") is False
+        # what strict hosts accept: a valid self-contained JSON Schema (no $ref to resolve), typed properties,
+        # defaults that satisfy their own schema
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        assert tool.input_schema["type"] == "object" and "$ref" not in json.dumps(tool.input_schema)
+        for prop in tool.input_schema["properties"].values():
+            assert "type" in prop or "anyOf" in prop, (tool.name, prop)
+            if "default" in prop:
+                jsonschema.validate(prop["default"], prop)
 
 
 def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
