@@ -17,6 +17,7 @@ from typing import Any
 from engine import ops
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
+from storage.memory import split_head
 from storage.workspace import Workspace
 
 READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "node_search", "traverse", "daily_list")
@@ -114,9 +115,10 @@ def predict(name: str, before: str, args: dict) -> str | None:
         return render_frontmatter(meta, given.body)
     if name == "edit":
         old, new = args.get("old") or "", args.get("new") or ""
-        if not old or old not in before:
+        head, body = split_head(args.get("path") or "node.md", before)  # edit changes the body only
+        if not old or old not in body:
             return None
-        return before.replace(old, new) if args.get("replace_all") else before.replace(old, new, 1)
+        return head + (body.replace(old, new) if args.get("replace_all") else body.replace(old, new, 1))
     if name in ("append", "prepend"):
         return before + "\n" + (args.get("content") or "")  # adds text only: links can't be lost
     fm = split_frontmatter(before)
