@@ -177,7 +177,8 @@ class Memory:
         fsync_folder(target.parent)
         for path in gone:
             index.remove_file(con, path)
-        still = [link for path in files for link in index.inbound(con, path) if not link["source"].startswith(inside)]
+        still = [{**link, "target": path} for path in files for link in index.inbound(con, path)
+                 if not link["source"].startswith(inside)]
         return {"path": rel, "deleted": True, "type": "dir", "files": files, "inbound": still}
 
     def move(self, src: str, dst: str, overwrite: bool = False) -> dict:

@@ -138,3 +138,150 @@ def test_edit_changes_the_body_only_over_http(served):
     assert status == 409 and "frontmatter" in body["error"]["message"]
     assert remote.edit("digest/wiki/t.md", "tag", "label")["replacements"] == 1
     assert remote.frontmatter_get("digest/wiki/t.md")["frontmatter"]["name"] == "tag"
+
+
+# ---- 5. folders: delete, stat; move --overwrite; list --sort mtime and extensions --------------------------
+
+def _project(root):
+    as_json(root, "write", "digest/wiki/trip/plan.md", "--content", "see [[digest/wiki/trip/notes.md]]", "--name", "P")
+    as_json(root, "write", "digest/wiki/trip/notes.md", "--content", "notes", "--name", "N")
+    as_json(root, "write", "digest/wiki/trip/deep/more.md", "--content", "more", "--name", "M")
+    as_json(root, "write", "digest/wiki/outside.md", "--content", "[[digest/wiki/trip/notes.md]] [[digest/wiki/trip/deep/more.md]]")
+
+
+def test_folders_on_the_cli(root):
+    _project(root)
+    folder = as_json(root, "stat", "digest/wiki/trip")
+    assert (folder["type"], folder["files"], folder["folders"]) == ("dir", 3, 1) and folder["size"] > 0
+    for bad in ("metadata", ".", "/", "digest/wiki/../.."):
+        assert run(root, "delete", bad, "--json").returncode == 2, bad
+    gone = as_json(root, "delete", "digest/wiki/trip")
+    assert gone["type"] == "dir" and len(gone["files"]) == 3
+    assert {(l["source"], l["target"]) for l in gone["inbound"]} == {
+        ("digest/wiki/outside.md", "digest/wiki/trip/notes.md"), ("digest/wiki/outside.md", "digest/wiki/trip/deep/more.md")}
+    assert not (root / "digest" / "wiki" / "trip").exists()
+    assert as_json(root, "search", "notes")[0]["path"] == "digest/wiki/outside.md"  # the index forgot them
+
+
+def test_move_overwrite_and_list_sort_and_extensions_on_the_cli(root):
+    as_json(root, "write", "digest/wiki/a.md", "--content", "new a")
+    as_json(root, "write", "digest/wiki/b.md", "--content", "old b")
+    as_json(root, "write", "digest/wiki/c.md", "--content", "links [[digest/wiki/a.md]]")
+    assert run(root, "move", "digest/wiki/a.md", "digest/wiki/b.md").returncode == 4
+    moved = as_json(root, "move", "digest/wiki/a.md", "digest/wiki/b.md", "--overwrite")
+    assert moved["rewritten"] == [{"path": "digest/wiki/c.md", "links": 1}]
+    assert "new a" in (root / "digest" / "wiki" / "b.md").read_text()
+    (root / "resource").mkdir(exist_ok=True)
+    for i, name in enumerate(("old.txt", "mid.md", "new.jsonl")):
+        path = root / "resource" / name
+        path.write_text("x")
+        os.utime(path, (time.time() - 100 + i * 10, time.time() - 100 + i * 10))
+    newest = as_json(root, "list", "resource", "--sort", "mtime")["entries"]
+    assert [e["path"] for e in newest] == ["resource/new.jsonl", "resource/mid.md", "resource/old.txt"]
+    only = as_json(root, "list", "resource", "--extensions", "md", "--extensions", ".jsonl", "--sort", "mtime",
+                   "--limit", "1")
+    assert [e["path"] for e in only["entries"]] == ["resource/new.jsonl"] and only["truncated"]
+
+
+def test_folders_over_http(served):
+    mem, remote, server = served
+    remote.write("daily/2024-05-01/a.md", "a")
+    remote.write("digest/wiki/x.md", "[[daily/2024-05-01/a.md]]")
+    assert remote.stat("daily/2024-05-01")["type"] == "dir"
+    status, body = server.raw("POST", "/ops/delete", {"path": "metadata"})
+    assert status == 400
+    result = remote.delete("daily/2024-05-01")
+    assert result["files"] == ["daily/2024-05-01/a.md"] and result["inbound"][0]["source"] == "digest/wiki/x.md"
+    assert [e["path"] for e in remote.list("digest", sort="mtime", extensions=["md"])["entries"]] == ["digest/wiki/x.md"]
+
+
+# ---- 6. date filters keep undated knowledge; empty queries are usage errors; tags are any-of -----------------
+
+def _dated(root):
+    as_json(root, "write", "daily/2024-07-01/kangaroo.md", "--content", "kangaroo sighting", "--name", "Trip")
+    as_json(root, "write", "daily/2024-01-01/kangaroo-old.md", "--content", "kangaroo long ago", "--name", "Old")
+    as_json(root, "write", "digest/wiki/kangaroo.md", "--content", "kangaroo facts", "--name", "Kangaroo",
+            "--metadata", "tags=[\"animals\", \"Australia\"]")
+
+
+def test_date_filters_keep_undated_knowledge_on_the_cli(root):
+    _dated(root)
+    since = {h["path"] for h in as_json(root, "search", "kangaroo", "--start-date", "2024-06-01")}
+    assert since == {"daily/2024-07-01/kangaroo.md", "digest/wiki/kangaroo.md"}
+    strict = {h["path"] for h in as_json(root, "search", "kangaroo", "--start-date", "2024-06-01", "--strict-dates")}
+    assert strict == {"daily/2024-07-01/kangaroo.md"}
+    for query in ("", "   "):
+        proc = run(root, "search", query, "--json")
+        assert proc.returncode == 2 and error_of(proc)["type"] == "InvalidInput"
+    anyof = {h["path"] for h in as_json(root, "search", "kangaroo", "--tags", "australia", "--tags", "nope")}
+    assert anyof == {"digest/wiki/kangaroo.md"}
+    assert "any of these tags" in ok(root, "search", "--help").stdout
+    assert "--strict-dates" in ok(root, "search", "--help").stdout
+
+
+def test_date_filters_keep_undated_knowledge_over_http(served):
+    mem, remote, server = served
+    mem.write("daily/2024-07-01/k.md", "kangaroo day")
+    mem.write("digest/wiki/k.md", "kangaroo node")
+    assert {h["path"] for h in remote.search("kangaroo", start_date="2024-06-01")} == {"daily/2024-07-01/k.md", "digest/wiki/k.md"}
+    status, body = server.raw("POST", "/ops/search", {"query": " "})
+    assert (status, body["error"]["type"]) == (400, "InvalidInput")
+
+
+# ---- 7. tags are normalised for counting and filtering; ReMe's memory_tags is read ----------------------------
+
+def test_tags_are_normalised_on_the_cli(root):
+    as_json(root, "write", "daily/2024-05-01/a.md", "--content", "a", "--metadata", 'tags=["Travel", "New York"]')
+    as_json(root, "write", "daily/2024-05-02/b.md", "--content", "b", "--metadata", 'tags=["travel"]')
+    as_json(root, "write", "daily/2024-05-03/c.md", "--content", "c", "--metadata", 'memory_tags=["new   york"]')
+    counts = {t["tag"]: t["files"] for t in as_json(root, "tags")}
+    assert counts == {"travel": 2, "new_york": 2}
+    assert {p["path"] for p in as_json(root, "tags", "New York")[0]["paths"]} == {"daily/2024-05-01/a.md", "daily/2024-05-03/c.md"}
+    assert as_json(root, "stat", "daily/2024-05-01/a.md")["tags"] == ["Travel", "New York"]  # the file's spelling
+    assert "Travel" in (root / "daily" / "2024-05-01" / "a.md").read_text()
+
+
+def test_tags_are_normalised_over_http(served):
+    mem, remote, server = served
+    mem.write("digest/wiki/k.md", "kangaroo", metadata={"memory_tags": ["Wild Life"]})
+    assert remote.tags()[0]["tag"] == "wild_life"
+    assert remote.search("kangaroo", tags=["WILD life"])[0]["path"] == "digest/wiki/k.md"
+
+
+# ---- 8. days: direct cards only; ReMe's auto block replaced in place -------------------------------------------
+
+REME_DAY = """---
+name: '2024-05-08'
+description: 1 note(s) today.
+---
+My own intro line.
+
+<!-- notes:auto -->
+- [[daily/2024-05-08/old.md]] name: Old
+<!-- /notes:auto -->
+
+Closing words.
+"""
+
+
+def test_days_on_the_cli(root):
+    as_json(root, "write", "daily/2024-05-08/trip.md", "--content", "t", "--name", "Trip", "--description", "d")
+    as_json(root, "write", "daily/2024-05-08/attachments/scan.md", "--content", "s", "--name", "Scan")
+    assert [c["path"] for c in as_json(root, "daily-list", "2024-05-08")["cards"]] == ["daily/2024-05-08/trip.md"]
+    assert as_json(root, "daily-list")["days"][0]["cards"] == 1
+    (root / "daily" / "2024-05-08.md").write_text(REME_DAY)
+    page = as_json(root, "daily-reindex", "2024-05-08")
+    assert [c["path"] for c in page["cards"]] == ["daily/2024-05-08/trip.md"]
+    text = (root / "daily" / "2024-05-08.md").read_text()
+    assert "notes:auto" not in text and text.count("dreamflow:cards:start") == 1
+    assert text.index("My own intro line.") < text.index("[[daily/2024-05-08/trip.md|Trip]]") < text.index("Closing words.")
+    assert "attachments" not in text
+
+
+def test_days_over_http(served):
+    mem, remote, server = served
+    remote.write("daily/2024-05-08/a.md", "a", name="A")
+    remote.write("daily/2024-05-08/sub/b.md", "b", name="B")
+    mem.ws.write_text("daily/2024-05-08.md", REME_DAY)
+    assert [c["path"] for c in remote.daily_reindex("2024-05-08")["cards"]] == ["daily/2024-05-08/a.md"]
+    assert "notes:auto" not in (mem.ws.root / "daily/2024-05-08.md").read_text()
