@@ -285,3 +285,81 @@ def test_days_over_http(served):
     mem.ws.write_text("daily/2024-05-08.md", REME_DAY)
     assert [c["path"] for c in remote.daily_reindex("2024-05-08")["cards"]] == ["daily/2024-05-08/a.md"]
     assert "notes:auto" not in (mem.ws.root / "daily/2024-05-08.md").read_text()
+
+
+# ---- 9. a ReMe workspace comes over with `dreamflow import-reme DIR` -------------------------------------------
+
+def _reme_workspace(base):
+    """A small ReMe workspace as ReMe writes it (layout and formats of agentscope-ai/ReMe)."""
+    files = {
+        "session/dialog/s1.jsonl": "".join(json.dumps(m) + "\n" for m in (
+            {"id": "m1", "name": "user", "role": "user", "content": "Plan Lisbon in June",
+             "created_at": "2024-05-08 09:00:00.000"},
+            {"id": "m2", "name": "assistant", "role": "assistant",
+             "content": [{"type": "text", "text": "Flights first, then the tram 28."}],
+             "created_at": "2024-05-08 09:01:00.000"})),
+        "resource/2024-05-08/report.txt": "Tram 28 runs every 12 minutes.\n",
+        "daily/2024-05-08/lisbon-trip.md": (
+            "---\nname: Lisbon trip\ndescription: Planning the June trip\nsession_id: s1\n"
+            "source_conversation: '[[session/dialog/s1.jsonl]]'\nmemory_tags: [Travel, New York]\n---\n"
+            "# Lisbon\n\nTake the tram 28 ([[resource/2024-05-08/report.txt]]).\n"),
+        "daily/2024-05-08.md": ("---\nname: '2024-05-08'\ndescription: 1 note(s) today.\n---\n"
+                                "<!-- notes:auto -->\n- [[daily/2024-05-08/lisbon-trip.md]] name: Lisbon trip "
+                                "description: Planning the June trip\n<!-- /notes:auto -->\n"),
+        "digest/wiki/lisbon.md": ("---\nname: Lisbon\ndescription: The city\ntags: [travel]\n---\nHills and trams.\n\n"
+                                  "## Sources\n\nFrom [[daily/2024-05-08/lisbon-trip.md]].\n"),
+        "metadata/catalog.json": "{}",
+        "mem_session/agentscope/state.json": "{}",
+    }
+    for rel, text in files.items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(text)
+    return files
+
+
+def _snapshot(base):
+    return {p.relative_to(base).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_import_reme_on_the_cli(root, tmp_path):
+    reme = tmp_path / "reme"
+    files = _reme_workspace(reme)
+    before = _snapshot(reme)
+    result = as_json(root, "import-reme", str(reme))
+    assert (result["copied"], result["conflicts"], result["skipped"]) == (5, [], [])
+    assert result["day_pages"] == ["daily/2024-05-08.md"] and result["sessions"] == ["s1"]
+    assert _snapshot(reme) == before  # the ReMe folder is left as it was
+    for rel in ("session/dialog/s1.jsonl", "resource/2024-05-08/report.txt", "daily/2024-05-08/lisbon-trip.md",
+                "digest/wiki/lisbon.md"):
+        assert (root / rel).read_text() == files[rel], rel
+        assert (root / rel).stat().st_mtime_ns == before[rel][1]
+    assert not (root / "mem_session").exists() and not (root / "metadata" / "catalog.json").exists()
+    page = (root / "daily" / "2024-05-08.md").read_text()
+    assert "notes:auto" not in page and "[[daily/2024-05-08/lisbon-trip.md|Lisbon trip]]" in page
+    assert as_json(root, "search", "tram")[0]["path"] in {"resource/2024-05-08/report.txt", "daily/2024-05-08/lisbon-trip.md"}
+    assert {t["tag"]: t["files"] for t in as_json(root, "tags")} == {"travel": 2, "new_york": 1}
+    assert as_json(root, "doctor")["broken_links"] == []
+    again = as_json(root, "import-reme", str(reme))
+    assert again["copied"] == 0 and again["conflicts"] == ["daily/2024-05-08.md"]  # ours now; kept
+    proc = run(root, "import-reme", str(tmp_path / "nothing-here"), "--json")
+    assert proc.returncode == 2
+
+
+def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
+    from tasks import dialog
+
+    reme = tmp_path / "reme"
+    _reme_workspace(reme)
+    root = tmp_path / "ws"
+    as_json(root, "import-reme", str(reme))
+    mem = Memory(root)
+    server = ApiServer(mem)
+    try:
+        remote = RemoteMemory(server.url)
+        assert [c["path"] for c in remote.daily_list("2024-05-08")["cards"]] == ["daily/2024-05-08/lisbon-trip.md"]
+        assert remote.stat("daily/2024-05-08/lisbon-trip")["tags"] == ["Travel", "New York"]
+        assert remote.search("hills")[0]["path"] == "digest/wiki/lisbon.md"
+    finally:
+        server.stop()
+    assert dialog.pending(mem, mem.ws, "s1").start == 2  # ReMe summarised them: not again
