@@ -10,6 +10,7 @@ Tools never touch `metadata/`, outside files (upload/download), deletions or mov
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
@@ -77,8 +78,9 @@ class Toolbox:
 
     def _check_write(self, name: str, args: dict) -> None:
         path = str(args.get("path") or "")
-        if name in ("write", "create") and path and not PurePosixPath(path).suffix:
-            path += ".md"  # Memory adds it too
+        if path and not PurePosixPath(path).suffix and (
+                name in ("write", "create") or not os.path.lexists(self.ws.resolve(path))):
+            path += ".md"  # the path rule Memory applies (a suffix-less path means <path>.md)
         if not path or not self.can_write(self.ws.normalize(path)):
             raise _Refused(f"this job may only write {self.write_scope}; {path or 'no path'} is not allowed")
         if self.guard is None:

@@ -363,3 +363,16 @@ def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
     finally:
         server.stop()
     assert dialog.pending(mem, mem.ws, "s1").start == 2  # ReMe summarised them: not again
+
+
+def test_agent_tools_follow_the_same_path_and_body_rules(tmp_path):
+    from engine.toolbox import Toolbox
+
+    mem = Memory(tmp_path / "ws")
+    mem.write("daily/2024-05-08/card.md", "draft text", name="draft")
+    tools = Toolbox(mem, mem.ws, can_write=lambda p: p.startswith("daily/2024-05-08/"), write_scope="its day")
+    assert tools.call("read", {"path": "daily/2024-05-08/card"})["path"] == "daily/2024-05-08/card.md"
+    assert tools.call("edit", {"path": "daily/2024-05-08/card", "old": "draft", "new": "final"})["replacements"] == 1
+    assert "frontmatter" in tools.call("edit", {"path": "daily/2024-05-08/card", "old": "name: draft", "new": "x"})["error"]
+    assert "PathError" in tools.call("write", {"path": "daily/2024-05-08/card?.md", "content": "x"})["error"]
+    assert mem.frontmatter_get("daily/2024-05-08/card")["frontmatter"]["name"] == "draft"
