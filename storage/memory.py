@@ -621,40 +621,16 @@ class Memory:
         return dict(fm.meta), fm.body
 
     def _write(self, path, content, name, description, metadata, create: bool, expected_hash=None) -> dict:
-        from storage.markdown import file_kind, render_frontmatter, split_frontmatter
+        from storage.markdown import file_kind
 
         rel = self._file(path, creating=True)
-        if file_kind(rel) != "markdown":
-            return self._write_verbatim(rel, content, (name, description, metadata), create, expected_hash)
-        given = split_frontmatter(content or "")
-        if given.error:
-            raise InvalidInput(f"the frontmatter at the start of the content is malformed: {given.error}")
-        updates = {**given.meta, **(metadata or {})}
-        updates.update({k: v for k, v in (("name", name), ("description", description)) if v is not None})
-        existed = False
-
-        def change(text: str | None) -> str:
-            nonlocal existed
-            existed = text is not None
-            if existed and create:
-                raise Conflict(f"{rel} already exists (use write to overwrite it)")
-            if existed:
-                meta, _ = self._meta_and_body(rel, text)
-            else:
-                self._check_new_name(rel)
-                meta = {k: updates[k] for k in ("name", "description") if k in updates}
-            meta.update(updates)
-            return render_frontmatter(meta, _with_newline(given.body))
-
-        text, digest = self._rewrite(rel, change, expected_hash, missing_ok=True)
-        return {"path": rel, "created": not existed, "lines": _line_count(text), "bytes": len(text.encode()),
-                "hash": digest}
-
-    def _write_verbatim(self, rel: str, content: str, frontmatter: tuple, create: bool, expected_hash) -> dict:
-        """`write`/`create` of a file that is not Markdown: the content as given, no frontmatter."""
-        if any(v is not None and v != {} for v in frontmatter):
+        if file_kind(rel) == "markdown":
+            compose = self._with_frontmatter(rel, content, name, description, metadata)
+        elif any(v is not None and v != {} for v in (name, description, metadata)):
             raise InvalidInput(f"{rel} is not Markdown: name, description and metadata (frontmatter) apply to .md "
                                "files only; other files are written verbatim")
+        else:
+            compose = lambda existing: content or ""  # noqa: E731  other files: the content as given
         existed = False
 
         def change(text: str | None) -> str:
@@ -664,11 +640,32 @@ class Memory:
                 raise Conflict(f"{rel} already exists (use write to overwrite it)")
             if not existed:
                 self._check_new_name(rel)
-            return content or ""
+            return compose(text)
 
         text, digest = self._rewrite(rel, change, expected_hash, missing_ok=True)
         return {"path": rel, "created": not existed, "lines": _line_count(text), "bytes": len(text.encode()),
                 "hash": digest}
+
+    def _with_frontmatter(self, rel, content, name, description, metadata) -> Callable[[str | None], str]:
+        """How `write` builds a Markdown file from the existing text (None: new file): the given frontmatter
+        keys set over the existing ones, the given body."""
+        from storage.markdown import render_frontmatter, split_frontmatter
+
+        given = split_frontmatter(content or "")
+        if given.error:
+            raise InvalidInput(f"the frontmatter at the start of the content is malformed: {given.error}")
+        updates = {**given.meta, **(metadata or {})}
+        updates.update({k: v for k, v in (("name", name), ("description", description)) if v is not None})
+
+        def compose(existing: str | None) -> str:
+            if existing is not None:
+                meta, _ = self._meta_and_body(rel, existing)
+            else:
+                meta = {k: updates[k] for k in ("name", "description") if k in updates}
+            meta.update(updates)
+            return render_frontmatter(meta, _with_newline(given.body))
+
+        return compose
 
     def _rewrite(self, rel: str, change: Callable[[str | None], str | None], expected_hash: str | None = None,
                  missing_ok: bool = False) -> tuple[str, str]:
