@@ -428,12 +428,14 @@ class Memory:
         from storage import outside
 
         rel = self._file(path)
-        out = outside.save(self.download_content(rel), dest, PurePosixPath(rel).name, overwrite, self.ws.root)
+        _, data = self.download_content(rel)
+        out = outside.save(data, dest, PurePosixPath(rel).name, overwrite, self.ws.root)
         return {"path": rel, "dest": str(out.resolve()), "bytes": out.stat().st_size}
 
-    def download_content(self, path: str) -> bytes:
-        """The bytes of a workspace file: what `download` writes out (the HTTP form answers with them)."""
-        return self.ws.read_bytes(self._file(path))
+    def download_content(self, path: str) -> tuple[str, bytes]:
+        """(workspace path, bytes) of a file: what `download` writes out (the HTTP form answers with them)."""
+        rel = self._file(path)
+        return rel, self.ws.read_bytes(rel)
 
     # ---- search and graph ----------------------------------------------------------------------------
 

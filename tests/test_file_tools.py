@@ -376,3 +376,11 @@ def test_agent_tools_follow_the_same_path_and_body_rules(tmp_path):
     assert "frontmatter" in tools.call("edit", {"path": "daily/2024-05-08/card", "old": "name: draft", "new": "x"})["error"]
     assert "PathError" in tools.call("write", {"path": "daily/2024-05-08/card?.md", "content": "x"})["error"]
     assert mem.frontmatter_get("daily/2024-05-08/card")["frontmatter"]["name"] == "draft"
+
+
+def test_download_through_the_service_uses_the_path_rule(served, tmp_path, monkeypatch):
+    mem, remote, server = served
+    mem.write("digest/wiki/kyoto.md", "temples")
+    monkeypatch.chdir(tmp_path)
+    result = remote.download("digest/wiki/kyoto", "out/")
+    assert result["path"] == "digest/wiki/kyoto.md" and (tmp_path / "out" / "kyoto.md").read_text().endswith("temples\n")
