@@ -2,12 +2,17 @@
 
 Builds a workspace with one daily Markdown note per conversation session, dated by its
 `session_<N>_date_time` (`daily/YYYY-MM-DD/<conv>-session-<N>.md`, speakers' turns as paragraphs, photo
-captions as text, generated summaries/observations left out), indexes it, runs every question of
-categories 1-4 as a search restricted to its conversation (the note's tag), and prints the metrics.
+captions as text, generated summaries/observations left out), indexes all the conversations in ONE
+workspace, runs every question of categories 1-4 as a search over the whole workspace (the protocol other
+memory systems are measured with: no per-conversation filter, so the other conversations' sessions compete),
+and prints the metrics. `--per-conversation` restricts each search to its conversation (the note's tag), the
+easier protocol, kept as a secondary figure.
 
     python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR] [--per-file N]
+                                [--per-conversation]
 
-Metrics, per question, averaged: session recall@k = share of its evidence sessions among the sessions of
+Metrics, per question, averaged (a session is a (conversation, session number) pair, so a hit from another
+conversation never counts): session recall@k = share of its evidence sessions among the sessions of
 the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
 an evidence session; turn hit@k = some top-k chunk's line range holds an evidence turn; distinct-session
 recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
@@ -93,9 +98,15 @@ def questions(convs: dict[str, dict]) -> Iterator[tuple[str, dict, set[tuple[int
                 yield conv_id, qa, evidence
 
 
-def session_number(path: str) -> int:
-    """N of a note `.../<conv>-session-<N>.md`."""
-    return int(re.search(r"-session-(\d+)\.md$", path).group(1))
+def session_of(path: str) -> tuple[str, int]:
+    """(conversation id, N) of a note `.../<conv>-session-<N>.md`."""
+    m = re.search(r"([^/]+)-session-(\d+)\.md$", path)
+    return m.group(1), int(m.group(2))
+
+
+def evidence_sessions(conv_id: str, evidence: set[tuple[int, int]]) -> set[tuple[str, int]]:
+    """The (conversation, session) pairs that hold a question's evidence turns."""
+    return {(conv_id, s) for s, _ in evidence}
 
 
 def make_vectors(mode: str):
@@ -109,7 +120,9 @@ def make_vectors(mode: str):
     sys.exit("vector and hybrid modes need embeddings: run benchmarks/locomo_hybrid.py --modes " + mode)
 
 
-def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str, per_file: int | None = PER_FILE) -> dict:
+def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str, per_file: int | None = PER_FILE,
+             per_conversation: bool = False) -> dict:
+    """The metrics over every question; each searched over the whole workspace unless `per_conversation`."""
     vectors = make_vectors(mode)
     weights = {"keyword": (1.0, 0.0), "vector": (0.0, 1.0), "hybrid": (1.0, 1.0)}[mode]
     totals = ({f"recall@{k}": 0.0 for k in KS} | {"mrr": 0.0} | {f"turn_hit@{k}": 0.0 for k in KS}
@@ -119,12 +132,12 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str,
     latencies = []
     with IndexDB(ws).session() as con:
         for conv_id, qa, evidence in questions(convs):
-            ev_sessions = {s for s, _ in evidence}
+            ev_sessions = evidence_sessions(conv_id, evidence)
             t0 = time.perf_counter()
-            hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id], expand=0,
-                          vectors=vectors, weights=weights, per_file=per_file)
+            hits = search(con, qa["question"], limit=DISTINCT_POOL, tags=[conv_id] if per_conversation else None,
+                          expand=0, vectors=vectors, weights=weights, per_file=per_file)
             latencies.append(time.perf_counter() - t0)
-            sessions = [session_number(h["path"]) for h in hits]
+            sessions = [session_of(h["path"]) for h in hits]
             distinct = list(dict.fromkeys(sessions))
             sessions, hits = sessions[: max(KS)], hits[: max(KS)]
             turns_hit = [_holds_turn(h, turn_lines, evidence) for h in hits]
@@ -161,6 +174,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=("keyword", "vector", "hybrid"), default="keyword")
     parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
     parser.add_argument("--per-file", type=int, default=PER_FILE, help="chunks per file in the results (0: no cap)")
+    parser.add_argument("--per-conversation", action="store_true",
+                        help="search each question within its conversation only (tag filter; secondary protocol)")
     args = parser.parse_args()
 
     root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="locomo-"))
@@ -178,8 +193,9 @@ def main() -> None:
         reindex_s = time.perf_counter() - t0
     print(f"workspace {root}: {built['files']} files, {size / 1e6:.2f} MB, {built['chunks']} chunks")
     print(f"reindex: {reindex_s:.3f} s")
-    result = evaluate(ws, convs, turn_lines, args.mode, args.per_file or None)
-    print(f"mode {args.mode}, {result.pop('questions')} questions (categories 1-4)")
+    result = evaluate(ws, convs, turn_lines, args.mode, args.per_file or None, args.per_conversation)
+    scope = "within its conversation" if args.per_conversation else f"over all {len(convs)} conversations"
+    print(f"mode {args.mode}, {result.pop('questions')} questions (categories 1-4), each searched {scope}")
     for key, value in result.items():
         print(f"  {key:>27}: {value}")
     if not args.workspace:

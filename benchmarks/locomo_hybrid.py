@@ -1,6 +1,7 @@
 """LoCoMo retrieval with vectors: keyword vs vector vs hybrid (RRF), on benchmarks/locomo.py's workspace.
 
-Builds the same workspace (one daily note per session, searched per conversation by tag), fills the vectors
+Builds the same workspace (one daily note per session, all conversations in one workspace, each question
+searched over all of them; `--per-conversation` filters by the conversation's tag instead), fills the vectors
 with the configured embedder (`DREAMFLOW_EMBEDDER`, default the packaged local MiniLM; `openai` measures any
 OpenAI-compatible endpoint set by `DREAMFLOW_EMBED_BASE_URL` / `DREAMFLOW_EMBED_MODEL`) through
 `storage.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in each mode. Embeddings of pieces and
@@ -72,18 +73,19 @@ class CachedEmbedder:
         os.replace(tmp, self.path)
 
 
-def union_recall(ws: Workspace, convs: dict, index: vectors.VectorIndex, k: int = 5) -> float:
+def union_recall(ws: Workspace, convs: dict, index: vectors.VectorIndex, k: int = 5,
+                 per_conversation: bool = False) -> float:
     """Share of evidence sessions found in the union of the keyword top k and the vector top k (one hit per
     file): what a fusion of the two lists into k results could reach at most, were it perfect."""
     total, n = 0.0, 0
     with IndexDB(ws).session() as con:
         for conv_id, qa, evidence in locomo.questions(convs):
-            sessions = {s for s, _ in evidence}
+            sessions = locomo.evidence_sessions(conv_id, evidence)
             found = set()
             for vectors_, weights in ((None, (1.0, 0.0)), (index, (0.0, 1.0))):
-                hits = search(con, qa["question"], limit=k, tags=[conv_id], expand=0, vectors=vectors_,
-                              weights=weights)
-                found |= {locomo.session_number(h["path"]) for h in hits}
+                hits = search(con, qa["question"], limit=k, tags=[conv_id] if per_conversation else None, expand=0,
+                              vectors=vectors_, weights=weights)
+                found |= {locomo.session_of(h["path"]) for h in hits}
             total += len(sessions & found) / len(sessions)
             n += 1
     return total / n
@@ -98,6 +100,8 @@ def main() -> None:
     parser.add_argument("--piece-chars", type=int, default=vectors.PIECE_CHARS)
     parser.add_argument("--overlap", type=float, default=vectors.OVERLAP)
     parser.add_argument("--per-file", type=int, default=search_module.PER_FILE, help="chunks per file (0: no cap)")
+    parser.add_argument("--per-conversation", action="store_true",
+                        help="search each question within its conversation only (tag filter; secondary protocol)")
     args = parser.parse_args()
     vectors.OVERLAP = args.overlap
 
@@ -132,14 +136,14 @@ def main() -> None:
         for mode in args.modes.split(","):
             for w, k in (grid if mode == "hybrid" else [(None, 60)]):
                 chosen["weights"], chosen["k"] = (1.0, w or 1.0), k
-                result = locomo.evaluate(ws, convs, turn_lines, mode, args.per_file or None)
+                result = locomo.evaluate(ws, convs, turn_lines, mode, args.per_file or None, args.per_conversation)
                 groups = result.pop("recall@5 by group")
                 label = f"{mode} (vector weight {w}, rrf k {k})" if w else mode
                 print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()
                                                 if k.startswith(("recall", "mrr", "search"))))
                 print("    recall@5 by group: " + ", ".join(f"{g} {v}" for g, v in groups.items()))
-        print(f"ceiling of any fusion: keyword top 5 + vector top 5 sessions hold {union_recall(ws, convs, index):.4f} "
-              "of the evidence")
+        ceiling = union_recall(ws, convs, index, per_conversation=args.per_conversation)
+        print(f"ceiling of any fusion: keyword top 5 + vector top 5 sessions hold {ceiling:.4f} of the evidence")
     finally:
         embedder.save()
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
+from storage.errors import InvalidInput, NotFound
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None) -> dict:
-    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state}`.
+    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state, ui_url}`.
 
     Raises KeyError for an unknown flow; Prefect errors (API down) propagate.
     """
@@ -27,7 +30,111 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
         idempotency_key=idempotency_key,
     )
     return {"id": str(run.id), "name": run.name, "deployment": deployment.full_name,
-            "state": run.state.name if run.state else None}
+            "state": run.state.name if run.state else None, "ui_url": run_url(str(run.id))}
+
+
+def run_status(run_id: str) -> dict:
+    """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, ui_url}`.
+
+    `summary` is the flow's result once the run has finished (for a run that ended Failed because units or
+    items failed, the summary it carries), else the text of its newest artifact (its report), else None.
+    Raises InvalidInput for a malformed id, NotFound for an unknown run.
+    """
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        deployment = _deployment_name(client, run.deployment_id) if run.deployment_id else None
+        state = run.state
+        state_type = state.type.value if state else None
+        summary = None
+        if state_type in FINAL_STATES:
+            summary = _result_summary(state) or _report_text(client, run.id)
+    return {
+        "id": str(run.id),
+        "name": run.name,
+        "deployment": deployment,
+        "state": state.name if state else None,
+        "state_type": state_type,
+        "message": state.message if state else None,
+        "parameters": run.parameters,
+        "summary": summary,
+        "ui_url": run_url(str(run.id)),
+    }
+
+
+def run_logs(run_id: str, offset: int = 0, limit: int = 200) -> list[dict]:
+    """The run's log lines from `offset` on, oldest first: `{time, level, message}` (what the UI shows)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])),
+                                sort=LogSort.TIMESTAMP_ASC, offset=offset, limit=limit)
+    return [{"time": log.timestamp.isoformat(), "level": logging_level(log.level), "message": log.message}
+            for log in logs]
+
+
+def run_url(run_id: str) -> str | None:
+    """The run's page in the Prefect UI."""
+    from prefect.settings import get_current_settings
+
+    ui = get_current_settings().ui_url
+    return f"{ui.rstrip('/')}/runs/flow-run/{run_id}" if ui else None
+
+
+def logging_level(level: int) -> str:
+    import logging
+
+    return logging.getLevelName(level)
+
+
+def _read_run(client, run_id: str):
+    from uuid import UUID
+
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_flow_run(UUID(str(run_id)))
+    except ValueError:
+        raise InvalidInput(f"not a flow run id: {run_id!r}") from None
+    except ObjectNotFound:
+        raise NotFound(f"no flow run {run_id}") from None
+
+
+def _deployment_name(client, deployment_id) -> str | None:
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        deployment = client.read_deployment(deployment_id)
+        return f"{client.read_flow(deployment.flow_id).name}/{deployment.name}"
+    except ObjectNotFound:
+        return None
+
+
+def _result_summary(state) -> dict | None:
+    """The finished run's summary: its result, or the summary a planned failure (UnitsFailed) carries."""
+    try:
+        result = state.result(raise_on_failure=False)
+    except Exception:  # not persisted (an older run) or storage gone: the state message still says what happened
+        return None
+    summary = getattr(result, "summary", result)
+    return summary if isinstance(summary, dict) else None
+
+
+def _report_text(client, run_id) -> str | None:
+    """The text of the run's newest artifact (its markdown report): the summary of a run whose result was not
+    persisted."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    artifacts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])),
+        sort=ArtifactSort.CREATED_DESC, limit=1,
+    )
+    return artifacts[0].data if artifacts and isinstance(artifacts[0].data, str) else None
 
 
 def emit_resource_changed(workspace: str, path: str, exists: bool) -> None:
@@ -85,6 +192,19 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
     return [_summary(r, deployment.full_name) for r in found]
 
 
+def _deployment_names(client) -> dict:
+    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments."""
+    from prefect.exceptions import ObjectNotFound
+
+    names = {}
+    for d in DEPLOYMENTS.values():
+        try:
+            names[client.read_deployment_by_name(d.full_name).id] = d.full_name
+        except ObjectNotFound:
+            continue
+    return names
+
+
 def active_runs(limit: int = 20) -> list[dict]:
     """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out)."""
     from datetime import datetime, timezone
@@ -98,15 +218,9 @@ def active_runs(limit: int = 20) -> list[dict]:
         FlowRunFilterTags,
     )
     from prefect.client.schemas.sorting import FlowRunSort
-    from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
-        names = {}
-        for d in DEPLOYMENTS.values():
-            try:
-                names[client.read_deployment_by_name(d.full_name).id] = d.full_name
-            except ObjectNotFound:
-                continue
+        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow"]),

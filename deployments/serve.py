@@ -8,10 +8,17 @@
 | auto-resource/on-change  | event `dreamflow.resource.changed` (one per file write, debounced by watcher) |
 | proactive/manual         | by hand (UI, API `/flows/proactive`)                                          |
 | reindex/manual           | by hand                                                                       |
-| doctor/manual            | by hand; add a schedule in the UI to check the memory graph regularly          |
+| doctor/manual            | by hand, or cron `DREAMFLOW_DOCTOR_CRON` (unset: none; schedulable in the UI)  |
+| link-mine/manual         | by hand (CLI `dreamflow link-mine`, UI, API `/flows/link_mine`)               |
+| merge/manual             | by hand                                                                      |
+| split/manual             | by hand                                                                      |
+| archive/manual           | by hand                                                                      |
 
-Every deployment can also be run by hand from the UI with parameters. `prefect.yaml` declares the same
-deployments for `prefect deploy --all` against a process work pool (README, "Running the service").
+Every deployment can also be run by hand from the UI with parameters; with the service running, the CLI's
+job commands start runs of these deployments too (dreamflow/job_runs.py). Entrypoints are module paths
+(`flows.auto_dream.auto_dream`), so they do not depend on the folder the service was started from.
+`prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (README,
+"Running the service").
 This module imports prefect and the flows only inside functions: the service and API read the declarations.
 """
 
@@ -38,6 +45,7 @@ class Deployment:
     flow_name: str
     name: str
     description: str
+    needs_llm: bool = False  # the flow calls the LLM (it stops at once without DREAMFLOW_LLM_*)
 
     @property
     def full_name(self) -> str:
@@ -45,26 +53,41 @@ class Deployment:
 
     @property
     def entrypoint(self) -> str:
-        return f"{self.module.replace('.', '/')}.py:{self.flow}"
+        """The module-path entrypoint Prefect loads the flow from (independent of any working directory)."""
+        return f"{self.module}.{self.flow}"
 
 
 DEPLOYMENTS: dict[str, Deployment] = {
     d.flow: d
     for d in (
         Deployment("auto_dream", "flows.auto_dream", "auto-dream", "nightly",
-                   "Consolidate recent daily cards into digest nodes and pick tomorrow's topics (nightly)."),
+                   "Consolidate recent daily cards into digest nodes and pick tomorrow's topics (nightly).",
+                   needs_llm=True),
         Deployment("optimize", "flows.maintenance", "optimize", "nightly",
                    "Index maintenance: compact the DuckDB index (nightly)."),
         Deployment("auto_memory", "flows.auto_memory", "auto-memory", "turns",
-                   "Summarise a session's not-yet-summarised turns into its daily card (every N turns)."),
+                   "Summarise a session's not-yet-summarised turns into its daily card (every N turns).",
+                   needs_llm=True),
         Deployment("auto_resource", "flows.auto_resource", "auto-resource", "on-change",
-                   "Write or update the daily card of a changed resource file (on file events)."),
+                   "Write or update the daily card of a changed resource file (on file events).",
+                   needs_llm=True),
         Deployment("proactive", "flows.proactive", "proactive", "manual",
                    "Read a day's interests: the topics to bring up proactively."),
         Deployment("reindex", "flows.maintenance", "reindex", "manual",
                    "Rebuild the whole index from the files."),
         Deployment("doctor", "flows.governance", "doctor", "manual",
                    "Memory graph health report (broken links, orphans, duplicates, drift) as a markdown artifact."),
+        Deployment("link_mine", "flows.governance", "link-mine", "manual",
+                   "Weave links to related nodes into digest nodes changed since the last run (or given paths).",
+                   needs_llm=True),
+        Deployment("merge", "flows.governance", "merge", "manual",
+                   "Fold near-duplicate digest nodes (or given [survivor, victim] pairs) into their survivors.",
+                   needs_llm=True),
+        Deployment("split", "flows.governance", "split", "manual",
+                   "Break overlong digest nodes (or given paths) into focused nodes linked to each other.",
+                   needs_llm=True),
+        Deployment("archive", "flows.governance", "archive", "manual",
+                   "Move stale digest nodes (or given paths) to digest/archive/, links retargeted."),
     )
 }
 
@@ -95,8 +118,11 @@ def local_timezone() -> str:
 
 
 def crons(settings: Settings) -> dict[str, str]:
-    """Cron schedules per flow."""
-    return {"auto_dream": settings.dream_cron, "optimize": settings.optimize_cron}
+    """Cron schedules per flow (doctor only when `DREAMFLOW_DOCTOR_CRON` is set)."""
+    schedules = {"auto_dream": settings.dream_cron, "optimize": settings.optimize_cron}
+    if settings.doctor_cron:
+        schedules["doctor"] = settings.doctor_cron
+    return schedules
 
 
 def load_flow(flow: str):
@@ -155,13 +181,15 @@ def resource_trigger():
 def build(settings: Settings | None = None) -> list:
     """The RunnerDeployments to serve."""
     from prefect.schedules import Cron
+    from prefect.types.entrypoint import EntrypointType
 
     settings = settings or Settings()
     tz = settings.timezone or local_timezone()
     schedules = crons(settings)
     deployments = []
     for flow, d in DEPLOYMENTS.items():
-        kwargs: dict = {"name": d.name, "description": d.description, "tags": ["dreamflow"]}
+        kwargs: dict = {"name": d.name, "description": d.description, "tags": ["dreamflow"],
+                        "entrypoint_type": EntrypointType.MODULE_PATH}
         if flow in schedules:
             kwargs["schedules"] = [Cron(schedules[flow], timezone=tz)]
         if flow == "auto_resource":

@@ -7,11 +7,14 @@ status and health.
   `file` part) and `POST /ops/download` answers with the file's bytes: over HTTP no operation names a path on
   the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
 - `POST /proactive`: the day's topics (read at once); `GET /health`.
-- `POST /turn`, `POST /flows/<flow>`, `GET /status` need the service (`dreamflow start`).
+- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `GET /status` and the MCP endpoint `/mcp`
+  (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
+- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, bodies over
+  `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
 import base64
@@ -22,7 +25,7 @@ import typing
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
@@ -30,19 +33,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
+from dreamflow.http_guard import RequestGuard, allowed_hosts
 from engine import ops
+from engine.settings import Settings
 from storage.errors import DreamflowError, InvalidInput
 
 
 class TurnRequest(BaseModel):
     """One conversation turn of a session."""
 
-    session_id: str = Field(description="Conversation id; the turn goes to session/dialog/<session_id>.jsonl")
-    messages: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
-    )
-    compact: bool = Field(False, description="Summarise the session now instead of waiting for N turns")
+    session_id: str = Field(description=ops.PARAM_HELP["session_id"])
+    messages: list[dict[str, Any]] = Field(default_factory=list, description=ops.PARAM_HELP["messages"])
+    compact: bool = Field(False, description=ops.PARAM_HELP["compact"])
 
 
 class ProactiveRequest(BaseModel):
@@ -68,6 +70,29 @@ class FlowRun(BaseModel):
     name: str
     deployment: str
     state: str | None = None
+    ui_url: str | None = Field(None, description="The run's page in the Prefect UI")
+
+
+class FlowRunStatus(BaseModel):
+    """A flow run as `GET /flows/runs/{run_id}` reports it."""
+
+    id: str
+    name: str
+    deployment: str | None = Field(description="`flow/deployment`, None for a run started outside a deployment")
+    state: str | None = Field(description="State name, e.g. Running, Completed, Failed, AwaitingRetry")
+    state_type: str | None = Field(description="SCHEDULED, PENDING, RUNNING, COMPLETED, FAILED, CRASHED, ...")
+    message: str | None = Field(description="The state's message (why a run failed)")
+    parameters: dict[str, Any]
+    summary: dict[str, Any] | str | None = Field(
+        description="Once the run has finished: the flow's result (also for a run that ended Failed because units "
+                    "failed), else its report's text")
+    ui_url: str | None = Field(description="The run's page in the Prefect UI")
+
+
+class FlowRunLog(BaseModel):
+    time: str
+    level: str
+    message: str
 
 
 class ErrorDetail(BaseModel):
@@ -86,7 +111,9 @@ class ErrorResponse(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description} for status, description in (
         (400, "Bad input or path"), (401, "Missing or wrong bearer token"), (404, "No such file or route"),
-        (409, "Conflict, e.g. the destination exists"), (422, "Malformed request"), (502, "LLM answer unusable"),
+        (409, "Conflict, e.g. the destination exists"), (413, "Request body over DREAMFLOW_MAX_BODY_BYTES"),
+        (421, "Host header not a name this service answers to"), (422, "Malformed request"),
+        (502, "LLM answer unusable"),
         (503, "Index busy, LLM or service unavailable"),
     )
 }
@@ -96,14 +123,21 @@ def error_body(exc: DreamflowError) -> dict:
     return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
-def create_app(memory, token: str | None = None, service=None) -> FastAPI:
+def create_app(memory, token: str | None = None, service=None, host: str = "127.0.0.1",
+               settings: Settings | None = None) -> FastAPI:
     """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
-    flow launches and status. With `token`, every request needs `Authorization: Bearer <token>`."""
-    app = FastAPI(
+    flow launches, status and `/mcp`. With `token`, every request needs `Authorization: Bearer <token>`. `host`:
+    the interface it is served on (its name is accepted in `Host`, with `settings.allowed_hosts`)."""
+    from fastapi_offline import FastAPIOffline
+
+    settings = settings or Settings()
+    mcp = _mcp_mount(service) if service is not None else None
+    app = FastAPIOffline(  # /docs and /redoc with Swagger UI and ReDoc served from the package, no CDN
         title="Dreamflow",
         version=__version__,
         description="File-native long-term memory for AI agents. Paths are workspace-relative.",
         responses=ERROR_RESPONSES,
+        lifespan=mcp.lifespan if mcp is not None else None,
     )
     _add_error_handlers(app)
     if token:
@@ -131,7 +165,19 @@ def create_app(memory, token: str | None = None, service=None) -> FastAPI:
     _add_transfer_routes(app, memory, on_write=service.changed if service is not None else None)
     if service is not None:
         _add_service_routes(app, service)
+    if mcp is not None:
+        app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
+                       max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check
     return app
+
+
+def _mcp_mount(service):
+    """The MCP tools over the service (tool set: `DREAMFLOW_MCP_TOOLS`, default the short one)."""
+    from dreamflow.mcp_server import HttpMount
+    from dreamflow.mcp_targets import ServiceTarget
+
+    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host)
 
 
 def _require_token(app: FastAPI, token: str) -> None:
@@ -156,11 +202,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
-        )
-        body = error_body(InvalidInput(f"invalid request: {problems}"))
-        return JSONResponse(body, status_code=422)
+        return JSONResponse(error_body(ops.invalid_arguments(exc.errors())), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -302,6 +344,17 @@ def _add_service_routes(app: FastAPI, service) -> None:
     def status() -> dict[str, Any]:
         """What runs, index size, turn counters, last and next dream, runs in progress."""
         return service.status()
+
+    @app.get("/flows/runs/{run_id}", tags=["flows"], response_model=FlowRunStatus)
+    def run_status(run_id: str):
+        """A flow run's state, parameters and UI link; `summary` is the flow's result once it has finished
+        (also for a run that ended Failed because units failed)."""
+        return service.run_status(run_id)
+
+    @app.get("/flows/runs/{run_id}/logs", tags=["flows"], response_model=list[FlowRunLog])
+    def run_logs(run_id: str, offset: int = Query(0, ge=0, description="Skip this many log lines")):
+        """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
+        return service.run_logs(run_id, offset)
 
     for flow, deployment in DEPLOYMENTS.items():
         _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))

@@ -24,13 +24,13 @@ from dreamflow import __version__
 from engine import ops
 from engine.client import open_memory
 from engine.settings import Settings
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, from_os_error
 
 # Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
 EXTENSIONS: list[str] = [
     "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
-    "dreamflow.import_command",
+    "dreamflow.mcp_server", "dreamflow.hooks", "dreamflow.import_command",
 ]
 
 
@@ -54,11 +54,30 @@ class OperationsGroup(click.Group):
         generated = [op.cli_name for op in ops.OPS]
         return generated + [name for name in self.commands if name not in generated]
 
+    # Extensions may wrap a generated command (e.g. run it as a deployment when the service runs):
+    # cli name -> function taking the generated command and returning the one to use.
+    wrappers: dict[str, typing.Callable[[click.Command], click.Command]] = {}
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """Like click's, but an unknown command gets the nearest names: `serch` -> "Did you mean search?"."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if close:
+                ctx.fail(f"No such command '{name}'. Did you mean {' or '.join(close)}?")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]
         op = next((op for op in ops.OPS if op.cli_name == name), None)
-        return build_command(op) if op else None
+        if op is None:
+            return None
+        command = build_command(op)
+        wrap = self.wrappers.get(name)
+        return wrap(command) if wrap else command
 
 
 @click.group(cls=OperationsGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -74,6 +93,15 @@ def cli(ctx: click.Context, workspace: Path) -> None:
     Every PATH is relative to the workspace. Add --json to any command for machine-readable output.
     """
     ctx.obj = CliContext(workspace)
+
+
+def _whole_short_help(cmd: click.Command) -> None:
+    """An extension command's listing line (and its subcommands') is its first sentence, whole: click would cut
+    it at ~45 characters with "..."."""
+    if not cmd.short_help and cmd.help:
+        cmd.short_help = ops.first_sentence(cmd.help)
+    for sub in getattr(cmd, "commands", {}).values():
+        _whole_short_help(sub)
 
 
 # ---- commands generated from the operation registry --------------------------------------------------
@@ -106,7 +134,7 @@ def build_command(op: ops.Op) -> click.Command:
         except DreamflowError as exc:
             fail(exc, as_json)
         except OSError as exc:  # permissions, a full disk, a file where a folder should be: no traceback
-            fail(DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)), as_json)
+            fail(from_os_error(exc), as_json)
         if as_json:
             click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
         else:
@@ -223,6 +251,8 @@ def _body(op: ops.Op, content: str | None, body_file) -> str | None:
 
 for _module in EXTENSIONS:
     importlib.import_module(_module).register(cli)
+for _command in cli.commands.values():
+    _whole_short_help(_command)
 
 
 def main() -> None:

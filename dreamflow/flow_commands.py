@@ -1,31 +1,34 @@
-"""CLI commands that run the memory jobs as Prefect flows in this process: `auto-memory`, `auto-resource`,
-`dream`, plus `proactive` (which only reads a file, so it runs without Prefect). `reindex` and `optimize`
-are plain memory operations on the CLI (no Prefect start); their flows exist for schedules and the UI.
+"""CLI commands that run the memory jobs: `auto-memory`, `auto-resource`, `dream`, `proactive`, and the job
+form of the generated `reindex` and `optimize` commands.
 
-Prefect and the flows are imported inside the command bodies, so other commands keep their fast start.
-Runs go to the Prefect server of `PREFECT_API_URL`, else of the workspace's running service (they show in
-its UI), else to a temporary local server Prefect starts for the command (10-30 s). A spinner runs meanwhile;
-the result is a summary table, or JSON with `--json`. Exit codes: 0 success, 1 failed units, else the
-error's code.
+With the service running, each is a run of its deployment on the service (dreamflow/job_runs.py: it shows in
+the Prefect UI, which can retry it, and uses the service's LLM and timezone settings); without it, the LLM
+jobs run their flows in this process, and `proactive`, `reindex` and `optimize` stay plain memory operations
+(no Prefect start). Prefect and the flows are imported inside the command bodies, so other commands keep
+their fast start. The result is a summary table, or JSON with `--json`. Exit codes: 0 success, 9 failed
+units (the run ended Failed; retry it), else the error's code.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
+from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
 from storage.errors import DreamflowError
 
 
 def register(cli: click.Group) -> None:
-    """Add the flow commands to the `dreamflow` group."""
+    """Add the flow commands to the `dreamflow` group, and make the generated `reindex` and `optimize`
+    commands runs of their deployments when the service runs."""
     for command in (auto_memory, auto_resource, dream, proactive):
         cli.add_command(command)
+    cli.wrappers["reindex"] = lambda command: as_job(command, "reindex", lambda result: result["rebuilt"])
+    cli.wrappers["optimize"] = lambda command: as_job(command, "optimize")
 
 
 def _json_option(fn):
@@ -39,22 +42,24 @@ def _json_option(fn):
 @click.option("--date", help="Day of the card (YYYY-MM-DD); default: the latest message's day, else today.")
 @click.option("--hint", help="A hint for the summary (what matters to you).")
 @_json_option
+@no_wait_option
 @click.pass_obj
 def auto_memory(obj, session_id: str, messages: str | None, messages_file, date: str | None, hint: str | None,
-                as_json: bool) -> None:
+                as_json: bool, no_wait: bool) -> None:
     """Summarise a conversation's not-yet-summarised messages into its daily card."""
     parsed = _messages(messages, messages_file)
     params = {"session_id": session_id, "messages": parsed, "date": date, "hint": hint}
-    _run(obj.workspace, "flows.auto_memory", "auto_memory", params, as_json, needs_llm=True)
+    _run(obj.workspace, "flows.auto_memory", "auto_memory", params, as_json, no_wait, needs_llm=True)
 
 
 @click.command("auto-resource")
 @click.argument("path")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def auto_resource(obj, path: str, as_json: bool) -> None:
+def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
     """Write, update or remove the daily card of resource PATH (under resource/[YYYY-MM-DD/])."""
-    _run(obj.workspace, "flows.auto_resource", "auto_resource", {"path": path}, as_json, needs_llm=True)
+    _run(obj.workspace, "flows.auto_resource", "auto_resource", {"path": path}, as_json, no_wait, needs_llm=True)
 
 
 @click.command("dream")
@@ -66,28 +71,66 @@ def auto_resource(obj, path: str, as_json: bool) -> None:
 @click.option("--topic-diversity-days", type=int, default=7, show_default=True,
               help="Avoid topics of this many previous days.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def dream(obj, as_json: bool, **params: Any) -> None:
+def dream(obj, as_json: bool, no_wait: bool, **params: Any) -> None:
     """Consolidate recent daily cards into digest nodes and write the day's interests (auto_dream)."""
-    _run(obj.workspace, "flows.auto_dream", "auto_dream", params, as_json, needs_llm=True)
+    _run(obj.workspace, "flows.auto_dream", "auto_dream", params, as_json, no_wait, needs_llm=True)
 
 
 @click.command("proactive")
 @click.option("--date", help="Day (YYYY-MM-DD); default today.")
 @click.option("--include-content", is_flag=True, help="Include the text of each topic's files.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def proactive(obj, date: str | None, include_content: bool, as_json: bool) -> None:
+def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wait: bool) -> None:
     """Topics to bring up today, from daily/<date>/interests.yaml (written by dream)."""
-    from engine.client import open_memory
+    from engine.client import connect, local_memory
     from tasks.context import check_date, today
     from tasks.interests import proactive_topics
 
+    remote = connect(obj.workspace)
+    if remote is not None:
+        _run(obj.workspace, "flows.proactive", "proactive", {"date": date, "include_content": include_content},
+             as_json, no_wait, remote=remote)
+        return
+    if no_wait:
+        refuse_no_wait()
     try:
-        result = proactive_topics(open_memory(obj.workspace), check_date(date) if date else today(), include_content)
+        result = proactive_topics(local_memory(obj.workspace), check_date(date) if date else today(),
+                                  include_content)
     except DreamflowError as exc:
         _fail(exc, as_json)
     _print(result, as_json, _show_topics)
+
+
+def as_job(command: click.Command, flow: str, shown=lambda result: result) -> click.Command:
+    """The generated operation `command`, run as `flow`'s deployment when the service runs (same output:
+    `shown` picks the operation's result out of the flow's), else as before."""
+    original = command.callback
+
+    @click.pass_context
+    def callback(ctx: click.Context, no_wait: bool, as_json: bool, **kwargs: Any) -> None:
+        from engine.client import connect
+
+        remote = connect(ctx.obj.workspace)
+        if remote is None:
+            if no_wait:
+                refuse_no_wait()
+            return ctx.invoke(original, as_json=as_json, **kwargs)
+        try:
+            done = run_job(ctx.obj.workspace, flow, "", kwargs, as_json, no_wait, remote=remote)
+        except DreamflowError as exc:
+            _fail(exc, as_json)
+        if done is not None:
+            from dreamflow import render
+
+            _print(shown(done[0]), as_json, lambda result: render.show(command.name, result))
+
+    command.callback = callback
+    no_wait_option(command)
+    return command
 
 
 # ---- running a flow ------------------------------------------------------------------------------------
@@ -110,70 +153,18 @@ def _messages(text: str | None, file) -> list[dict] | None:
     return value
 
 
-def _run(workspace: Path, module: str, name: str, params: dict, as_json: bool, needs_llm: bool) -> None:
-    """Run flow `module.name` in this process and print its result."""
-    from engine.llm import require_llm
-
+def _run(workspace: Path, module: str, name: str, params: dict, as_json: bool, no_wait: bool,
+         needs_llm: bool = False, remote=None) -> None:
+    """Run flow `module.name` (on the service, else in this process) and print its summary."""
     try:
-        if needs_llm:
-            require_llm()  # fail before paying for Prefect's start
-        result, failed = _call_flow(workspace, module, name, params, as_json)
+        done = run_job(workspace, name, module, params, as_json, no_wait, needs_llm, remote)
     except DreamflowError as exc:
         _fail(exc, as_json)
+    if done is None:  # --no-wait: the started run was printed
+        return
+    result, failed = done
     _print(result, as_json, SHOW.get(name, _show_dict))
-    if failed:
-        sys.exit(1)
-
-
-def _call_flow(workspace: Path, module: str, name: str, params: dict, quiet: bool) -> tuple[dict, bool]:
-    import importlib
-    import os
-
-    from engine import prefect_env
-    from engine.client import service_info
-
-    running = service_info(workspace)
-    if running and running.get("prefect_api"):  # the service's Prefect server: runs show in its UI, no start-up
-        os.environ.setdefault("PREFECT_API_URL", running["prefect_api"])
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")  # the table says it all
-    prefect_env.configure()
-    with _spinner(f"{name.replace('_', '-')}", quiet):
-        flow = getattr(importlib.import_module(module), name)
-        with prefect_env.interactive_runs():
-            state = flow(**params, workspace=str(workspace), return_state=True)
-    result = state.result(raise_on_failure=False)
-    summary = getattr(result, "summary", None)
-    if isinstance(summary, dict):  # failed units: the run is Failed but has a summary
-        return summary, True
-    if isinstance(result, DreamflowError):
-        raise result
-    if isinstance(result, BaseException):
-        raise DreamflowError(f"{name} failed: {type(result).__name__}: {result}")
-    return result, False
-
-
-class _spinner:
-    """A spinner with elapsed time on stderr (nothing with --json or when stderr is not a terminal)."""
-
-    def __init__(self, label: str, quiet: bool):
-        self.label, self.quiet, self.status = label, quiet or not sys.stderr.isatty(), None
-
-    def __enter__(self):
-        if not self.quiet:
-            from dreamflow.render import err
-
-            self.started = time.monotonic()
-            self.status = err.status(f"{self.label}: starting Prefect and running the flow…")
-            self.status.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.status is not None:
-            self.status.__exit__(*exc)
-            from dreamflow.render import err
-
-            err.print(f"[dim]{self.label} finished in {time.monotonic() - self.started:.1f} s[/dim]")
-        return False
+    sys.exit(exit_code(failed))
 
 
 def _fail(exc: DreamflowError, as_json: bool):
@@ -250,4 +241,4 @@ def _show_topics(result: dict) -> None:
     out.print(table)
 
 
-SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream}
+SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive": _show_topics}

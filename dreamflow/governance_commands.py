@@ -1,10 +1,11 @@
 """CLI commands that keep the memory graph healthy: `doctor`, `link-mine`, `merge`, `split`, `archive`.
 
-`doctor` calls the `doctor` operation directly (no Prefect, through the service when it runs) and replaces
-the command generated for it, to print a table per finding and exit 1 when the graph needs attention
-(0 when healthy; errors: their own codes). The others run their flows in this process like the other flow
-commands (dreamflow/flow_commands.py) and print each item's outcome and every file changed; exit 1 when an
-item failed.
+`doctor` calls the `doctor` operation directly (a fast read, no Prefect, through the service when it runs)
+and replaces the command generated for it, to print a table per finding and exit 1 when the graph needs
+attention (0 when healthy; errors: their own codes); `doctor --fix` writes, so with the service running it
+is a run of the `doctor/manual` deployment. The others are runs of their deployments on the service, else
+flows in this process (dreamflow/job_runs.py), and print each item's outcome and every file changed; exit 9
+when an item failed (the run ended Failed; retry it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 import click
 
+from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
 from storage.errors import DreamflowError
 
 
@@ -33,15 +35,27 @@ def _json_option(fn):
 @click.option("--stale-days", type=int, default=180, show_default=True, help="Days without update for `stale`.")
 @click.option("--overlong-lines", type=int, default=300, show_default=True, help="Lines from which a node is overlong.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int, as_json: bool) -> None:
+def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int, as_json: bool,
+           no_wait: bool) -> None:
     """Check the memory graph: broken links and anchors, orphans, missing sources, near-duplicates, bad
     frontmatter, index drift. Exit code 0 when healthy, 1 when something needs attention."""
     from dreamflow.cli import fail
+    from engine.client import connect
 
+    params = {"fix": fix, "dup_threshold": dup_threshold, "stale_days": stale_days, "overlong_lines": overlong_lines}
+    remote = connect(obj.workspace) if fix or no_wait else None
     try:
-        report = obj.memory().doctor(fix=fix, dup_threshold=dup_threshold, stale_days=stale_days,
-                                     overlong_lines=overlong_lines)
+        if remote is not None:  # a repair: a run of the doctor deployment, in the UI
+            done = run_job(obj.workspace, "doctor", "flows.governance", params, as_json, no_wait, remote=remote)
+            if done is None:
+                return
+            report = done[0]
+        elif no_wait:
+            refuse_no_wait()
+        else:
+            report = obj.memory().doctor(**params)
     except DreamflowError as exc:
         fail(exc, as_json)
     if as_json:
@@ -56,11 +70,12 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
 @click.option("--max-nodes", type=int, default=20, show_default=True, help="Most nodes per run (the rest wait).")
 @click.option("--candidates", type=int, default=8, show_default=True, help="Candidate nodes shown per node.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_json: bool) -> None:
+def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_json: bool, no_wait: bool) -> None:
     """Weave links to related nodes into PATHS, or into digest nodes changed since the last run."""
     params = {"paths": list(paths) or None, "max_nodes": max_nodes, "candidates": candidates}
-    _run(obj.workspace, "link_mine", params, as_json)
+    _run(obj.workspace, "link_mine", params, as_json, no_wait)
 
 
 @click.command("merge")
@@ -68,14 +83,15 @@ def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_j
 @click.argument("victim", required=False)
 @click.option("--max-pairs", type=int, default=5, show_default=True, help="Most pairs from the doctor per run.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json: bool) -> None:
+def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json: bool, no_wait: bool) -> None:
     """Fold VICTIM into SURVIVOR (or each near-duplicate pair the doctor finds): sources and links united,
     links to VICTIM retargeted, VICTIM deleted."""
     if bool(survivor) != bool(victim):
         raise click.UsageError("give both SURVIVOR and VICTIM, or neither (to merge the doctor's near-duplicates)")
     params = {"pairs": [[survivor, victim]] if survivor else None, "max_pairs": max_pairs}
-    _run(obj.workspace, "merge", params, as_json)
+    _run(obj.workspace, "merge", params, as_json, no_wait)
 
 
 @click.command("split")
@@ -83,11 +99,12 @@ def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json
 @click.option("--max-nodes", type=int, default=3, show_default=True, help="Most nodes per run.")
 @click.option("--max-parts", type=int, default=4, show_default=True, help="Most parts per node.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: bool) -> None:
+def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: bool, no_wait: bool) -> None:
     """Break PATHS (or the doctor's overlong nodes) into focused nodes that link to each other."""
     _run(obj.workspace, "split", {"paths": list(paths) or None, "max_nodes": max_nodes, "max_parts": max_parts},
-         as_json)
+         as_json, no_wait)
 
 
 @click.command("archive")
@@ -95,30 +112,30 @@ def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: 
 @click.option("--stale-days", type=int, default=180, show_default=True,
               help="Without PATHS: archive nodes nobody links to, not updated for this many days.")
 @_json_option
+@no_wait_option
 @click.pass_obj
-def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool) -> None:
+def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool, no_wait: bool) -> None:
     """Move PATHS (or the doctor's stale nodes) to digest/archive/, links retargeted."""
-    _run(obj.workspace, "archive", {"paths": list(paths) or None, "stale_days": stale_days}, as_json)
+    _run(obj.workspace, "archive", {"paths": list(paths) or None, "stale_days": stale_days}, as_json, no_wait)
 
 
 # ---- running and printing ------------------------------------------------------------------------------
 
-def _run(workspace, name: str, params: dict, as_json: bool) -> None:
-    from dreamflow.flow_commands import _call_flow, _fail
-    from engine.llm import require_llm
+def _run(workspace, name: str, params: dict, as_json: bool, no_wait: bool) -> None:
+    from dreamflow.flow_commands import _fail
 
     try:
-        if name != "archive":
-            require_llm()  # fail before paying for Prefect's start
-        summary, failed = _call_flow(workspace, "flows.governance", name, params, as_json)
+        done = run_job(workspace, name, "flows.governance", params, as_json, no_wait, needs_llm=name != "archive")
     except DreamflowError as exc:
         _fail(exc, as_json)
+    if done is None:  # --no-wait: the started run was printed
+        return
+    summary, failed = done
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
     else:
         _show_changes(summary)
-    if failed:
-        sys.exit(1)
+    sys.exit(exit_code(failed))
 
 
 def _table(*columns: str):

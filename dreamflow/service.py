@@ -2,7 +2,8 @@
 
     this process   index owner (IndexDB keep_open), HTTP API (uvicorn thread), watcher, turn counter
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
-                   (skipped when --prefect-api / PREFECT_API_URL names a running server)
+                   (skipped when --prefect-api / PREFECT_API_URL names a running server); with
+                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env)
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
                    memory through this service's API (`engine.client.open_memory` reads service.json)
 
@@ -174,6 +175,7 @@ class Service:
         self.started_at = time.time()
         self.url = f"http://{options.host}:{options.port}"
         self.prefect_api: str | None = None
+        self.prefect_auth: str | None = None  # basic-auth string of the Prefect server started here, if any
         self.ui_url: str | None = None
         self.memory = None
         self.backfiller = None  # embeds new chunks in the background (engine.semantic)
@@ -182,6 +184,7 @@ class Service:
         self._api_server = None
         self._api_thread: threading.Thread | None = None
         self._lock = None
+        self.warnings: list[str] = []  # shown at start and in `status`
 
     # -- lifecycle
 
@@ -235,6 +238,7 @@ class Service:
         self._write_service_file()
         self.say(f"Workspace   {self.ws.root}")
         self.say(f"API         {self.url}   (docs: {self.url}/docs)")
+        self._check_install()
         self._reconcile()
         self._wait_for_prefect()
         if opts.runner:
@@ -244,6 +248,15 @@ class Service:
         self.say(f"Prefect UI  {self.ui_url}")
         self.say("Dreamflow is running. Ctrl-C to stop.")
         self.ready.set()
+
+    def _check_install(self) -> None:
+        """Warn about an install that works but wastes the machine (a CUDA torch without a GPU)."""
+        from engine.torch_check import torch_warning
+
+        warning = torch_warning()
+        if warning:
+            self.warnings.append(warning)
+            self.say(f"WARNING: {warning}")
 
     def supervise(self) -> None:
         """Watch the children until asked to stop; restart a crashed one or give up with a clear message."""
@@ -321,8 +334,15 @@ class Service:
         self.prefect_api = f"http://127.0.0.1:{opts.prefect_port}/api"
         self.ui_url = f"http://127.0.0.1:{opts.prefect_port}"
         os.environ["PREFECT_API_URL"] = self.prefect_api
+        if self.settings.api_token:  # the token protects Prefect's API too; this process and children send it
+            from engine.prefect_env import auth_string
+
+            self.prefect_auth = auth_string(self.settings.api_token)
+            os.environ["PREFECT_API_AUTH_STRING"] = self.prefect_auth
         env = self._prefect_env()
         env.pop("PREFECT_API_URL")
+        if self.prefect_auth:
+            env["PREFECT_SERVER_API_AUTH_STRING"] = self.prefect_auth
         env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
         Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
         prefect = Child(
@@ -441,9 +461,10 @@ class Service:
 
         from dreamflow.api import create_app
 
-        app = create_app(self.memory, token=self.settings.api_token, service=self)
+        app = create_app(self.memory, token=self.settings.api_token, service=self, host=self.options.host,
+                         settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
         self._api_server = uvicorn.Server(config)
         self._api_thread = threading.Thread(target=self._api_server.run, name="dreamflow-api", daemon=True)
         self._api_thread.start()
@@ -452,7 +473,9 @@ class Service:
             if not self._api_thread.is_alive() or time.monotonic() > deadline:
                 raise ServiceError(f"the HTTP API could not listen on {self.url}")
             time.sleep(0.02)
-        if self.options.host not in ("127.0.0.1", "localhost", "::1") and not self.settings.api_token:
+        from dreamflow.http_guard import LOOPBACK_NAMES
+
+        if self.options.host.strip("[]") not in LOOPBACK_NAMES and not self.settings.api_token:
             self.say(f"WARNING: the API listens on {self.options.host} without DREAMFLOW_API_TOKEN: "
                      "anyone who can reach it can read and change your memory")
 
@@ -463,6 +486,7 @@ class Service:
             "token_required": bool(self.settings.api_token),
             "workspace": str(self.ws.root),
             "prefect_api": self.prefect_api,
+            "prefect_auth": bool(self.prefect_auth),
             "ui": self.ui_url,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
         }
@@ -476,10 +500,36 @@ class Service:
         The workspace travels as a parameter, so the run works on it whichever runner or worker executes it.
         """
         from deployments.launch import launch
+        from deployments.serve import DEPLOYMENTS
 
+        if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
+            from engine.llm import LLMNotConfigured, require_llm
+
+            try:  # our runner runs it with our settings: say so now, not in a Failed run
+                require_llm(self.settings)
+            except LLMNotConfigured as exc:
+                raise LLMNotConfigured(f"the service has {exc} (they count where `dreamflow start` runs: "
+                                       "restart it with them set)") from None
+        self._wait_prefect()
+        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
+
+    def run_status(self, run_id: str) -> dict:
+        """A flow run's state and, once finished, its summary (deployments.launch.run_status)."""
+        from deployments.launch import run_status
+
+        self._wait_prefect()
+        return run_status(run_id)
+
+    def run_logs(self, run_id: str, offset: int = 0) -> list[dict]:
+        """A flow run's log lines from `offset` on."""
+        from deployments.launch import run_logs
+
+        self._wait_prefect()
+        return run_logs(run_id, offset)
+
+    def _wait_prefect(self) -> None:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
-        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""
@@ -534,6 +584,7 @@ class Service:
     def status(self) -> dict:
         """What runs, index size, turn counters, last and next dream, runs in progress."""
         from deployments import launch
+        from tasks import usage
 
         status = {
             "service": {"pid": os.getpid(), "url": self.url, "uptime_s": round(time.time() - self.started_at),
@@ -546,6 +597,8 @@ class Service:
             "index": self.memory.index_stats(),
             "watcher": {"idle": self.watcher.idle() if self.watcher else None},
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
+            "usage": usage.summary(str(self.ws.root)),
+            "warnings": self.warnings,
         }
         if self.backfiller is not None:
             from engine import semantic
@@ -594,10 +647,11 @@ def register(cli) -> None:
         sys.exit(start(options))
 
     @cli.command("status")
+    @click.option("--verbose", "-v", is_flag=True, help="Also pids, log files and the index's internal counters.")
     @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
     @click.pass_obj
-    def status_command(obj, as_json: bool) -> None:
-        """Show whether the service runs, what it runs, index size, last dream and pending work."""
+    def status_command(obj, verbose: bool, as_json: bool) -> None:
+        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
         from dreamflow.cli import fail
 
         try:
@@ -607,7 +661,7 @@ def register(cli) -> None:
         if as_json:
             click.echo(json.dumps(status, indent=2, ensure_ascii=False, default=str))
         else:
-            click.echo(format_status(status))
+            click.echo(format_status(status, verbose))
 
     @cli.command("turn")
     @click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
@@ -666,6 +720,7 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters)."""
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
+    from tasks import usage
 
     remote = connect(workspace)
     if remote is not None:
@@ -676,37 +731,76 @@ def current_status(workspace: Path) -> dict:
         "service": {"workspace": str(memory.ws.root)},
         "index": memory.index_stats(),
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
+        "usage": usage.summary(str(memory.ws.root)),
     }
 
 
-def format_status(status: dict) -> str:
-    """People's view of `current_status`."""
-    svc = status.get("service", {})
+def format_status(status: dict, verbose: bool = False) -> str:
+    """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
+    svc, index = status.get("service", {}), status.get("index", {})
     lines = [f"Workspace   {svc.get('workspace')}"]
     if not status.get("running"):
         lines.append("Service     not running (start it with `dreamflow start`)")
     else:
-        lines.append(f"Service     running, pid {svc.get('pid')}, up {svc.get('uptime_s')} s")
-        lines.append(f"API         {svc.get('url')}")
+        lines.append(f"Service     running for {_duration(svc.get('uptime_s') or 0)}"
+                     + (f", pid {svc.get('pid')}" if verbose else ""))
+        lines.append(f"API         {svc.get('url')}   (docs: {svc.get('url')}/docs)")
         lines.append(f"Prefect UI  {svc.get('ui')}")
-        for child in status.get("children", []):
-            state = "running" if child["running"] else "stopped"
-            lines.append(f"  {child['name']:<14} pid {child['pid']}  {state}, {child['restarts']} restart(s)")
-    index = status.get("index", {})
-    lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
-    dream = status.get("last_dream")
+        children = status.get("children", [])
+        trouble = [c for c in children if not c["running"] or c["restarts"]]
+        if verbose or trouble:
+            for child in children if verbose else trouble:
+                state = "running" if child["running"] else "STOPPED"
+                lines.append(f"  {child['name']:<14} {state}, {child['restarts']} restart(s)"
+                             + (f", pid {child['pid']}, log {child['log']}" if verbose or trouble else ""))
+    for warning in status.get("warnings", []):
+        lines.append(f"Warning     {warning}")
+    if verbose:
+        lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
+    else:
+        text = f"{index.get('files', 0)} files, {index.get('chunks', 0)} chunks, {index.get('links', 0)} links"
+        if index.get("files_with_errors"):
+            text += f", {index['files_with_errors']} files could not be parsed (indexed as text)"
+        lines.append(f"Index       {text}")
+    vectors = status.get("vectors")
+    if vectors and vectors.get("configured"):
+        lines.append(f"Vectors     {vectors.get('embedded', 0)} of {vectors.get('texts', 0)} chunk texts embedded "
+                     f"({vectors['configured']})" + (f"; error: {vectors['error']}" if vectors.get("error") else ""))
     if "last_dream" in status:
+        dream = status["last_dream"]
         lines.append(f"Last dream  {dream['start_time']} ({dream['state']})" if dream else "Last dream  none yet")
     if status.get("next_dream"):
         lines.append(f"Next dream  {status['next_dream']['expected_start_time']}")
     sessions = status.get("turns", {}).get("sessions", {})
     waiting = {s: e["pending"] for s, e in sessions.items() if e.get("pending")}
-    lines.append(f"Turns       {len(sessions)} session(s), {sum(waiting.values())} turn(s) waiting for a summary")
+    lines.append(f"Turns       {sum(waiting.values())} turn(s) waiting for a summary"
+                 + (f" in {len(waiting)} session(s)" if waiting else "")
+                 + (f"; {len(sessions)} session(s) counted" if verbose else ""))
+    spent = status.get("usage")
+    if spent and spent["runs"]:
+        total = spent["total"]
+        lines.append(f"LLM usage   last {len(spent['runs'])} run(s): {total['calls']} calls, "
+                     f"{total['total_tokens']} tokens, {total['seconds']} s in calls")
+        for run in spent["runs"][:5]:
+            lines.append(f"  {run['at']}  {run['job']:<14} {run['calls']} calls, {run['total_tokens']} tokens, "
+                         f"{run['seconds']} s")
     for run in status.get("active_runs", []):
-        lines.append(f"  run {run['name']} ({run['deployment']}): {run['state']}")
+        lines.append(f"Running     {run['deployment']} run {run['name']}: {run['state']}")
     if status.get("prefect_error"):
         lines.append(f"Prefect     unavailable: {status['prefect_error']}")
+    if verbose and status.get("running"):
+        lines.append(f"Prefect API {svc.get('prefect_api')}")
+        if "watcher" in status:
+            lines.append(f"Watcher     {'idle' if status['watcher'].get('idle') else 'busy'}")
     return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def format_turn(result: dict) -> str:

@@ -16,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from engine.settings import Settings
 from storage.errors import DreamflowError
@@ -154,6 +154,14 @@ class RemoteMemory:
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
         """Start a run of a flow's deployment: `{id, name, deployment, state}`."""
         return self.request("POST", f"/flows/{flow}", parameters or {})
+
+    def run_status(self, run_id: str) -> dict:
+        """A flow run's state and, once finished, its summary (`GET /flows/runs/{run_id}`)."""
+        return self.request("GET", f"/flows/runs/{quote(str(run_id), safe='')}")
+
+    def run_logs(self, run_id: str, offset: int = 0) -> list[dict]:
+        """A flow run's log lines from `offset` on."""
+        return self.request("GET", f"/flows/runs/{quote(str(run_id), safe='')}/logs?offset={int(offset)}")
 
     # -- transport
 

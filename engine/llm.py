@@ -2,30 +2,45 @@
 pydantic (one repair attempt), and a bounded tool-calling agent loop.
 
 Any endpoint speaking the chat-completions protocol works (OpenAI, vLLM, llama.cpp, Ollama, LM Studio...).
-Configure it with `DREAMFLOW_LLM_BASE_URL`, `DREAMFLOW_LLM_MODEL` and optionally `DREAMFLOW_LLM_API_KEY`,
-`DREAMFLOW_LLM_TIMEOUT` (seconds per call) and `DREAMFLOW_LLM_MAX_RETRIES` (retries with backoff).
+Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, README "LLM settings"). What holds up on small
+local models:
+
+- structured calls send `response_format` json_schema built from the pydantic model (`response_schema`);
+  an endpoint that answers HTTP 400 gets json_object, then prompt-only, and the mode that worked is
+  remembered per endpoint for the process;
+- every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
+- the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
+  tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
+- usage (tokens, seconds, first-try answers, repairs, failures) is counted per call kind.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import threading
 import time
-from dataclasses import asdict, dataclass
+from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
 
 import openai
 from pydantic import BaseModel, ValidationError
 
 from engine.settings import Settings
-from storage.errors import DreamflowError
+from engine.usage import Usage
+from storage.errors import DreamflowError, InvalidInput
 
 if TYPE_CHECKING:
     from engine.toolbox import Toolbox
 
 T = TypeVar("T", bound=BaseModel)
+
+JSON_MODES = ("json_schema", "json_object", "none")  # the fallback chain, strongest first
+TOOL_MODES = ("auto", "on", "off")
 
 
 class LLMNotConfigured(DreamflowError):
@@ -42,30 +57,11 @@ class LLMError(DreamflowError):
     http_status = 502
 
 
-@dataclass
-class Usage:
-    """Tokens and time spent on LLM calls; `seconds` is wall time inside calls (for overhead accounting)."""
+class LLMRejected(LLMError):
+    """The endpoint refused the request as malformed (HTTP 400), e.g. a `response_format` it does not know."""
 
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    seconds: float = 0.0
 
-    def add(self, other: Usage | dict | None) -> Usage:
-        """Add another Usage (or its dict form) to this one, in place; returns self."""
-        if other is None:
-            return self
-        data = other if isinstance(other, dict) else asdict(other)
-        for key in ("calls", "prompt_tokens", "completion_tokens", "total_tokens", "seconds"):
-            setattr(self, key, getattr(self, key) + (data.get(key) or 0))
-        return self
-
-    def as_dict(self) -> dict:
-        data = asdict(self)
-        data["seconds"] = round(self.seconds, 3)
-        return data
-
+# ---- prompts and settings ------------------------------------------------------------------------------
 
 def load_prompt(name: str) -> str:
     """The system prompt `flows/prompts/<name>.md`."""
@@ -78,103 +74,274 @@ def load_prompt(name: str) -> str:
 
 
 def require_llm(settings: Settings | None = None) -> Settings:
-    """Return the settings if an LLM is configured, else raise a clear `LLMNotConfigured`."""
+    """Return the settings if an LLM is configured (and its modes are known), else raise a clear error."""
     settings = settings or Settings()
     if not settings.llm_configured:
         raise LLMNotConfigured(
             "no LLM configured: set DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL "
             "(any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1); nothing was changed"
         )
+    if settings.llm_tools not in TOOL_MODES:
+        raise InvalidInput(f"DREAMFLOW_LLM_TOOLS must be one of {', '.join(TOOL_MODES)}, got {settings.llm_tools!r}")
+    if settings.llm_json not in ("auto",) + JSON_MODES:
+        raise InvalidInput(f"DREAMFLOW_LLM_JSON must be auto or one of {', '.join(JSON_MODES)}, "
+                           f"got {settings.llm_json!r}")
     return settings
 
+
+# What each endpoint (base URL, model) was found to support in this process: {"json": mode, "tools": bool}.
+_learned: dict[tuple[str, str], dict] = {}
+_learned_lock = threading.Lock()
+
+
+def learned(base_url: str, model: str) -> dict:
+    """What this process has learned about an endpoint: `{"json": mode, "tools": bool}` (keys once known)."""
+    with _learned_lock:
+        return dict(_learned.get((base_url, model), {}))
+
+
+def forget_endpoints() -> None:
+    """Forget what was learned about every endpoint (the next calls probe again)."""
+    with _learned_lock:
+        _learned.clear()
+
+
+def _learn(endpoint: tuple[str, str], key: str, value: Any) -> bool:
+    """Remember `key=value` for the endpoint; True when it is news."""
+    with _learned_lock:
+        known = _learned.setdefault(endpoint, {})
+        news = known.get(key) != value
+        known[key] = value
+        return news
+
+
+def _log(level: str, message: str, *args) -> None:
+    from engine.prefect_env import run_logger
+
+    getattr(run_logger(), level)(message, *args)
+
+
+# ---- the client ----------------------------------------------------------------------------------------
 
 class LLM:
     """A chat client for one model; counts usage over its lifetime (one instance per task)."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 60.0,
-                 max_retries: int = 2):
-        self.model = model
+    def __init__(self, settings: Settings):
+        self.settings = require_llm(settings)
+        self.model = settings.llm_model
+        self.endpoint = (settings.llm_base_url, settings.llm_model)
         self.usage = Usage()
-        self._client = _client(base_url, api_key, timeout, max_retries)
+        self._client = _client(settings.llm_base_url, settings.llm_api_key, settings.llm_timeout,
+                               settings.llm_max_retries)
+        self._gate = _gate(settings.llm_base_url, concurrency(settings))
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> LLM:
         """Client configured from `DREAMFLOW_LLM_*`; raises `LLMNotConfigured` when unset."""
-        s = require_llm(settings)
-        return cls(s.llm_base_url, s.llm_model, s.llm_api_key, s.llm_timeout, s.llm_max_retries)
+        return cls(settings or Settings())
 
-    def chat(self, messages: list[dict], tools: list[dict] | None = None) -> Any:
+    def chat(self, messages: list[dict], tools: list[dict] | None = None, kind: str = "chat") -> Any:
         """One chat-completions call; returns the assistant message. Errors become `LLMError`."""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-        started = time.perf_counter()
-        self.usage.calls += 1  # attempted calls, failed ones included
-        try:
-            response = self._client.chat.completions.create(**kwargs)
-        except openai.APITimeoutError as exc:
-            raise LLMError(f"LLM call timed out ({self.model}): {exc}") from None
-        except openai.OpenAIError as exc:
-            raise LLMError(f"LLM call failed ({self.model}): {exc}") from None
-        except ValueError as exc:  # a body that is not JSON
-            raise LLMError(f"LLM returned an unreadable response ({self.model}): {exc}") from None
-        finally:
-            self.usage.seconds += time.perf_counter() - started
-        if response.usage is not None:
-            self.usage.prompt_tokens += response.usage.prompt_tokens or 0
-            self.usage.completion_tokens += response.usage.completion_tokens or 0
-            self.usage.total_tokens += response.usage.total_tokens or 0
-        if not response.choices:
-            raise LLMError(f"LLM returned no choices ({self.model})")
-        return response.choices[0].message
+        return self._complete(messages, kind, tools=tools).message
 
-    def structured(self, messages: list[dict], schema: type[T]) -> T:
-        """Ask for a JSON answer matching `schema`; one repair attempt on invalid output, then `LLMError`."""
-        message = self.chat(messages)
-        return self._validate_or_repair(messages, message.content or "", schema)
+    def structured(self, messages: list[dict], schema: type[T], kind: str = "structured",
+                   json_schema: dict | None = None, example: dict | None = None) -> T:
+        """Ask for a JSON answer matching `schema`, constrained by `json_schema` (default: built from
+        `schema`) where the endpoint allows; one repair attempt (showing `example`) on an invalid answer,
+        then `LLMError`."""
+        return self._counted(kind, lambda: self._answer(messages, schema, kind, json_schema, example))
 
-    def agent(self, messages: list[dict], schema: type[T], toolbox: Toolbox | None = None,
-              max_steps: int = 8) -> T:
+    def agent(self, messages: list[dict], schema: type[T], toolbox: Toolbox | None = None, kind: str = "agent",
+              max_steps: int = 8, json_schema: dict | None = None, example: dict | None = None) -> T:
         """Bounded tool-calling loop: run the model's tool calls until it answers with JSON for `schema`.
 
-        Tool errors are returned to the model as tool results; errors a toolbox marks fatal (e.g. a rejected
-        write) propagate and fail the caller. After `max_steps` model calls without an answer: `LLMError`.
+        `messages` must already hold the context the job needs: without tools (`DREAMFLOW_LLM_TOOLS=off`, or
+        auto on an endpoint that writes tool calls as text) the answer is asked for directly. Tool errors are
+        returned to the model as tool results; errors a toolbox marks fatal (e.g. a rejected write) propagate
+        and fail the caller. After `max_steps` model calls without an answer: `LLMError`.
         """
-        messages = list(messages)
-        tools = toolbox.schemas() if toolbox else None
+        if toolbox is None or not self._tools_wanted():
+            return self.structured(messages, schema, kind, json_schema, example)
+        return self._counted(kind, lambda: self._loop(messages, schema, toolbox, kind, max_steps, json_schema,
+                                                       example))
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _counted(self, kind: str, run):
+        self.usage.note(kind, "answers")
+        try:
+            return run()
+        except LLMError:
+            self.usage.note(kind, "failures")
+            raise
+
+    def _tools_wanted(self) -> bool:
+        mode = self.settings.llm_tools
+        return mode == "on" or (mode == "auto" and learned(*self.endpoint).get("tools", True))
+
+    def _loop(self, messages, schema, toolbox, kind, max_steps, json_schema, example):
+        asked = messages
+        messages = with_tools_note(messages, toolbox.write_scope)
+        tools = toolbox.schemas()
+        auto = self.settings.llm_tools == "auto"
         for _ in range(max_steps):
-            message = self.chat(messages, tools=tools)
+            try:
+                choice = self._complete(messages, kind, tools=tools)
+            except LLMRejected as exc:
+                if not auto:
+                    raise
+                self._no_tools(f"it refused a request with tools ({exc})")
+                return self._answer(asked, schema, kind, json_schema, example)
+            message = choice.message
             calls = message.tool_calls or []
-            if not calls:
-                return self._validate_or_repair(messages, message.content or "", schema)
-            messages.append({
-                "role": "assistant",
-                "content": message.content or "",
-                "tool_calls": [{"id": c.id, "type": "function",
-                                "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                               for c in calls],
-            })
-            for call in calls:
-                result = toolbox.call(call.function.name, call.function.arguments) if toolbox else \
-                    {"error": "no tools are available"}
-                messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": json.dumps(result, ensure_ascii=False, default=str)})
+            if calls:
+                if auto and _learn(self.endpoint, "tools", True):
+                    _log("info", "LLM %s returns real tool calls: the agent jobs use tools", self.model)
+                messages = messages + _run_calls(message, calls, toolbox)
+                continue
+            written = text_tool_call(message.content or "")
+            if written is None:
+                return self._repaired(messages, choice, schema, kind, json_schema, example)
+            if auto and not learned(*self.endpoint).get("tools"):
+                self._no_tools(f"it wrote a call of the tool {written[0]!r} as text")
+                return self._answer(asked, schema, kind, json_schema, example)
+            result = toolbox.call(*written)  # tools are known to work here: run the text call, guarded as ever
+            messages = messages + [
+                {"role": "assistant", "content": message.content or ""},
+                {"role": "user", "content": f"Result of the tool {written[0]}:\n"
+                 f"{json.dumps(result, ensure_ascii=False, default=str)}\n\n"
+                 "Call tools through the tool-calling interface. When you are done, answer with the final "
+                 "JSON object only."},
+            ]
         raise LLMError(f"the model gave no final answer within {max_steps} steps")
 
-    def _validate_or_repair(self, messages: list[dict], content: str, schema: type[T]) -> T:
+    def _no_tools(self, reason: str) -> None:
+        if _learn(self.endpoint, "tools", False):
+            _log("warning", "LLM %s: %s; the agent jobs now ask without tools (context in the prompt)",
+                 self.model, reason)
+
+    def _answer(self, messages, schema, kind, json_schema, example):
+        choice = self._constrained(messages, schema, kind, json_schema)
+        return self._repaired(messages, choice, schema, kind, json_schema, example)
+
+    def _repaired(self, messages, choice, schema: type[T], kind, json_schema, example) -> T:
+        content = choice.message.content or ""
         try:
-            return parse_model(content, schema)
+            answer = self._parse(content, schema, choice)
         except ValueError as first:
-            repair = messages + [
-                {"role": "assistant", "content": content},
-                {"role": "user", "content": repair_prompt(first, schema)},
-            ]
-        content = self.chat(repair).content or ""
+            self.usage.note(kind, "repairs")
+            repair = messages + [{"role": "assistant", "content": content},
+                                 {"role": "user", "content": repair_prompt(first, example or example_of(schema))}]
+        else:
+            self.usage.note(kind, "first_try")
+            return answer
+        choice = self._constrained(repair, schema, "repair", json_schema)
         try:
-            return parse_model(content, schema)
+            return self._parse(choice.message.content or "", schema, choice)
         except ValueError as second:
             raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {second}") \
                 from None
+
+    def _parse(self, content: str, schema: type[T], choice) -> T:
+        written = text_tool_call(content)
+        if written is not None:
+            raise ValueError(f"you wrote a call of the tool {written[0]!r} as text; no tool runs from text here, "
+                             "so answer with the final JSON object itself")
+        try:
+            return parse_model(content, schema)
+        except ValueError as exc:
+            if choice.finish_reason == "length":
+                raise ValueError(f"the reply was cut at the limit of {self.settings.llm_max_tokens} tokens "
+                                 f"({exc}); answer more briefly") from None
+            raise
+
+    def _constrained(self, messages, schema, kind, json_schema):
+        """One call asking for JSON in the strongest mode the endpoint takes (fallback on HTTP 400)."""
+        forced = self.settings.llm_json
+        modes = [forced] if forced != "auto" else \
+            list(JSON_MODES[JSON_MODES.index(learned(*self.endpoint).get("json", JSON_MODES[0])):])
+        for mode in modes:
+            try:
+                choice = self._complete(messages, kind, response_format=response_format(mode, schema, json_schema))
+            except LLMRejected as exc:
+                if mode == modes[-1]:
+                    raise
+                _log("warning", "LLM %s refused response_format %s (%s); trying %s", self.model, mode, exc,
+                     modes[modes.index(mode) + 1])
+                continue
+            if forced == "auto" and _learn(self.endpoint, "json", mode):
+                _log("info", "LLM %s: structured answers use response_format %s", self.model, mode)
+            return choice
+        raise AssertionError("unreachable: the last mode raises")
+
+    def _complete(self, messages: list[dict], kind: str, tools: list[dict] | None = None,
+                  response_format: dict | None = None) -> Any:
+        kwargs = self._request(messages, tools, response_format)
+        with self._gate or nullcontext():
+            started = time.perf_counter()
+            response = None
+            try:
+                response = self._client.chat.completions.create(**kwargs)
+            except openai.APITimeoutError as exc:
+                raise LLMError(f"LLM call timed out ({self.model}, DREAMFLOW_LLM_TIMEOUT="
+                               f"{self.settings.llm_timeout:g} s): {exc}") from None
+            except openai.BadRequestError as exc:
+                raise LLMRejected(f"LLM call rejected ({self.model}): {exc}") from None
+            except openai.OpenAIError as exc:
+                raise LLMError(f"LLM call failed ({self.model}): {exc}") from None
+            except ValueError as exc:  # a body that is not JSON
+                raise LLMError(f"LLM returned an unreadable response ({self.model}): {exc}") from None
+            finally:
+                self.usage.record(kind, time.perf_counter() - started, getattr(response, "usage", None))
+        if not response.choices:
+            raise LLMError(f"LLM returned no choices ({self.model})")
+        return response.choices[0]
+
+    def _request(self, messages, tools, response_format) -> dict:
+        s = self.settings
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": s.llm_max_tokens}
+        optional = {"temperature": s.llm_temperature, "frequency_penalty": s.llm_frequency_penalty,
+                    "tools": tools, "response_format": response_format}
+        kwargs.update({k: v for k, v in optional.items() if v is not None})
+        if s.llm_repeat_penalty is not None:  # llama.cpp's name; not an OpenAI parameter
+            kwargs["extra_body"] = {"repeat_penalty": s.llm_repeat_penalty}
+        return kwargs
+
+
+def _run_calls(message, calls, toolbox: Toolbox) -> list[dict]:
+    """The assistant turn with its tool calls and one tool result per call."""
+    turn = [{"role": "assistant", "content": message.content or "",
+             "tool_calls": [{"id": c.id, "type": "function",
+                             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                            for c in calls]}]
+    for c in calls:
+        result = toolbox.call(c.function.name, c.function.arguments)
+        turn.append({"role": "tool", "tool_call_id": c.id,
+                     "content": json.dumps(result, ensure_ascii=False, default=str)})
+    return turn
+
+
+def with_tools_note(messages: list[dict], write_scope: str) -> list[dict]:
+    """`messages` with the tool rules added to the system prompt (only sent when tools are)."""
+    note = ("\n\nYou may call the tools to read or search memory for more context; you may only write "
+            f"{write_scope}. You do not have to write with a tool: your final JSON answer is enough. Call tools "
+            "through the tool-calling interface, never as text in your answer.")
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": messages[0]["content"] + note}, *messages[1:]]
+    return [{"role": "system", "content": note.strip()}, *messages]
+
+
+def concurrency(settings: Settings) -> int:
+    """LLM calls at once per process (0: unbounded): `DREAMFLOW_LLM_CONCURRENCY`, else 1 for an endpoint
+    on this machine (a local server runs one request at a time anyway; parallel ones only time out)."""
+    if settings.llm_concurrency > 0:
+        return settings.llm_concurrency
+    host = urlparse(settings.llm_base_url or "").hostname or ""
+    return 1 if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.") else 0
+
+
+@lru_cache(maxsize=8)
+def _gate(base_url: str, limit: int) -> threading.BoundedSemaphore | None:
+    return threading.BoundedSemaphore(limit) if limit > 0 else None
 
 
 @lru_cache(maxsize=8)
@@ -185,7 +352,55 @@ def _client(base_url: str, api_key: str | None, timeout: float, max_retries: int
                          max_retries=max_retries)
 
 
+# ---- constrained output ----------------------------------------------------------------------------------
+
+def response_schema(model: type[BaseModel]) -> dict:
+    """The JSON schema a reply for `model` must match, in the form OpenAI's strict mode takes: every object
+    closed (`additionalProperties: false`) with all its properties required (optional ones are nullable in
+    pydantic's schema already or get a value), and no `default`. A free-form object (e.g. `dict`) stays
+    open; `is_strict` then says strict mode is impossible."""
+    return _closed(model.model_json_schema())
+
+
+def _closed(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_closed(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _closed(v) for k, v in node.items() if k != "default"}
+    if node.get("type") == "object" and "properties" in node:
+        node.pop("description", None)  # a model's docstring speaks to developers, not to the model
+        node["additionalProperties"] = False
+        node["required"] = list(node["properties"])
+    return node
+
+
+def is_strict(schema: dict) -> bool:
+    """Whether every object of `schema` is closed, as strict mode requires."""
+    if isinstance(schema, list):
+        return all(is_strict(n) for n in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+        return False
+    return all(is_strict(v) for k, v in schema.items() if isinstance(v, (dict, list)) and k != "enum")
+
+
+def response_format(mode: str, model: type[BaseModel], json_schema: dict | None = None) -> dict | None:
+    """The `response_format` of a request in `mode` (None for prompt-only)."""
+    if mode == "json_object":
+        return {"type": "json_object"}
+    if mode != "json_schema":
+        return None
+    schema = copy.deepcopy(json_schema) if json_schema is not None else response_schema(model)
+    return {"type": "json_schema",
+            "json_schema": {"name": model.__name__, "schema": schema, "strict": is_strict(schema)}}
+
+
+# ---- reading replies -----------------------------------------------------------------------------------
+
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+_TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
 def extract_json(text: str) -> Any:
@@ -203,6 +418,39 @@ def extract_json(text: str) -> Any:
     raise ValueError("the reply contains no JSON object")
 
 
+def text_tool_call(text: str) -> tuple[str, dict | str] | None:
+    """`(name, arguments)` when a reply is a tool call written as text instead of an answer:
+    `{"name": ..., "arguments": ...}` (or `parameters`, or OpenAI's `{"type": "function", "function": ...}`),
+    bare, in a code fence or in `<tool_call>...</tool_call>` tags; else None."""
+    values = []
+    for inner in _TOOL_TAG.findall(text or ""):
+        try:
+            values.append(extract_json(inner))
+        except ValueError:
+            continue
+    try:
+        values.append(extract_json(text or ""))
+    except ValueError:
+        pass
+    for value in values:
+        for item in value if isinstance(value, list) else [value]:
+            call = _as_call(item)
+            if call:
+                return call
+    return None
+
+
+def _as_call(value: Any) -> tuple[str, dict | str] | None:
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict) and set(value) <= {"type", "function", "id"}:
+        value = value["function"]
+    key = "arguments" if "arguments" in value else "parameters" if "parameters" in value else None
+    if key is None or not isinstance(value.get("name"), str) or not set(value) <= {"name", key, "type", "id"}:
+        return None
+    return (value["name"], value[key]) if isinstance(value[key], (dict, str)) else None
+
+
 def parse_model(text: str, schema: type[T]) -> T:
     """Parse and validate a reply as `schema`; raises ValueError with a short, model-readable reason."""
     data = extract_json(text)
@@ -213,9 +461,36 @@ def parse_model(text: str, schema: type[T]) -> T:
         raise ValueError(problems) from None
 
 
-def repair_prompt(error: Exception, schema: type[BaseModel]) -> str:
+def example_of(schema: type[BaseModel]) -> dict:
+    """A short valid answer for `schema`: its `EXAMPLE` class attribute, else one drawn from its JSON schema."""
+    example = getattr(schema, "EXAMPLE", None)
+    if isinstance(example, dict):
+        return example
+    json_schema = schema.model_json_schema()
+    return _sample(json_schema, json_schema.get("$defs", {}))
+
+
+_SAMPLES = {"string": "...", "integer": 1, "number": 1.0, "boolean": True, "array": [], "null": None}
+
+
+def _sample(node: dict, defs: dict) -> Any:
+    if "$ref" in node:
+        return _sample(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    if node.get("enum"):
+        return node["enum"][0]
+    if "anyOf" in node:
+        return _sample(next((n for n in node["anyOf"] if n.get("type") != "null"), node["anyOf"][0]), defs)
+    if node.get("type") == "object":
+        return {name: _sample(prop, defs) for name, prop in node.get("properties", {}).items()}
+    return _SAMPLES.get(node.get("type"), "...")
+
+
+def repair_prompt(error: Exception, example: dict) -> str:
+    """The repair turn: what was wrong, and a short valid example (not the raw schema, which small models
+    echo back)."""
     return (
         f"Your previous answer could not be used: {error}.\n"
-        "Reply again with only one JSON object (no prose, no code fence) matching this JSON schema:\n"
-        + json.dumps(schema.model_json_schema(), ensure_ascii=False)
+        "Reply again with only one JSON object (no prose, no code fence). This example shows the shape only; "
+        "its values are made up, use your own from the material:\n"
+        + json.dumps(example, ensure_ascii=False)
     )

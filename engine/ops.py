@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import re
 import types
 import typing
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+from storage.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class Op:
     args: tuple[str, ...] = ()  # parameters taken positionally on the CLI, in order
     body: str | None = None    # parameter the CLI may also read from --file or stdin
     method: str | None = None  # Memory method, when it differs from `name`
+    destructive: bool = False  # may remove or replace content the caller did not restate (delete, move, overwrite)
+    idempotent: bool = False   # repeating the call with the same arguments changes nothing more (reads: always)
     bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
                                    # method instead (bytes in or out); agent tools and MCP never offer it
 
@@ -48,42 +53,56 @@ class Op:
 
     @property
     def summary(self) -> str:
-        return self.help.split("\n", 1)[0]
+        return first_sentence(self.help)
+
+
+    @property
+    def hints(self) -> dict[str, bool]:
+        """MCP tool annotations: what a host may assume about calling this operation."""
+        return {"readOnlyHint": not self.writes, "destructiveHint": self.writes and self.destructive,
+                "idempotentHint": not self.writes or self.idempotent, "openWorldHint": False}
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line (never cut mid-sentence)."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = re.search(r"[.!?](\s|$)", paragraph)
+    return paragraph[:end.start() + 1] if end else paragraph
 
 
 OPS: tuple[Op, ...] = (
     # files
     Op("read", writes=False, args=("path",)),
-    Op("write", writes=True, args=("path",), body="content"),
-    Op("create", writes=True, args=("path",), body="content"),
-    Op("edit", writes=True, args=("path",)),
+    Op("write", writes=True, args=("path",), body="content", destructive=True, idempotent=True),
+    Op("create", writes=True, args=("path",), body="content", idempotent=True),
+    Op("edit", writes=True, args=("path",), destructive=True),
     Op("append", writes=True, args=("path",), body="content"),
     Op("prepend", writes=True, args=("path",), body="content"),
-    Op("delete", writes=True, args=("path",)),
-    Op("move", writes=True, args=("src", "dst")),
+    Op("delete", writes=True, args=("path",), destructive=True, idempotent=True),
+    Op("move", writes=True, args=("src", "dst"), destructive=True, idempotent=True),
     Op("stat", writes=False, args=("path",)),
     Op("list", writes=False, args=("prefix",)),
-    Op("upload", writes=True, args=("source",), bytes_form="upload_content"),
+    Op("upload", writes=True, args=("source",), destructive=True, idempotent=True, bytes_form="upload_content"),
     Op("download", writes=False, args=("path", "dest"), bytes_form="download_content"),
     # frontmatter, tags, days
     Op("frontmatter_get", writes=False, args=("path",)),
-    Op("frontmatter_update", writes=True, args=("path",)),
-    Op("frontmatter_delete_keys", writes=True, args=("path", "keys")),
+    Op("frontmatter_update", writes=True, args=("path",), destructive=True, idempotent=True),
+    Op("frontmatter_delete_keys", writes=True, args=("path", "keys"), destructive=True, idempotent=True),
     Op("tags", writes=False, args=("tag",)),
     Op("daily_list", writes=False, args=("date",)),
-    Op("daily_reindex", writes=True, args=("date",)),
+    Op("daily_reindex", writes=True, args=("date",), idempotent=True),
     # search and graph
     Op("search", writes=False, args=("query",)),
     Op("node_search", writes=False, args=("query",)),
     Op("traverse", writes=False, args=("paths",)),
     # graph governance (the `doctor` CLI command is replaced by dreamflow/governance_commands.py)
-    Op("doctor", writes=True),
-    Op("relink", writes=True, args=("target", "new_target")),
-    # index maintenance
-    Op("reindex", writes=True),
-    Op("reconcile", writes=True),
+    Op("doctor", writes=True, idempotent=True),
+    Op("relink", writes=True, args=("target", "new_target"), destructive=True, idempotent=True),
+    # index maintenance (derived state only: never destructive to memory files)
+    Op("reindex", writes=True, idempotent=True),
+    Op("reconcile", writes=True, idempotent=True),
     Op("index_stats", writes=False),
-    Op("optimize", writes=True),
+    Op("optimize", writes=True, idempotent=True),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
@@ -137,6 +156,16 @@ PARAM_HELP: dict[str, str] = {
     "expected_hash": "Refuse (conflict, exit 4) unless the file still has this content hash (the `hash` that read, "
                      "stat and writes return): optimistic concurrency",
     "before": "Text the target had, when it has already been rewritten (line anchors follow it)",
+    # jobs (turns and flow runs)
+    "session_id": "Conversation id (letters, digits, '.', '_', '-'); the turn goes to session/dialog/<session_id>.jsonl",
+    "messages": "Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
+    "compact": "Summarise the session now instead of waiting for N turns",
+    "hint": "A hint for what matters (steers the summary or consolidation)",
+    "scan_days": "Days of daily files to scan, ending at `date`",
+    "max_units": "Most consolidation units per run",
+    "topic_count": "New topics to pick for the day",
+    "topic_diversity_days": "Avoid topics of this many previous days",
+    "run_id": "Id of a flow run, as returned when it was started",
 }
 
 
@@ -157,10 +186,15 @@ class Param:
 @cache
 def parameters(op: Op) -> tuple[Param, ...]:
     """The operation's parameters from the Memory signature; callables (progress callbacks) are left out."""
-    method = _memory_method(op)
-    hints = typing.get_type_hints(method)
+    return function_parameters(_memory_method(op))
+
+
+def function_parameters(fn) -> tuple[Param, ...]:
+    """Parameters of any function as the surfaces see them (help from `PARAM_HELP`); `self` and callables
+    are left out."""
+    hints = typing.get_type_hints(fn)
     params = []
-    for p in inspect.signature(method).parameters.values():
+    for p in inspect.signature(fn).parameters.values():
         if p.name == "self" or _is_callable(hints.get(p.name)):
             continue
         params.append(Param(p.name, hints.get(p.name, str), p.default, PARAM_HELP.get(p.name, "")))
@@ -169,24 +203,43 @@ def parameters(op: Op) -> tuple[Param, ...]:
 
 def request_model(op: Op):
     """A pydantic model of the operation's parameters (imported lazily: not on the CLI path)."""
+    return params_model(op.name, op.help, parameters(op))
+
+
+def params_model(name: str, doc: str, params: tuple[Param, ...], config=None):
+    """A pydantic model named after `name` (snake_case) with one field per parameter (`config`: a pydantic
+    ConfigDict, e.g. to refuse unknown fields)."""
     from pydantic import Field, create_model
 
     fields = {
         p.name: (p.annotation, Field(... if p.required else p.default, description=p.help or None))
-        for p in parameters(op)
+        for p in params
     }
-    title = "".join(part.title() for part in op.name.split("_"))
-    return create_model(title, __doc__=op.help, **fields)
+    title = "".join(part.title() for part in name.split("_"))
+    return create_model(title, __doc__=doc, __config__=config, **fields)
 
 
-def tool_schema(op: Op) -> dict:
-    """`{name, description, parameters}` with a JSON schema of the parameters, for agent tools."""
-    schema = request_model(op).model_json_schema()
+def json_schema(model) -> dict:
+    """The model's JSON schema without pydantic's generated titles and the docstring (tools carry it)."""
+    schema = model.model_json_schema()
     schema.pop("title", None)
     schema.pop("description", None)
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
-    return {"name": op.name, "description": op.help, "parameters": schema}
+    return schema
+
+
+def invalid_arguments(errors: list[dict]) -> InvalidInput:
+    """The InvalidInput for pydantic validation errors: `invalid request: field: problem; ...` (API and MCP)."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
+    )
+    return InvalidInput(f"invalid request: {problems}")
+
+
+def tool_schema(op: Op) -> dict:
+    """`{name, description, parameters}` with a JSON schema of the parameters, for agent tools."""
+    return {"name": op.name, "description": op.help, "parameters": json_schema(request_model(op))}
 
 
 def tool_schemas(writes: bool | None = None):

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.settings import dreamflow_home
+from storage.errors import JobFailed
+
+AUTH_USER = "dreamflow"  # user part of the Prefect server's basic-auth string when DREAMFLOW_API_TOKEN is set
 
 DEFAULTS = {
     # Nothing phones home: client analytics and the server's telemetry.
@@ -44,6 +47,26 @@ def configure() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     logging.getLogger("EventsWorker").setLevel(logging.ERROR)
+    runs = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, PlannedFailureFilter) for f in runs.filters):
+        runs.addFilter(PlannedFailureFilter())
+
+
+class PlannedFailureFilter(logging.Filter):
+    """Drops Prefect's "Engine execution exited with unexpected exception" (and its traceback) from a deployment
+    run that ended Failed on purpose (`JobFailed`: units failed and will be retried): the run's state message
+    says what failed, and nothing unexpected happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, JobFailed) and record.getMessage().startswith("Engine execution exited"))
+
+
+def auth_string(token: str) -> str:
+    """Basic-auth credentials (`user:password`) of the Prefect server a service with `DREAMFLOW_API_TOKEN`
+    starts: `dreamflow:<token>`. The server gets them as PREFECT_SERVER_API_AUTH_STRING, its clients (runner,
+    flow runs, CLI, workers) as PREFECT_API_AUTH_STRING, and the Prefect UI asks for them at login."""
+    return f"{AUTH_USER}:{token}"
 
 
 @contextmanager
@@ -58,3 +81,14 @@ def interactive_runs():
 
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+def run_logger() -> logging.Logger:
+    """Prefect's logger of the current run (shown in the UI), else a plain one (outside runs)."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("dreamflow.tasks")

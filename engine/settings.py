@@ -12,6 +12,10 @@ def _env(name: str, default: str | None = None) -> str | None:
     return value if value not in (None, "") else default
 
 
+def _float(value: str | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def dreamflow_home() -> Path:
     """Per-user state outside any repo (Prefect server DB, logs): `DREAMFLOW_HOME` or `~/.dreamflow`."""
     return Path(_env("DREAMFLOW_HOME", str(Path.home() / ".dreamflow"))).expanduser()
@@ -25,8 +29,19 @@ class Settings:
     llm_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_BASE_URL"))
     llm_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_API_KEY"))
     llm_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_MODEL"))
-    llm_timeout: float = field(default_factory=lambda: float(_env("DREAMFLOW_LLM_TIMEOUT", "60")))
+    # per call; high enough for a 1.5B model on 2 CPU cores (one integrate call took 158-232 s there)
+    llm_timeout: float = field(default_factory=lambda: float(_env("DREAMFLOW_LLM_TIMEOUT", "600")))
     llm_max_retries: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_MAX_RETRIES", "2")))
+    llm_max_tokens: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_MAX_TOKENS", "2048")))
+    # LLM calls at once per process; 0 = auto: 1 for an endpoint on this machine, else unbounded
+    llm_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_CONCURRENCY", "0")))
+    llm_temperature: float | None = field(default_factory=lambda: _float(_env("DREAMFLOW_LLM_TEMPERATURE")))
+    llm_frequency_penalty: float | None = field(
+        default_factory=lambda: _float(_env("DREAMFLOW_LLM_FREQUENCY_PENALTY")))
+    llm_repeat_penalty: float | None = field(default_factory=lambda: _float(_env("DREAMFLOW_LLM_REPEAT_PENALTY")))
+    llm_tools: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_TOOLS", "auto"))  # auto | on | off
+    # auto (json_schema, falling back to json_object, then prompt only) | json_schema | json_object | none
+    llm_json: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_JSON", "auto"))
     embedder: str = field(default_factory=lambda: _env("DREAMFLOW_EMBEDDER", "local"))  # local | openai | none
     embed_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_BASE_URL"))
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
@@ -36,13 +51,19 @@ class Settings:
     vector_rrf_k: int = field(default_factory=lambda: int(_env("DREAMFLOW_VECTOR_RRF_K", "10")))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
+    # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
+    max_body_bytes: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_BODY_BYTES", str(32 << 20))))
+    allowed_hosts: list[str] = field(default_factory=lambda: [
+        name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
     # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
     max_write_chars: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_WRITE_CHARS", "100000")))
     turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
+    doctor_cron: str | None = field(default_factory=lambda: _env("DREAMFLOW_DOCTOR_CRON"))  # unset: no schedule
     dream_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_DREAM_CONCURRENCY", "3")))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
+    mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
 
     @property
     def llm_configured(self) -> bool:

@@ -13,7 +13,8 @@ from tasks.dream import UnitsFailed, extract, finish, integrate, publish_report,
 from tasks.topics import select_topics
 
 
-@flow(name="auto-dream", task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+@flow(name="auto-dream", persist_result=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
 def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
                topic_count: int = 3, topic_diversity_days: int = 7, workspace: str | None = None) -> dict:
     """Consolidate the daily files changed in the `scan_days` days ending at `date` (default today) into
@@ -27,7 +28,7 @@ def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int 
     outcomes, failures = settle(futures, extracted["units"])
     topics = select_topics(root, date, extracted["topics"], topic_count, topic_diversity_days)
     summary = finish(root, date, extracted, outcomes, failures, topics)
-    publish_report(summary)
+    publish_report(root, summary)
     if failures:
         message = f"{len(failures)} of {summary['units']} units failed; their files will be retried"
         return Failed(message=message, data=UnitsFailed(message, summary))

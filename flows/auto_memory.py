@@ -5,12 +5,12 @@ from __future__ import annotations
 from prefect import flow
 
 from engine.llm import require_llm
-from tasks.cards import refresh_day, summarise_session
+from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.context import check_date, today, workspace_root
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
 
 
-@flow(name="auto-memory")
+@flow(name="auto-memory", persist_result=True)
 def auto_memory(session_id: str, messages: list[dict] | None = None, date: str | None = None,
                 hint: str | None = None, workspace: str | None = None) -> dict:
     """Append `messages` (if any) to session/dialog/<session_id>.jsonl, then summarise every record not yet
@@ -33,6 +33,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
         card = summarise_session(root, session_id, todo["records"], day, hint)
         refresh_day(root, day)
         mark_summarised(root, session_id, todo["end"], card["path"])
+    publish_usage(root, "auto-memory", f"session {session_id}", card["usage"])
     return {"session_id": session_id, "date": day, "card": card["path"], "created": card["created"],
             "renamed_from": card["renamed_from"], "summarised": [todo["start"], todo["end"]],
             "usage": card["usage"]}

@@ -6,11 +6,12 @@ from prefect import flow
 
 from engine.llm import require_llm
 from storage.markdown import path_date
-from tasks.cards import check_resource, record_resource, refresh_day, remove_resource_card, summarise_resource
+from tasks.cards import (check_resource, publish_usage, record_resource, refresh_day, remove_resource_card,
+                         summarise_resource)
 from tasks.context import today, workspace_root
 
 
-@flow(name="auto-resource")
+@flow(name="auto-resource", persist_result=True)
 def auto_resource(path: str, workspace: str | None = None) -> dict:
     """Write or update the card of text resource `path` in its date's daily folder (root-level resources:
     today); a deleted resource's card is removed; then the day index page is refreshed."""
@@ -24,4 +25,5 @@ def auto_resource(path: str, workspace: str | None = None) -> dict:
     if card["action"] in ("created", "updated", "deleted"):
         refresh_day(root, path_date(card["path"]) or day)
     record_resource(root, path, card)
+    publish_usage(root, "auto-resource", path, card.get("usage"))
     return {"resource": path, **card}

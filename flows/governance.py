@@ -20,7 +20,7 @@ from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_re
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
 
 
-@flow(name="doctor")
+@flow(name="doctor", persist_result=True)
 def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300,
            workspace: str | None = None) -> dict:
     """Report the memory graph's health (and with `fix`, first repair drift and moved files): schedulable."""
@@ -30,7 +30,8 @@ def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: in
     return report
 
 
-@flow(name="link-mine", task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+@flow(name="link-mine", persist_result=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
 def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: int = 8,
               workspace: str | None = None) -> dict:
     """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""
@@ -40,10 +41,10 @@ def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: i
     futures = mine_links.map(unmapped(root), queue["paths"], unmapped(candidates))
     outcomes, failures = collect(futures, queue["paths"])
     checkpoint_mined(root, outcomes)
-    return _finish(summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
+    return _finish(root, summarize("link-mine", outcomes, failures, deferred=queue["deferred"]))
 
 
-@flow(name="merge")
+@flow(name="merge", persist_result=True)
 def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshold: float | None = None,
           workspace: str | None = None) -> dict:
     """Fold each [survivor, victim] pair (default: the doctor's near-duplicates) into its survivor."""
@@ -55,10 +56,10 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
     date = today()
     states = [merge_pair(root, survivor, victim, date, return_state=True) for survivor, victim in pairs]
     outcomes, failures = collect(states, [f"{v} → {s}" for s, v in pairs])
-    return _finish(summarize("merge", outcomes, failures))
+    return _finish(root, summarize("merge", outcomes, failures))
 
 
-@flow(name="split")
+@flow(name="split", persist_result=True)
 def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = 300,
           workspace: str | None = None) -> dict:
     """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
@@ -70,10 +71,10 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
     date = today()
     states = [split_node(root, path, max_parts, date, return_state=True) for path in paths]
     outcomes, failures = collect(states, paths)
-    return _finish(summarize("split", outcomes, failures))
+    return _finish(root, summarize("split", outcomes, failures))
 
 
-@flow(name="archive")
+@flow(name="archive", persist_result=True)
 def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: str | None = None) -> dict:
     """Move stale nodes (default: the doctor's: nobody links to them, not updated for `stale_days`) to
     digest/archive/, links retargeted; they stay readable, and searchable with include_archived."""
@@ -83,11 +84,11 @@ def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: st
     date = today()
     states = [archive_node(root, path, date, return_state=True) for path in paths]
     outcomes, failures = collect(states, paths)
-    return _finish(summarize("archive", outcomes, failures))
+    return _finish(root, summarize("archive", outcomes, failures))
 
 
-def _finish(summary: dict):
-    publish_changes(summary)
+def _finish(root: str, summary: dict):
+    publish_changes(root, summary)
     if summary["failed"]:
         message = f"{len(summary['failed'])} of {len(summary['failed']) + len(summary['outcomes'])} items failed"
         return Failed(message=message, data=UnitsFailed(message, summary))

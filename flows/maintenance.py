@@ -8,7 +8,7 @@ from tasks.context import workspace_root
 from tasks.maintenance import compact_index, index_stats, rebuild_index, reconcile_index
 
 
-@flow(name="reindex")
+@flow(name="reindex", persist_result=True)
 def reindex(workspace: str | None = None) -> dict:
     """Rebuild the whole index from the files (metadata/ is derived state; nothing is lost)."""
     root = workspace_root(workspace)
@@ -16,7 +16,7 @@ def reindex(workspace: str | None = None) -> dict:
     return {"rebuilt": rebuilt, "stats": index_stats(root)}
 
 
-@flow(name="optimize")
+@flow(name="optimize", persist_result=True)
 def optimize(workspace: str | None = None) -> dict:
     """Nightly maintenance: catch up with files changed behind our back, then compact the index (and drop
     vectors no chunk uses any more)."""

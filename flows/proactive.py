@@ -8,7 +8,7 @@ from tasks.context import check_date, today, workspace_root
 from tasks.topics import read_topics
 
 
-@flow(name="proactive")
+@flow(name="proactive", persist_result=True)
 def proactive(date: str | None = None, include_content: bool = False, workspace: str | None = None) -> dict:
     """Topics of `daily/<date>/interests.yaml` (title, reason, keywords, paths; with `include_content`, the
     text of those paths). No file: success with `skipped`; unreadable YAML: a clear failure."""

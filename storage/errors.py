@@ -8,6 +8,11 @@ class DreamflowError(Exception):
     http_status = 400
 
 
+def from_os_error(exc: OSError) -> DreamflowError:
+    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error."""
+    return DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+
+
 class PathError(DreamflowError):
     """A path is absolute, escapes the workspace, or points somewhere it must not."""
 
@@ -45,3 +50,11 @@ class InvalidInput(DreamflowError):
 
     exit_code = 2
     http_status = 400
+
+
+class JobFailed(DreamflowError):
+    """A memory job ran but some of its units or items failed; they are left for a retry of the run (the UI's
+    Retry re-runs only them) or for the next run. The run ends Failed with this message."""
+
+    exit_code = 9
+    http_status = 500

@@ -1,8 +1,9 @@
 """The Markdown model: frontmatter, wikilinks, link rewriting, and `parse_file` (bytes -> ParsedFile).
 
 Frontmatter is a YAML block between a first line `---` and a closing `---` (or `...`) line, loaded with
-python-frontmatter's YAML handler (PyYAML's C SafeLoader). Keys `name`, `description`, `tags` and `date`
-are recognised; every key is kept, in order, and `render_frontmatter` writes them back unchanged.
+`storage.yaml_load` (PyYAML's C SafeLoader, bounded: an alias bomb is malformed frontmatter, a value that
+cannot be constructed such as `date: 2024-13-45` is kept as text and reported). Keys `name`, `description`,
+`tags` and `date` are recognised; every key is kept, in order, and `render_frontmatter` writes them back.
 
 Wikilinks: `[[target]]`, `[[target|alias]]` (`[[target\\|alias]]` inside tables), `[[target#anchor]]`,
 `![[embed]]`. The target is the literal workspace-relative path as written (trimmed; no `.md` appended, no
@@ -26,21 +27,19 @@ from __future__ import annotations
 import datetime as dt
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
 import yaml
-from frontmatter.default_handlers import YAMLHandler
 
 from storage.chunking import Outline, chunk_jsonl, chunk_markdown, chunk_text, parse_blocks, split_lines
 from storage.model import Link, ParsedFile
+from storage.yaml_load import load as load_yaml
 
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 BINARY_SNIFF_BYTES = 8192
-
-_YAML = YAMLHandler()
 
 _FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
 _FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
@@ -76,6 +75,7 @@ class Frontmatter:
     the block, starting at line `body_line`. `error`: why the block did not parse, else None; on error the
     whole text is `body` (body_line 1), so re-rendering never drops the unparsed block. `raw`: the YAML text
     between the fences (None without a block). `end_line`: line of the closing fence (0 without a block).
+    `value_errors`: values of a parsed block kept as text because YAML could not construct them.
     """
 
     meta: dict[str, Any]
@@ -84,6 +84,7 @@ class Frontmatter:
     error: str | None = None
     raw: str | None = None
     end_line: int = 0
+    value_errors: list[str] = field(default_factory=list)
 
 
 def _find_block(text: str) -> tuple[str, int, int] | None:
@@ -100,21 +101,21 @@ def _find_block(text: str) -> tuple[str, int, int] | None:
     return raw, raw.count("\n") + 2, body_at
 
 
-def _load_yaml(raw: str) -> tuple[dict[str, Any], str | None]:
-    """The mapping in a frontmatter block, or ({}, a message saying why not)."""
+def _load_yaml(raw: str) -> tuple[dict[str, Any], str | None, list[str]]:
+    """(the mapping in a frontmatter block, None, value errors), or ({}, a message saying why not, [])."""
     try:
-        meta = _YAML.load(raw) if raw.strip() else {}
+        meta, problems = load_yaml(raw, first_line=2)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return {}, f"malformed frontmatter (YAML){where}: {problem}; the file is indexed as text"
+        return {}, f"malformed frontmatter (YAML){where}: {problem}; the file is indexed as text", []
     if meta is None:
-        return {}, None
+        return {}, None, []
     if not isinstance(meta, dict):
         kind = type(meta).__name__
-        return {}, f"frontmatter is a YAML {kind}, not a mapping of keys; the file is indexed as text"
-    return meta, None
+        return {}, f"frontmatter is a YAML {kind}, not a mapping of keys; the file is indexed as text", []
+    return meta, None, [f"malformed frontmatter value: {problem}" for problem in problems]
 
 
 def split_frontmatter(text: str) -> Frontmatter:
@@ -123,10 +124,10 @@ def split_frontmatter(text: str) -> Frontmatter:
     if found is None:
         return Frontmatter({}, text)
     raw, end_line, body_at = found
-    meta, error = _load_yaml(raw)
+    meta, error, value_errors = _load_yaml(raw)
     if error:
         return Frontmatter({}, text, 1, error, raw, end_line)
-    return Frontmatter(meta, text[body_at:], end_line + 1, None, raw, end_line)
+    return Frontmatter(meta, text[body_at:], end_line + 1, None, raw, end_line, value_errors)
 
 
 def render_frontmatter(meta: dict[str, Any], body: str) -> str:
@@ -138,7 +139,8 @@ def render_frontmatter(meta: dict[str, Any], body: str) -> str:
     if not meta:
         return body
     try:
-        block = _YAML.export(meta, Dumper=_Dumper, sort_keys=False, width=1 << 20)
+        block = yaml.dump(meta, Dumper=_Dumper, default_flow_style=False, allow_unicode=True, sort_keys=False,
+                          width=1 << 20).strip()
     except yaml.YAMLError as exc:
         raise ValueError(f"frontmatter cannot be written as YAML: {exc}") from exc
     return f"---\n{block}\n---\n{body}"
@@ -549,9 +551,10 @@ def _parse_markdown(parsed: ParsedFile, text: str) -> None:
     body, body_line, chunks, links = text, 1, [], []
     if found is not None:
         raw, end_line, body_at = found
-        meta, error = _load_yaml(raw)
+        meta, error, value_errors = _load_yaml(raw)
         body, body_line = text[body_at:], end_line + 1
         links = [m.link for m in _frontmatter_matches(raw, 2)]
+        parsed.errors += value_errors
         if error:
             parsed.errors.append(error)
             chunks = chunk_text(raw, first_line=2)
@@ -575,6 +578,7 @@ def _apply_meta(parsed: ParsedFile, meta: dict[str, Any]) -> None:
         date = _frontmatter_date(meta["date"])
         if date:
             parsed.date = date
-        else:
-            parsed.errors.append(f"frontmatter date {meta['date']!r} is not a YYYY-MM-DD date; ignored")
+        elif not any(f"{meta['date']!r} at line" in e for e in parsed.errors):  # else YAML already said why
+            parsed.errors.append(f"malformed frontmatter value: date {meta['date']!r} is not a YYYY-MM-DD date; "
+                                 "not used as the note's date")
 

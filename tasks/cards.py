@@ -11,17 +11,19 @@ import html
 import re
 import unicodedata
 from pathlib import PurePosixPath
+from typing import ClassVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
 from engine.llm import LLM, LLMError, load_prompt
+from engine.prefect_env import run_logger
 from engine.toolbox import Toolbox, read_text
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
-from tasks import checkpoints, dialog
-from tasks.context import memory_of, metadata_of, run_logger
+from tasks import checkpoints, dialog, usage
+from tasks.context import memory_of, metadata_of
 
 MAX_RESOURCE_CHARS = 40_000
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}
@@ -31,8 +33,11 @@ class CardDraft(BaseModel):
     """What the agent returns for a card; `content` may be None when it wrote the card with a tool."""
 
     name: str = Field(min_length=1, max_length=200)
-    description: str = ""
-    content: str | None = None
+    description: str = Field(default="", max_length=1_000)
+    content: str | None = Field(default=None, max_length=30_000)
+
+    EXAMPLE: ClassVar[dict] = {"name": "Piano lessons for Sam", "description": "When Sam's lessons are.",
+                               "content": "# Piano lessons\n\n- Sam has lessons on Tuesdays."}
 
     @field_validator("name")
     @classmethod
@@ -61,7 +66,8 @@ def unique_path(memory, folder: str, stem: str, keep: str | None = None) -> str:
         n += 1
 
 
-def _unwrap(value) -> str:
+def unwrap_link(value) -> str:
+    """A path without the wikilink brackets a model or a frontmatter value may wrap it in."""
     return str(value or "").strip().removeprefix("[[").removesuffix("]]").strip()
 
 
@@ -76,7 +82,7 @@ def find_card(memory, folder: str, key: str, value: str) -> str | None:
         if entry.get("type") != "file" or not path.endswith(".md"):
             continue
         meta = memory.frontmatter_get(path)["frontmatter"] or {}
-        if _unwrap(meta.get(key)) == _unwrap(value):
+        if unwrap_link(meta.get(key)) == unwrap_link(value):
             return path
     return None
 
@@ -101,12 +107,14 @@ def save_card(memory, folder: str, current: str | None, draft_path: str, draft: 
     return {"path": target, "created": current is None, "renamed_from": renamed_from if current else None}
 
 
-def draft_card(llm: LLM, memory, workspace: str, prompt: str, material: str, draft_path: str) -> tuple[CardDraft, bool]:
-    """Run the card agent: it may read memory and write only `draft_path`. Returns (draft, wrote_with_tools)."""
+def draft_card(llm: LLM, memory, workspace: str, prompt: str, material: str, draft_path: str,
+               kind: str) -> tuple[CardDraft, bool]:
+    """Run the card agent: it may read memory and write only `draft_path` (with tools off it answers from
+    the material alone and the caller writes the card). Returns (draft, wrote_with_tools)."""
     toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p == draft_path,
                       write_scope=f"the card {draft_path}")
     messages = [{"role": "system", "content": load_prompt(prompt)}, {"role": "user", "content": material}]
-    draft = llm.agent(messages, CardDraft, toolbox)
+    draft = llm.agent(messages, CardDraft, toolbox, kind)
     return draft, draft_path in toolbox.written
 
 
@@ -157,7 +165,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
         _existing_section(memory, current),
         f"New messages:\n<messages>\n{dialog.transcript(records)}\n</messages>",
     ]))
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path)
+    draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card")
     identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
     card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
     run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
@@ -183,7 +191,8 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
         _existing_section(memory, current),
         f"The resource:\n<resource>\n{resource_text(raw, path)}\n</resource>",
     ])
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path)
+    draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
+                                   "resource")
     card = save_card(memory, str(PurePosixPath(current).parent) if current else folder, current, draft_path,
                      draft, {"source_resource": link}, with_tools)
     return {"path": card["path"], "action": "created" if card["created"] else "updated",
@@ -200,7 +209,7 @@ def _checkpointed_card(memory, seen: dict, link: str) -> str | None:
         meta = memory.frontmatter_get(card)["frontmatter"] or {}
     except NotFound:
         return None
-    return card if _unwrap(meta.get("source_resource")) == _unwrap(link) else None
+    return card if unwrap_link(meta.get("source_resource")) == unwrap_link(link) else None
 
 
 @task(cache_policy=NO_CACHE)
@@ -224,6 +233,12 @@ def record_resource(workspace: str, path: str, result: dict) -> None:
             data.pop(path, None)
         else:
             data[path] = {"hash": result["hash"], "card": result["path"]}
+
+
+@task(cache_policy=NO_CACHE)
+def publish_usage(workspace: str, job: str, title: str, spent: dict | None) -> str:
+    """The run's LLM usage per call kind: a `<job>-usage` artifact and an entry in the usage log."""
+    return usage.publish(workspace, job, title, spent)
 
 
 @task(cache_policy=NO_CACHE)

@@ -6,7 +6,6 @@ Tasks take the workspace as a plain path string (so Prefect can record and hash 
 
 from __future__ import annotations
 
-import logging
 from datetime import date
 from pathlib import Path
 
@@ -31,17 +30,6 @@ def memory_of(workspace: str):
 def metadata_of(workspace: str) -> Workspace:
     """The workspace's folder object, for checkpoints in `metadata/`."""
     return Workspace(workspace)
-
-
-def run_logger():
-    """Prefect's logger of the current run (shown in the UI), else a plain one (`task.fn` calls)."""
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger("dreamflow.tasks")
 
 
 def today() -> str:

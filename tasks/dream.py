@@ -16,19 +16,22 @@ import re
 import threading
 from datetime import date as Date
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import ClassVar, Literal
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import LLM, LLMError, Usage, load_prompt
+from engine.llm import LLM, LLMError, load_prompt, response_schema
+from engine.prefect_env import run_logger
+from engine.usage import Usage
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
+from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
-from tasks import checkpoints
-from tasks.cards import slugify, unique_path
-from tasks.context import memory_of, metadata_of, run_logger
+from tasks import checkpoints, usage
+from tasks.cards import slugify, unique_path, unwrap_link
+from tasks.context import memory_of, metadata_of
 
 BUCKETS = ("personal", "procedure", "wiki")
 MAX_FILE_CHARS = 8_000      # per daily file in the extract prompt
@@ -40,13 +43,17 @@ SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
 
 # ---- structured outputs --------------------------------------------------------------------------------
 
+Bucket = Literal["personal", "procedure", "wiki"]
+MAX_UNITS = 50  # per reply, whatever --max-units says (the schema sent asks for at most max_units)
+
+
 class Unit(BaseModel):
     """One piece of durable knowledge that lands in exactly one digest node."""
 
-    name: str = Field(min_length=1)
-    bucket: str = "wiki"
-    summary: str = Field(min_length=1)
-    paths: list[str] = Field(default_factory=list)
+    name: str = Field(min_length=1, max_length=200)
+    bucket: Bucket = "wiki"
+    summary: str = Field(min_length=1, max_length=2_000)
+    paths: list[str] = Field(default_factory=list, max_length=20)
 
     @field_validator("bucket", mode="before")
     @classmethod
@@ -56,16 +63,21 @@ class Unit(BaseModel):
 
 
 class TopicCandidate(BaseModel):
-    title: str = Field(min_length=1)
-    reason: str = ""
-    evidence: list[str] = Field(default_factory=list)
-    keywords: list[str] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
+    title: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=1_000)
+    evidence: list[str] = Field(default_factory=list, max_length=10)
+    keywords: list[str] = Field(default_factory=list, max_length=10)
+    paths: list[str] = Field(default_factory=list, max_length=20)
 
 
 class Extraction(BaseModel):
-    units: list[Unit] = Field(default_factory=list)
-    topics: list[TopicCandidate] = Field(default_factory=list)
+    units: list[Unit] = Field(default_factory=list, max_length=MAX_UNITS)
+    topics: list[TopicCandidate] = Field(default_factory=list, max_length=10)
+
+    EXAMPLE: ClassVar[dict] = {
+        "units": [{"name": "Sam's piano lessons", "bucket": "personal",
+                   "summary": "Sam takes piano lessons on Tuesdays since March.", "paths": []}],
+        "topics": []}
 
 
 class Decision(BaseModel):
@@ -73,10 +85,14 @@ class Decision(BaseModel):
     CORROBORATE, or when the agent wrote the node with a tool)."""
 
     action: Literal["CREATE", "CORROBORATE", "REFINE", "CORRECT"]
-    target: str | None = None
-    name: str | None = None
-    description: str | None = None
-    content: str | None = None
+    target: str | None = Field(default=None, max_length=300)
+    name: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=1_000)
+    content: str | None = Field(default=None, max_length=20_000)
+
+    EXAMPLE: ClassVar[dict] = {"action": "CREATE", "target": None, "name": "Sam's piano lessons",
+                               "description": "When and where Sam learns the piano.",
+                               "content": "Sam takes piano lessons on Tuesdays.\n\n## Sources\n\n- ..."}
 
     @field_validator("action", mode="before")
     @classmethod
@@ -132,12 +148,28 @@ def extract_material(texts: dict[str, str], changed: list[str], max_units: int, 
     return "\n\n".join(parts), sent
 
 
+def extraction_schema(max_units: int, sent: list[str]) -> dict:
+    """The reply schema of one extract call: at most `max_units` units, paths only among the files `sent`."""
+    schema = response_schema(Extraction)
+    schema["properties"]["units"]["maxItems"] = max_units
+    for name in ("Unit", "TopicCandidate"):
+        schema["$defs"][name]["properties"]["paths"]["items"]["enum"] = list(sent)
+    return schema
+
+
+def extraction_example(sent: list[str]) -> dict:
+    """The repair turn's example, citing a file that was really sent."""
+    unit = {**Extraction.EXAMPLE["units"][0], "paths": sent[:1]}
+    return {**Extraction.EXAMPLE, "units": [unit]}
+
+
 def clean_units(extraction: Extraction, sent: list[str], max_units: int) -> tuple[list[Unit], list[str]]:
-    """Units citing only files that were sent (units citing none are dropped), at most `max_units`; also
-    returns the paths only dropped units cited, which must not be checkpointed."""
+    """Units citing only files that were sent (paths not sent are dropped; units left citing none are
+    dropped), at most `max_units`; also returns the paths only dropped units cited, which must not be
+    checkpointed."""
     units, dropped = [], []
     for unit in extraction.units:
-        paths = [p for p in dict.fromkeys(unit.paths) if p in sent]
+        paths = given(unit.paths, sent)
         if not paths:
             continue
         unit = unit.model_copy(update={"paths": paths})
@@ -145,6 +177,16 @@ def clean_units(extraction: Extraction, sent: list[str], max_units: int) -> tupl
     kept = {p for u in units for p in u.paths}
     deferred = sorted({p for u in dropped for p in u.paths} - kept)
     return units, deferred
+
+
+def clean_topics(extraction: Extraction, sent: list[str]) -> list[dict]:
+    """Topic candidates with their paths limited to the files that were sent."""
+    return [t.model_copy(update={"paths": given(t.paths, sent)}).model_dump() for t in extraction.topics]
+
+
+def given(paths: list[str], sent: list[str]) -> list[str]:
+    """The cited `paths` (wikilink brackets removed, duplicates dropped) that are among the files `sent`."""
+    return [p for p in dict.fromkeys(map(unwrap_link, paths)) if p in sent]
 
 
 # ---- plain functions: integrating ---------------------------------------------------------------------
@@ -195,6 +237,19 @@ def integrate_material(unit: dict, date: str, candidates: list[dict], sources: d
     else:
         parts.append("No existing digest node matches it.")
     return "\n\n".join(parts)
+
+
+def decision_schema(candidates: list[dict]) -> dict:
+    """The reply schema of one integrate call: updates may only target a listed node; with none listed,
+    the only action is CREATE."""
+    schema = response_schema(Decision)
+    paths = [c["path"] for c in candidates]
+    if paths:
+        schema["properties"]["target"] = {"anyOf": [{"type": "string", "enum": paths}, {"type": "null"}]}
+    else:
+        schema["properties"]["action"]["enum"] = ["CREATE"]
+        schema["properties"]["target"] = {"type": "null"}
+    return schema
 
 
 _writing = threading.Lock()  # units run in threads: read-check-write of a node must not interleave
@@ -256,13 +311,14 @@ def extract(workspace: str, date: str, scan_days: int, max_units: int, hint: str
     llm = LLM.from_settings()
     material, sent = extract_material(texts, sorted(changed), max_units, hint, date)
     messages = [{"role": "system", "content": load_prompt("extract")}, {"role": "user", "content": material}]
-    extraction = llm.structured(messages, Extraction)
+    extraction = llm.structured(messages, Extraction, "extract", json_schema=extraction_schema(max_units, sent),
+                                example=extraction_example(sent))
     units, deferred = clean_units(extraction, sent, max_units)
     result.update(
         hashes={p: changed[p] for p in sent},
         units=[{"id": f"u{i}", **u.model_dump(), "hashes": {p: changed[p] for p in u.paths}}
                for i, u in enumerate(units, 1)],
-        topics=[t.model_dump() for t in extraction.topics],
+        topics=clean_topics(extraction, sent),
         deferred=sorted(set(deferred) | (set(changed) - set(sent))),
         usage=llm.usage.as_dict(),
     )
@@ -282,7 +338,7 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
     messages = [{"role": "system", "content": load_prompt("integrate")},
                 {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
     try:
-        decision = llm.agent(messages, Decision, toolbox)
+        decision = llm.agent(messages, Decision, toolbox, "integrate", json_schema=decision_schema(candidates))
         outcome = apply_decision(memory, unit, decision, date, toolbox.written)
     except Exception as exc:
         exc.usage = llm.usage.as_dict()  # failed calls cost tokens too: finish counts them
@@ -330,8 +386,9 @@ def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], fai
 
 
 @task(cache_policy=NO_CACHE)
-def publish_report(summary: dict) -> str:
-    """A markdown artifact of the run: units, action taken, target node, failures, tokens."""
+def publish_report(workspace: str, summary: dict) -> str:
+    """A markdown artifact of the run (units, action taken, target node, failures, tokens per call kind) and
+    the run's entry in the usage log."""
     lines = [f"# Dream of {summary['date']}", "",
              f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['units']} units, "
              f"{len(summary['failed'])} failed; {summary['topics']} new topics.", "",
@@ -342,14 +399,17 @@ def publish_report(summary: dict) -> str:
         lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]
     u = summary["usage"]
     lines += ["", f"LLM: {u['calls']} calls, {u['total_tokens']} tokens "
-                  f"({u['prompt_tokens']} prompt, {u['completion_tokens']} completion), {u['seconds']} s."]
+                  f"({u['prompt_tokens']} prompt, {u['completion_tokens']} completion), {u['seconds']} s.", "",
+              *usage.table(u)]
     markdown = "\n".join(lines)
+    usage.publish(workspace, "auto-dream", f"dream of {summary['date']}", u)
     create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
     return markdown
 
 
-class UnitsFailed(LLMError):
-    """Some units of a dream failed; `summary` is the run summary (their paths stay un-checkpointed)."""
+class UnitsFailed(JobFailed, LLMError):
+    """Some units of a job failed (a planned failure, exit code 9); `summary` is the run summary (their paths
+    stay un-checkpointed)."""
 
     def __init__(self, message: str, summary: dict):
         super().__init__(message, summary)

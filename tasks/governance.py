@@ -10,19 +10,20 @@ an outcome `{item, status: done|skipped, detail, changed, deleted}`; a failed ta
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import LLM, load_prompt
+from engine.llm import LLM, load_prompt, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
+from engine.usage import Usage
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
-from tasks import checkpoints
+from tasks import checkpoints, usage
 from tasks.cards import slugify, unique_path
 from tasks.context import memory_of, metadata_of
 from tasks.dream import link_guard
@@ -58,13 +59,20 @@ class LinkChoice(BaseModel):
 
 
 class LinkJudgement(BaseModel):
-    links: list[LinkChoice] = Field(default_factory=list)
+    links: list[LinkChoice] = Field(default_factory=list, max_length=50)
+
+    EXAMPLE: ClassVar[dict] = {"links": [{"target": "digest/wiki/piano.md", "old": "her piano", "new":
+                                          "her [[digest/wiki/piano.md|piano]]", "reason": "Same instrument.",
+                                          "predicate": None}]}
 
 
 class MergedNode(BaseModel):
     content: str = Field(min_length=1)
     name: str | None = None
     description: str | None = None
+
+    EXAMPLE: ClassVar[dict] = {"name": "Piano lessons", "description": "Sam's lessons.",
+                               "content": "Sam has lessons on Tuesdays.\n\n## Sources\n\n- ..."}
 
 
 class Part(BaseModel):
@@ -81,7 +89,11 @@ class Part(BaseModel):
 
 class SplitPlan(BaseModel):
     overview: str = Field(min_length=1)
-    parts: list[Part] = Field(min_length=2)
+    parts: list[Part] = Field(min_length=2, max_length=20)
+
+    EXAMPLE: ClassVar[dict] = {"overview": "Sam's music.", "parts": [
+        {"name": "Piano", "description": "Lessons.", "content": "Tuesdays.", "sources": []},
+        {"name": "Choir", "description": "Rehearsals.", "content": "Fridays.", "sources": []}]}
 
 
 # ---- plain functions -----------------------------------------------------------------------------------
@@ -117,8 +129,11 @@ def stamps(memory) -> dict[str, str]:
 def summarize(flow: str, outcomes: list[dict], failures: list[dict], **extra) -> dict:
     """The run summary every governance flow returns (and the CLI prints)."""
     changed = sorted({p for o in outcomes for p in o["changed"]} - {p for o in outcomes for p in o["deleted"]})
+    spent = Usage()
+    for o in outcomes:
+        spent.add(o.get("usage"))
     return {"flow": flow, "outcomes": outcomes, "failed": failures, "changed": changed,
-            "deleted": sorted({p for o in outcomes for p in o["deleted"]}), **extra}
+            "deleted": sorted({p for o in outcomes for p in o["deleted"]}), "usage": spent.as_dict(), **extra}
 
 
 def collect(states: list, items: list[str]) -> tuple[list[dict], list[dict]]:
@@ -218,7 +233,9 @@ def mine_links(workspace: str, path: str, candidates: int) -> dict:
     llm = LLM.from_settings()
     messages = [{"role": "system", "content": load_prompt("link_mine")},
                 {"role": "user", "content": mining_material(path, text, found)}]
-    judgement = llm.structured(messages, LinkJudgement)
+    schema = response_schema(LinkJudgement)
+    schema["$defs"]["LinkChoice"]["properties"]["target"]["enum"] = [c["path"] for c in found]
+    judgement = llm.structured(messages, LinkJudgement, "link_mine", json_schema=schema)
     names = {c["path"]: c.get("name") for c in found}
     proposals = {c.target: Proposal(c.target, c.old, c.new, c.reason, c.predicate, names[c.target])
                  for c in judgement.links if c.target in names}
@@ -242,7 +259,7 @@ def checkpoint_mined(workspace: str, outcomes: list[dict]) -> None:
 
 # ---- tasks: merge, split, archive ------------------------------------------------------------------------
 
-@task(task_run_name="merge-{victim}", tags=["llm"], cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="merge-{victim}", tags=["llm"])
 def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
     """Fold `victim` into `survivor`: LLM-merged prose, union of sources and links, `merged_from`, inbound
     links retargeted (line anchors follow their text), victim deleted."""
@@ -260,7 +277,7 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
     messages = [{"role": "system", "content": load_prompt("merge")},
                 {"role": "user", "content": f'<node path="{survivor}">\n{kept[:MAX_NODE_CHARS]}\n</node>\n\n'
                                             f'<node path="{victim}">\n{gone[:MAX_NODE_CHARS]}\n</node>'}]
-    merged = llm.structured(messages, MergedNode)
+    merged = llm.structured(messages, MergedNode, "merge")
     meta = {k: v for k, v in gone_fm.meta.items() if k not in kept_fm.meta and k not in ("name", "description")}
     meta["merged_from"] = list(dict.fromkeys(
         [*_as_list(kept_fm.meta.get("merged_from")), victim, *_as_list(gone_fm.meta.get("merged_from"))]))
@@ -279,7 +296,7 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
                    deleted=[victim], usage=llm.usage.as_dict())
 
 
-@task(task_run_name="split-{path}", tags=["llm"], cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="split-{path}", tags=["llm"])
 def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     """Break one node into focused parts that link to each other and to the node, which stays as their
     overview; sources are carried along and no link of the original is lost."""
@@ -291,7 +308,7 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     llm = LLM.from_settings()
     messages = [{"role": "system", "content": load_prompt("split").replace("{max_parts}", str(max_parts))},
                 {"role": "user", "content": f'<node path="{path}">\n{text[:MAX_NODE_CHARS]}\n</node>'}]
-    plan = llm.structured(messages, SplitPlan)
+    plan = llm.structured(messages, SplitPlan, "split")
     parts = plan.parts[:max_parts]
     folder = path.rsplit("/", 1)[0]
     part_paths: list[str] = []
@@ -317,7 +334,7 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
                    usage=llm.usage.as_dict())
 
 
-@task(task_run_name="archive-{path}", cache_policy=NO_CACHE)
+@task(persist_result=True, task_run_name="archive-{path}")
 def archive_node(workspace: str, path: str, date: str) -> dict:
     """Move a node to digest/archive/ (same sub-path; links to it retargeted) and mark it `archived: date`."""
     memory = memory_of(workspace)
@@ -334,8 +351,9 @@ def archive_node(workspace: str, path: str, date: str) -> dict:
 
 
 @task(cache_policy=NO_CACHE)
-def publish_changes(summary: dict) -> str:
-    """A markdown artifact of a governance run: each item's outcome and every file changed."""
+def publish_changes(workspace: str, summary: dict) -> str:
+    """A markdown artifact of a governance run (each item's outcome, every file changed, LLM usage per call
+    kind) and the run's entry in the usage log."""
     flow = summary["flow"]
     lines = [f"# {flow}", "", "| item | status | detail |", "|---|---|---|"]
     lines += [f"| `{o['item']}` | {o['status']} | {o['detail']} |" for o in summary["outcomes"]]
@@ -345,6 +363,9 @@ def publish_changes(summary: dict) -> str:
             lines += ["", f"{title}: " + ", ".join(f"`{p}`" for p in paths)]
     if summary.get("deferred"):
         lines += ["", f"Left for the next run: {len(summary['deferred'])} nodes."]
+    if summary["usage"]["calls"]:
+        lines += ["", *usage.table(summary["usage"])]
+        usage.publish(workspace, flow, flow, summary["usage"])
     markdown = "\n".join(lines)
     create_markdown_artifact(markdown=markdown, key=flow, description=f"{flow} run")
     return markdown

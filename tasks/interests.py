@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from engine.toolbox import read_text
 from storage.errors import DreamflowError, InvalidInput
 from storage.tokenize import terms
+from storage.yaml_load import load as load_yaml
 
 NEAR = 0.6
 MAX_CONTENT_CHARS = 4_000
@@ -64,7 +65,7 @@ def load(memory, date: str) -> Interests | None:
     if text is None:
         return None
     try:
-        data = yaml.safe_load(text)
+        data, _ = load_yaml(text)  # bounded: an alias bomb is malformed YAML, not a hang
     except yaml.YAMLError as exc:
         raise InvalidInput(f"{path} is not readable YAML: {exc}") from None
     if not isinstance(data, dict):

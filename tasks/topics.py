@@ -3,18 +3,36 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from engine.llm import LLM, LLMError, load_prompt
+from engine.llm import LLM, LLMError, load_prompt, response_schema
+from engine.prefect_env import run_logger
 from engine.settings import Settings
 from tasks import interests
-from tasks.context import memory_of, run_logger
+from tasks.context import memory_of
+
+
+class Pick(BaseModel):
+    title: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=1_000)
 
 
 class Selection(BaseModel):
-    topics: list[dict] = Field(default_factory=list)
+    topics: list[Pick] = Field(default_factory=list, max_length=20)
+
+    EXAMPLE: ClassVar[dict] = {"topics": [{"title": "Sam's piano recital", "reason": "It is next week."}]}
+
+
+def selection_schema(candidates: list[interests.Topic], count: int) -> dict:
+    """The reply schema: at most `count` picks, titles only among the candidates'."""
+    schema = response_schema(Selection)
+    schema["properties"]["topics"]["maxItems"] = count
+    schema["$defs"]["Pick"]["properties"]["title"]["enum"] = [t.title for t in candidates]
+    return schema
 
 
 def choose(llm: LLM | None, candidates: list[interests.Topic], recent: list[str], count: int) -> list[interests.Topic]:
@@ -27,16 +45,17 @@ def choose(llm: LLM | None, candidates: list[interests.Topic], recent: list[str]
                 {"role": "user", "content": f"Pick {count}.\nRecent topics:\n"
                  + "\n".join(f"- {t}" for t in recent) + f"\nCandidates:\n{listing}"}]
     try:
-        picked = llm.structured(messages, Selection).topics
+        picked = llm.structured(messages, Selection, "topics", json_schema=selection_schema(candidates, count),
+                                example={"topics": [{"title": candidates[0].title, "reason": "..."}]}).topics
     except LLMError as exc:
         run_logger().warning("topic selection fell back to the first candidates: %s", exc)
         return candidates[:count]
     by_title = {t.title.lower(): t for t in candidates}
     chosen = []
     for item in picked:
-        topic = by_title.get(str(item.get("title", "")).strip().lower())
+        topic = by_title.get(item.title.strip().lower())
         if topic and topic not in chosen:
-            chosen.append(topic.model_copy(update={"reason": item.get("reason") or topic.reason}))
+            chosen.append(topic.model_copy(update={"reason": item.reason or topic.reason}))
     return chosen[:count] or candidates[:count]
 
 

@@ -36,13 +36,19 @@ prefect_env.configure()
 
 
 @pytest.fixture(scope="session")
-def prefect_harness():
-    """A temporary Prefect API (prefect_test_harness, ~11 s, once per session) with in-process-run settings
-    (no flow heartbeat). Request it in any test that runs flows."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(dreamflow_service):
+    """A Prefect API for flows run in this process, with in-process-run settings (no flow heartbeat): the shared
+    service's Prefect server, so the session runs one Prefect server, not two. Request it in any test that runs
+    flows in-process; their runs have no deployment and their workspaces are not the service's."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120), prefect_env.interactive_runs():
+    with temporary_settings({PREFECT_API_URL: dreamflow_service.prefect_api}), prefect_env.interactive_runs():
         yield
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=10)  # before the service (and its Prefect server) stops
+        EventsWorker.drain_all(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -55,13 +61,19 @@ def llm_server():
 
 @pytest.fixture
 def llm(llm_server, monkeypatch):
-    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries)."""
+    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries, tools
+    auto, response_format auto)."""
+    from engine.llm import forget_endpoints
+
     llm_server.reset()
+    forget_endpoints()  # each test probes response_format and tool support afresh
     monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", llm_server.base_url)
     monkeypatch.setenv("DREAMFLOW_LLM_MODEL", llm_server.model)
     monkeypatch.setenv("DREAMFLOW_LLM_API_KEY", "test-key")
     monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "2")
     monkeypatch.setenv("DREAMFLOW_LLM_MAX_RETRIES", "0")
+    for knob in ("TOOLS", "JSON", "MAX_TOKENS", "CONCURRENCY", "TEMPERATURE", "FREQUENCY_PENALTY", "REPEAT_PENALTY"):
+        monkeypatch.delenv(f"DREAMFLOW_LLM_{knob}", raising=False)
     yield llm_server
     llm_server.reset()
 

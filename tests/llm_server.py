@@ -7,6 +7,9 @@ Every test talks to it through the real `openai` client. Script replies in three
 - `server.reply(...)` / `server.reply_json(obj)` / `server.tool_call(name, args)`: a FIFO queue for the rest;
 - `server.responder = fn(request_body) -> Reply | None`: computes a reply (benchmarks, catch-alls).
 
+`server.refuse(match, status=400)` makes every request matching `match(request_body)` fail with that HTTP status
+before any scripted reply is used (and without using one): e.g. an endpoint that knows no `json_schema`.
+
 `POST /v1/embeddings` is answered by `server.embedder = fn(texts) -> list[vector]` (HTTP 500 while it is None
 or when it raises), so the real `openai` embeddings path runs too.
 
@@ -28,7 +31,8 @@ from typing import Any, Callable
 @dataclass
 class Reply:
     """One scripted answer: text `content` and/or `tool_calls`, after `delay` seconds; `status` != 200 is an
-    HTTP error; `raw` replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts."""
+    HTTP error; `raw` replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts;
+    `finish_reason` overrides "stop" / "tool_calls" (e.g. "length": cut at max_tokens)."""
 
     content: str | None = None
     tool_calls: list[dict] = field(default_factory=list)
@@ -36,6 +40,7 @@ class Reply:
     status: int = 200
     raw: bytes | None = None
     usage: dict | None = None
+    finish_reason: str | None = None
 
 
 def text_of(body: dict) -> str:
@@ -61,6 +66,7 @@ class LLMServer:
         self.responder: Callable[[dict], Reply | None] | None = None
         self.embedder: Callable[[list[str]], list[list[float]]] | None = None
         self.requests: list[dict] = []
+        self._refusals: list[tuple[Callable[[dict], bool], int, str]] = []
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- scripting -----------------------------------------------------------------------------------------
@@ -87,10 +93,18 @@ class LLMServer:
             self._routes.append((pred, list(replies)))
         return self
 
+    def refuse(self, match: Callable[[dict], bool], status: int = 400,
+               message: str = "unsupported request") -> LLMServer:
+        """Answer every request for which `match(body)` is true with HTTP `status` (until `reset`)."""
+        with self._lock:
+            self._refusals.append((match, status, message))
+        return self
+
     def reset(self) -> None:
         with self._lock:
             self._queue.clear()
             self._routes.clear()
+            self._refusals.clear()
             self.requests.clear()
             self.responder = None
             self.embedder = None
@@ -103,6 +117,9 @@ class LLMServer:
     def _next(self, body: dict) -> Reply | None:
         with self._lock:
             self.requests.append(body)
+            for pred, status, message in self._refusals:
+                if pred(body):
+                    return Reply(content=message, status=status)
             for pred, replies in self._routes:
                 if replies and pred(body):
                     return replies.pop(0)
@@ -207,9 +224,14 @@ def completion(body: dict, reply: Reply) -> dict:
         "created": int(time.time()),
         "model": body.get("model", LLMServer.model),
         "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+                     "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")}],
         "usage": usage,
     }
+
+
+def format_type(body: dict) -> str | None:
+    """The `response_format` type of a request (None without one)."""
+    return (body.get("response_format") or {}).get("type")
 
 
 def json_reply(obj: Any, **kwargs) -> Reply:

@@ -58,6 +58,7 @@ class RunningService:
         self.log_path = root / f"service-{self.port}.log"
         self.proc: subprocess.Popen | None = None
         self.prefect_api: str | None = None
+        self.prefect_auth: tuple[str, str] | None = None  # basic auth of a token-protected Prefect server
 
     @classmethod
     def start(cls, root: Path, llm=None, turns: int = 10, prefect_api: str | None = None, runner: bool = True,
@@ -94,6 +95,7 @@ class RunningService:
         wait_for(self._ready, timeout, f"the service to be ready (log: {self.log_path})", interval=0.2)
         info = json.loads((self.workspace / "metadata/service.json").read_text())
         self.prefect_api = info["prefect_api"]
+        self.prefect_auth = ("dreamflow", self.token) if info.get("prefect_auth") else None
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -133,7 +135,12 @@ class RunningService:
     # -- the Prefect API, read over REST
 
     def prefect(self, method: str, path: str, body: dict | None = None):
-        resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, timeout=20)
+        """One Prefect API call; a 503 (its SQLite database was locked) is retried, as Prefect's own client does."""
+        for attempt in range(6):
+            resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, auth=self.prefect_auth, timeout=20)
+            if resp.status_code != 503:
+                break
+            time.sleep(1 + attempt)
         resp.raise_for_status()
         return resp.json()
 

@@ -3,6 +3,7 @@ same results and errors as the in-process Memory, JSON errors with the right sta
 
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -180,3 +181,22 @@ def test_proactive_returns_the_days_topics(served):
     assert status == 200 and body["topics"] == [] and "interests.yaml" in body["skipped"]
     status, body = server.raw("POST", "/proactive", {"date": "someday"})
     assert status == 400 and body["error"]["type"] == "InvalidInput"
+
+
+def test_docs_and_redoc_load_their_assets_from_the_service_not_a_cdn(served):
+    _, _, server = served
+    for page in ("/docs", "/redoc"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", page)
+        resp = conn.getresponse()
+        html = resp.read().decode()
+        assert resp.status == 200 and "/openapi.json" in html, page
+        assert not re.search(r"https?://", html), (page, re.findall(r"https?://[^\"' ]+", html))
+        assets = re.findall(r"(?:src|href)=['\"](/[^'\"]+)['\"]", html)
+        assert assets, page
+        for asset in assets:
+            conn.request("GET", asset)
+            served_asset = conn.getresponse()
+            body = served_asset.read()
+            assert served_asset.status == 200 and len(body) > 1000, asset
+        conn.close()

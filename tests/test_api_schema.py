@@ -15,6 +15,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from dreamflow.api import create_app
+from engine.settings import Settings
 from storage.memory import Memory
 
 # Built at import: schemathesis parametrizes from a schema object (its fixture-based loader fails on pytest 9).
@@ -22,7 +23,8 @@ _WORKSPACE = tempfile.TemporaryDirectory(prefix="dreamflow-api-schema-")  # remo
 _memory = Memory(_WORKSPACE.name)
 _memory.write("digest/wiki/a.md", "Alpha [[digest/wiki/b.md]]", name="A")
 _memory.write("digest/wiki/b.md", "Beta", name="B")
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_memory))
+_app = create_app(_memory, settings=Settings(allowed_hosts=["testserver", "localhost"]))  # the ASGI client's Host
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance,
           allow_header_conformance]

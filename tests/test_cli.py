@@ -219,3 +219,20 @@ def test_tool_schemas_are_json_schemas_without_callbacks():
     json.dumps(list(schemas.values()))  # serialisable as-is
     assert {s["name"] for s in ops.tool_schemas(writes=False)} >= {"read", "search", "node_search"}
     assert typing.get_origin(next(p for p in ops.parameters(ops.BY_NAME["traverse"]) if p.name == "paths").annotation) is list
+
+
+def test_status_sums_up_recent_llm_usage(ws):
+    from tasks import usage
+
+    Memory(ws)  # the workspace layout
+    spent = {"calls": 3, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000, "seconds": 4.5,
+             "kinds": {"extract": {"calls": 1, "total_tokens": 600, "answers": 1, "first_try": 1}}}
+    usage.record(str(ws), "auto-dream", spent, run_id="r1")
+    usage.record(str(ws), "auto-memory", {**spent, "kinds": {}}, run_id="r2")
+    (ws / usage.LOG).write_text((ws / usage.LOG).read_text() + "not json\n")  # a damaged line is skipped
+    status = as_json(ws, "status")
+    assert [r["job"] for r in status["usage"]["runs"]] == ["auto-memory", "auto-dream"]
+    total = status["usage"]["total"]
+    assert total["total_tokens"] == 2000 and total["kinds"]["extract"]["calls"] == 1
+    text = ok(ws, "status").stdout
+    assert "LLM usage   last 2 run(s): 6 calls, 2000 tokens" in text and "auto-dream" in text

@@ -14,7 +14,7 @@ from storage import vectors
 from storage.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory
-from tasks import checkpoints, dialog
+from tasks import checkpoints, dialog, usage
 
 CARD = "Summarise the new messages"
 RESOURCE = "Distil one resource"
@@ -171,3 +171,20 @@ def test_maintenance_flows(prefect_harness, memory, ws):
     out = optimize(workspace=str(ws.root))
     assert out["reconciled"]["added"] == 1 and out["compacted"] is True and out["vectors_pruned"] == 1
     assert memory.search("gamma")[0]["path"] == "digest/wiki/b.md"
+
+
+def test_auto_memory_never_takes_a_text_tool_call_for_the_card(prefect_harness, llm, memory, ws):
+    """A local server that writes tool calls as text (the 0.5B model's `{"name": "edit", ...}`): the call is not
+    read as a card named "edit"; auto mode asks again without tools, and remembers it for the endpoint."""
+    llm.on(CARD, json_reply({"name": "edit", "arguments": {"path": f"daily/{DAY}/x.md", "old": "a", "new": "b"}}),
+           json_reply({"name": "Lisbon move", "description": "Moving to Lisbon", "content": "- Moving in May."}))
+    result = auto_memory(session_id="s9", workspace=str(ws.root), messages=[msg("I move to Lisbon in May", 9)])
+
+    assert result["card"] == f"daily/{DAY}/lisbon-move.md"
+    first, second = llm.requests
+    assert "tools" in first and "tools" not in second
+    assert "Moving in May" in text(memory, result["card"])
+    kinds = result["usage"]["kinds"]
+    assert kinds["card"]["calls"] == 2 and kinds["card"]["first_try"] == 1
+    entry = usage.recent(str(ws.root))[0]
+    assert entry["job"] == "auto-memory" and entry["calls"] == 2 and entry["run_id"]

@@ -36,7 +36,7 @@ def test_auto_memory_and_dream_commands(prefect_harness, llm, ws):
     llm.on("Unit: Piano\n", json_reply({"action": "CREATE", "name": "Piano lessons", "content": "Tuesdays."}))
     llm.on("Unit: Broken\n", json_reply({"nonsense": True}), json_reply({"still": "nonsense"}))
     result = run(ws, "dream", "--date", DAY, "--scan-days", "1")
-    assert result.exit_code == 1  # a failed unit: the summary is printed, the exit code says it
+    assert result.exit_code == 9  # a failed unit: the summary is printed, the exit code says it
     assert "Piano lessons" not in result.output and "digest/personal/piano-lessons.md" in result.output
     assert "FAILED" in result.output and "1 failed" in result.output
 

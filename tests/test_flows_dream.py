@@ -6,7 +6,7 @@ from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, tool_reply
 from storage.memory import Memory
-from tasks import checkpoints
+from tasks import checkpoints, usage
 from tasks.dream import UnitsFailed
 
 EXTRACT = "You consolidate a person's memory"
@@ -200,3 +200,56 @@ def test_no_llm_fails_at_once_and_checkpoints_nothing(prefect_harness, no_llm, m
     with pytest.raises(LLMNotConfigured, match="DREAMFLOW_LLM_BASE_URL"):
         auto_dream(date=DAY, workspace=str(ws.root))
     assert checkpoints.load(ws, "dream") == {}
+
+
+def test_small_model_guards_paths_schema_and_no_tools(prefect_harness, llm, memory, ws, monkeypatch):
+    """What a small local model needs: paths it was not given are dropped (its unit kept if any remain),
+    the schema sent names the given files and the listed nodes, and with tools off no tool is sent."""
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    ana, dough = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
+    invented = "daily/2024-05-08/trip.md"
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.",
+         "paths": [f"[[{ana}]]", invented]},
+        {"name": "A trip", "bucket": "wiki", "summary": "Made up.", "paths": [invented]}],
+        "topics": [{"title": "Visit Ana", "reason": "She moved", "paths": [invented, ana]}]}))
+    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
+        "action": "CORROBORATE", "target": "digest/wiki/portugal.md", "content": None}))
+
+    summary = auto_dream(date=DAY, scan_days=1, max_units=4, workspace=str(ws.root))
+
+    assert summary["units"] == 1 and summary["actions"][0]["target"] == "digest/wiki/portugal.md"
+    node = text(memory, "digest/wiki/portugal.md")
+    assert f"[[{ana}]]" in node and invented not in node
+    extract_body, integrate_body = llm.requests[:2]
+    schema = extract_body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["units"]["maxItems"] == 4
+    assert schema["$defs"]["Unit"]["properties"]["paths"]["items"]["enum"] == [ana, dough]
+    assert schema["$defs"]["Unit"]["properties"]["bucket"]["enum"] == ["personal", "procedure", "wiki"]
+    assert extract_body["max_tokens"] > 0 and "personal|procedure|wiki" not in extract_body["messages"][0]["content"]
+    assert "tools" not in integrate_body and "tools" not in extract_body
+    decision = integrate_body["response_format"]["json_schema"]["schema"]["properties"]
+    assert decision["action"]["enum"] == ["CREATE", "CORROBORATE", "REFINE", "CORRECT"]
+    assert decision["target"]["anyOf"][0]["enum"][0] == "digest/wiki/portugal.md"
+    assert "Portugal: Lisbon is its capital" in user_message(integrate_body)  # candidate's text in the prompt
+    assert "Ana told me she moved" in user_message(integrate_body)  # and the source's
+    assert "Visit Ana" in text(memory, f"daily/{DAY}/interests.yaml") and invented not in text(
+        memory, f"daily/{DAY}/interests.yaml")
+    kinds = summary["usage"]["kinds"]
+    assert kinds["extract"]["first_try"] == 1 and kinds["integrate"]["calls"] == 1
+    assert "| integrate | 1 | 1/1 |" in read_artifact(f"dream-{DAY}")
+    assert "| extract |" in read_artifact("auto-dream-usage")
+    assert usage.recent(str(ws.root))[0]["job"] == "auto-dream"
+
+
+def test_without_candidates_the_only_action_is_create(prefect_harness, llm, ws, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    Memory(ws.root).write(f"daily/{DAY}/piano.md", "Sam takes piano lessons on Tuesdays.", name="Piano")
+    llm.on(EXTRACT, json_reply({"units": [{"name": "Piano", "bucket": "personal", "summary": "Sam's lessons.",
+                                           "paths": [f"daily/{DAY}/piano.md"]}]}))
+    llm.on(unit_route("Piano"), json_reply({"action": "CREATE", "target": None, "name": "Piano lessons",
+                                            "content": "Sam takes piano lessons on Tuesdays."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert summary["actions"][0]["target"] == "digest/personal/piano-lessons.md"
+    decision = llm.requests[1]["response_format"]["json_schema"]["schema"]["properties"]
+    assert decision["action"]["enum"] == ["CREATE"] and decision["target"] == {"type": "null"}

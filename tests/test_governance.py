@@ -11,6 +11,7 @@ from flows.governance import archive, doctor, link_mine, merge, split
 from llm_server import Reply, json_reply, text_of
 from storage.markdown import parse_links, split_frontmatter
 from storage.memory import Memory
+from tasks import usage
 
 BAKE, BEN = "daily/2024-05-08/bake.md", "daily/2024-05-09/ben.md"
 
@@ -180,6 +181,9 @@ def test_merge_folds_the_doctors_duplicate_keeping_every_source_and_link(prefect
 
     assert [o["item"] for o in summary["outcomes"]] == [f"{victim} → {survivor}"]
     assert summary["deleted"] == [victim] and not mem.ws.resolve(victim).exists()
+    assert summary["usage"]["kinds"]["merge"]["first_try"] == 1
+    assert "| merge | 1 | 1/1 |" in read_artifact("merge")
+    assert usage.recent(str(ws.root))[0]["job"] == "merge"
     assert summary["changed"] == ["digest/personal/ben.md", survivor]
     node = text(mem, survivor)
     meta = split_frontmatter(node).meta

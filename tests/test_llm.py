@@ -1,13 +1,17 @@
 """The LLM layer against the scripted OpenAI-compatible server: real `openai` client, real HTTP."""
 
 import json
+from typing import Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from engine.llm import LLM, LLMError, LLMNotConfigured, Usage, extract_json, load_prompt, parse_model
+from engine.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, extract_json, is_strict, learned,
+                        load_prompt, parse_model, response_format, response_schema, text_tool_call)
 from engine.settings import Settings
-from llm_server import json_reply
+from engine.toolbox import Toolbox
+from llm_server import format_type, tool_reply
+from storage.memory import Memory
 
 
 class Answer(BaseModel):
@@ -45,8 +49,11 @@ def test_invalid_json_gets_one_repair(llm):
     assert model.structured([{"role": "user", "content": "x"}], Answer).name == "c"
     repair = llm.requests[1]["messages"]
     assert repair[-2] == {"role": "assistant", "content": "not json at all"}
-    assert "JSON schema" in repair[-1]["content"] and '"count"' in repair[-1]["content"]
+    # a short valid example, not the raw schema (small models echo a schema back)
+    assert '{"name": "...", "count": 1}' in repair[-1]["content"] and "properties" not in repair[-1]["content"]
     assert model.usage.calls == 2
+    kinds = model.usage.kinds
+    assert (kinds["structured"]["answers"], kinds["structured"]["repairs"], kinds["repair"]["calls"]) == (1, 1, 1)
 
 
 def test_invalid_twice_fails_the_call(llm):
@@ -82,17 +89,6 @@ def test_retries_with_backoff_then_succeeds(llm, monkeypatch):
     assert len(llm.requests) == 2
 
 
-def test_agent_loop_without_tools_and_step_bound(llm):
-    llm.on("routed", json_reply({"name": "routed", "count": 9}))
-    assert client().agent([{"role": "user", "content": "routed request"}], Answer).count == 9
-    llm.reply(tool_calls=[{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}])
-    llm.reply(tool_calls=[{"id": "c2", "type": "function", "function": {"name": "read", "arguments": "{}"}}])
-    with pytest.raises(LLMError, match="within 2 steps"):
-        client().agent([{"role": "user", "content": "x"}], Answer, max_steps=2)
-    tool_results = [m for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
-    assert json.loads(tool_results[0]["content"]) == {"error": "no tools are available"}
-
-
 def test_unscripted_request_fails_loudly(llm):
     with pytest.raises(LLMError, match="no scripted reply"):
         client().chat([{"role": "user", "content": "x"}])
@@ -101,6 +97,11 @@ def test_unscripted_request_fails_loudly(llm):
 def test_usage_adds_up():
     total = Usage().add(Usage(calls=1, total_tokens=10, seconds=0.5)).add({"calls": 2, "total_tokens": 5})
     assert (total.calls, total.total_tokens, total.seconds) == (3, 15, 0.5)
+    one = Usage()
+    one.record("extract", 0.25)
+    one.note("extract", "answers")
+    both = Usage().add(one).add(one.as_dict())
+    assert both.kinds["extract"]["calls"] == 2 and both.kinds["extract"]["answers"] == 2
 
 
 def test_extract_json_and_parse_errors():
@@ -115,3 +116,205 @@ def test_prompts_are_files():
     for name in ("auto_memory", "auto_resource", "extract", "integrate", "topics"):
         assert "JSON" in load_prompt(name)
 
+
+
+# ---- schema-constrained JSON ------------------------------------------------------------------------------
+
+class Verdict(BaseModel):
+    action: Literal["KEEP", "DROP"]
+    note: str | None = Field(default=None, max_length=50)
+    tags: list[str] = Field(default_factory=list, max_length=3)
+
+
+ASK = [{"role": "user", "content": "judge"}]
+
+
+def refuses(kind: str | None):
+    return lambda body: format_type(body) == kind
+
+
+def test_structured_call_sends_a_strict_json_schema_and_max_tokens(llm, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_LLM_MAX_TOKENS", "321")
+    llm.reply_json({"action": "KEEP", "note": None, "tags": []})
+    assert client().structured(ASK, Verdict, "judge").action == "KEEP"
+    body = llm.requests[0]
+    assert body["max_tokens"] == 321
+    assert not {"temperature", "frequency_penalty", "repeat_penalty", "tools"} & set(body)
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "Verdict" and fmt["json_schema"]["strict"]
+    schema = fmt["json_schema"]["schema"]
+    assert schema["properties"]["action"]["enum"] == ["KEEP", "DROP"]
+    assert schema["properties"]["tags"]["maxItems"] == 3
+    assert {"maxLength": 50, "type": "string"} in schema["properties"]["note"]["anyOf"]
+    assert schema["additionalProperties"] is False and schema["required"] == ["action", "note", "tags"]
+    assert "default" not in json.dumps(schema)
+
+
+def test_a_free_form_object_is_not_strict():
+    class Loose(BaseModel):
+        data: dict = Field(default_factory=dict)
+
+    assert not is_strict(response_schema(Loose))
+    assert response_format("json_schema", Loose)["json_schema"]["strict"] is False
+
+
+def test_fallback_chain_on_400_is_remembered_per_endpoint(llm):
+    llm.refuse(refuses("json_schema"), message="response_format json_schema is not supported")
+    llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object"]
+    assert learned(llm.base_url, llm.model) == {"json": "json_object"}
+    assert client().structured(ASK, Verdict).action == "DROP"  # a new client (the next task) starts where it worked
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", "json_object"]
+
+    llm.refuse(refuses("json_object"))
+    llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"
+    assert "response_format" not in llm.requests[-1] and learned(llm.base_url, llm.model)["json"] == "none"
+    assert client().structured(ASK, Verdict).action == "DROP"
+    assert [format_type(r) for r in llm.requests[3:]] == ["json_object", None, None]
+
+
+def test_a_400_in_every_mode_is_an_error_and_teaches_nothing(llm):
+    llm.refuse(lambda body: True, message="context too long")
+    with pytest.raises(LLMError, match="context too long"):
+        client().structured(ASK, Verdict)
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", None]
+    assert learned(llm.base_url, llm.model) == {}
+
+
+def test_forced_json_mode_and_sampling_options(llm, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_LLM_JSON", "json_object")
+    monkeypatch.setenv("DREAMFLOW_LLM_TEMPERATURE", "0.2")
+    monkeypatch.setenv("DREAMFLOW_LLM_FREQUENCY_PENALTY", "0.5")
+    monkeypatch.setenv("DREAMFLOW_LLM_REPEAT_PENALTY", "1.1")
+    llm.reply_json({"action": "KEEP"})
+    client().structured(ASK, Verdict)
+    body = llm.requests[0]
+    assert body["response_format"] == {"type": "json_object"}
+    assert (body["temperature"], body["frequency_penalty"], body["repeat_penalty"]) == (0.2, 0.5, 1.1)
+    monkeypatch.setenv("DREAMFLOW_LLM_JSON", "xml")
+    with pytest.raises(Exception, match="DREAMFLOW_LLM_JSON"):
+        client()
+
+
+def test_a_reply_cut_at_max_tokens_is_repaired_with_the_reason(llm):
+    llm.reply('{"action": "KEEP", "note": "aaaaaaaa', finish_reason="length").reply_json({"action": "KEEP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"
+    assert "cut at the limit of 2048 tokens" in llm.requests[1]["messages"][-1]["content"]
+
+
+def test_concurrency_is_one_for_a_local_endpoint(monkeypatch):
+    def limit(url: str, setting: str = "0") -> int:
+        monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", url)
+        monkeypatch.setenv("DREAMFLOW_LLM_CONCURRENCY", setting)
+        return concurrency(Settings())
+
+    assert limit("http://127.0.0.1:8080/v1") == 1 and limit("http://localhost:11434/v1") == 1
+    assert limit("https://api.openai.com/v1") == 0 and limit("http://127.0.0.1:8080/v1", "3") == 3
+
+
+# ---- tool calls written as text ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    '{"name": "edit", "arguments": {"path": "a.md", "old": "x", "new": "y"}}',
+    'Sure:\n```json\n{"name": "read", "parameters": {"path": "a.md"}}\n```',
+    '<tool_call>\n{"name": "search", "arguments": "{\\"query\\": \\"lisbon\\"}"}\n</tool_call>',
+    '{"type": "function", "function": {"name": "read", "arguments": {"path": "a.md"}}}',
+])
+def test_text_tool_calls_are_recognised(text):
+    assert text_tool_call(text)[0] in ("edit", "read", "search")
+
+
+def test_answers_are_not_tool_calls():
+    assert text_tool_call('{"name": "Trip", "description": "d", "content": "c"}') is None
+    assert text_tool_call("no json") is None
+
+
+def test_a_text_tool_call_is_never_the_answer(llm):
+    class Card(BaseModel):
+        name: str
+        content: str | None = None
+
+    llm.reply_json({"name": "edit", "arguments": {"path": "daily/x.md", "old": "a", "new": "b"}})
+    llm.reply_json({"name": "Trip planning", "content": "Lisbon in June"})
+    assert client().structured(ASK, Card).name == "Trip planning"
+    assert "call of the tool 'edit' as text" in llm.requests[1]["messages"][-1]["content"]
+
+
+class Note(BaseModel):
+    title: str
+
+
+SYSTEM = {"role": "system", "content": "Summarise."}
+
+
+@pytest.fixture
+def toolbox(ws):
+    memory = Memory(ws.root)
+    memory.write("digest/wiki/lisbon.md", "Lisbon is the capital of Portugal.", name="Lisbon")
+    return Toolbox(memory, ws, can_write=lambda p: p == "digest/wiki/note.md", write_scope="digest/wiki/note.md")
+
+
+def test_tools_off_sends_no_tools(llm, monkeypatch, toolbox):
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    llm.reply_json({"title": "Lisbon"})
+    assert client().agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
+    body = llm.requests[0]
+    assert "tools" not in body and format_type(body) == "json_schema"
+    assert body["messages"][0]["content"] == "Summarise."  # no tool rules without tools
+
+
+def test_auto_uses_real_tool_calls_and_runs_text_calls_once_they_work(llm, toolbox):
+    llm.reply(tool_calls=tool_reply("read", {"path": "digest/wiki/lisbon.md"}).tool_calls)
+    llm.reply_json({"name": "read", "arguments": {"path": "digest/wiki/lisbon.md"}})  # as text, tools proven: run it
+    llm.reply_json({"title": "Lisbon"})
+    model = client()
+    assert model.agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
+    first, second, third = llm.requests
+    assert {t["function"]["name"] for t in first["tools"]} >= {"read", "write"} and "response_format" not in first
+    assert "may only write digest/wiki/note.md" in first["messages"][0]["content"]
+    assert "Lisbon is the capital" in json.loads(second["messages"][-1]["content"])["content"]
+    assert "Result of the tool read" in third["messages"][-1]["content"]
+    assert "Lisbon is the capital" in third["messages"][-1]["content"]
+    assert learned(llm.base_url, llm.model)["tools"] is True
+    assert model.usage.kinds["card"]["first_try"] == 1 and model.usage.kinds["card"]["calls"] == 3
+
+
+def test_auto_drops_tools_for_an_endpoint_that_writes_them_as_text(llm, toolbox):
+    llm.reply('<tool_call>{"name": "read", "arguments": {"path": "digest/wiki/lisbon.md"}}</tool_call>')
+    llm.reply_json({"title": "Lisbon"}).reply_json({"title": "Porto"})
+    asked = [SYSTEM, *ASK]
+    assert client().agent(asked, Note, toolbox, "card").title == "Lisbon"
+    assert "tools" in llm.requests[0] and "tools" not in llm.requests[1]
+    assert llm.requests[1]["messages"] == asked and format_type(llm.requests[1]) == "json_schema"
+    assert learned(llm.base_url, llm.model)["tools"] is False
+    assert client().agent(asked, Note, toolbox, "card").title == "Porto"  # remembered: no tools sent again
+    assert "tools" not in llm.requests[2]
+
+
+def test_tools_on_runs_a_text_call_through_the_guarded_toolbox(llm, monkeypatch, toolbox):
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "on")
+    llm.reply_json({"name": "write", "arguments": {"path": "digest/wiki/other.md", "content": "x"}})
+    llm.reply_json({"title": "Done"})
+    assert client().agent([*ASK], Note, toolbox).title == "Done"
+    assert "may only write digest/wiki/note.md" in llm.requests[1]["messages"][-1]["content"]
+    assert toolbox.written == []
+
+
+def test_agent_step_bound(llm, monkeypatch, toolbox):
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "on")
+    for _ in range(2):
+        llm.tool_call("read", {"path": "digest/wiki/lisbon.md"})
+    model = client()
+    with pytest.raises(LLMError, match="within 2 steps"):
+        model.agent([*ASK], Note, toolbox, "card", max_steps=2)
+    assert model.usage.kinds["card"]["failures"] == 1
+
+
+def test_auto_asks_without_tools_when_the_endpoint_refuses_them(llm, toolbox):
+    llm.refuse(lambda body: "tools" in body, message="tools are not supported")
+    llm.reply_json({"title": "Lisbon"})
+    assert client().agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
+    assert ["tools" in r for r in llm.requests] == [True, False]
+    assert learned(llm.base_url, llm.model)["tools"] is False

@@ -232,13 +232,34 @@ def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
 
 # ---- more services on the same Prefect server: token, SIGTERM, kill -9, restart ----------------------------
 
+def mcp_tools(url: str, token: str) -> list[str] | None:
+    """Tool names of the service's /mcp through the SDK's client with this bearer token, None when refused."""
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def names():
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    try:
+        return anyio.run(names)
+    except Exception as exc:  # the client reports the 401 as an error group
+        assert "401" in repr(exc) or "Unauthorized" in repr(exc) or "error response" in repr(exc), exc
+        return None
+
+
 def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, token="s3cret")
     try:
-        for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status")):
+        for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status"),
+                              ("POST", "/mcp"), ("GET", "/mcp")):
             assert httpx.request(method, f"{svc.url}{route}", json={}).status_code == 401, route
         ok = httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+        assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
         env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN"}
         denied = cli("list", env=env, workspace=svc.workspace)
         assert denied.returncode == 8 and "bearer token" in denied.stderr
@@ -261,6 +282,7 @@ def spare(dreamflow_service, llm_server, tmp_path_factory):
     assert svc.stop() == 0
 
 
+@pytest.mark.slow
 def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(spare):
     svc = spare
     day = svc.workspace / "daily/2024-06-01"
@@ -280,6 +302,7 @@ def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(
     assert memory.search("keyword0z")[0]["path"] == "daily/2024-06-01/note-0.md"
 
 
+@pytest.mark.slow
 def test_work_that_arrives_while_the_service_is_down_runs_after_restart(spare, dreamflow_service, llm_server):
     svc, n = spare, SERVICE_TURNS
     llm_server.reset()
@@ -357,6 +380,7 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
 
 # ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
 
+@pytest.mark.slow
 def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     svc = dreamflow_service
     env = {**svc.env, "PREFECT_API_URL": svc.prefect_api, "DREAMFLOW_WORKSPACE": str(svc.workspace),

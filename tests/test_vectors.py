@@ -332,6 +332,7 @@ def cli(ws, *args, **env):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_embed_command_counts_and_fills_and_cli_search_uses_vectors_only_when_asked(tmp_path):
     ws = tmp_path / "ws"
     cli(ws, "write", "daily/2024-05-01/adoption.md", "--content", NOTES["daily/2024-05-01/adoption.md"])

@@ -1,0 +1,191 @@
+"""How the LLM jobs hold up on an endpoint: auto-memory and a dream over a small fixed workspace.
+
+Runs against whatever `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL` name (a llama.cpp, Ollama, vLLM or
+LM Studio server, or a hosted API), with every other `DREAMFLOW_LLM_*` setting as configured. With
+`--scripted` (or when no endpoint is configured and `--scripted` is given) it starts tests/llm_server.py with
+a scripted "small model" that makes the mistakes measured on Qwen2.5-Coder-0.5B/1.5B served by llama.cpp
+(shared/notes/local-llm.md): tool calls written as text while tools are offered, a source path it was not
+given, an invalid first answer without constrained decoding, and no `json_schema` support (HTTP 400).
+
+Prints per call kind: calls, valid-first-try rate, repairs, failures, tokens and seconds; for the dream the
+nodes written; and what Dreamflow learned about the endpoint (response_format mode, tool support).
+
+    python benchmarks/local_llm.py --scripted
+    DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8080/v1 DREAMFLOW_LLM_MODEL=qwen python benchmarks/local_llm.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+DAY = "2024-05-08"
+CONVERSATION = [
+    ("user", "Hi! Quick update: my sister Ana moved to Lisbon last week."),
+    ("assistant", "That's big news. Is she settling in?"),
+    ("user", "Yes, she started at a bakery in Alfama. She bakes the pastel de nata there."),
+    ("assistant", "Lovely. Do you plan to visit her?"),
+    ("user", "In June, probably the 14th to the 20th. I still need to book flights."),
+    ("assistant", "Shall I remind you to book them this week?"),
+    ("user", "Yes please, before Friday. Prices go up after that."),
+    ("assistant", "Noted: book flights to Lisbon before Friday."),
+    ("user", "Also, my sourdough starter died again. I only fed it once a day."),
+    ("assistant", "Starters usually need feeding every 12 hours at room temperature."),
+    ("user", "Right, equal weights of flour and water. I'll try again."),
+    ("assistant", "Good luck with the new starter!"),
+]
+DAILY = {
+    f"daily/{DAY}/call-with-ana.md": ("Call with Ana", "- Ana moved to Lisbon in May and works at a bakery in "
+                                      "Alfama.\n- Visit planned for 14-20 June; flights not booked yet.\n"),
+    f"daily/{DAY}/sourdough.md": ("Sourdough", "- Feed the starter every 12 hours with equal weights of flour and "
+                                  "water.\n- The last one died when fed once a day.\n"),
+    f"daily/{DAY}/standup.md": ("Standup", "- Release 2.3 ships on Thursday; Marta owns the changelog.\n"),
+}
+NODES = {"digest/wiki/portugal.md": ("Portugal", "Portugal's capital is Lisbon, famous for pastel de nata.\n")}
+
+
+def small_model():
+    """A responder with the measured mistakes of small local models (see the module docstring)."""
+    from llm_server import Reply
+
+    def respond(body: dict) -> Reply:
+        system = body["messages"][0]["content"]
+        user = "\n".join(m["content"] or "" for m in body["messages"][1:] if m["role"] == "user")
+        fmt = (body.get("response_format") or {}).get("type")
+        if fmt == "json_schema":
+            return Reply(content="json_schema is not supported", status=400)
+        if body.get("tools"):  # the model's chat template shows the tools; it answers with a text call
+            return Reply(content='<tool_call>{"name": "node_search", "arguments": {"query": "Ana"}}</tool_call>')
+        if "You consolidate a person's memory" in system:
+            paths = [line.split('"')[1] for line in user.splitlines() if line.startswith("<file path=")]
+            buckets = {"call-with-ana": "personal", "sourdough": "procedure"}
+            units = [{"name": title, "bucket": buckets.get(Path(p).stem, "wiki"),
+                      "summary": text.strip().splitlines()[0].lstrip("- "), "paths": [p, "daily/2024-05-08/trip.md"]}
+                     for p, (title, text) in DAILY.items() if p in paths]
+            topics = [{"title": "Book flights to Lisbon", "reason": "Prices rise after Friday", "paths": paths[:1]}]
+            return Reply(content=json.dumps({"units": units, "topics": topics}))
+        if "You maintain the long-term digest" in system:
+            name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
+            if fmt is None and "could not be used" not in user:  # unconstrained: prose around broken JSON
+                return Reply(content=f'Here is the node: {{"action": "CREATE", "name": "{name}", "content": ')
+            if "digest/wiki/portugal.md" in user and "Ana" in name:
+                return Reply(content=json.dumps({"action": "REFINE", "target": "digest/wiki/portugal.md",
+                                                 "content": "Portugal's capital is Lisbon, famous for pastel de "
+                                                            "nata. Ana bakes them in Alfama."}))
+            return Reply(content=json.dumps({"action": "CREATE", "target": None, "name": name,
+                                             "description": f"About {name}.",
+                                             "content": f"{name}: what the sources say."}))
+        if "You pick the topics" in system:
+            return Reply(content=json.dumps({"topics": []}))
+        return Reply(content=json.dumps({"name": "Ana in Lisbon and a new starter", "description": "News and plans",
+                                         "content": "- Ana moved to Lisbon (bakery in Alfama).\n"
+                                                    "- Visit 14-20 June: book flights before Friday.\n"
+                                                    "- Sourdough: feed every 12 hours."}))
+
+    return respond
+
+
+def build_workspace(root: Path):
+    from storage.memory import Memory
+
+    memory = Memory(root)
+    for path, (name, body) in {**DAILY, **NODES}.items():
+        memory.write(path, body, name=name)
+    return memory
+
+
+def rows(usage: dict) -> list[str]:
+    """The per-kind table of one job's usage."""
+    lines = [f"  {'kind':<10} {'calls':>5} {'valid 1st':>9} {'repairs':>7} {'failures':>8} {'prompt tok':>10} "
+             f"{'compl. tok':>10} {'seconds':>8}"]
+    for kind, k in sorted(usage["kinds"].items()):
+        rate = f"{k['first_try']}/{k['answers']}" if k["answers"] else "-"
+        lines.append(f"  {kind:<10} {k['calls']:>5} {rate:>9} {k['repairs']:>7} {k['failures']:>8} "
+                     f"{k['prompt_tokens']:>10} {k['completion_tokens']:>10} {k['seconds']:>8.2f}")
+    lines.append(f"  {'total':<10} {usage['calls']:>5} {'':>9} {'':>7} {'':>8} {usage['prompt_tokens']:>10} "
+                 f"{usage['completion_tokens']:>10} {usage['seconds']:>8.2f}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scripted", action="store_true",
+                        help="start tests/llm_server.py with a scripted small model instead of a configured endpoint")
+    parser.add_argument("--max-units", type=int, default=3, help="dream units (default 3)")
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="dreamflow-local-llm-"))
+    os.environ["PREFECT_HOME"] = str(home / "prefect")
+    os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
+    from engine import prefect_env
+
+    prefect_env.configure()
+    server = None
+    if args.scripted:
+        from llm_server import LLMServer
+
+        server = LLMServer().start()
+        server.responder = small_model()
+        os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL="scripted-small-model",
+                          DREAMFLOW_LLM_MAX_RETRIES="0")
+    from engine.settings import Settings
+
+    settings = Settings()
+    if not settings.llm_configured:
+        sys.exit("no endpoint: set DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL, or pass --scripted")
+    from engine.llm import learned
+    from flows.auto_dream import auto_dream
+    from flows.auto_memory import auto_memory
+
+    ws = home / "ws"
+    memory = build_workspace(ws)
+    messages = [{"role": role, "content": text, "created_at": f"{DAY}T09:{i:02d}:00"}
+                for i, (role, text) in enumerate(CONVERSATION)]
+    print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; tools {settings.llm_tools}, "
+          f"json {settings.llm_json}, max_tokens {settings.llm_max_tokens}, timeout {settings.llm_timeout:g} s")
+    try:
+        with prefect_env.interactive_runs():
+            started = time.perf_counter()
+            state = auto_memory(session_id="bench", messages=messages, workspace=str(ws), return_state=True)
+            card = state.result(raise_on_failure=False)
+            seconds = time.perf_counter() - started
+            if isinstance(card, BaseException):
+                print(f"auto-memory FAILED after {seconds:.1f} s: {card}")
+            else:
+                print(f"auto-memory: card {card['card']} in {seconds:.1f} s (incl. Prefect start)")
+                print("\n".join(rows(card["usage"])))
+            started = time.perf_counter()
+            state = auto_dream(date=DAY, scan_days=1, max_units=args.max_units, workspace=str(ws),
+                               return_state=True)
+            result = state.result(raise_on_failure=False)
+            summary = getattr(result, "summary", result)
+            seconds = time.perf_counter() - started
+            if not isinstance(summary, dict):
+                print(f"dream FAILED after {seconds:.1f} s: {summary}")
+            else:
+                nodes = sorted({a["target"] for a in summary["actions"]})
+                print(f"dream: {summary['units']} units, {len(summary['failed'])} failed, {len(nodes)} nodes "
+                      f"written in {seconds:.1f} s: " + ", ".join(f"{a['action']} {a['target']}"
+                                                            for a in summary["actions"]))
+                for failure in summary["failed"]:
+                    print(f"  failed unit {failure['name']}: {failure['error'][:160]}")
+                print("\n".join(rows(summary["usage"])))
+                cited = {p for n in nodes for p in DAILY if f"[[{p}]]" in memory.read(n, numbered=False)["content"]}
+                print(f"  nodes cite {len(cited)} of {len(DAILY)} daily files; invented paths cited: "
+                      f"{sum('trip.md' in memory.read(n, numbered=False)['content'] for n in nodes)}")
+        print(f"learned about the endpoint: {learned(settings.llm_base_url, settings.llm_model)}")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

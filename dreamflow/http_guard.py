@@ -1,0 +1,126 @@
+"""ASGI guard in front of the whole HTTP app (every route and any mounted sub-app, e.g. `/mcp`).
+
+- `Host` check: only the names the service is reached by are answered (loopback names, the bound host, the
+  machine's names when bound to all interfaces, `DREAMFLOW_ALLOWED_HOSTS`), so a web page whose DNS name
+  re-binds to 127.0.0.1 cannot drive a token-less service from a browser: 421 Misdirected Request.
+- Body limit: a request body over `DREAMFLOW_MAX_BODY_BYTES` gets 413 before it is read: a larger
+  `Content-Length` at once, a chunked body as soon as the bytes received pass the limit.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import socket
+from collections.abc import Iterable
+
+from storage.errors import InvalidInput
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+ALL_INTERFACES = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> set[str]:
+    """Host names (lower case, no port or brackets) a service bound to `bound` answers to; `*` allows any."""
+    names = {*LOOPBACK_NAMES, _host_name(bound), *(_host_name(name) for name in extra)}
+    if bound in ALL_INTERFACES:
+        names |= _machine_names()
+    return names - {""}
+
+
+def _machine_names() -> set[str]:
+    """This machine's host name, FQDN and their addresses (how others reach a service on all interfaces)."""
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    for name in list(names):
+        try:
+            names |= {info[4][0].lower() for info in socket.getaddrinfo(name, None)}
+        except OSError:
+            pass
+    return names
+
+
+def _host_name(host: str) -> str:
+    """`Host` header value (or a bound host) without port, brackets, trailing dot; lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+class BodyTooLarge(Exception):
+    """Raised from `receive` when a streamed request body passes the limit."""
+
+
+class RequestGuard:
+    """ASGI middleware: refuse unknown `Host` names (421) and bodies over `max_body_bytes` (413)."""
+
+    def __init__(self, app, hosts: set[str], max_body_bytes: int):
+        self.app, self.hosts, self.max_body_bytes = app, hosts, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or ())
+        host = headers.get(b"host")
+        if host is not None and "*" not in self.hosts and _host_name(host.decode("latin-1")) not in self.hosts:
+            message = (f"Host {host.decode('latin-1')!r} is not a name this service answers to (allowed: "
+                       f"{', '.join(sorted(self.hosts))}); add it to DREAMFLOW_ALLOWED_HOSTS")
+            return await _refuse(scope, receive, send, 421, "MisdirectedRequest", message)
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return await _refuse(scope, receive, send, 413, "PayloadTooLarge", self._too_large())
+        return await self._counted(scope, receive, send)
+
+    def _too_large(self) -> str:
+        return (f"the request body is larger than {self.max_body_bytes:,} bytes (DREAMFLOW_MAX_BODY_BYTES); "
+                "send less or raise the limit")
+
+    async def _counted(self, scope, receive, send):
+        """Run the app with a `receive` that stops a body once it passes the limit; then answer 413."""
+        received, refused, started = 0, False, False
+
+        async def limited_receive():
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    refused = True
+                    raise BodyTooLarge
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if refused:  # the app's own answer to the interrupted read (e.g. a 500) is not sent
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except BodyTooLarge:
+            pass
+        except Exception:
+            if not refused:
+                raise
+        if refused:
+            gc.collect(1)  # the interrupted read's frames hold up to the limit in chunks, in young reference cycles
+            if not started:
+                await _refuse(scope, receive, send, 413, "PayloadTooLarge", self._too_large())
+
+
+async def _refuse(scope, receive, send, status: int, kind: str, message: str) -> None:
+    """Answer with the API's JSON error shape (a websocket is closed instead: policy violation)."""
+    if scope["type"] == "websocket":
+        await receive()  # the websocket.connect message
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+        return
+    body = json.dumps({"error": {"type": kind, "message": message, "exit_code": InvalidInput.exit_code}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,299 @@
+"""MCP: the memory operations as Model Context Protocol tools and the workspace files as resources.
+
+One server definition (`build_server`), two transports:
+
+- `dreamflow mcp`: stdio, what desktop hosts spawn (calls go to the running service when there is one, else
+  run in this process with short index sessions: see dreamflow/mcp_targets.py);
+- the service's `/mcp`: streamable HTTP on the API port, behind the API token like every route (`HttpMount`,
+  mounted by dreamflow/api.py).
+
+Tools are generated from `engine.ops.OPS` (names, descriptions, parameters and their help text as on the CLI
+and API; annotations from each Op's read-only / destructive / idempotent facts, `openWorldHint` false) plus
+the job tools of `mcp_targets.Target`; so a new operation is a tool with no code here. `DEFAULT_TOOLS` is
+the short set agents get; `--tools all` (or `DREAMFLOW_MCP_TOOLS=all` for the service) adds every other
+operation. `upload`/`download` take paths of the server's own file system and are never tools.
+
+A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content
+(a list is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow
+only objects there). A Dreamflow error is a tool error (`isError`) whose text is the CLI's message and whose
+structured content is the CLI's `--json` error object; it is never a protocol error or a traceback.
+
+Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect, openai or torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamflow import __version__
+from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
+from engine import ops
+from storage.errors import DreamflowError, InvalidInput, from_os_error
+
+DEFAULT_TOOLS: tuple[str, ...] = (
+    "search", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get", "daily_list",
+    "node_search", "turn", "dream", "job_status",
+)
+TOOL_SETS = ("default", "all")
+RESOURCE_LIMIT = 1000  # files listed as resources; any other file is still readable through the template
+URI_PREFIX = "dreamflow://"
+INSTRUCTIONS = (
+    "Dreamflow is your long-term memory: Markdown files in a workspace (daily/ cards, digest/ nodes, session/ "
+    "dialogs). Search before answering from memory; read a hit's file for detail; write or edit files to "
+    "remember; call turn after each exchange so conversations are summarised. Paths are workspace-relative."
+)
+
+log = logging.getLogger("dreamflow.mcp")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One MCP tool: a memory operation or a job of the target."""
+
+    name: str
+    description: str
+    params: tuple[ops.Param, ...]
+    hints: dict[str, bool]
+    call: Callable[[Target, dict], Any]
+    writes: bool
+
+
+def tools(tool_set: str = "default") -> dict[str, Tool]:
+    """The tools of `tool_set` ("default" or "all"), in declaration order."""
+    if tool_set not in TOOL_SETS:
+        raise InvalidInput(f"unknown tool set {tool_set!r}: use one of {', '.join(TOOL_SETS)}")
+    found: dict[str, Tool] = {}
+    for op in ops.OPS:
+        if not op.host_paths:  # upload/download name the server's own files: never a tool
+            found[op.name] = Tool(op.name, op.help, ops.parameters(op), op.hints, _op_call(op), op.writes)
+    for name in JOB_TOOLS:
+        method = getattr(Target, name)
+        read_only = name in READ_ONLY_JOBS
+        hints = {"readOnlyHint": read_only, "destructiveHint": False, "idempotentHint": read_only,
+                 "openWorldHint": False}
+        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name), not read_only)
+    if tool_set == "all":
+        return found
+    return {name: found[name] for name in DEFAULT_TOOLS}
+
+
+def _op_call(op: ops.Op) -> Callable[[Target, dict], Any]:
+    return lambda target, args: getattr(target.memory(), op.method_name)(**args)
+
+
+def _job_call(name: str) -> Callable[[Target, dict], Any]:
+    return lambda target, args: getattr(target, name)(**args)
+
+
+def _doc(fn) -> str:
+    return inspect.getdoc(fn) or ""
+
+
+# ---- one call ----------------------------------------------------------------------------------------------
+
+class Dispatcher:
+    """Validates and runs tool calls against a target; builds the tool list and argument models once."""
+
+    def __init__(self, target: Target, tool_set: str = "default"):
+        self.target = target
+        self.tools = tools(tool_set)
+        self._models: dict[str, Any] = {}
+
+    def model(self, tool: Tool):
+        """The strict pydantic model of a tool's arguments (unknown arguments are refused, as on the API)."""
+        if tool.name not in self._models:
+            from pydantic import ConfigDict
+
+            self._models[tool.name] = ops.params_model(tool.name, tool.description, tool.params,
+                                                       config=ConfigDict(extra="forbid"))
+        return self._models[tool.name]
+
+    def input_schema(self, tool: Tool) -> dict:
+        return ops.json_schema(self.model(tool))
+
+    def call(self, name: str, arguments: dict | None) -> tuple[Any, DreamflowError | None]:
+        """(result, None) or (None, the Dreamflow error to report as a tool error). Runs in a worker thread."""
+        from pydantic import ValidationError
+
+        tool = self.tools[name]
+        try:
+            try:
+                args = self.model(tool).model_validate(arguments or {}).model_dump(exclude_unset=True)
+            except ValidationError as exc:
+                raise ops.invalid_arguments(exc.errors()) from None
+            result = call_retrying(self.target, lambda: tool.call(self.target, args))
+        except DreamflowError as exc:
+            return None, exc
+        except OSError as exc:  # permissions, a full disk: the CLI's message, no traceback
+            return None, from_os_error(exc)
+        except Exception as exc:  # a bug: say so briefly, keep the traceback on stderr for the operator
+            log.exception("tool %s failed", name)
+            return None, DreamflowError(f"internal error: {type(exc).__name__}: {exc}")
+        if tool.writes:
+            self.target.changed()
+        return result, None
+
+
+def json_ready(value: Any) -> Any:
+    """The value as JSON would carry it (dates and paths as strings), like the API's answers."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def error_object(exc: DreamflowError) -> dict:
+    """The CLI's `--json` error shape."""
+    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+
+
+# ---- the server --------------------------------------------------------------------------------------------
+
+def build_server(dispatcher: Dispatcher):
+    """The low-level MCP server answering tools/list, tools/call and the resource requests."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    from dreamflow import mcp_text
+
+    listed = [
+        types.Tool(name=t.name, description=t.description, input_schema=dispatcher.input_schema(t),
+                   annotations=types.ToolAnnotations(
+                       title=t.name.replace("_", " "), read_only_hint=t.hints["readOnlyHint"],
+                       destructive_hint=t.hints["destructiveHint"], idempotent_hint=t.hints["idempotentHint"],
+                       open_world_hint=t.hints["openWorldHint"]))
+        for t in dispatcher.tools.values()
+    ]
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in dispatcher.tools:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; available: "
+                                                 f"{', '.join(dispatcher.tools)}")
+        result, error = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments)
+        if error is not None:
+            return types.CallToolResult(content=[types.TextContent(text=str(error))],
+                                        structured_content=error_object(error), is_error=True)
+        data = json_ready(result)
+        if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            data = {"results": data}
+        return types.CallToolResult(content=[types.TextContent(text=mcp_text.text(params.name, result))],
+                                    structured_content=data)
+
+    async def list_resources(ctx, params) -> types.ListResourcesResult:
+        listing = await anyio.to_thread.run_sync(
+            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT))
+        return types.ListResourcesResult(resources=[
+            types.Resource(name=e["path"], uri=URI_PREFIX + e["path"], mime_type=_mime(e["path"]), size=e.get("size"))
+            for e in listing["entries"] if e.get("type") == "file"
+        ])
+
+    async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            name="workspace file", uri_template=URI_PREFIX + "{+path}",
+            description="A workspace file by its workspace-relative path (read-only; metadata/ is not readable)",
+        )])
+
+    async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if not uri.startswith(URI_PREFIX):
+            raise MCPError(types.INVALID_PARAMS, f"not a Dreamflow resource: {uri} (expected {URI_PREFIX}<path>)")
+        path = uri[len(URI_PREFIX):]
+        result, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path)
+        if error is not None:
+            raise MCPError(types.INVALID_PARAMS, str(error))
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, mime_type=_mime(path), text=result["content"])])
+
+    return Server(
+        "dreamflow", version=__version__, title="Dreamflow memory", instructions=INSTRUCTIONS,
+        on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
+        on_list_resource_templates=list_templates, on_read_resource=read_resource,
+    )
+
+
+def _read_any(target: Target, path: str):
+    """A resource read: the file's text, or the Dreamflow error (bad path, metadata/, missing, binary)."""
+    try:
+        return call_retrying(target, lambda: target.memory().read(path, numbered=False)), None
+    except DreamflowError as exc:
+        return None, exc
+
+
+def _mime(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    return {".md": "text/markdown", ".jsonl": "application/jsonl", ".json": "application/json",
+            ".yaml": "application/yaml", ".yml": "application/yaml"}.get(suffix, "text/plain")
+
+
+# ---- transports --------------------------------------------------------------------------------------------
+
+def serve_stdio(workspace: Path, tool_set: str = "default") -> None:
+    """Serve the workspace over stdin/stdout until the host closes stdin."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from dreamflow.mcp_targets import WorkspaceTarget
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="dreamflow mcp: %(message)s")
+    server = build_server(Dispatcher(WorkspaceTarget(workspace), tool_set))
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+class HttpMount:
+    """Streamable HTTP at `/mcp` inside the API: `asgi` is the endpoint, `lifespan` runs its session manager
+    (the app's lifespan must enter it). DNS-rebinding protection is on when the API listens on loopback."""
+
+    def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1"):
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        security = None
+        if host in ("127.0.0.1", "localhost", "::1"):
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+        self.server = build_server(Dispatcher(target, tool_set))
+        # JSON answers rather than an SSE stream per request: the tools never stream or ask the client back,
+        # and a plain JSON body is a shorter round trip (benchmarks/mcp.py)
+        self.sessions = StreamableHTTPSessionManager(app=self.server, security_settings=security, json_response=True)
+        self.asgi = StreamableHTTPASGIApp(self.sessions)
+
+    def lifespan(self, app):
+        return self.sessions.run()
+
+
+# ---- CLI: dreamflow mcp (registered in dreamflow/cli.py) -----------------------------------------------------
+
+def register(cli) -> None:
+    """Add `mcp` to the `dreamflow` command group."""
+    import click
+
+    @cli.command("mcp")
+    @click.option("--tools", "tool_set", type=click.Choice(TOOL_SETS), default="default", show_default=True,
+                  help="Tool set: the short one for agents, or every memory operation.")
+    @click.pass_obj
+    def mcp_command(obj, tool_set: str) -> None:
+        """Serve the workspace's memory to an agent host over MCP (stdio).
+
+        Hosts (Claude Code, Claude Desktop, Cursor, Codex) spawn this command. Calls go to the running
+        service (`dreamflow start`) when there is one, else run in this process; several hosts may run it on
+        one workspace at once. The service itself serves the same tools over HTTP at /mcp.
+        """
+        serve_stdio(Path(obj.workspace), tool_set)

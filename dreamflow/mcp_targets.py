@@ -1,0 +1,183 @@
+"""Where MCP tool calls go: the memory to call, and the job tools (turn, dream, auto_memory, job_status).
+
+`Target` declares the job tools once (their signatures and docstrings become MCP tool schemas, like the
+`Memory` methods do for the operations) on top of four primitives a concrete target supplies:
+
+- `ServiceTarget`: inside `dreamflow start` (the `/mcp` mount): the service's own memory, turn counter and
+  Prefect launches.
+- `WorkspaceTarget`: the stdio server (`dreamflow mcp`). On every call it looks for the workspace's running
+  service (metadata/service.json, a file read and a pid check) and forwards to it, so it never fights the
+  service for the DuckDB file, and a service started later takes over at once. Without a service it works
+  in this process with short index sessions; turns are recorded and counted (their auto_memory run starts
+  when the service does), while dream, auto_memory and job_status need the service and say so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from storage.errors import DreamflowError, IndexBusy
+
+
+class ServiceNeeded(DreamflowError):
+    """A job tool was called while no `dreamflow start` runs for the workspace."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class Target:
+    """The job tools, built on `memory()`, `record_turn`, `launch` and `run_status` of a subclass."""
+
+    # -- job tools (public methods: each becomes an MCP tool; docstrings are the tool descriptions)
+
+    def turn(self, session_id: str, messages: list[dict[str, Any]] | None = None, compact: bool = False) -> dict:
+        """Remember a conversation turn: the messages are appended to session/dialog/<session_id>.jsonl at once;
+        every N turns (or with `compact`, also without messages) auto_memory summarises the session."""
+        return self.record_turn(session_id, messages or [], compact)
+
+    def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
+              topic_count: int = 3, topic_diversity_days: int = 7) -> dict:
+        """Start a dream (auto_dream): consolidate recent daily cards into digest nodes and pick the day's
+        topics. Returns at once with the run id; job_status reports its state and summary."""
+        _check_date(date)
+        params = {"date": date, "hint": hint, "scan_days": scan_days, "max_units": max_units,
+                  "topic_count": topic_count, "topic_diversity_days": topic_diversity_days}
+        return self.launch("auto_dream", {k: v for k, v in params.items() if v is not None})
+
+    def auto_memory(self, session_id: str, date: str | None = None, hint: str | None = None) -> dict:
+        """Start an auto_memory run: summarise the session's not-yet-summarised turns into its daily card now.
+        Returns at once with the run id; job_status reports its state and summary."""
+        from engine.turns import check_session_id
+
+        check_session_id(session_id)
+        _check_date(date)
+        params = {"session_id": session_id, "date": date, "hint": hint}
+        return self.launch("auto_memory", {k: v for k, v in params.items() if v is not None})
+
+    def job_status(self, run_id: str) -> dict:
+        """State of a dream or auto_memory run (Prefect state, message, summary, link to the Prefect UI)."""
+        return self.run_status(run_id)
+
+    # -- primitives
+
+    def memory(self):
+        raise NotImplementedError
+
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
+        raise NotImplementedError
+
+    def launch(self, flow: str, parameters: dict) -> dict:
+        raise NotImplementedError
+
+    def run_status(self, run_id: str) -> dict:
+        raise NotImplementedError
+
+    def changed(self) -> None:
+        """Called after a writing operation (the service embeds new chunks soon)."""
+
+    def retry_elsewhere(self) -> bool:
+        """After IndexBusy: True when the call should be retried because a service took the index over."""
+        return False
+
+
+def _check_date(date: str | None) -> None:
+    """Refuse a malformed date now, as a tool error, rather than in a run that fails later."""
+    if date:
+        from tasks.context import check_date
+
+        check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
+
+
+JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status")
+READ_ONLY_JOBS = ("job_status",)
+
+
+class ServiceTarget(Target):
+    """Calls inside the running service (a `dreamflow.service.Service`)."""
+
+    def __init__(self, service):
+        self.service = service
+
+    def memory(self):
+        return self.service.memory
+
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
+        return self.service.record_turn(session_id, messages, compact)
+
+    def launch(self, flow: str, parameters: dict) -> dict:
+        return self.service.launch(flow, parameters)
+
+    def run_status(self, run_id: str) -> dict:
+        return self.service.run_status(run_id)
+
+    def changed(self) -> None:
+        self.service.changed()
+
+
+class WorkspaceTarget(Target):
+    """Calls from a stdio server: through the workspace's running service when there is one, else here."""
+
+    def __init__(self, workspace: str | Path):
+        self.root = Path(workspace)
+        self._remote = None
+        self._local = None
+
+    def remote(self):
+        """The service's `RemoteMemory`, or None when no service runs for the workspace."""
+        from engine.client import RemoteMemory, service_info
+        from engine.settings import Settings
+
+        info = service_info(self.root)
+        if info is None:
+            self._remote = None
+            return None
+        if self._remote is None or self._remote.url != info["url"].rstrip("/"):
+            self._remote = RemoteMemory(info["url"], token=Settings().api_token)
+        return self._remote
+
+    def memory(self):
+        remote = self.remote()
+        if remote is not None:
+            return remote
+        if self._local is None:
+            from engine.client import local_memory
+
+            self._local = local_memory(self.root)
+        return self._local
+
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
+        remote = self.remote()
+        if remote is not None:
+            return remote.turn(session_id, messages, compact)
+        from dreamflow.service import record_turn  # in-process: counted; a due run waits for the service
+
+        return record_turn(self.root, session_id, messages, compact)
+
+    def launch(self, flow: str, parameters: dict) -> dict:
+        return self._service("start a run").launch(flow, parameters)
+
+    def run_status(self, run_id: str) -> dict:
+        return self._service("report a run").run_status(run_id)
+
+    def retry_elsewhere(self) -> bool:
+        return self.remote() is not None  # the service started while we waited for the index lock
+
+    def _service(self, what: str):
+        remote = self.remote()
+        if remote is None:
+            raise ServiceNeeded(f"no Dreamflow service runs for {self.root}: start it with "
+                                f"`dreamflow --workspace {self.root} start` to {what}")
+        return remote
+
+
+def call_retrying(target: Target, call):
+    """`call()`; once more when it met IndexBusy because a service took the index over meanwhile (the lock is
+    taken before anything is written, so nothing happens twice)."""
+    try:
+        return call()
+    except IndexBusy:
+        if not target.retry_elsewhere():
+            raise
+        return call()

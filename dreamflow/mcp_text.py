@@ -1,0 +1,120 @@
+"""The concise text an MCP tool answer gives the model (the full JSON goes along as structured content).
+
+Reads return what the model came for (the file text, the hits with their text and neighbours, one line per
+node or entry); writes and jobs one line saying what happened; anything else compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def text(tool: str, result: Any) -> str:
+    """The model-facing text of `tool`'s `result` (compact JSON for a shape the renderer does not expect)."""
+    render = RENDERERS.get(tool)
+    if render is not None:
+        try:
+            return render(result)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+    return compact(result)
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _read(r: dict) -> str:
+    head = f"{r['path']} (lines {r['start_line']}-{r['end_line']} of {r['total_lines']})"
+    return f"{head}\n{r['content']}"
+
+
+def _search(hits: list[dict]) -> str:
+    if not hits:
+        return "no results"
+    parts = []
+    for hit in hits:
+        lines = [f"{hit['path']}:{hit['start_line']}-{hit['end_line']} score {hit.get('score', 0):.3f}"
+                 + (f" [{' > '.join(hit['headings'])}]" if hit.get("headings") else "")]
+        about = _about(hit)
+        if about:
+            lines.append(f"  {about}")
+        lines.append(hit.get("text") or "")
+        if hit.get("more"):
+            lines.append("  also matches: " + ", ".join(f"L{a}-L{b}" for a, b in hit["more"]))
+        for nb in hit.get("neighbors") or []:
+            arrow = "<-" if nb.get("direction") == "in" else "->"
+            lines.append(f"  {arrow} {nb['path']}" + (f": {_about(nb)}" if _about(nb) else ""))
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def _about(row: dict) -> str:
+    return ": ".join(str(x) for x in (row.get("name"), row.get("description")) if x)
+
+
+def _nodes(rows: list[dict]) -> str:
+    if not rows:
+        return "no results"
+    return "\n".join(f"{r['path']} ({r.get('score', 0):.3f})" + (f" {_about(r)}" if _about(r) else "") for r in rows)
+
+
+def _list(r: dict) -> str:
+    lines = [f"{e['path']}{'/' if e.get('type') == 'dir' else ''}" + (f" {e['size']} B" if e.get("size") is not None
+                                                                      else "") for e in r["entries"]]
+    if r.get("truncated"):
+        lines.append("... (truncated: raise limit or narrow prefix)")
+    return "\n".join(lines) or "empty"
+
+
+def _traverse(r: dict) -> str:
+    lines = [f"{n['path']} (depth {n['depth']})" + ("" if n.get("exists", True) else " [missing]")
+             + (f" {_about(n)}" if _about(n) else "") for n in r["nodes"]]
+    lines += [f"{e['source']} -> {e['target']}" + (f" ({e['predicate']})" if e.get("predicate") else "")
+              for e in r["edges"]]
+    if r.get("truncated"):
+        lines.append("... (truncated)")
+    return "\n".join(lines)
+
+
+def _days(r: dict) -> str:
+    if "days" not in r:  # one day: its cards
+        head = f"{r['date']}: {len(r['cards'])} card(s)" + (", index page" if r.get("index_page") else "")
+        return "\n".join([head] + [f"  {c.get('path')}" + (f" {_about(c)}" if _about(c) else "") for c in r["cards"]])
+    lines = [f"{d['date']}: {d['cards']} card(s)" + (", index page" if d.get("index_page") else "") for d in r["days"]]
+    return "\n".join(lines) or "no days"
+
+
+def _turn(r: dict) -> str:
+    line = (f"recorded {r['appended']} message(s) in session {r['session_id']} (turn {r['turns']}, "
+            f"{r['pending']} waiting; auto_memory every {r['every']})")
+    if r.get("launched"):
+        line += f"; auto_memory run started: {r['launched']} (ask job_status)"
+    for key in ("waiting", "launch_error"):
+        if r.get(key):
+            line += f"; {r[key]}"
+    return line
+
+
+def _run(r: dict) -> str:
+    line = f"run {r['id']} ({r.get('name')}, {r.get('deployment')}) started: {r.get('state')}; ask job_status"
+    return line + (f"\n{r['ui_url']}" if r.get("ui_url") else "")
+
+
+def _status(r: dict) -> str:
+    line = f"run {r['id']} ({r.get('deployment')}): {r.get('state')}"
+    if r.get("message"):
+        line += f": {r['message']}"
+    summary = r.get("summary")
+    if summary:  # a report's text, or the flow's result
+        line += "\n" + (summary if isinstance(summary, str) else compact(summary))
+    if r.get("ui_url"):
+        line += f"\n{r['ui_url']}"
+    return line
+
+
+RENDERERS = {
+    "read": _read, "search": _search, "node_search": _nodes, "list": _list, "traverse": _traverse,
+    "daily_list": _days, "turn": _turn, "dream": _run, "auto_memory": _run, "job_status": _status,
+}

@@ -1,0 +1,167 @@
+"""Jobs started from the CLI or HTTP while the service runs are runs of their deployments: they show with their
+deployment and parameters, use the service's settings, and the UI's Retry re-runs only their failed units.
+
+Uses the shared service (conftest `dreamflow_service`); the CLI runs in a subprocess WITHOUT any LLM settings.
+"""
+
+import json
+import os
+import re
+import subprocess
+
+import httpx
+import pytest
+from llm_server import Reply, json_reply, text_of
+from service_harness import DREAMFLOW, wait_for
+
+from deployments.serve import DEPLOYMENTS
+
+pytestmark = pytest.mark.timeout(300)
+
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def shell_env() -> dict:
+    """A user's shell: no LLM settings, no Prefect API; it finds the service through metadata/service.json."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("DREAMFLOW_LLM_", "PREFECT_API"))}
+
+
+def cli(svc, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), *args], capture_output=True, text=True,
+                          env=shell_env(), timeout=180)
+
+
+def llm_calls(server, since: int) -> list[str]:
+    return [text_of(body) for body in server.requests[since:]]
+
+
+def run_by(svc, deployment: str, **params) -> dict:
+    runs = [r for r in svc.flow_runs(deployment) if all(r["parameters"].get(k) == v for k, v in params.items())]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_unit(dreamflow_service, llm_server):
+    svc, day = dreamflow_service, "2024-07-01"
+    svc.memory.write(f"daily/{day}/oslo.md", content="# Oslo\n\nAna moved to Oslo in June.\n")
+    svc.memory.write(f"daily/{day}/kayak.md", content="# Kayak\n\nAna bought a sea kayak.\n")
+    llm_server.reset()
+    llm_server.on("You consolidate a person's memory", json_reply({"units": [
+        {"name": "Oslo move", "bucket": "personal", "summary": "Ana lives in Oslo.", "paths": [f"daily/{day}/oslo.md"]},
+        {"name": "Kayak", "bucket": "personal", "summary": "Ana kayaks.", "paths": [f"daily/{day}/kayak.md"]}]}))
+    llm_server.on("Unit: Oslo move\n", json_reply({"action": "CREATE", "name": "Ana in Oslo",
+                                                   "content": "Ana lives in Oslo since June."}))
+    llm_server.on("Unit: Kayak\n", Reply(status=500, content="model overloaded"))
+    before = len(llm_server.requests)
+
+    dream = cli(svc, "dream", "--date", day, "--scan-days", "1")
+
+    # a planned failure: summary printed, Failed run, the documented exit code (not 1, not a traceback)
+    assert dream.returncode == 9, dream.stdout + dream.stderr
+    assert "FAILED" in dream.stdout and "1 failed" in dream.stdout and "digest/personal/ana-in-oslo.md" in dream.stdout
+    assert "Oslo move: CREATE" in dream.stderr and "auto-dream/nightly: Failed" in dream.stderr  # streamed
+    assert "Traceback" not in dream.stderr and "unexpected exception" not in dream.stderr
+    run = run_by(svc, "auto-dream/nightly", date=day)
+    assert run["state_type"] == "FAILED" and run["state"]["message"].startswith("1 of 2 units failed")
+    assert run["parameters"]["workspace"] == str(svc.workspace) and run["parameters"]["scan_days"] == 1
+    assert len(llm_calls(llm_server, before)) == 3  # extraction + two units: the service's LLM, not the shell's
+    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
+    assert status["deployment"] == "auto-dream/nightly" and status["state_type"] == "FAILED"
+    assert status["summary"]["failed"][0]["name"] == "Kayak" and status["ui_url"].endswith(run["id"])
+
+    # the UI's Retry button, exactly: AwaitingRetry, forced
+    llm_server.on("Unit: Kayak\n", json_reply({"action": "CREATE", "name": "Sea kayak", "content": "Ana kayaks."}))
+    before = len(llm_server.requests)
+    svc.prefect("POST", f"/flow_runs/{run['id']}/set_state", {
+        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
+    done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
+        svc.prefect("GET", f"/flow_runs/{run['id']}")), 120, "the retried dream to finish")
+    assert done["state_type"] == "COMPLETED", done["state"]
+    calls = llm_calls(llm_server, before)
+    assert len(calls) == 1 and "Unit: Kayak\n" in calls[0]  # no new extraction, Oslo's unit not re-run
+    assert svc.memory.read("digest/personal/sea-kayak.md")["content"]
+    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
+    assert status["state"] == "Completed" and status["summary"]["failed"] == []
+
+
+def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service):
+    svc = dreamflow_service
+    started = cli(svc, "reindex", "--no-wait")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split(": ")[1].split()[0]
+    assert f"/runs/flow-run/{run_id}" in started.stdout
+    topics = cli(svc, "proactive", "--date", "2024-07-09")  # meanwhile; the same table as in-process
+    assert topics.returncode == 0 and "no topics" in topics.stdout and "proactive/manual" in topics.stderr
+    wait_for(lambda: httpx.get(f"{svc.url}/flows/runs/{run_id}").json()["state_type"] in FINAL, 90, "the reindex")
+    assert httpx.get(f"{svc.url}/flows/runs/{run_id}").json()["deployment"] == "reindex/manual"
+    waited = cli(svc, "reindex", "--json")
+    assert waited.returncode == 0 and json.loads(waited.stdout)["files"] >= 0, waited.stdout + waited.stderr
+    assert httpx.get(f"{svc.url}/flows/runs/not-a-uuid").status_code == 400
+    assert httpx.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+@pytest.mark.slow
+def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow_service):
+    svc = dreamflow_service
+    for flow in ("doctor", "link_mine", "merge", "split", "archive"):
+        d = DEPLOYMENTS[flow]
+        deployed = svc.deployment(d.full_name)
+        assert deployed["entrypoint"] == f"flows.governance.{flow}", deployed["entrypoint"]
+        assert "workspace" in deployed["parameter_openapi_schema"]["properties"]
+    svc.memory.write("digest/wiki/old-stove.md", content="# Old stove\n\nGas stove.\n\n## Sources\n\n- none\n")
+
+    # all started at once, the runner runs them side by side: doctor --fix from the CLI without waiting, the LLM
+    # flows like the UI's "Run" with parameters (given nothing to do), then archive from the CLI, waiting
+    doctor = cli(svc, "doctor", "--fix", "--no-wait", "--json")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    runs = {"doctor": json.loads(doctor.stdout)["id"]}
+    for flow, params in (("link_mine", {"max_nodes": 0}), ("merge", {"pairs": []}), ("split", {"paths": []})):
+        deployment = svc.deployment(DEPLOYMENTS[flow].full_name)["id"]
+        runs[flow] = svc.prefect("POST", f"/deployments/{deployment}/create_flow_run",
+                                 {"parameters": {**params, "workspace": str(svc.workspace)}})["id"]
+    archived = cli(svc, "archive", "digest/wiki/old-stove.md", "--json")
+    assert archived.returncode == 0, archived.stdout + archived.stderr
+    assert any(p.startswith("digest/archive/") for p in json.loads(archived.stdout)["changed"]), archived.stdout
+    assert run_by(svc, "archive/manual", paths=["digest/wiki/old-stove.md"])["state_type"] == "COMPLETED"
+    for flow, run_id in runs.items():
+        done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
+            svc.prefect("GET", f"/flow_runs/{run_id}")), 90, f"the {flow} run")
+        assert done["state_type"] == "COMPLETED", (flow, done["state"]["message"])
+        status = httpx.get(f"{svc.url}/flows/runs/{run_id}").json()
+        assert status["deployment"] == DEPLOYMENTS[flow].full_name, status
+        assert "counts" in status["summary"] if flow == "doctor" else status["summary"]["failed"] == [], status
+    assert svc.prefect("GET", f"/flow_runs/{runs['doctor']}")["parameters"]["fix"] is True
+
+def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
+    svc = dreamflow_service
+    plain = cli(svc, "status")
+    assert plain.returncode == 0, plain.stderr
+    assert f"API         {svc.url}   (docs: {svc.url}/docs)" in plain.stdout and "Prefect UI  http" in plain.stdout
+    assert re.search(r"Index       \d+ files, \d+ chunks, \d+ links\n", plain.stdout)
+    assert "postings" not in plain.stdout and "Warning" not in plain.stdout
+    assert re.search(r"Service     running for [^\n]*\n", plain.stdout) and "Service     running for" in plain.stdout
+    assert not re.search(r"Service [^\n]*pid", plain.stdout)
+    verbose = cli(svc, "status", "--verbose")
+    assert "postings" in verbose.stdout and "unsorted_postings" in verbose.stdout
+    assert re.search(r"runner +running, \d+ restart\(s\), pid \d+, log ", verbose.stdout)
+
+
+def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_path, no_llm):
+    from dreamflow.service import Options, Service
+    from engine.llm import LLMNotConfigured
+    from engine.settings import Settings
+
+    service = Service(Options(tmp_path / "ws", settings=Settings()), say=lambda text: None)
+    with pytest.raises(LLMNotConfigured, match="the service has no LLM configured") as refused:
+        service.launch("auto_dream", {"date": "2024-07-01"})
+    assert refused.value.exit_code == 6
+
+
+def test_the_doctor_is_scheduled_only_when_asked(monkeypatch):
+    from deployments.serve import crons
+    from engine.settings import Settings
+
+    monkeypatch.delenv("DREAMFLOW_DOCTOR_CRON", raising=False)
+    assert "doctor" not in crons(Settings())
+    monkeypatch.setenv("DREAMFLOW_DOCTOR_CRON", "0 6 * * 1")
+    assert crons(Settings())["doctor"] == "0 6 * * 1"

@@ -1,0 +1,315 @@
+"""The MCP server through the SDK's real client: `dreamflow mcp` spawned over stdio, and streamable HTTP at
+`/mcp` of the shared real service (conftest `dreamflow_service`; the token case is in test_service.py)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx2
+import pytest
+from cli_probe import PROBE
+from llm_server import json_reply, text_of
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from service_harness import DREAMFLOW
+
+from dreamflow.mcp_server import DEFAULT_TOOLS
+from engine import ops
+
+pytestmark = pytest.mark.timeout(240)
+
+HEAVY = ("prefect", "openai", "torch", "sentence_transformers")
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def stdio(workspace, *args: str, errlog=None) -> Client:
+    """A client for `dreamflow --workspace WORKSPACE mcp ARGS` (this test run's environment and PYTHONPATH)."""
+    params = StdioServerParameters(command=DREAMFLOW, args=["--workspace", str(workspace), "mcp", *args],
+                                   env=dict(os.environ))
+    return Client(stdio_client(params, errlog=errlog) if errlog else params)
+
+
+def http(service) -> Client:
+    return Client(streamable_http_client(f"{service.url}/mcp", http_client=httpx2.AsyncClient(headers=service.headers)))
+
+
+def cli_json(workspace, *args: str) -> dict:
+    proc = subprocess.run([DREAMFLOW, "--workspace", str(workspace), *args, "--json"], capture_output=True,
+                          text=True, timeout=60, input="")
+    return json.loads(proc.stdout)
+
+
+async def call(client: Client, tool: str, **arguments):
+    return await client.call_tool(tool, arguments)
+
+
+# ---- tools and their declarations ---------------------------------------------------------------------
+
+def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_annotations(tmp_path):
+    async def listing(*args):
+        async with stdio(tmp_path / "ws", *args) as client:
+            return {t.name: t for t in (await client.list_tools()).tools}
+
+    short, full = anyio.run(listing), anyio.run(listing, "--tools", "all")
+
+    assert list(short) == list(DEFAULT_TOOLS)
+    assert set(full) == {op.name for op in ops.OPS} - {"upload", "download"} | {"turn", "dream", "auto_memory",
+                                                                                 "job_status"}
+    for op in ops.OPS:
+        if op.name not in full:
+            continue
+        tool = full[op.name]
+        assert tool.description == op.help
+        a = tool.annotations
+        assert (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint) == (
+            not op.writes, op.writes and op.destructive, not op.writes or op.idempotent, False), op.name
+        props = tool.input_schema["properties"]
+        assert set(props) == {p.name for p in ops.parameters(op)}
+        assert all(props[p.name].get("description") == (p.help or None) for p in ops.parameters(op))
+        assert set(tool.input_schema.get("required", [])) == {p.name for p in ops.parameters(op) if p.required}
+    assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
+    assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint
+    assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
+    assert short["turn"].input_schema["required"] == ["session_id"]  # as POST /turn: compact needs no messages
+    for tool in full.values():  # every parameter carries the shared help text, job tools' too
+        assert tool.description and all(p.get("description") for p in tool.input_schema["properties"].values())
+        assert tool.input_schema.get("additionalProperties") is False
+
+
+def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
+    import inspect
+
+    from dreamflow.mcp_targets import Target
+    from flows.auto_dream import auto_dream
+    from flows.auto_memory import auto_memory
+
+    def signature(fn, drop=()):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+                if p.name not in ("self", "workspace", *drop)]
+
+    assert signature(Target.dream) == signature(auto_dream.fn)
+    assert signature(Target.auto_memory) == signature(auto_memory.fn, drop=("messages",))
+
+
+# ---- stdio, no service: in-process with short index sessions ----------------------------------------------
+
+def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path):
+    ws = tmp_path / "ws"
+    outside = tmp_path / "outside.md"
+
+    async def session():
+        async with stdio(ws) as client:
+            wrote = await call(client, "write", path="notes/ferry.md", content="The ferry to Naxos leaves at 7:30.",
+                               name="Ferry", description="Island ferry times")
+            assert not wrote.is_error and wrote.structured_content["path"] == "notes/ferry.md"
+            found = await call(client, "search", query="naxos ferry")
+            assert found.structured_content[0]["path"] == "notes/ferry.md"
+            assert found.content[0].text.startswith("notes/ferry.md:") and "7:30" in found.content[0].text
+            read = await call(client, "read", path="notes/ferry.md", numbered=False)
+            assert "leaves at 7:30" in read.structured_content["content"] and "name: Ferry" in read.content[0].text
+
+            conflict = await call(client, "edit", path="notes/ferry.md", old="8:15", new="9:00")
+            escape = await call(client, "write", path="../outside.md", content="x")
+            metadata = await call(client, "read", path="metadata/index.lock")
+            unknown = await call(client, "read", path="notes/ferry.md", colour="blue")
+            dream = await call(client, "dream")
+            bad_day = await call(client, "dream", date="2024-13-01")
+            turn = await call(client, "turn", session_id="chat-1",
+                              messages=[{"role": "user", "content": "Remember: my ferry is at 7:30"}])
+
+            resources = {r.uri for r in (await client.list_resources()).resources}
+            text = (await client.read_resource("dreamflow://notes/ferry.md")).contents[0].text
+            with pytest.raises(MCPError, match="metadata/"):
+                await client.read_resource("dreamflow://metadata/turns.json")
+            return conflict, escape, metadata, unknown, dream, bad_day, turn, resources, text
+
+    conflict, escape, metadata, unknown, dream, bad_day, turn, resources, text = anyio.run(session)
+
+    cli_error = cli_json(ws, "edit", "notes/ferry.md", "--old", "8:15", "--new", "9:00")["error"]
+    assert conflict.is_error and conflict.content[0].text == cli_error["message"]
+    assert conflict.structured_content == {"error": cli_error}
+    assert escape.is_error and escape.structured_content["error"]["type"] == "PathError" and not outside.exists()
+    assert metadata.is_error and metadata.structured_content["error"]["type"] == "PathError"
+    assert unknown.is_error and "colour" in unknown.content[0].text
+    assert dream.is_error and dream.structured_content["error"]["type"] == "ServiceNeeded"
+    assert "dreamflow --workspace" in dream.content[0].text and "start" in dream.content[0].text
+    assert bad_day.is_error and bad_day.structured_content["error"]["type"] == "InvalidInput"  # refused up front
+    assert not turn.is_error and turn.structured_content["appended"] == 1 and turn.structured_content["turns"] == 1
+    assert "my ferry is at 7:30" in (ws / "session/dialog/chat-1.jsonl").read_text()
+    assert "dreamflow://notes/ferry.md" in resources and not any("metadata/" in r for r in resources)
+    assert text.startswith("---\nname: Ferry")
+    for tb in (conflict, escape, metadata, unknown, dream):
+        assert "Traceback" not in tb.content[0].text
+
+
+def test_older_protocol_clients_get_lists_as_an_object(tmp_path):
+    async def session():
+        async with Client(StdioServerParameters(command=DREAMFLOW, args=["--workspace", str(tmp_path / "ws"), "mcp"],
+                                                env=dict(os.environ)), mode="legacy") as client:
+            await call(client, "write", path="a.md", content="alpha beta")
+            return await call(client, "search", query="alpha"), client.session.protocol_version
+
+    result, version = anyio.run(session)
+    assert version.startswith("2025")
+    assert result.structured_content["results"][0]["path"] == "a.md"
+
+
+def test_stdio_start_to_first_answer_imports_no_prefect_openai_or_torch(tmp_path):
+    errlog = open(tmp_path / "stderr.txt", "w+")
+    params = StdioServerParameters(command=sys.executable, args=["-c", PROBE, "--workspace", str(tmp_path / "ws"), "mcp"],
+                                   env=dict(os.environ))
+
+    async def first_answer():
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            await client.list_tools()
+            return await call(client, "search", query="anything")
+
+    result = anyio.run(first_answer)
+    assert not result.is_error
+    errlog.seek(0)
+    modules = set(json.loads(errlog.read().strip().splitlines()[-1]))
+    assert "mcp" in modules and "duckdb" in modules  # the probe saw a real answer
+    assert not [m for m in modules if m.split(".")[0] in HEAVY]
+
+
+def test_two_stdio_servers_and_the_cli_write_one_workspace_at_once_and_lose_nothing(tmp_path):
+    ws, n, cli_n = tmp_path / "ws", 25, 8
+    errors: list = []
+
+    async def writer(tag: str):
+        async with stdio(ws) as client:
+            for i in range(n):
+                for result in (await call(client, "append", path="shared/log.md", content=f"{tag} entry {i}"),
+                               await call(client, "write", path=f"own/{tag}-{i}.md", content=f"{tag} note {i}")):
+                    if result.is_error:
+                        errors.append(result.content[0].text)
+
+    def cli_writer():
+        for i in range(cli_n):
+            proc = subprocess.run([DREAMFLOW, "--workspace", str(ws), "append", "shared/log.md", "--content",
+                                   f"cli entry {i}"], capture_output=True, text=True, timeout=60)
+            if proc.returncode:
+                errors.append(proc.stderr)
+
+    async def everyone():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer, "alpha")
+            tg.start_soon(writer, "beta")
+            tg.start_soon(anyio.to_thread.run_sync, cli_writer)
+
+    anyio.run(everyone)
+
+    assert errors == []
+    lines = (ws / "shared/log.md").read_text().splitlines()
+    expected = {f"{tag} entry {i}" for tag in ("alpha", "beta") for i in range(n)} | {f"cli entry {i}" for i in range(cli_n)}
+    assert sorted(lines) == sorted(expected)
+    assert len(list((ws / "own").iterdir())) == 2 * n
+    hits = cli_json(ws, "search", "beta note 24", "--limit", "3")
+    assert hits[0]["path"] == "own/beta-24.md"
+    assert cli_json(ws, "index-stats")["files"] == 2 * n + 1
+
+
+# ---- streamable HTTP on the real service --------------------------------------------------------------
+
+def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
+    svc = dreamflow_service
+
+    async def session():
+        async with http(svc) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            await call(client, "write", path="mcp/http-note.md", content="Zanzibar spice tour on Friday.")
+            found = await call(client, "search", query="zanzibar spice")
+            read = await call(client, "read", path="mcp/http-note.md", numbered=False)
+            conflict = await call(client, "edit", path="mcp/http-note.md", old="Monday", new="Sunday")
+            escape = await call(client, "read", path="/etc/passwd")
+            turn = await call(client, "turn", session_id="mcp-http", messages=[{"role": "user", "content": "hello"}])
+            return names, found, read, conflict, escape, turn
+
+    names, found, read, conflict, escape, turn = anyio.run(session)
+
+    assert names == list(DEFAULT_TOOLS)
+    assert found.structured_content[0]["path"] == "mcp/http-note.md"
+    assert read.structured_content == svc.memory.read("mcp/http-note.md", numbered=False)  # the API's JSON
+    assert conflict.is_error and conflict.structured_content["error"]["type"] == "Conflict"
+    assert escape.is_error and escape.structured_content["error"]["type"] == "PathError"
+    assert turn.structured_content["turns"] == 1  # counted by the service's turn counter
+    assert svc.memory.status()["turns"]["sessions"]["mcp-http"]["turns"] == 1
+
+
+def test_stdio_forwards_to_the_running_service(dreamflow_service):
+    svc = dreamflow_service
+
+    async def session():
+        async with stdio(svc.workspace) as client:
+            started = time.monotonic()
+            wrote = await call(client, "write", path="mcp/via-stdio.md", content="Forwarded through the service.")
+            elapsed = time.monotonic() - started
+            status = await call(client, "job_status", run_id="00000000-0000-0000-0000-000000000000")
+            turn = await call(client, "turn", session_id="mcp-stdio", messages=[{"role": "user", "content": "hi"}])
+            return wrote, elapsed, status, turn
+
+    wrote, elapsed, status, turn = anyio.run(session)
+    assert not wrote.is_error and elapsed < 5  # in-process it would wait for the service's index lock
+    assert svc.memory.search("forwarded through the service")[0]["path"] == "mcp/via-stdio.md"
+    assert status.is_error and status.structured_content["error"]["type"] == "NotFound"  # the service answered
+    assert not turn.is_error and svc.memory.status()["turns"]["sessions"]["mcp-stdio"]["turns"] == 1
+
+
+def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(dreamflow_service, llm_server):
+    svc, day, card = dreamflow_service, "2023-02-14", "daily/2023-02-14/bakery.md"
+    llm_server.on(lambda body: "You consolidate a person's memory" in text_of(body) and card in text_of(body),
+                  json_reply({"units": [{"name": "Ana bakes", "bucket": "personal", "summary": "Ana runs a bakery.",
+                                         "paths": [card]}], "topics": []}))
+    llm_server.on("Unit: Ana bakes\n", json_reply({
+        "action": "CREATE", "target": "digest/personal/ana-bakery.md", "name": "Ana's bakery",
+        "description": "Ana runs a bakery", "content": "Ana runs a bakery in Porto.\n"}))
+
+    async def session():
+        async with http(svc) as client:
+            await call(client, "write", path=card, content="Ana opened a bakery in Porto.", name="Bakery",
+                       description="Ana's bakery")
+            started = time.monotonic()
+            run = await call(client, "dream", date=day, scan_days=1)
+            launched_in = time.monotonic() - started
+            run_id = run.structured_content["id"]
+            deadline = time.monotonic() + 120
+            while True:
+                status = await call(client, "job_status", run_id=run_id)
+                if status.structured_content["state_type"] in TERMINAL or time.monotonic() > deadline:
+                    return run, launched_in, status
+                await anyio.sleep(1)
+
+    run, launched_in, status = anyio.run(session)
+
+    assert not run.is_error and launched_in < 10 and run.structured_content["deployment"] == "auto-dream/nightly"
+    report = status.structured_content
+    assert report["state_type"] == "COMPLETED", report
+    assert report["parameters"]["date"] == day and day in json.dumps(report["summary"])  # report or result
+    assert report["ui_url"].endswith(f"/runs/flow-run/{report['id']}")
+    assert day in status.content[0].text and report["ui_url"] in status.content[0].text
+    prefect_run = next(r for r in svc.flow_runs("auto-dream/nightly") if r["id"] == report["id"])
+    assert prefect_run["state_type"] == "COMPLETED"
+    assert "Ana runs a bakery" in svc.memory.read("digest/personal/ana-bakery.md", numbered=False)["content"]
+
+
+def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):
+    from dreamflow.mcp_server import HttpMount
+    from dreamflow.mcp_targets import WorkspaceTarget
+    from engine.settings import Settings
+    from storage.errors import InvalidInput
+
+    monkeypatch.setenv("DREAMFLOW_MCP_TOOLS", "all")
+    mount = HttpMount(WorkspaceTarget(tmp_path / "ws"), Settings().mcp_tools)
+
+    async def names():
+        async with Client(mount.server) as client:  # in-process: the same server the mount serves
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert {"delete", "move", "reindex", "auto_memory"} <= anyio.run(names)
+    with pytest.raises(InvalidInput, match="unknown tool set"):
+        HttpMount(WorkspaceTarget(tmp_path / "ws"), "everything")
