@@ -320,11 +320,12 @@ def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
               summary="The bytes of a workspace file",
               responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
     def download(request: DownloadRequest) -> Response:
-        """Answer with the bytes of a workspace file (`Content-Disposition` carries its name)."""
-        data = memory.download_content(request.path)
-        name = request.path.rstrip("/").rsplit("/", 1)[-1]
-        return Response(data, media_type="application/octet-stream",
-                        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})
+        """Answer with the bytes of a workspace file (`Content-Disposition` carries its name, `X-Dreamflow-Path`
+        its workspace path, URL-quoted)."""
+        rel, data = memory.download_content(request.path)
+        return Response(data, media_type="application/octet-stream", headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(rel.rsplit('/', 1)[-1])}",
+            "X-Dreamflow-Path": quote(rel)})
 
 
 def _required(op: ops.Op) -> bool:

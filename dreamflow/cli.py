@@ -30,7 +30,7 @@ from storage.errors import DreamflowError, from_os_error
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
 EXTENSIONS: list[str] = [
     "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
-    "dreamflow.mcp_server", "dreamflow.hooks",
+    "dreamflow.mcp_server", "dreamflow.hooks", "dreamflow.import_command",
 ]
 
 

@@ -97,12 +97,16 @@ def show_list(result: dict) -> None:
     out.print(table if result["entries"] else Text("no files", style="dim"))
     if result["truncated"]:
         err.print(Text("(more files: raise --limit)", style="dim"))
+    for entry in result.get("skipped", []):
+        err.print(Text(f"skipped {entry['path']}: {entry['kind']} (never opened)", style="yellow"))
 
 
 def show_stat(result: dict) -> None:
     facts = {k: v for k, v in result.items() if k not in ("links_out", "links_in")}
     facts["size"] = _size(result["size"])
     show_any(facts)
+    if result.get("type") == "dir":
+        return
     for title, links, key in (("links out", result["links_out"], "target"), ("links in", result["links_in"], "source")):
         out.print(Text(f"{title} ({len(links)})", style="bold"))
         for link in links:
@@ -165,11 +169,13 @@ def show_change(result: dict) -> None:
 
 
 def show_delete(result: dict) -> None:
-    out.print(Text("deleted ") + Text(result["path"], style="cyan"))
+    files = f" ({len(result['files'])} files)" if result.get("type") == "dir" else ""
+    out.print(Text("deleted ") + Text(result["path"], style="cyan") + Text(files))
     if result["inbound"]:
         err.print(Text(f"warning: {len(result['inbound'])} link(s) still point to it:", style="yellow"))
         for link in result["inbound"]:
-            err.print(Text(f"  {link['source']}:{link.get('line')}"))
+            target = f" → {link['target']}" if "target" in link else ""
+            err.print(Text(f"  {link['source']}:{link.get('line')}{target}"))
 
 
 def show_move(result: dict) -> None:

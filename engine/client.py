@@ -16,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from engine.settings import Settings
 from storage.errors import DreamflowError
@@ -133,10 +133,10 @@ class RemoteMemory:
         """Copy a workspace file of the service to `dest` on this machine (see `Memory.download`)."""
         from storage.outside import save
 
-        data = self.request("POST", "/ops/download", {"path": path}, raw=True)
-        workspace = Path(self.health()["workspace"])
-        out = save(data, dest, path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1], overwrite, workspace)
-        return {"path": path, "dest": str(out.resolve()), "bytes": len(data)}
+        data, headers = self.request("POST", "/ops/download", {"path": path}, raw=True)
+        rel = unquote(headers.get("X-Dreamflow-Path") or path)
+        out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, Path(self.health()["workspace"]))
+        return {"path": rel, "dest": str(out.resolve()), "bytes": len(data)}
 
     # -- routes beyond the operations
 
@@ -166,8 +166,8 @@ class RemoteMemory:
     # -- transport
 
     def request(self, method: str, path: str, payload: Any = None, raw: bool = False) -> Any:
-        """Send one request; return the decoded JSON (the body's bytes with `raw`) or raise the error the
-        service reported."""
+        """Send one request; return the decoded JSON (with `raw`: the body's bytes and the headers) or raise
+        the error the service reported."""
         import http.client  # imported on first use: in-process CLI calls never need it (~15 ms)
 
         body = None if payload is None else json.dumps(payload, ensure_ascii=False, default=str).encode()
@@ -197,7 +197,7 @@ class RemoteMemory:
         if resp.status >= 400:
             raise _error_from(resp.status, json.loads(data) if data else None)
         if raw:
-            return data
+            return data, resp.headers
         return json.loads(data) if data else None
 
     def _connection(self) -> http.client.HTTPConnection:

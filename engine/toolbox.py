@@ -10,6 +10,7 @@ Tools never touch `metadata/`, outside files (upload/download), deletions or mov
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from engine import ops
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
+from storage.memory import split_head
 from storage.workspace import Workspace
 
 READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "node_search", "traverse", "daily_list")
@@ -76,8 +78,9 @@ class Toolbox:
 
     def _check_write(self, name: str, args: dict) -> None:
         path = str(args.get("path") or "")
-        if name in ("write", "create") and path and not PurePosixPath(path).suffix:
-            path += ".md"  # Memory adds it too
+        if path and not PurePosixPath(path).suffix and (
+                name in ("write", "create") or not os.path.lexists(self.ws.resolve(path))):
+            path += ".md"  # the path rule Memory applies (a suffix-less path means <path>.md)
         if not path or not self.can_write(self.ws.normalize(path)):
             raise _Refused(f"this job may only write {self.write_scope}; {path or 'no path'} is not allowed")
         if self.guard is None:
@@ -114,9 +117,10 @@ def predict(name: str, before: str, args: dict) -> str | None:
         return render_frontmatter(meta, given.body)
     if name == "edit":
         old, new = args.get("old") or "", args.get("new") or ""
-        if not old or old not in before:
+        head, body = split_head(args.get("path") or "node.md", before)  # edit changes the body only
+        if not old or old not in body:
             return None
-        return before.replace(old, new) if args.get("replace_all") else before.replace(old, new, 1)
+        return head + (body.replace(old, new) if args.get("replace_all") else body.replace(old, new, 1))
     if name in ("append", "prepend"):
         return before + "\n" + (args.get("content") or "")  # adds text only: links can't be lost
     fm = split_frontmatter(before)

@@ -35,7 +35,7 @@ if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 # The index layout; the DuckDB version is part of it because postings store DuckDB's hash() of each term.
-SCHEMA_VERSION = f"4 duckdb {duckdb.__version__}"
+SCHEMA_VERSION = f"5 duckdb {duckdb.__version__}"  # 5: tags stored normalised (storage.markdown.normalize_tag)
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")

@@ -96,13 +96,14 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
     return {"target": target, "new_target": new_target, "rewritten": rewritten}
 
 
-def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str) -> dict:
-    """Rename file `old` to `new` (which must not exist) and rewrite `[[old]]` links in every Markdown file
+def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str, overwrite: bool = False) -> dict:
+    """Rename file `old` to `new` (an existing file there only replaced with `overwrite`) and rewrite `[[old]]` links in every Markdown file
     outside resource/ and session/ that has them (anchors, aliases, predicates kept); re-indexes. Journaled:
     after a crash, `recover` finishes it (rename done) or drops it (rename not done, nothing changed yet)."""
     old_path, new_path = ws.regular(old), ws.resolve(new)
-    if os.path.lexists(new_path):
-        raise Conflict(f"{new} already exists; move refuses to overwrite it")
+    if os.path.lexists(new_path) and (not overwrite or new_path.is_dir() or special_kind(new_path) is not None):
+        raise Conflict(f"{new} already exists; move replaces an existing file only with overwrite"
+                       if not overwrite else f"{new} is not a regular file; move never replaces it")
     plan = {"src": old, "dst": new, "files": _hashes(ws, _files_mentioning(ws, old))}
     with journal.intent(ws, "move", plan):
         new_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +124,7 @@ def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> list[dict]:
             outcome = "unreadable entry dropped"
         elif plan.get("kind") == "move":
             src, dst = plan["src"], plan["dst"]
-            if special_kind(ws.root / dst) == "missing" and special_kind(ws.root / src) is None:
+            if special_kind(ws.root / src) is None:  # still there: the rename did not happen, nothing changed
                 outcome = "rolled back (the file was not moved yet)"
             else:
                 outcome = f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"

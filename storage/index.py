@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 
 from storage.markdown import parse_file
-from storage.model import ParsedFile
+from storage.model import ParsedFile, normalize_tag
 from storage.tokenize import terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, is_scratch_name, read_regular
@@ -328,7 +328,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     for parsed, mtime, size, digest in items:
         files.append((
             parsed.path, parsed.kind, float(mtime), int(size), digest, parsed.name or "", parsed.description or "",
-            json.dumps(parsed.frontmatter, ensure_ascii=False, default=str), _joined(parsed.tags),
+            json.dumps(parsed.frontmatter, ensure_ascii=False, default=str), _joined(dict.fromkeys(normalize_tag(t) for t in parsed.tags)),
             parsed.date or "", parsed.line_count, _joined(parsed.errors),
         ))
         for ord_, chunk in enumerate(parsed.chunks):

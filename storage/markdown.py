@@ -573,7 +573,7 @@ def _apply_meta(parsed: ParsedFile, meta: dict[str, Any]) -> None:
         value = meta.get(key)
         if value is not None and not isinstance(value, (dict, list)):
             setattr(parsed, key, str(value).strip())
-    parsed.tags = _tags(meta.get("tags"))
+    parsed.tags = list(dict.fromkeys(_tags(meta.get("tags")) + _tags(meta.get("memory_tags"))))  # ReMe's key too
     if meta.get("date") is not None:
         date = _frontmatter_date(meta["date"])
         if date:

@@ -46,3 +46,9 @@ class ParsedFile:
     links: list[Link] = field(default_factory=list)
     line_count: int = 0
     errors: list[str] = field(default_factory=list)  # e.g. malformed frontmatter; the file is still indexed
+
+
+def normalize_tag(tag: str) -> str:
+    """The form tags are counted and filtered by: case-folded, runs of whitespace as `_` (`New York` ->
+    `new_york`); files keep their own spelling."""
+    return "_".join(str(tag).casefold().split())

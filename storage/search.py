@@ -17,6 +17,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
+from storage.model import normalize_tag
 from storage.tokenize import terms
 
 K1 = 1.2
@@ -109,20 +110,23 @@ def _file_filters(
     tags: Sequence[str] | None = None,
     path_prefix: str | None = None,
     include_archived: bool = False,
+    strict_dates: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """SQL condition over `files f` (and its parameters, none so far) for the search filters.
 
     Archived digest nodes (digest/archive/) are left out unless `include_archived` or a path_prefix inside
-    the archive asks for them."""
+    the archive asks for them. A date range applies to dated files only (undated ones, e.g. digest nodes,
+    pass) unless `strict_dates`. Tags match when any is among the file's, compared normalised."""
+    undated = "" if strict_dates else "f.date IS NULL OR "
     conds = []
     if not include_archived and not (path_prefix or "").strip("/").startswith(ARCHIVE.rstrip("/")):
         conds.append(f"NOT starts_with(f.path, {sql_literal(ARCHIVE)})")
     if start_date:
-        conds.append(f"f.date >= {sql_literal(_as_date(start_date))}")
+        conds.append(f"({undated}f.date >= {sql_literal(_as_date(start_date))})")
     if end_date:
-        conds.append(f"f.date <= {sql_literal(_as_date(end_date))}")
+        conds.append(f"({undated}f.date <= {sql_literal(_as_date(end_date))})")
     if tags:
-        conds.append(f"list_has_any(f.tags, {sql_literal([str(t) for t in tags])}::VARCHAR[])")
+        conds.append(f"list_has_any(f.tags, {sql_literal([normalize_tag(t) for t in tags])}::VARCHAR[])")
     if path_prefix:
         prefix = path_prefix.strip("/") + ("/" if path_prefix.endswith("/") else "")
         conds.append(f"starts_with(f.path, {sql_literal(prefix)})")
@@ -162,10 +166,12 @@ def search(
     rrf_k: int | None = None,
     include_archived: bool = False,
     per_file: int | None = PER_FILE,
+    strict_dates: bool = False,
 ) -> list[dict]:
     """Chunks matching `query`: BM25 (+ vector) candidates fused by RRF, filtered, with linked neighbours.
 
-    Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date), `tags` (any of),
+    Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date; undated files pass
+    unless `strict_dates`), `tags` (any of, normalised),
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
     digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
     vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
@@ -177,7 +183,7 @@ def search(
     """
     if limit <= 0:
         return []
-    filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived)
+    filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates)
     pool = max(CANDIDATES, 3 * limit)
     _prepare(vectors, con, query)
     keyword = bm25(con, query, pool, filters, params)

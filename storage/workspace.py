@@ -202,34 +202,32 @@ class Workspace:
         base = self.resolve(prefix) if prefix else self.root
         if not base.is_dir():
             return
-        stack = [base]
+        stack = [(str(base), self.normalize(prefix) + "/" if prefix else "")]
         while stack:
-            folder = stack.pop()
+            folder, rel_dir = stack.pop()
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:
                 continue
             subfolders = []
             for entry in entries:
-                rel = self.relative(entry.path)
-                if rel.split("/", 1)[0] == "metadata" and not include_metadata:
+                rel = rel_dir + entry.name
+                if is_scratch_name(entry.name) or (rel == "metadata" and not include_metadata):
                     continue
-                if entry.name.startswith(".") or is_scratch_name(entry.name):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    subfolders.append(Path(entry.path))
-                    continue
-                kind = special_kind(entry.path)
-                if kind is None and entry.is_symlink():
-                    if not self.contains(entry.path):
+                if entry.is_symlink():
+                    kind = special_kind(entry.path)
+                    if kind is None and not self.contains(entry.path):
                         kind = "symlink leaving the workspace"
-                    elif not include_metadata and self.in_metadata(rel):
+                    elif kind is None and not include_metadata and self.in_metadata(rel):
                         kind = "symlink into metadata/"
-                if kind == "folder":  # a symlink to a folder: not followed
+                elif entry.is_dir(follow_symlinks=False):
+                    subfolders.append((entry.path, rel + "/"))
                     continue
+                else:  # the type scandir saw; a FIFO, socket or device is not a regular file
+                    kind = None if entry.is_file(follow_symlinks=False) else special_kind(entry.path)
                 if kind is None:
                     yield rel
-                elif skipped is not None and kind != "missing":
+                elif skipped is not None and kind not in ("folder", "missing"):  # symlinked folders: not followed
                     skipped.append({"path": rel, "kind": kind})
             stack.extend(reversed(subfolders))
 

@@ -72,22 +72,26 @@ def _start(root: Path, via: str):
 
 
 def _wait_for_rename(root: Path, timeout: float = 30.0) -> float:
+    """Wall-clock time (time.time) at which the move's rename was seen."""
     deadline = time.monotonic() + timeout
     while (root / SRC).exists():
         if time.monotonic() > deadline:
             raise TimeoutError("the move did not rename the file in time")
         time.sleep(0.0002)
-    return time.monotonic()
+    return time.time()
 
 
 def calibrate(template: Path, work: Path, via: str = "fork") -> float:
-    """Seconds from the rename to the end of an uninterrupted move (the window kills are spread over)."""
+    """Seconds from the rename to the last linking note rewritten by an uninterrupted move: the window kills
+    are spread over (re-indexing afterwards is left out, so most kills land mid-rewrite)."""
     root = work / "calibrate"
     shutil.copytree(template, root)
     pid, wait = _start(root, via)
     renamed = _wait_for_rename(root)
     wait()
-    return time.monotonic() - renamed
+    last = max(p.stat().st_mtime for p in (root / "digest" / "wiki").glob("note-*.md"))
+    shutil.rmtree(root)
+    return max(last - renamed, 0.01)
 
 
 def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",

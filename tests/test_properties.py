@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.chunking import MAX_CHARS
+from storage.errors import InvalidInput
 from storage.markdown import headings, parse_file
 from storage.memory import Memory
 
@@ -52,6 +53,10 @@ def memory(tmp_path_factory):
 @settings(SETTINGS, max_examples=100)  # each example runs two searches on a real index
 @given(query=st.text(max_size=40), tags=st.lists(st.text(max_size=8), max_size=3), prefix=st.text(max_size=10))
 def test_any_query_and_filters_search_without_raising(memory, query, tags, prefix):
+    if not query.strip():  # an empty query is a usage error, never a search
+        with pytest.raises(InvalidInput):
+            memory.search(query)
+        return
     hits = memory.search(query, tags=tags or None, path_prefix=prefix or None, limit=5)
     assert all(h["path"] in ("digest/wiki/a.md", "digest/wiki/b.md") for h in hits)
     memory.node_search(query)

@@ -58,11 +58,13 @@ def test_stemming_matches_across_word_forms(con):
 
 
 def test_date_filters_use_daily_path_and_frontmatter_date(con):
-    hits = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-31", expand=0)
+    hits = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-31", expand=0, strict_dates=True)
     assert paths(hits) == ["daily/2024-05-01/hiking.md"]
-    assert paths(search(con, "hiking", end_date="2023-12-31", expand=0)) == ["digest/personal/dated.md"]
+    assert paths(search(con, "hiking", end_date="2023-12-31", expand=0, strict_dates=True)) == ["digest/personal/dated.md"]
     assert "resource/2024-06-02/article.md" in paths(search(con, "hiking", start_date="2024-06-01", expand=0))
-    hit = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-01", expand=0)[0]
+    kept = paths(search(con, "hiking", start_date="2024-05-01", end_date="2024-05-31", expand=0))
+    assert set(kept) == {"daily/2024-05-01/hiking.md", "digest/wiki/trails.md"}  # undated knowledge stays
+    hit = search(con, "hiking", start_date="2024-05-01", end_date="2024-05-01", expand=0, strict_dates=True)[0]
     assert hit["date"] == "2024-05-01"
 
 

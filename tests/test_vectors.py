@@ -280,7 +280,8 @@ def test_search_fuses_both_lists_and_honours_filters(db, hybrid):
         fused = search(con, "gearbox", expand=0, vectors=hybrid)
         assert keyword[0]["path"] == fused[0]["path"] == "daily/2024-05-02/garage.md"
         assert fused[0]["bm25_rank"] == 1 and fused[0]["vector_rank"] == 1 and fused[0]["score"] == 1.0
-        dated = search(con, PARAPHRASE, vectors=hybrid, start_date="2024-05-02", end_date="2024-05-02")
+        dated = search(con, PARAPHRASE, vectors=hybrid, start_date="2024-05-02", end_date="2024-05-02",
+                       strict_dates=True)
         assert [h["path"] for h in dated] == ["daily/2024-05-02/garage.md"]
 
 

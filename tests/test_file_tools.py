@@ -1,0 +1,395 @@
+"""File tools that behave like ReMe's (issue 12): one path rule, portable names, Markdown-only operations,
+body-only edits, folders, date filters that keep undated knowledge, normalised tags, day pages, ReMe import.
+Each rule through the CLI and over HTTP (the agent tools and MCP call the same operations)."""
+
+import json
+import os
+import time
+
+import pytest
+from test_api import ApiServer
+from test_cli import as_json, ok, run
+
+from engine.client import RemoteMemory
+from storage.errors import Conflict, InvalidInput, NotFound, PathError
+from storage.memory import Memory
+
+
+@pytest.fixture
+def root(tmp_path):
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def served(tmp_path):
+    mem = Memory(tmp_path / "served")
+    server = ApiServer(mem)
+    yield mem, RemoteMemory(server.url), server
+    server.stop()
+
+
+def error_of(proc):
+    return json.loads(proc.stdout)["error"]
+
+
+# ---- 1. one path rule: a suffix-less path is <path>.md everywhere ----------------------------------------
+
+def test_suffixless_paths_resolve_to_md_on_the_cli(root):
+    as_json(root, "write", "digest/wiki/kyoto", "--content", "temples", "--name", "Kyoto")
+    assert as_json(root, "read", "digest/wiki/kyoto")["path"] == "digest/wiki/kyoto.md"
+    assert as_json(root, "stat", "digest/wiki/kyoto")["name"] == "Kyoto"
+    assert as_json(root, "frontmatter-get", "digest/wiki/kyoto")["frontmatter"]["name"] == "Kyoto"
+    as_json(root, "frontmatter-update", "digest/wiki/kyoto", "--metadata", "k=1")
+    as_json(root, "frontmatter-delete-keys", "digest/wiki/kyoto", "k")
+    assert as_json(root, "edit", "digest/wiki/kyoto", "--old", "temples", "--new", "shrines")["path"].endswith(".md")
+    assert as_json(root, "append", "digest/wiki/kyoto", "--content", "more")["created"] is False
+    as_json(root, "prepend", "digest/wiki/kyoto", "--content", "top")
+    assert as_json(root, "move", "digest/wiki/kyoto", "digest/wiki/kyoto-city")["to"] == "digest/wiki/kyoto-city.md"
+    assert as_json(root, "delete", "digest/wiki/kyoto-city")["path"] == "digest/wiki/kyoto-city.md"
+    assert not list((root / "digest" / "wiki").iterdir())
+
+
+def test_suffixless_paths_resolve_to_md_over_http(served):
+    mem, remote, server = served
+    remote.write("digest/wiki/osaka", "food", name="Osaka")
+    assert remote.read("digest/wiki/osaka")["path"] == "digest/wiki/osaka.md"
+    assert remote.stat("digest/wiki/osaka")["type"] == "file"
+    assert remote.frontmatter_get("digest/wiki/osaka")["frontmatter"] == {"name": "Osaka"}
+    mem.ws.write_text("resource/Makefile", "all:\n")  # an exact suffix-less file still wins
+    assert remote.read("resource/Makefile", numbered=False)["content"] == "all:\n"
+
+
+# ---- 2. names that break on other systems are refused ------------------------------------------------------
+
+BAD_NAMES = ["bad?name.md", "a<b.md", 'quote".md', "pipe|x.md", "star*.md", "col:on.md", "trailing.md.", "trailing.",
+             "folder /x.md", "ctl\x01.md", "CON.md"]
+
+
+def test_invalid_names_are_refused_on_the_cli(root, tmp_path):
+    as_json(root, "write", "digest/wiki/ok.md", "--content", "x")
+    source = tmp_path / "up.txt"
+    source.write_text("x")
+    for args in (("write", "digest/wiki/bad?name.md", "--content", "x"), ("create", "digest/wiki/a<b.md"),
+                 ("append", "digest/wiki/trailing.", "--content", "x"), ("move", "digest/wiki/ok.md", "digest/CON.md"),
+                 ("upload", str(source), "--name", "pipe|x.md")):
+        proc = run(root, *args, "--json")
+        assert proc.returncode == 2 and error_of(proc)["type"] == "PathError", (args, proc.stdout)
+    mem = Memory(root)  # every name, every creating operation (the CLI calls the same methods)
+    for name in BAD_NAMES:
+        for call in (lambda: mem.write(f"digest/wiki/{name}", "x"), lambda: mem.create(f"digest/wiki/{name}"),
+                     lambda: mem.append(f"digest/wiki/{name}", "x"), lambda: mem.move("digest/wiki/ok.md", f"digest/{name}"),
+                     lambda: mem.upload(str(source), name=name)):
+            with pytest.raises(PathError):
+                call()
+    assert sorted(os.listdir(root / "digest" / "wiki")) == ["ok.md"]
+
+
+def test_invalid_names_are_refused_over_http(served):
+    mem, remote, server = served
+    status, body = server.raw("POST", "/ops/write", {"path": "digest/bad?name.md", "content": "x"})
+    assert (status, body["error"]["type"]) == (400, "PathError")
+    with pytest.raises(PathError):
+        remote.write("digest/folder./x.md", "x")
+    mem.ws.write_text("digest/legacy?.md", "made by hand\n")  # an existing odd name can still be edited
+    assert remote.append("digest/legacy?.md", "more")["created"] is False
+
+
+# ---- 3. Markdown-only operations refuse other files --------------------------------------------------------
+
+def test_non_markdown_files_get_no_frontmatter_on_the_cli(root):
+    proc = run(root, "write", "resource/notes.txt", "--content", "plain", "--name", "N", "--json")
+    assert proc.returncode == 2 and "not Markdown" in error_of(proc)["message"]
+    assert not (root / "resource" / "notes.txt").exists()
+    as_json(root, "write", "resource/notes.txt", "--content", "---\nkey: verbatim\n---\nplain")
+    assert (root / "resource" / "notes.txt").read_text() == "---\nkey: verbatim\n---\nplain"
+    before = (root / "resource" / "notes.txt").read_bytes()
+    for args in (("frontmatter-update", "--metadata", "k=1"), ("frontmatter-get",), ("frontmatter-delete-keys", "k")):
+        proc = run(root, args[0], "resource/notes.txt", *args[1:], "--json")
+        assert proc.returncode == 2 and "not markdown" in error_of(proc)["message"], args
+    assert (root / "resource" / "notes.txt").read_bytes() == before
+    as_json(root, "write", "digest/wiki/a.md", "--content", "body", "--name", "A", "--metadata", "z=1")
+    untouched = (root / "digest" / "wiki" / "a.md").read_bytes()
+    mtime = (root / "digest" / "wiki" / "a.md").stat().st_mtime_ns
+    result = as_json(root, "frontmatter-delete-keys", "digest/wiki/a.md", "absent", "missing")
+    assert result["deleted"] == [] and result["missing"] == ["absent", "missing"]
+    assert (root / "digest" / "wiki" / "a.md").read_bytes() == untouched
+    assert (root / "digest" / "wiki" / "a.md").stat().st_mtime_ns == mtime
+
+
+def test_non_markdown_files_get_no_frontmatter_over_http(served):
+    mem, remote, server = served
+    remote.write("resource/data.csv", "a,b\n1,2\n")
+    status, body = server.raw("POST", "/ops/frontmatter_update", {"path": "resource/data.csv", "metadata": {"k": 1}})
+    assert status == 400 and "not markdown" in body["error"]["message"]
+    with pytest.raises(InvalidInput):
+        remote.write("resource/data.csv", "x", metadata={"k": 1})
+    assert (mem.ws.root / "resource/data.csv").read_text() == "a,b\n1,2\n"
+
+
+# ---- 4. edit works on the body only --------------------------------------------------------------------------
+
+def test_edit_changes_the_body_only_on_the_cli(root):
+    as_json(root, "write", "digest/wiki/foo.md", "--content", "foo lives here, foo again", "--name", "foo")
+    done = as_json(root, "edit", "digest/wiki/foo.md", "--old", "foo", "--new", "bar", "--replace-all")
+    assert done["replacements"] == 2
+    assert as_json(root, "frontmatter-get", "digest/wiki/foo.md")["frontmatter"]["name"] == "foo"
+    assert "bar lives here, bar again" in (root / "digest" / "wiki" / "foo.md").read_text()
+    as_json(root, "write", "digest/wiki/only.md", "--content", "nothing", "--name", "needle", "--description", "d")
+    proc = run(root, "edit", "digest/wiki/only.md", "--old", "needle", "--new", "pin", "--json")
+    assert proc.returncode == 4 and "only in the frontmatter" in error_of(proc)["message"]
+    assert as_json(root, "frontmatter-get", "digest/wiki/only.md")["frontmatter"]["name"] == "needle"
+
+
+def test_edit_changes_the_body_only_over_http(served):
+    mem, remote, server = served
+    remote.write("digest/wiki/t.md", "tag body", name="tag")
+    status, body = server.raw("POST", "/ops/edit", {"path": "digest/wiki/t.md", "old": "name: tag", "new": "x"})
+    assert status == 409 and "frontmatter" in body["error"]["message"]
+    assert remote.edit("digest/wiki/t.md", "tag", "label")["replacements"] == 1
+    assert remote.frontmatter_get("digest/wiki/t.md")["frontmatter"]["name"] == "tag"
+
+
+# ---- 5. folders: delete, stat; move --overwrite; list --sort mtime and extensions --------------------------
+
+def _project(root):
+    as_json(root, "write", "digest/wiki/trip/plan.md", "--content", "see [[digest/wiki/trip/notes.md]]", "--name", "P")
+    as_json(root, "write", "digest/wiki/trip/notes.md", "--content", "notes", "--name", "N")
+    as_json(root, "write", "digest/wiki/trip/deep/more.md", "--content", "more", "--name", "M")
+    as_json(root, "write", "digest/wiki/outside.md", "--content", "[[digest/wiki/trip/notes.md]] [[digest/wiki/trip/deep/more.md]]")
+
+
+def test_folders_on_the_cli(root):
+    _project(root)
+    folder = as_json(root, "stat", "digest/wiki/trip")
+    assert (folder["type"], folder["files"], folder["folders"]) == ("dir", 3, 1) and folder["size"] > 0
+    for bad in ("metadata", ".", "/", "digest/wiki/../.."):
+        assert run(root, "delete", bad, "--json").returncode == 2, bad
+    gone = as_json(root, "delete", "digest/wiki/trip")
+    assert gone["type"] == "dir" and len(gone["files"]) == 3
+    assert {(l["source"], l["target"]) for l in gone["inbound"]} == {
+        ("digest/wiki/outside.md", "digest/wiki/trip/notes.md"), ("digest/wiki/outside.md", "digest/wiki/trip/deep/more.md")}
+    assert not (root / "digest" / "wiki" / "trip").exists()
+    assert as_json(root, "search", "notes")[0]["path"] == "digest/wiki/outside.md"  # the index forgot them
+
+
+def test_move_overwrite_and_list_sort_and_extensions_on_the_cli(root):
+    as_json(root, "write", "digest/wiki/a.md", "--content", "new a")
+    as_json(root, "write", "digest/wiki/b.md", "--content", "old b")
+    as_json(root, "write", "digest/wiki/c.md", "--content", "links [[digest/wiki/a.md]]")
+    assert run(root, "move", "digest/wiki/a.md", "digest/wiki/b.md").returncode == 4
+    moved = as_json(root, "move", "digest/wiki/a.md", "digest/wiki/b.md", "--overwrite")
+    assert moved["rewritten"] == [{"path": "digest/wiki/c.md", "links": 1}]
+    assert "new a" in (root / "digest" / "wiki" / "b.md").read_text()
+    (root / "resource").mkdir(exist_ok=True)
+    for i, name in enumerate(("old.txt", "mid.md", "new.jsonl")):
+        path = root / "resource" / name
+        path.write_text("x")
+        os.utime(path, (time.time() - 100 + i * 10, time.time() - 100 + i * 10))
+    newest = as_json(root, "list", "resource", "--sort", "mtime")["entries"]
+    assert [e["path"] for e in newest] == ["resource/new.jsonl", "resource/mid.md", "resource/old.txt"]
+    only = as_json(root, "list", "resource", "--extensions", "md", "--extensions", ".jsonl", "--sort", "mtime",
+                   "--limit", "1")
+    assert [e["path"] for e in only["entries"]] == ["resource/new.jsonl"] and only["truncated"]
+
+
+def test_folders_over_http(served):
+    mem, remote, server = served
+    remote.write("daily/2024-05-01/a.md", "a")
+    remote.write("digest/wiki/x.md", "[[daily/2024-05-01/a.md]]")
+    assert remote.stat("daily/2024-05-01")["type"] == "dir"
+    status, body = server.raw("POST", "/ops/delete", {"path": "metadata"})
+    assert status == 400
+    result = remote.delete("daily/2024-05-01")
+    assert result["files"] == ["daily/2024-05-01/a.md"] and result["inbound"][0]["source"] == "digest/wiki/x.md"
+    assert [e["path"] for e in remote.list("digest", sort="mtime", extensions=["md"])["entries"]] == ["digest/wiki/x.md"]
+
+
+# ---- 6. date filters keep undated knowledge; empty queries are usage errors; tags are any-of -----------------
+
+def _dated(root):
+    as_json(root, "write", "daily/2024-07-01/kangaroo.md", "--content", "kangaroo sighting", "--name", "Trip")
+    as_json(root, "write", "daily/2024-01-01/kangaroo-old.md", "--content", "kangaroo long ago", "--name", "Old")
+    as_json(root, "write", "digest/wiki/kangaroo.md", "--content", "kangaroo facts", "--name", "Kangaroo",
+            "--metadata", "tags=[\"animals\", \"Australia\"]")
+
+
+def test_date_filters_keep_undated_knowledge_on_the_cli(root):
+    _dated(root)
+    since = {h["path"] for h in as_json(root, "search", "kangaroo", "--start-date", "2024-06-01")}
+    assert since == {"daily/2024-07-01/kangaroo.md", "digest/wiki/kangaroo.md"}
+    strict = {h["path"] for h in as_json(root, "search", "kangaroo", "--start-date", "2024-06-01", "--strict-dates")}
+    assert strict == {"daily/2024-07-01/kangaroo.md"}
+    for query in ("", "   "):
+        proc = run(root, "search", query, "--json")
+        assert proc.returncode == 2 and error_of(proc)["type"] == "InvalidInput"
+    anyof = {h["path"] for h in as_json(root, "search", "kangaroo", "--tags", "australia", "--tags", "nope")}
+    assert anyof == {"digest/wiki/kangaroo.md"}
+    assert "any of these tags" in ok(root, "search", "--help").stdout
+    assert "--strict-dates" in ok(root, "search", "--help").stdout
+
+
+def test_date_filters_keep_undated_knowledge_over_http(served):
+    mem, remote, server = served
+    mem.write("daily/2024-07-01/k.md", "kangaroo day")
+    mem.write("digest/wiki/k.md", "kangaroo node")
+    assert {h["path"] for h in remote.search("kangaroo", start_date="2024-06-01")} == {"daily/2024-07-01/k.md", "digest/wiki/k.md"}
+    status, body = server.raw("POST", "/ops/search", {"query": " "})
+    assert (status, body["error"]["type"]) == (400, "InvalidInput")
+
+
+# ---- 7. tags are normalised for counting and filtering; ReMe's memory_tags is read ----------------------------
+
+def test_tags_are_normalised_on_the_cli(root):
+    as_json(root, "write", "daily/2024-05-01/a.md", "--content", "a", "--metadata", 'tags=["Travel", "New York"]')
+    as_json(root, "write", "daily/2024-05-02/b.md", "--content", "b", "--metadata", 'tags=["travel"]')
+    as_json(root, "write", "daily/2024-05-03/c.md", "--content", "c", "--metadata", 'memory_tags=["new   york"]')
+    counts = {t["tag"]: t["files"] for t in as_json(root, "tags")}
+    assert counts == {"travel": 2, "new_york": 2}
+    assert {p["path"] for p in as_json(root, "tags", "New York")[0]["paths"]} == {"daily/2024-05-01/a.md", "daily/2024-05-03/c.md"}
+    assert as_json(root, "stat", "daily/2024-05-01/a.md")["tags"] == ["Travel", "New York"]  # the file's spelling
+    assert "Travel" in (root / "daily" / "2024-05-01" / "a.md").read_text()
+
+
+def test_tags_are_normalised_over_http(served):
+    mem, remote, server = served
+    mem.write("digest/wiki/k.md", "kangaroo", metadata={"memory_tags": ["Wild Life"]})
+    assert remote.tags()[0]["tag"] == "wild_life"
+    assert remote.search("kangaroo", tags=["WILD life"])[0]["path"] == "digest/wiki/k.md"
+
+
+# ---- 8. days: direct cards only; ReMe's auto block replaced in place -------------------------------------------
+
+REME_DAY = """---
+name: '2024-05-08'
+description: 1 note(s) today.
+---
+My own intro line.
+
+<!-- notes:auto -->
+- [[daily/2024-05-08/old.md]] name: Old
+<!-- /notes:auto -->
+
+Closing words.
+"""
+
+
+def test_days_on_the_cli(root):
+    as_json(root, "write", "daily/2024-05-08/trip.md", "--content", "t", "--name", "Trip", "--description", "d")
+    as_json(root, "write", "daily/2024-05-08/attachments/scan.md", "--content", "s", "--name", "Scan")
+    assert [c["path"] for c in as_json(root, "daily-list", "2024-05-08")["cards"]] == ["daily/2024-05-08/trip.md"]
+    assert as_json(root, "daily-list")["days"][0]["cards"] == 1
+    (root / "daily" / "2024-05-08.md").write_text(REME_DAY)
+    page = as_json(root, "daily-reindex", "2024-05-08")
+    assert [c["path"] for c in page["cards"]] == ["daily/2024-05-08/trip.md"]
+    text = (root / "daily" / "2024-05-08.md").read_text()
+    assert "notes:auto" not in text and text.count("dreamflow:cards:start") == 1
+    assert text.index("My own intro line.") < text.index("[[daily/2024-05-08/trip.md|Trip]]") < text.index("Closing words.")
+    assert "attachments" not in text
+
+
+def test_days_over_http(served):
+    mem, remote, server = served
+    remote.write("daily/2024-05-08/a.md", "a", name="A")
+    remote.write("daily/2024-05-08/sub/b.md", "b", name="B")
+    mem.ws.write_text("daily/2024-05-08.md", REME_DAY)
+    assert [c["path"] for c in remote.daily_reindex("2024-05-08")["cards"]] == ["daily/2024-05-08/a.md"]
+    assert "notes:auto" not in (mem.ws.root / "daily/2024-05-08.md").read_text()
+
+
+# ---- 9. a ReMe workspace comes over with `dreamflow import-reme DIR` -------------------------------------------
+
+def _reme_workspace(base):
+    """A small ReMe workspace as ReMe writes it (layout and formats of agentscope-ai/ReMe)."""
+    files = {
+        "session/dialog/s1.jsonl": "".join(json.dumps(m) + "\n" for m in (
+            {"id": "m1", "name": "user", "role": "user", "content": "Plan Lisbon in June",
+             "created_at": "2024-05-08 09:00:00.000"},
+            {"id": "m2", "name": "assistant", "role": "assistant",
+             "content": [{"type": "text", "text": "Flights first, then the tram 28."}],
+             "created_at": "2024-05-08 09:01:00.000"})),
+        "resource/2024-05-08/report.txt": "Tram 28 runs every 12 minutes.\n",
+        "daily/2024-05-08/lisbon-trip.md": (
+            "---\nname: Lisbon trip\ndescription: Planning the June trip\nsession_id: s1\n"
+            "source_conversation: '[[session/dialog/s1.jsonl]]'\nmemory_tags: [Travel, New York]\n---\n"
+            "# Lisbon\n\nTake the tram 28 ([[resource/2024-05-08/report.txt]]).\n"),
+        "daily/2024-05-08.md": ("---\nname: '2024-05-08'\ndescription: 1 note(s) today.\n---\n"
+                                "<!-- notes:auto -->\n- [[daily/2024-05-08/lisbon-trip.md]] name: Lisbon trip "
+                                "description: Planning the June trip\n<!-- /notes:auto -->\n"),
+        "digest/wiki/lisbon.md": ("---\nname: Lisbon\ndescription: The city\ntags: [travel]\n---\nHills and trams.\n\n"
+                                  "## Sources\n\nFrom [[daily/2024-05-08/lisbon-trip.md]].\n"),
+        "metadata/catalog.json": "{}",
+        "mem_session/agentscope/state.json": "{}",
+    }
+    for rel, text in files.items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(text)
+    return files
+
+
+def _snapshot(base):
+    return {p.relative_to(base).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_import_reme_on_the_cli(root, tmp_path):
+    reme = tmp_path / "reme"
+    files = _reme_workspace(reme)
+    before = _snapshot(reme)
+    result = as_json(root, "import-reme", str(reme))
+    assert (result["copied"], result["conflicts"], result["skipped"]) == (5, [], [])
+    assert result["day_pages"] == ["daily/2024-05-08.md"] and result["sessions"] == ["s1"]
+    assert _snapshot(reme) == before  # the ReMe folder is left as it was
+    for rel in ("session/dialog/s1.jsonl", "resource/2024-05-08/report.txt", "daily/2024-05-08/lisbon-trip.md",
+                "digest/wiki/lisbon.md"):
+        assert (root / rel).read_text() == files[rel], rel
+        assert (root / rel).stat().st_mtime_ns == before[rel][1]
+    assert not (root / "mem_session").exists() and not (root / "metadata" / "catalog.json").exists()
+    page = (root / "daily" / "2024-05-08.md").read_text()
+    assert "notes:auto" not in page and "[[daily/2024-05-08/lisbon-trip.md|Lisbon trip]]" in page
+    assert as_json(root, "search", "tram")[0]["path"] in {"resource/2024-05-08/report.txt", "daily/2024-05-08/lisbon-trip.md"}
+    assert {t["tag"]: t["files"] for t in as_json(root, "tags")} == {"travel": 2, "new_york": 1}
+    assert as_json(root, "doctor")["broken_links"] == []
+    again = as_json(root, "import-reme", str(reme))
+    assert again["copied"] == 0 and again["conflicts"] == ["daily/2024-05-08.md"]  # ours now; kept
+    proc = run(root, "import-reme", str(tmp_path / "nothing-here"), "--json")
+    assert proc.returncode == 2
+
+
+def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
+    from tasks import dialog
+
+    reme = tmp_path / "reme"
+    _reme_workspace(reme)
+    root = tmp_path / "ws"
+    as_json(root, "import-reme", str(reme))
+    mem = Memory(root)
+    server = ApiServer(mem)
+    try:
+        remote = RemoteMemory(server.url)
+        assert [c["path"] for c in remote.daily_list("2024-05-08")["cards"]] == ["daily/2024-05-08/lisbon-trip.md"]
+        assert remote.stat("daily/2024-05-08/lisbon-trip")["tags"] == ["Travel", "New York"]
+        assert remote.search("hills")[0]["path"] == "digest/wiki/lisbon.md"
+    finally:
+        server.stop()
+    assert dialog.pending(mem, mem.ws, "s1").start == 2  # ReMe summarised them: not again
+
+
+def test_agent_tools_follow_the_same_path_and_body_rules(tmp_path):
+    from engine.toolbox import Toolbox
+
+    mem = Memory(tmp_path / "ws")
+    mem.write("daily/2024-05-08/card.md", "draft text", name="draft")
+    tools = Toolbox(mem, mem.ws, can_write=lambda p: p.startswith("daily/2024-05-08/"), write_scope="its day")
+    assert tools.call("read", {"path": "daily/2024-05-08/card"})["path"] == "daily/2024-05-08/card.md"
+    assert tools.call("edit", {"path": "daily/2024-05-08/card", "old": "draft", "new": "final"})["replacements"] == 1
+    assert "frontmatter" in tools.call("edit", {"path": "daily/2024-05-08/card", "old": "name: draft", "new": "x"})["error"]
+    assert "PathError" in tools.call("write", {"path": "daily/2024-05-08/card?.md", "content": "x"})["error"]
+    assert mem.frontmatter_get("daily/2024-05-08/card")["frontmatter"]["name"] == "draft"
+
+
+def test_download_through_the_service_uses_the_path_rule(served, tmp_path, monkeypatch):
+    mem, remote, server = served
+    mem.write("digest/wiki/kyoto.md", "temples")
+    monkeypatch.chdir(tmp_path)
+    result = remote.download("digest/wiki/kyoto", "out/")
+    assert result["path"] == "digest/wiki/kyoto.md" and (tmp_path / "out" / "kyoto.md").read_text().endswith("temples\n")
