@@ -611,7 +611,8 @@ class Memory:
 
     def _decode(self, rel: str, data: bytes, errors: str = "replace") -> str:
         if b"\x00" in data[:8192]:
-            raise Conflict(f"{rel} is a binary file; use download to copy it out")
+            raise Conflict(f"{rel} is a binary file; use download (CLI, HTTP) or its dreamflow:// resource (MCP) "
+                           "to get the bytes")
         return data.decode("utf-8", errors=errors)
 
     def _meta_and_body(self, rel: str, text: str) -> tuple[dict, str]:
