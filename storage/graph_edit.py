@@ -97,8 +97,9 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
 
 
 def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str, overwrite: bool = False) -> dict:
-    """Rename file `old` to `new` (an existing file there only replaced with `overwrite`) and rewrite `[[old]]` links in every Markdown file
-    outside resource/ and session/ that has them (anchors, aliases, predicates kept); re-indexes. Journaled:
+    """Rename file `old` to `new` (an existing file there only replaced with `overwrite`) and rewrite `[[old]]`
+    links in every Markdown file outside resource/ and session/ that has them (anchors, aliases, predicates
+    kept); re-indexes. Journaled:
     after a crash, `recover` finishes it (rename done) or drops it (rename not done, nothing changed yet)."""
     old_path, new_path = ws.regular(old), ws.resolve(new)
     if os.path.lexists(new_path) and (not overwrite or new_path.is_dir() or special_kind(new_path) is not None):
@@ -123,8 +124,7 @@ def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> list[dict]:
         if plan is None:
             outcome = "unreadable entry dropped"
         elif plan.get("kind") == "move":
-            src, dst = plan["src"], plan["dst"]
-            if special_kind(ws.root / src) is None:  # still there: the rename did not happen, nothing changed
+            if special_kind(ws.root / plan["src"]) is None:  # still there: the rename did not happen, nothing changed
                 outcome = "rolled back (the file was not moved yet)"
             else:
                 outcome = f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"
