@@ -99,8 +99,8 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
 def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str, overwrite: bool = False) -> dict:
     """Rename file `old` to `new` (an existing file there only replaced with `overwrite`) and rewrite `[[old]]`
     links in every Markdown file outside resource/ and session/ that has them (anchors, aliases, predicates
-    kept); re-indexes. Journaled:
-    after a crash, `recover` finishes it (rename done) or drops it (rename not done, nothing changed yet)."""
+    kept); re-indexes. Journaled: after a crash, `recover` finishes it (rename done) or drops it (rename not
+    done, nothing changed yet)."""
     old_path, new_path = ws.regular(old), ws.resolve(new)
     if os.path.lexists(new_path) and (not overwrite or new_path.is_dir() or special_kind(new_path) is not None):
         raise Conflict(f"{new} already exists; move replaces an existing file only with overwrite"
