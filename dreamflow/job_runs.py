@@ -102,8 +102,12 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
     where = status["ui_url"] or status["id"]
     if status["state_type"] == "COMPLETED":
         raise DreamflowError(f"{label} run {status['name']} completed but its result could not be read ({where})")
-    raise DreamflowError(f"{label} run {status['name']} ended {status['state']}: "
-                         f"{status['message'] or 'no message'} ({where})")
+    message = f"{label} run {status['name']} ended {status['state']}: {status['message'] or 'no message'} ({where})"
+    if status.get("error"):  # the error it failed with: its class and exit code, as in-process
+        from engine.client import error_from_detail
+
+        raise error_from_detail({**status["error"], "message": message})
+    raise DreamflowError(message)
 
 
 def _drain_logs(remote, run_id: str, offset: int, settle: float = 2.0, limit: float = 6.0) -> None:

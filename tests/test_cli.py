@@ -236,3 +236,16 @@ def test_status_sums_up_recent_llm_usage(ws):
     assert total["total_tokens"] == 2000 and total["kinds"]["extract"]["calls"] == 1
     text = ok(ws, "status").stdout
     assert "LLM usage   last 2 run(s): 6 calls, 2000 tokens" in text and "auto-dream" in text
+
+
+def test_a_retried_run_replaces_its_usage_entry(ws):
+    from tasks import usage
+
+    Memory(ws)
+    first = {"calls": 3, "total_tokens": 900, "kinds": {"integrate": {"calls": 2, "failures": 1}}}
+    usage.record(str(ws), "auto-dream", first, run_id="r1")
+    usage.record(str(ws), "merge", {"calls": 1, "total_tokens": 50}, run_id="r2")
+    # the UI's Retry re-runs r1: its summary holds the finished units' usage again, plus the retried unit's
+    usage.record(str(ws), "auto-dream", {"calls": 3, "total_tokens": 950}, run_id="r1")
+    runs = usage.summary(str(ws))["runs"]
+    assert [(r["job"], r["run_id"], r["calls"]) for r in runs] == [("auto-dream", "r1", 3), ("merge", "r2", 1)]

@@ -132,6 +132,28 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
         assert "counts" in status["summary"] if flow == "doctor" else status["summary"]["failed"] == [], status
     assert svc.prefect("GET", f"/flow_runs/{runs['doctor']}")["parameters"]["fix"] is True
 
+def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_service, llm_server):
+    """The same failure exits the same way through the service as in-process: a bad path 2, the LLM 7 (not 1)."""
+    svc, day = dreamflow_service, "2024-07-20"
+    bad = cli(svc, "auto-resource", "../outside.md", "--json")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    error = json.loads(bad.stdout)["error"]
+    assert error["type"] == "PathError" and "escapes the workspace" in error["message"] and "/runs/flow-run/" in \
+        error["message"]
+    run = run_by(svc, "auto-resource/on-change", path="../outside.md")
+    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
+    assert status["state_type"] == "FAILED" and status["summary"] is None
+    assert status["error"]["type"] == "PathError" and status["error"]["exit_code"] == 2, status
+    assert "escapes the workspace" in status["error"]["message"]
+
+    svc.memory.write(f"daily/{day}/tea.md", content="# Tea\n\nAna drinks green tea.\n")
+    llm_server.reset()
+    llm_server.on("You consolidate a person's memory", Reply(status=500, content="model down"))
+    down = cli(svc, "dream", "--date", day, "--scan-days", "1")
+    assert down.returncode == 7, down.stdout + down.stderr
+    assert "model down" in down.stderr and "Traceback" not in down.stderr
+
+
 def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
     svc = dreamflow_service
     plain = cli(svc, "status")
