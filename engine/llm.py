@@ -58,7 +58,8 @@ class LLMError(DreamflowError):
 
 
 class LLMRejected(LLMError):
-    """The endpoint refused the request as malformed (HTTP 400), e.g. a `response_format` it does not know."""
+    """The endpoint refused the request as malformed (HTTP 400 or 422), e.g. a `response_format` it does not
+    know."""
 
 
 # ---- prompts and settings ------------------------------------------------------------------------------
@@ -284,7 +285,7 @@ class LLM:
             except openai.APITimeoutError as exc:
                 raise LLMError(f"LLM call timed out ({self.model}, DREAMFLOW_LLM_TIMEOUT="
                                f"{self.settings.llm_timeout:g} s): {exc}") from None
-            except openai.BadRequestError as exc:
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 400; 422 (e.g. TGI)
                 raise LLMRejected(f"LLM call rejected ({self.model}): {exc}") from None
             except openai.OpenAIError as exc:
                 raise LLMError(f"LLM call failed ({self.model}): {exc}") from None
@@ -401,6 +402,10 @@ def response_format(mode: str, model: type[BaseModel], json_schema: dict | None 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+# tool calls with the name outside the JSON: Llama 3.1's `<function=NAME>{...}</function>`, Mistral's
+# `[TOOL_CALLS]NAME[ARGS]{...}`
+_NAMED_CALLS = (re.compile(r"<function=([\w.-]+)>\s*(.*?)\s*(?:</function>|$)", re.DOTALL),
+                re.compile(r"\[TOOL_CALLS\]\s*([\w.-]+)\s*\[ARGS\]\s*(.*)", re.DOTALL))
 
 
 def extract_json(text: str) -> Any:
@@ -420,8 +425,17 @@ def extract_json(text: str) -> Any:
 
 def text_tool_call(text: str) -> tuple[str, dict | str] | None:
     """`(name, arguments)` when a reply is a tool call written as text instead of an answer:
-    `{"name": ..., "arguments": ...}` (or `parameters`, or OpenAI's `{"type": "function", "function": ...}`),
-    bare, in a code fence or in `<tool_call>...</tool_call>` tags; else None."""
+    `{"name": ..., "arguments": ...}` (or `parameters`, or OpenAI's `{"type": "function", "function": ...}`,
+    also inside `{"tool_calls": [...]}`), bare, in a code fence or in `<tool_call>...</tool_call>` tags;
+    `<function=NAME>{...}</function>`; `[TOOL_CALLS]NAME[ARGS]{...}`; else None."""
+    for pattern in _NAMED_CALLS:
+        found = pattern.search(text or "")
+        if found:
+            try:
+                arguments = extract_json(found.group(2)) if found.group(2).strip() else {}
+            except ValueError:
+                arguments = found.group(2)
+            return found.group(1), arguments if isinstance(arguments, (dict, str)) else found.group(2)
     values = []
     for inner in _TOOL_TAG.findall(text or ""):
         try:
@@ -443,6 +457,11 @@ def text_tool_call(text: str) -> tuple[str, dict | str] | None:
 def _as_call(value: Any) -> tuple[str, dict | str] | None:
     if not isinstance(value, dict):
         return None
+    if isinstance(value.get("tool_calls"), list) and value["tool_calls"] and set(value) <= {"tool_calls", "role",
+                                                                                         "content"}:
+        value = value["tool_calls"][0]  # a whole assistant message written out
+        if not isinstance(value, dict):
+            return None
     if isinstance(value.get("function"), dict) and set(value) <= {"type", "function", "id"}:
         value = value["function"]
     key = "arguments" if "arguments" in value else "parameters" if "parameters" in value else None
