@@ -84,6 +84,38 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert status["state"] == "Completed" and status["summary"]["failed"] == []
 
 
+def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, llm_server):
+    svc = dreamflow_service
+    for name in ("tea", "green-tea", "stove", "old-stove"):
+        svc.memory.write(f"digest/wiki/{name}.md", content=f"# {name}\n\nAbout {name}.\n", name=name)
+    pairs = [["digest/wiki/tea.md", "digest/wiki/green-tea.md"], ["digest/wiki/stove.md", "digest/wiki/old-stove.md"]]
+    llm_server.reset()
+    llm_server.on("About green-tea.", json_reply({"name": "Tea", "description": "Tea.", "content": "Tea, green too."}))
+    llm_server.on("About old-stove.", Reply(status=500, content="model overloaded"))
+    before = len(llm_server.requests)
+    started = httpx.post(f"{svc.url}/flows/merge", json={"pairs": pairs}).json()  # the same route as the UI's Run
+    run = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
+        svc.prefect("GET", f"/flow_runs/{started['id']}")), 90, "the merge")
+    assert run["state_type"] == "FAILED" and run["state"]["message"] == "1 of 2 items failed", run["state"]
+    assert run["parameters"]["pairs"] == pairs and len(llm_calls(llm_server, before)) == 2
+    assert httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()["summary"]["usage"]["calls"] == 2
+
+    llm_server.on("About old-stove.", json_reply({"name": "Stove", "description": "Stove.", "content": "A stove."}))
+    before = len(llm_server.requests)
+    svc.prefect("POST", f"/flow_runs/{run['id']}/set_state", {
+        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
+    done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
+        svc.prefect("GET", f"/flow_runs/{run['id']}")), 120, "the retried merge to finish")
+    assert done["state_type"] == "COMPLETED", done["state"]
+    calls = llm_calls(llm_server, before)
+    assert len(calls) == 1 and "About old-stove." in calls[0]  # the finished pair is not merged again
+    left = {e["path"] for e in svc.memory.list("digest/wiki", limit=100)["entries"]}
+    assert {"digest/wiki/tea.md", "digest/wiki/stove.md"} <= left
+    assert not {"digest/wiki/green-tea.md", "digest/wiki/old-stove.md"} & left
+    summary = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()["summary"]
+    assert summary["failed"] == [] and len(summary["outcomes"]) == 2
+
+
 def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service):
     svc = dreamflow_service
     started = cli(svc, "reindex", "--no-wait")
