@@ -249,3 +249,13 @@ def test_a_retried_run_replaces_its_usage_entry(ws):
     usage.record(str(ws), "auto-dream", {"calls": 3, "total_tokens": 950}, run_id="r1")
     runs = usage.summary(str(ws))["runs"]
     assert [(r["job"], r["run_id"], r["calls"]) for r in runs] == [("auto-dream", "r1", 3), ("merge", "r2", 1)]
+
+
+def test_a_malformed_numeric_setting_is_a_clear_error_not_a_traceback(ws):
+    for command in (["search", "tea"], ["dream"]):
+        bad = run(ws, *command, "--json", env={"DREAMFLOW_LLM_TIMEOUT": "ten minutes"})
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert json.loads(bad.stdout)["error"]["message"] == "DREAMFLOW_LLM_TIMEOUT must be a number, got 'ten minutes'"
+        assert "Traceback" not in bad.stderr
+    assert "DREAMFLOW_MAX_WRITE_CHARS must be an integer" in run(ws, "status", env={
+        "DREAMFLOW_MAX_WRITE_CHARS": "1e5"}).stderr
