@@ -259,3 +259,13 @@ def test_a_malformed_numeric_setting_is_a_clear_error_not_a_traceback(ws):
         assert "Traceback" not in bad.stderr
     assert "DREAMFLOW_MAX_WRITE_CHARS must be an integer" in run(ws, "status", env={
         "DREAMFLOW_MAX_WRITE_CHARS": "1e5"}).stderr
+
+
+def test_status_without_the_service_shows_the_last_dream(ws):
+    from tasks import checkpoints
+
+    memory = Memory(ws)
+    assert "Last dream  none yet" in ok(ws, "status").stdout
+    checkpoints.save(memory.ws, "dream", {"last_run": {"date": "2024-07-01", "at": "2024-07-02T03:00:05+00:00",
+                                                       "units": 4, "failed": 1}})
+    assert "Last dream  2024-07-02T03:00:05+00:00 (of 2024-07-01: 4 units, 1 failed)" in ok(ws, "status").stdout
