@@ -197,11 +197,17 @@ def _show_dict(result: dict) -> None:
 
     from dreamflow.render import out
 
+    from dreamflow.job_runs import usage_text
+
     table = _table("Result", "key", "value")
     for key, value in result.items():
+        if key == "usage":
+            continue  # its line below
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         table.add_row(Text(key), Text(text))
     out.print(table)
+    if usage_text(result.get("usage")):
+        out.print(Text(usage_text(result["usage"])))
 
 
 def _show_dream(summary: dict) -> None:
@@ -219,10 +225,11 @@ def _show_dream(summary: dict) -> None:
     for f in summary["failed"]:
         table.add_row(Text(f["name"]), Text("FAILED", style="bold red"), Text(f["error"]))
     out.print(table)
-    usage = summary["usage"]
+    from dreamflow.job_runs import usage_text
+
     out.print(Text(f"{summary['scanned']} files scanned, {summary['changed']} changed, {summary['units']} units, "
                    f"{len(summary['failed'])} failed, {summary['topics']} new topics; "
-                   f"LLM {usage['calls']} calls, {usage['total_tokens']} tokens"))
+                   + (usage_text(summary["usage"]) or "no LLM calls")))
     if summary["deferred"]:
         out.print(Text(f"left for the next run: {', '.join(summary['deferred'])}", style="dim"))
 

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
+from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
 
 
@@ -193,3 +193,5 @@ def _show_changes(summary: dict) -> None:
             out.print(Text(f"{title}: ") + Text(path, style="cyan"))
     if summary.get("deferred"):
         out.print(Text(f"left for the next run: {len(summary['deferred'])} nodes", style="dim"))
+    if usage_text(summary.get("usage")):
+        out.print(Text(usage_text(summary["usage"])))

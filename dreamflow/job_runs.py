@@ -64,6 +64,13 @@ def refuse_no_wait() -> typing.NoReturn:
                            "this process")
 
 
+def usage_text(usage: dict | None) -> str:
+    """A job's LLM spend for its summary: `LLM 3 calls, 1126 tokens, 0.4 s in calls` ('' without calls)."""
+    if not usage or not usage.get("calls"):
+        return ""
+    return f"LLM {usage['calls']} calls, {usage.get('total_tokens', 0)} tokens, {usage.get('seconds', 0)} s in calls"
+
+
 def exit_code(units_failed: bool) -> int:
     """What a job command exits with after printing its summary."""
     return JobFailed.exit_code if units_failed else 0

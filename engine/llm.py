@@ -6,8 +6,8 @@ Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, README "LLM settings").
 local models:
 
 - structured calls send `response_format` json_schema built from the pydantic model (`response_schema`);
-  an endpoint that answers HTTP 400 gets json_object, then prompt-only, and the mode that worked is
-  remembered per endpoint for the process;
+  an endpoint that answers HTTP 400 (or 422) gets json_object (with the schema as llama.cpp's `schema`), then
+  prompt-only, and the mode that worked is remembered per endpoint for the process;
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
 - the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
   tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
@@ -39,7 +39,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T", bound=BaseModel)
 
-JSON_MODES = ("json_schema", "json_object", "none")  # the fallback chain, strongest first
+JSON_MODES = ("json_schema", "json_object", "none")  # DREAMFLOW_LLM_JSON's forced modes
+# the fallback chain, strongest first: json_object first with the schema (llama.cpp's `schema` key), then
+# without it for a server that refuses keys it does not know
+CHAIN = ("json_schema", "json_object+schema", "json_object", "none")
 TOOL_MODES = ("auto", "on", "off")
 
 
@@ -258,8 +261,10 @@ class LLM:
     def _constrained(self, messages, schema, kind, json_schema):
         """One call asking for JSON in the strongest mode the endpoint takes (fallback on HTTP 400)."""
         forced = self.settings.llm_json
-        modes = [forced] if forced != "auto" else \
-            list(JSON_MODES[JSON_MODES.index(learned(*self.endpoint).get("json", JSON_MODES[0])):])
+        if forced == "auto":
+            modes = list(CHAIN[CHAIN.index(learned(*self.endpoint).get("json", CHAIN[0])):])
+        else:
+            modes = [m for m in CHAIN if m.split("+")[0] == forced]
         for mode in modes:
             try:
                 choice = self._complete(messages, kind, response_format=response_format(mode, schema, json_schema))
@@ -388,12 +393,16 @@ def is_strict(schema: dict) -> bool:
 
 
 def response_format(mode: str, model: type[BaseModel], json_schema: dict | None = None) -> dict | None:
-    """The `response_format` of a request in `mode` (None for prompt-only)."""
+    """The `response_format` of a request in `mode` (a `CHAIN` entry; None for prompt-only).
+    `json_object+schema` carries the schema as `schema`: llama.cpp's server constrains its output with it
+    (also versions that know no `json_schema`); most other servers ignore the key."""
     if mode == "json_object":
         return {"type": "json_object"}
-    if mode != "json_schema":
+    if mode not in ("json_schema", "json_object+schema"):
         return None
     schema = copy.deepcopy(json_schema) if json_schema is not None else response_schema(model)
+    if mode == "json_object+schema":
+        return {"type": "json_object", "schema": schema}
     return {"type": "json_schema",
             "json_schema": {"name": model.__name__, "schema": schema, "strict": is_strict(schema)}}
 

@@ -163,16 +163,24 @@ def test_fallback_chain_on_400_is_remembered_per_endpoint(llm):
     llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
     assert client().structured(ASK, Verdict).action == "KEEP"
     assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object"]
-    assert learned(llm.base_url, llm.model) == {"json": "json_object"}
+    # llama.cpp's server constrains json_object replies with `schema`: the same schema as json_schema's
+    assert llm.requests[1]["response_format"]["schema"] == llm.requests[0]["response_format"]["json_schema"]["schema"]
+    assert learned(llm.base_url, llm.model) == {"json": "json_object+schema"}
     assert client().structured(ASK, Verdict).action == "DROP"  # a new client (the next task) starts where it worked
     assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", "json_object"]
+
+    llm.refuse(lambda body: "schema" in (body.get("response_format") or {}), message="unknown key 'schema'")
+    llm.reply_json({"action": "KEEP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"  # a strict server: json_object without the schema
+    assert llm.requests[-1]["response_format"] == {"type": "json_object"}
+    assert learned(llm.base_url, llm.model)["json"] == "json_object"
 
     llm.refuse(refuses("json_object"))
     llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
     assert client().structured(ASK, Verdict).action == "KEEP"
     assert "response_format" not in llm.requests[-1] and learned(llm.base_url, llm.model)["json"] == "none"
     assert client().structured(ASK, Verdict).action == "DROP"
-    assert [format_type(r) for r in llm.requests[3:]] == ["json_object", None, None]
+    assert [format_type(r) for r in llm.requests[5:]] == ["json_object", None, None]
 
 
 def test_a_422_falls_back_like_a_400(llm):
@@ -197,7 +205,7 @@ def test_a_400_in_every_mode_is_an_error_and_teaches_nothing(llm):
     llm.refuse(lambda body: True, message="context too long")
     with pytest.raises(LLMError, match="context too long"):
         client().structured(ASK, Verdict)
-    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", None]
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", "json_object", None]
     assert learned(llm.base_url, llm.model) == {}
 
 
@@ -209,7 +217,8 @@ def test_forced_json_mode_and_sampling_options(llm, monkeypatch):
     llm.reply_json({"action": "KEEP"})
     client().structured(ASK, Verdict)
     body = llm.requests[0]
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"]["type"] == "json_object" and body["response_format"]["schema"]["properties"]
+    assert len(llm.requests) == 1
     assert (body["temperature"], body["frequency_penalty"], body["repeat_penalty"]) == (0.2, 0.5, 1.1)
     monkeypatch.setenv("DREAMFLOW_LLM_JSON", "xml")
     with pytest.raises(Exception, match="DREAMFLOW_LLM_JSON"):
