@@ -41,6 +41,14 @@ def run_by(svc, deployment: str, **params) -> dict:
     return runs[0]
 
 
+def ui_retry(svc, run_id: str, what: str) -> dict:
+    """The UI's Retry button, exactly (AwaitingRetry, forced); returns the run once its retry has finished."""
+    svc.prefect("POST", f"/flow_runs/{run_id}/set_state", {
+        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
+    return wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
+        svc.prefect("GET", f"/flow_runs/{run_id}")), 120, f"the retried {what} to finish")
+
+
 def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_unit(dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-07-01"
     svc.memory.write(f"daily/{day}/oslo.md", content="# Oslo\n\nAna moved to Oslo in June.\n")
@@ -69,13 +77,9 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert status["deployment"] == "auto-dream/nightly" and status["state_type"] == "FAILED"
     assert status["summary"]["failed"][0]["name"] == "Kayak" and status["ui_url"].endswith(run["id"])
 
-    # the UI's Retry button, exactly: AwaitingRetry, forced
     llm_server.on("Unit: Kayak\n", json_reply({"action": "CREATE", "name": "Sea kayak", "content": "Ana kayaks."}))
     before = len(llm_server.requests)
-    svc.prefect("POST", f"/flow_runs/{run['id']}/set_state", {
-        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
-    done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
-        svc.prefect("GET", f"/flow_runs/{run['id']}")), 120, "the retried dream to finish")
+    done = ui_retry(svc, run["id"], "dream")
     assert done["state_type"] == "COMPLETED", done["state"]
     calls = llm_calls(llm_server, before)
     assert len(calls) == 1 and "Unit: Kayak\n" in calls[0]  # no new extraction, Oslo's unit not re-run
@@ -102,10 +106,7 @@ def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, ll
 
     llm_server.on("About old-stove.", json_reply({"name": "Stove", "description": "Stove.", "content": "A stove."}))
     before = len(llm_server.requests)
-    svc.prefect("POST", f"/flow_runs/{run['id']}/set_state", {
-        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
-    done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
-        svc.prefect("GET", f"/flow_runs/{run['id']}")), 120, "the retried merge to finish")
+    done = ui_retry(svc, run["id"], "merge")
     assert done["state_type"] == "COMPLETED", done["state"]
     calls = llm_calls(llm_server, before)
     assert len(calls) == 1 and "About old-stove." in calls[0]  # the finished pair is not merged again
