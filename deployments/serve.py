@@ -135,13 +135,16 @@ def load_flow(flow: str):
 
 
 def flow_parameters_model(flow: str):
-    """A pydantic model of the flow's parameters (for the API's /flows routes and docs)."""
+    """A pydantic model of the flow's parameters (for the API's /flows routes and docs), without `workspace`:
+    a run started over the API works on the service's workspace, never on a folder the caller names."""
     from pydantic import Field, create_model
 
     fn = load_flow(flow).fn
     hints = _hints(fn)
     fields = {}
     for p in inspect.signature(fn).parameters.values():
+        if p.name == "workspace":
+            continue
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (hints.get(p.name, object), Field(default))
     title = "".join(part.title() for part in flow.split("_")) + "Parameters"

@@ -511,7 +511,7 @@ class Service:
                 raise LLMNotConfigured(f"the service has {exc} (they count where `dreamflow start` runs: "
                                        "restart it with them set)") from None
         self._wait_prefect()
-        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
+        return launch(flow, {**(parameters or {}), "workspace": str(self.ws.root)})  # never another folder
 
     def run_status(self, run_id: str) -> dict:
         """A flow run's state and, once finished, its summary (deployments.launch.run_status)."""

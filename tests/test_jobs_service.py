@@ -187,6 +187,18 @@ def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_ser
     assert "model down" in down.stderr and "Traceback" not in down.stderr
 
 
+def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_service, tmp_path):
+    svc, elsewhere = dreamflow_service, tmp_path / "not-the-workspace"
+    elsewhere.mkdir()
+    for flow in ("reindex", "doctor", "archive"):
+        refused = httpx.post(f"{svc.url}/flows/{flow}", json={"workspace": str(elsewhere)})
+        assert refused.status_code == 422 and "workspace" in refused.json()["error"]["message"], refused.text
+    schema = httpx.get(f"{svc.url}/openapi.json").json()["components"]["schemas"]
+    assert not [name for name, s in schema.items() if name.endswith("Parameters") and "workspace" in
+                s.get("properties", {})]
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
     svc = dreamflow_service
     plain = cli(svc, "status")
