@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.settings import Settings
+from storage.memory import MAX_COUNT
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."
@@ -146,7 +147,9 @@ def flow_parameters_model(flow: str):
         if p.name == "workspace":
             continue
         default = ... if p.default is inspect.Parameter.empty else p.default
-        fields[p.name] = (hints.get(p.name, object), Field(default))
+        hint = hints.get(p.name, object)
+        bounds = {"ge": 0, "le": MAX_COUNT} if hint is int else {}  # counts: as the CLI's and the operations'
+        fields[p.name] = (hint, Field(default, **bounds))
     title = "".join(part.title() for part in flow.split("_")) + "Parameters"
     return create_model(title, __doc__=DEPLOYMENTS[flow].description, **fields)
 

@@ -23,6 +23,23 @@ from typing import Any
 import click
 
 from storage.errors import DreamflowError, JobFailed
+from storage.memory import MAX_COUNT
+
+
+
+class _Count(click.ParamType):
+    """A job option that counts (days, units, nodes...): 0 to MAX_COUNT, like the operations' counts."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        number = click.INT.convert(value, param, ctx)
+        if not 0 <= number <= MAX_COUNT:
+            self.fail(f"{number} is not a count from 0 to {MAX_COUNT:,}", param, ctx)
+        return number
+
+
+COUNT = _Count()
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 POLL_SECONDS = 1.0

@@ -269,3 +269,10 @@ def test_status_without_the_service_shows_the_last_dream(ws):
     checkpoints.save(memory.ws, "dream", {"last_run": {"date": "2024-07-01", "at": "2024-07-02T03:00:05+00:00",
                                                        "units": 4, "failed": 1}})
     assert "Last dream  2024-07-02T03:00:05+00:00 (of 2024-07-01: 4 units, 1 failed)" in ok(ws, "status").stdout
+
+
+@pytest.mark.parametrize("command", [["dream", "--scan-days", "-1"], ["link-mine", "--max-nodes", "-1"],
+                                     ["split", "--max-parts", "1000000001"], ["archive", "--stale-days", "-3"]])
+def test_job_counts_are_bounded_like_the_operations_counts(ws, command):
+    bad = run(ws, *command)  # a usage error, before the LLM check (no LLM is configured here either)
+    assert bad.returncode == 2 and "is not a count from 0 to 1,000,000,000" in bad.stderr, bad.stderr

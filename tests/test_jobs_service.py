@@ -193,6 +193,8 @@ def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_se
     for flow in ("reindex", "doctor", "archive"):
         refused = httpx.post(f"{svc.url}/flows/{flow}", json={"workspace": str(elsewhere)})
         assert refused.status_code == 422 and "workspace" in refused.json()["error"]["message"], refused.text
+    negative = httpx.post(f"{svc.url}/flows/auto_dream", json={"scan_days": -1})  # counts as on the CLI
+    assert negative.status_code == 422 and "scan_days" in negative.json()["error"]["message"], negative.text
     schema = httpx.get(f"{svc.url}/openapi.json").json()["components"]["schemas"]
     assert not [name for name, s in schema.items() if name.endswith("Parameters") and "workspace" in
                 s.get("properties", {})]
