@@ -34,10 +34,12 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
 
 
 def run_status(run_id: str) -> dict:
-    """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, ui_url}`.
+    """One flow run: `{id, name, deployment, state, state_type, message, parameters, summary, error, ui_url}`.
 
     `summary` is the flow's result once the run has finished (for a run that ended Failed because units or
     items failed, the summary it carries), else the text of its newest artifact (its report), else None.
+    `error` is `{type, message, exit_code}` of the exception a run without a summary failed with (the CLI
+    exits with that code, as it does for the same failure in-process), else None.
     Raises InvalidInput for a malformed id, NotFound for an unknown run.
     """
     from prefect import get_client
@@ -47,9 +49,11 @@ def run_status(run_id: str) -> dict:
         deployment = _deployment_name(client, run.deployment_id) if run.deployment_id else None
         state = run.state
         state_type = state.type.value if state else None
-        summary = None
+        summary = error = None
         if state_type in FINAL_STATES:
-            summary = _result_summary(state) or _report_text(client, run.id)
+            result = _result(state)
+            summary = _summary_of(result) or _report_text(client, run.id)
+            error = _error_of(result) if summary is None else None
     return {
         "id": str(run.id),
         "name": run.name,
@@ -59,6 +63,7 @@ def run_status(run_id: str) -> dict:
         "message": state.message if state else None,
         "parameters": run.parameters,
         "summary": summary,
+        "error": error,
         "ui_url": run_url(str(run.id)),
     }
 
@@ -114,14 +119,26 @@ def _deployment_name(client, deployment_id) -> str | None:
         return None
 
 
-def _result_summary(state) -> dict | None:
-    """The finished run's summary: its result, or the summary a planned failure (UnitsFailed) carries."""
+def _result(state) -> Any:
+    """The finished run's result (the exception of a failed one), None when it cannot be read."""
     try:
-        result = state.result(raise_on_failure=False)
+        return state.result(raise_on_failure=False)
     except Exception:  # not persisted (an older run) or storage gone: the state message still says what happened
         return None
+
+
+def _summary_of(result: Any) -> dict | None:
+    """The run's summary: its result, or the summary a planned failure (UnitsFailed) carries."""
     summary = getattr(result, "summary", result)
     return summary if isinstance(summary, dict) else None
+
+
+def _error_of(result: Any) -> dict | None:
+    """`{type, message, exit_code}` of the exception a run failed with (exit code 1 unless a DreamflowError's)."""
+    if not isinstance(result, BaseException):
+        return None
+    code = getattr(result, "exit_code", 1)
+    return {"type": type(result).__name__, "message": str(result), "exit_code": code if isinstance(code, int) else 1}
 
 
 def _report_text(client, run_id) -> str | None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.settings import Settings
+from storage.memory import MAX_COUNT
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."
@@ -135,15 +136,20 @@ def load_flow(flow: str):
 
 
 def flow_parameters_model(flow: str):
-    """A pydantic model of the flow's parameters (for the API's /flows routes and docs)."""
+    """A pydantic model of the flow's parameters (for the API's /flows routes and docs), without `workspace`:
+    a run started over the API works on the service's workspace, never on a folder the caller names."""
     from pydantic import Field, create_model
 
     fn = load_flow(flow).fn
     hints = _hints(fn)
     fields = {}
     for p in inspect.signature(fn).parameters.values():
+        if p.name == "workspace":
+            continue
         default = ... if p.default is inspect.Parameter.empty else p.default
-        fields[p.name] = (hints.get(p.name, object), Field(default))
+        hint = hints.get(p.name, object)
+        bounds = {"ge": 0, "le": MAX_COUNT} if hint is int else {}  # counts: as the CLI's and the operations'
+        fields[p.name] = (hint, Field(default, **bounds))
     title = "".join(part.title() for part in flow.split("_")) + "Parameters"
     return create_model(title, __doc__=DEPLOYMENTS[flow].description, **fields)
 

@@ -73,6 +73,12 @@ class FlowRun(BaseModel):
     ui_url: str | None = Field(None, description="The run's page in the Prefect UI")
 
 
+class ErrorDetail(BaseModel):
+    type: str = Field(description="Error class, e.g. NotFound, PathError, InvalidInput")
+    message: str
+    exit_code: int = Field(description="What the CLI exits with for this error")
+
+
 class FlowRunStatus(BaseModel):
     """A flow run as `GET /flows/runs/{run_id}` reports it."""
 
@@ -86,6 +92,8 @@ class FlowRunStatus(BaseModel):
     summary: dict[str, Any] | str | None = Field(
         description="Once the run has finished: the flow's result (also for a run that ended Failed because units "
                     "failed), else its report's text")
+    error: ErrorDetail | None = Field(
+        None, description="The error a run without a summary failed with (its exit code is the CLI's)")
     ui_url: str | None = Field(description="The run's page in the Prefect UI")
 
 
@@ -93,12 +101,6 @@ class FlowRunLog(BaseModel):
     time: str
     level: str
     message: str
-
-
-class ErrorDetail(BaseModel):
-    type: str = Field(description="Error class, e.g. NotFound, PathError, InvalidInput")
-    message: str
-    exit_code: int = Field(description="What the CLI exits with for this error")
 
 
 class ErrorResponse(BaseModel):

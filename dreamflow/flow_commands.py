@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
+from dreamflow.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
 
 
@@ -65,10 +65,10 @@ def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
 @click.command("dream")
 @click.option("--date", help="Last day of the window (YYYY-MM-DD); default today.")
 @click.option("--hint", help="A hint for what to consolidate.")
-@click.option("--scan-days", type=int, default=2, show_default=True, help="Days of daily files to scan.")
-@click.option("--max-units", type=int, default=5, show_default=True, help="Most units per run.")
-@click.option("--topic-count", type=int, default=3, show_default=True, help="New topics per day.")
-@click.option("--topic-diversity-days", type=int, default=7, show_default=True,
+@click.option("--scan-days", type=COUNT, default=2, show_default=True, help="Days of daily files to scan.")
+@click.option("--max-units", type=COUNT, default=5, show_default=True, help="Most units per run.")
+@click.option("--topic-count", type=COUNT, default=3, show_default=True, help="New topics per day.")
+@click.option("--topic-diversity-days", type=COUNT, default=7, show_default=True,
               help="Avoid topics of this many previous days.")
 @_json_option
 @no_wait_option
@@ -199,9 +199,13 @@ def _show_dict(result: dict) -> None:
 
     table = _table("Result", "key", "value")
     for key, value in result.items():
+        if key == "usage":
+            continue  # its line below
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         table.add_row(Text(key), Text(text))
     out.print(table)
+    if usage_text(result.get("usage")):
+        out.print(Text(usage_text(result["usage"])))
 
 
 def _show_dream(summary: dict) -> None:
@@ -219,10 +223,9 @@ def _show_dream(summary: dict) -> None:
     for f in summary["failed"]:
         table.add_row(Text(f["name"]), Text("FAILED", style="bold red"), Text(f["error"]))
     out.print(table)
-    usage = summary["usage"]
     out.print(Text(f"{summary['scanned']} files scanned, {summary['changed']} changed, {summary['units']} units, "
                    f"{len(summary['failed'])} failed, {summary['topics']} new topics; "
-                   f"LLM {usage['calls']} calls, {usage['total_tokens']} tokens"))
+                   + (usage_text(summary["usage"]) or "no LLM calls")))
     if summary["deferred"]:
         out.print(Text(f"left for the next run: {', '.join(summary['deferred'])}", style="dim"))
 

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from dreamflow.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job
+from dreamflow.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
 
 
@@ -32,8 +32,8 @@ def _json_option(fn):
 @click.command("doctor")
 @click.option("--fix", is_flag=True, help="Re-index drifted files and retarget links to moved files first.")
 @click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3].")
-@click.option("--stale-days", type=int, default=180, show_default=True, help="Days without update for `stale`.")
-@click.option("--overlong-lines", type=int, default=300, show_default=True, help="Lines from which a node is overlong.")
+@click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`.")
+@click.option("--overlong-lines", type=COUNT, default=300, show_default=True, help="Lines from which a node is overlong.")
 @_json_option
 @no_wait_option
 @click.pass_obj
@@ -67,8 +67,8 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
 
 @click.command("link-mine")
 @click.argument("paths", nargs=-1)
-@click.option("--max-nodes", type=int, default=20, show_default=True, help="Most nodes per run (the rest wait).")
-@click.option("--candidates", type=int, default=8, show_default=True, help="Candidate nodes shown per node.")
+@click.option("--max-nodes", type=COUNT, default=20, show_default=True, help="Most nodes per run (the rest wait).")
+@click.option("--candidates", type=COUNT, default=8, show_default=True, help="Candidate nodes shown per node.")
 @_json_option
 @no_wait_option
 @click.pass_obj
@@ -81,7 +81,7 @@ def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_j
 @click.command("merge")
 @click.argument("survivor", required=False)
 @click.argument("victim", required=False)
-@click.option("--max-pairs", type=int, default=5, show_default=True, help="Most pairs from the doctor per run.")
+@click.option("--max-pairs", type=COUNT, default=5, show_default=True, help="Most pairs from the doctor per run.")
 @_json_option
 @no_wait_option
 @click.pass_obj
@@ -96,8 +96,8 @@ def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json
 
 @click.command("split")
 @click.argument("paths", nargs=-1)
-@click.option("--max-nodes", type=int, default=3, show_default=True, help="Most nodes per run.")
-@click.option("--max-parts", type=int, default=4, show_default=True, help="Most parts per node.")
+@click.option("--max-nodes", type=COUNT, default=3, show_default=True, help="Most nodes per run.")
+@click.option("--max-parts", type=COUNT, default=4, show_default=True, help="Most parts per node.")
 @_json_option
 @no_wait_option
 @click.pass_obj
@@ -109,7 +109,7 @@ def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: 
 
 @click.command("archive")
 @click.argument("paths", nargs=-1)
-@click.option("--stale-days", type=int, default=180, show_default=True,
+@click.option("--stale-days", type=COUNT, default=180, show_default=True,
               help="Without PATHS: archive nodes nobody links to, not updated for this many days.")
 @_json_option
 @no_wait_option
@@ -193,3 +193,5 @@ def _show_changes(summary: dict) -> None:
             out.print(Text(f"{title}: ") + Text(path, style="cyan"))
     if summary.get("deferred"):
         out.print(Text(f"left for the next run: {len(summary['deferred'])} nodes", style="dim"))
+    if usage_text(summary.get("usage")):
+        out.print(Text(usage_text(summary["usage"])))

@@ -23,6 +23,23 @@ from typing import Any
 import click
 
 from storage.errors import DreamflowError, JobFailed
+from storage.memory import MAX_COUNT
+
+
+
+class _Count(click.ParamType):
+    """A job option that counts (days, units, nodes...): 0 to MAX_COUNT, like the operations' counts."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        number = click.INT.convert(value, param, ctx)
+        if not 0 <= number <= MAX_COUNT:
+            self.fail(f"{number} is not a count from 0 to {MAX_COUNT:,}", param, ctx)
+        return number
+
+
+COUNT = _Count()
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 POLL_SECONDS = 1.0
@@ -64,6 +81,13 @@ def refuse_no_wait() -> typing.NoReturn:
                            "this process")
 
 
+def usage_text(usage: dict | None) -> str:
+    """A job's LLM spend for its summary: `LLM 3 calls, 1126 tokens, 0.4 s in calls` ('' without calls)."""
+    if not usage or not usage.get("calls"):
+        return ""
+    return f"LLM {usage['calls']} calls, {usage.get('total_tokens', 0)} tokens, {usage.get('seconds', 0)} s in calls"
+
+
 def exit_code(units_failed: bool) -> int:
     """What a job command exits with after printing its summary."""
     return JobFailed.exit_code if units_failed else 0
@@ -102,8 +126,12 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
     where = status["ui_url"] or status["id"]
     if status["state_type"] == "COMPLETED":
         raise DreamflowError(f"{label} run {status['name']} completed but its result could not be read ({where})")
-    raise DreamflowError(f"{label} run {status['name']} ended {status['state']}: "
-                         f"{status['message'] or 'no message'} ({where})")
+    message = f"{label} run {status['name']} ended {status['state']}: {status['message'] or 'no message'} ({where})"
+    if status.get("error"):  # the error it failed with: its class and exit code, as in-process
+        from engine.client import error_from_detail
+
+        raise error_from_detail({**status["error"], "message": message})
+    raise DreamflowError(message)
 
 
 def _drain_logs(remote, run_id: str, offset: int, settle: float = 2.0, limit: float = 6.0) -> None:

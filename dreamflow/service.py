@@ -511,7 +511,7 @@ class Service:
                 raise LLMNotConfigured(f"the service has {exc} (they count where `dreamflow start` runs: "
                                        "restart it with them set)") from None
         self._wait_prefect()
-        return launch(flow, {"workspace": str(self.ws.root), **(parameters or {})})
+        return launch(flow, {**(parameters or {}), "workspace": str(self.ws.root)})  # never another folder
 
     def run_status(self, run_id: str) -> dict:
         """A flow run's state and, once finished, its summary (deployments.launch.run_status)."""
@@ -720,15 +720,18 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters)."""
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
-    from tasks import usage
+    from tasks import checkpoints, usage
 
     remote = connect(workspace)
     if remote is not None:
         return {"running": True, **remote.status()}
     memory = local_memory(workspace)
+    dream = checkpoints.load(memory.ws, "dream").get("last_run")  # what the last dream recorded (any process)
     return {
         "running": False,
         "service": {"workspace": str(memory.ws.root)},
+        "last_dream": dream and {"start_time": dream.get("at"), "state": (
+            f"of {dream.get('date')}: {dream.get('units', 0)} units, {dream.get('failed', 0)} failed")},
         "index": memory.index_stats(),
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
         "usage": usage.summary(str(memory.ws.root)),

@@ -242,6 +242,12 @@ def _error_from(status: int, body: Any) -> DreamflowError:
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
         return RemoteError(f"the service answered HTTP {status}: {body!r}", http_status=status)
+    return error_from_detail(error, status)
+
+
+def error_from_detail(error: dict, status: int = 500) -> DreamflowError:
+    """The DreamflowError an `{type, message, exit_code}` detail describes (its class when known here, else a
+    RemoteError keeping the exit code)."""
     message, exit_code = str(error.get("message", "")), int(error.get("exit_code") or 1)
     cls = _error_classes().get(str(error.get("type")))
     if cls is not None and cls is not RemoteError and cls.exit_code == exit_code:

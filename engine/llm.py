@@ -6,8 +6,8 @@ Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, README "LLM settings").
 local models:
 
 - structured calls send `response_format` json_schema built from the pydantic model (`response_schema`);
-  an endpoint that answers HTTP 400 gets json_object, then prompt-only, and the mode that worked is
-  remembered per endpoint for the process;
+  an endpoint that answers HTTP 400 (or 422) gets json_object (with the schema as llama.cpp's `schema`), then
+  prompt-only, and the mode that worked is remembered per endpoint for the process;
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
 - the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
   tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
@@ -39,7 +39,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T", bound=BaseModel)
 
-JSON_MODES = ("json_schema", "json_object", "none")  # the fallback chain, strongest first
+JSON_MODES = ("json_schema", "json_object", "none")  # DREAMFLOW_LLM_JSON's forced modes
+# the fallback chain, strongest first: json_object first with the schema (llama.cpp's `schema` key), then
+# without it for a server that refuses keys it does not know
+CHAIN = ("json_schema", "json_object+schema", "json_object", "none")
 TOOL_MODES = ("auto", "on", "off")
 
 
@@ -58,7 +61,8 @@ class LLMError(DreamflowError):
 
 
 class LLMRejected(LLMError):
-    """The endpoint refused the request as malformed (HTTP 400), e.g. a `response_format` it does not know."""
+    """The endpoint refused the request as malformed (HTTP 400 or 422), e.g. a `response_format` it does not
+    know."""
 
 
 # ---- prompts and settings ------------------------------------------------------------------------------
@@ -257,8 +261,10 @@ class LLM:
     def _constrained(self, messages, schema, kind, json_schema):
         """One call asking for JSON in the strongest mode the endpoint takes (fallback on HTTP 400)."""
         forced = self.settings.llm_json
-        modes = [forced] if forced != "auto" else \
-            list(JSON_MODES[JSON_MODES.index(learned(*self.endpoint).get("json", JSON_MODES[0])):])
+        if forced == "auto":
+            modes = list(CHAIN[CHAIN.index(learned(*self.endpoint).get("json", CHAIN[0])):])
+        else:
+            modes = [m for m in CHAIN if m.split("+")[0] == forced]
         for mode in modes:
             try:
                 choice = self._complete(messages, kind, response_format=response_format(mode, schema, json_schema))
@@ -284,7 +290,7 @@ class LLM:
             except openai.APITimeoutError as exc:
                 raise LLMError(f"LLM call timed out ({self.model}, DREAMFLOW_LLM_TIMEOUT="
                                f"{self.settings.llm_timeout:g} s): {exc}") from None
-            except openai.BadRequestError as exc:
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 400; 422 (e.g. TGI)
                 raise LLMRejected(f"LLM call rejected ({self.model}): {exc}") from None
             except openai.OpenAIError as exc:
                 raise LLMError(f"LLM call failed ({self.model}): {exc}") from None
@@ -387,12 +393,16 @@ def is_strict(schema: dict) -> bool:
 
 
 def response_format(mode: str, model: type[BaseModel], json_schema: dict | None = None) -> dict | None:
-    """The `response_format` of a request in `mode` (None for prompt-only)."""
+    """The `response_format` of a request in `mode` (a `CHAIN` entry; None for prompt-only).
+    `json_object+schema` carries the schema as `schema`: llama.cpp's server constrains its output with it
+    (also versions that know no `json_schema`); most other servers ignore the key."""
     if mode == "json_object":
         return {"type": "json_object"}
-    if mode != "json_schema":
+    if mode not in ("json_schema", "json_object+schema"):
         return None
     schema = copy.deepcopy(json_schema) if json_schema is not None else response_schema(model)
+    if mode == "json_object+schema":
+        return {"type": "json_object", "schema": schema}
     return {"type": "json_schema",
             "json_schema": {"name": model.__name__, "schema": schema, "strict": is_strict(schema)}}
 
@@ -401,6 +411,10 @@ def response_format(mode: str, model: type[BaseModel], json_schema: dict | None 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+# tool calls with the name outside the JSON: Llama 3.1's `<function=NAME>{...}</function>`, Mistral's
+# `[TOOL_CALLS]NAME[ARGS]{...}`
+_NAMED_CALLS = (re.compile(r"<function=([\w.-]+)>\s*(.*?)\s*(?:</function>|$)", re.DOTALL),
+                re.compile(r"\[TOOL_CALLS\]\s*([\w.-]+)\s*\[ARGS\]\s*(.*)", re.DOTALL))
 
 
 def extract_json(text: str) -> Any:
@@ -420,8 +434,17 @@ def extract_json(text: str) -> Any:
 
 def text_tool_call(text: str) -> tuple[str, dict | str] | None:
     """`(name, arguments)` when a reply is a tool call written as text instead of an answer:
-    `{"name": ..., "arguments": ...}` (or `parameters`, or OpenAI's `{"type": "function", "function": ...}`),
-    bare, in a code fence or in `<tool_call>...</tool_call>` tags; else None."""
+    `{"name": ..., "arguments": ...}` (or `parameters`, or OpenAI's `{"type": "function", "function": ...}`,
+    also inside `{"tool_calls": [...]}`), bare, in a code fence or in `<tool_call>...</tool_call>` tags;
+    `<function=NAME>{...}</function>`; `[TOOL_CALLS]NAME[ARGS]{...}`; else None."""
+    for pattern in _NAMED_CALLS:
+        found = pattern.search(text or "")
+        if found:
+            try:
+                arguments = extract_json(found.group(2)) if found.group(2).strip() else {}
+            except ValueError:
+                arguments = found.group(2)
+            return found.group(1), arguments if isinstance(arguments, (dict, str)) else found.group(2)
     values = []
     for inner in _TOOL_TAG.findall(text or ""):
         try:
@@ -443,6 +466,11 @@ def text_tool_call(text: str) -> tuple[str, dict | str] | None:
 def _as_call(value: Any) -> tuple[str, dict | str] | None:
     if not isinstance(value, dict):
         return None
+    if isinstance(value.get("tool_calls"), list) and value["tool_calls"] and set(value) <= {"tool_calls", "role",
+                                                                                         "content"}:
+        value = value["tool_calls"][0]  # a whole assistant message written out
+        if not isinstance(value, dict):
+            return None
     if isinstance(value.get("function"), dict) and set(value) <= {"type", "function", "id"}:
         value = value["function"]
     key = "arguments" if "arguments" in value else "parameters" if "parameters" in value else None

@@ -6,14 +6,24 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.errors import InvalidInput
+
 
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
 
 
-def _float(value: str | None) -> float | None:
-    return None if value is None else float(value)
+def _num(kind: type, name: str, default: str | None = None):
+    """The number `name` holds (`kind` int or float; None when unset without default); a clear error when it
+    is not one."""
+    value = _env(name, default)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
 
 
 def dreamflow_home() -> Path:
@@ -30,15 +40,15 @@ class Settings:
     llm_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_API_KEY"))
     llm_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_MODEL"))
     # per call; high enough for a 1.5B model on 2 CPU cores (one integrate call took 158-232 s there)
-    llm_timeout: float = field(default_factory=lambda: float(_env("DREAMFLOW_LLM_TIMEOUT", "600")))
-    llm_max_retries: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_MAX_RETRIES", "2")))
-    llm_max_tokens: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_MAX_TOKENS", "2048")))
+    llm_timeout: float = field(default_factory=lambda: _num(float, "DREAMFLOW_LLM_TIMEOUT", "600"))
+    llm_max_retries: int = field(default_factory=lambda: _num(int, "DREAMFLOW_LLM_MAX_RETRIES", "2"))
+    llm_max_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_LLM_MAX_TOKENS", "2048"))
     # LLM calls at once per process; 0 = auto: 1 for an endpoint on this machine, else unbounded
-    llm_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_LLM_CONCURRENCY", "0")))
-    llm_temperature: float | None = field(default_factory=lambda: _float(_env("DREAMFLOW_LLM_TEMPERATURE")))
+    llm_concurrency: int = field(default_factory=lambda: _num(int, "DREAMFLOW_LLM_CONCURRENCY", "0"))
+    llm_temperature: float | None = field(default_factory=lambda: _num(float, "DREAMFLOW_LLM_TEMPERATURE"))
     llm_frequency_penalty: float | None = field(
-        default_factory=lambda: _float(_env("DREAMFLOW_LLM_FREQUENCY_PENALTY")))
-    llm_repeat_penalty: float | None = field(default_factory=lambda: _float(_env("DREAMFLOW_LLM_REPEAT_PENALTY")))
+        default_factory=lambda: _num(float, "DREAMFLOW_LLM_FREQUENCY_PENALTY"))
+    llm_repeat_penalty: float | None = field(default_factory=lambda: _num(float, "DREAMFLOW_LLM_REPEAT_PENALTY"))
     llm_tools: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_TOOLS", "auto"))  # auto | on | off
     # auto (json_schema, falling back to json_object, then prompt only) | json_schema | json_object | none
     llm_json: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_JSON", "auto"))
@@ -47,21 +57,21 @@ class Settings:
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
     embed_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_MODEL"))
     # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (README "Semantic recall")
-    vector_weight: float = field(default_factory=lambda: float(_env("DREAMFLOW_VECTOR_WEIGHT", "0.2")))
-    vector_rrf_k: int = field(default_factory=lambda: int(_env("DREAMFLOW_VECTOR_RRF_K", "10")))
+    vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
+    vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
     # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
-    max_body_bytes: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_BODY_BYTES", str(32 << 20))))
+    max_body_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_BODY_BYTES", str(32 << 20)))
     allowed_hosts: list[str] = field(default_factory=lambda: [
         name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
     # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
-    max_write_chars: int = field(default_factory=lambda: int(_env("DREAMFLOW_MAX_WRITE_CHARS", "100000")))
-    turns_per_summary: int = field(default_factory=lambda: int(_env("DREAMFLOW_TURNS_PER_SUMMARY", "10")))
+    max_write_chars: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_WRITE_CHARS", "100000"))
+    turns_per_summary: int = field(default_factory=lambda: _num(int, "DREAMFLOW_TURNS_PER_SUMMARY", "10"))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
     doctor_cron: str | None = field(default_factory=lambda: _env("DREAMFLOW_DOCTOR_CRON"))  # unset: no schedule
-    dream_concurrency: int = field(default_factory=lambda: int(_env("DREAMFLOW_DREAM_CONCURRENCY", "3")))
+    dream_concurrency: int = field(default_factory=lambda: _num(int, "DREAMFLOW_DREAM_CONCURRENCY", "3"))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
     mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
 

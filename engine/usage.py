@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,3 +57,14 @@ class Usage:
         for counts in data["kinds"].values():
             counts["seconds"] = round(counts["seconds"], 3)
         return data
+
+
+@contextmanager
+def charged(usage: Usage):
+    """Attach what was spent so far (`usage.as_dict()`) to an exception leaving the block as `exc.usage`: a
+    failed unit's or item's calls cost tokens too, and the run's summary counts them."""
+    try:
+        yield
+    except Exception as exc:
+        exc.usage = usage.as_dict()
+        raise

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from engine.llm import LLM, LLMError, load_prompt, response_schema
 from engine.prefect_env import run_logger
-from engine.usage import Usage
+from engine.usage import Usage, charged
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
 from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
@@ -337,12 +337,9 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
                       write_scope="under digest/", guard=link_guard)
     messages = [{"role": "system", "content": load_prompt("integrate")},
                 {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
-    try:
+    with charged(llm.usage):  # failed calls cost tokens too: finish counts them
         decision = llm.agent(messages, Decision, toolbox, "integrate", json_schema=decision_schema(candidates))
         outcome = apply_decision(memory, unit, decision, date, toolbox.written)
-    except Exception as exc:
-        exc.usage = llm.usage.as_dict()  # failed calls cost tokens too: finish counts them
-        raise
     run_logger().info("%s: %s %s", unit["name"], outcome["action"], outcome["target"])
     return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from engine.llm import LLM, load_prompt, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
-from engine.usage import Usage
+from engine.usage import Usage, charged
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
@@ -130,7 +130,7 @@ def summarize(flow: str, outcomes: list[dict], failures: list[dict], **extra) ->
     """The run summary every governance flow returns (and the CLI prints)."""
     changed = sorted({p for o in outcomes for p in o["changed"]} - {p for o in outcomes for p in o["deleted"]})
     spent = Usage()
-    for o in outcomes:
+    for o in [*outcomes, *failures]:
         spent.add(o.get("usage"))
     return {"flow": flow, "outcomes": outcomes, "failed": failures, "changed": changed,
             "deleted": sorted({p for o in outcomes for p in o["deleted"]}), "usage": spent.as_dict(), **extra}
@@ -148,7 +148,7 @@ def collect(states: list, items: list[str]) -> tuple[list[dict], list[dict]]:
         else:
             error = state.result(raise_on_failure=False)
             failures.append({"item": item, "error": str(error) if isinstance(error, BaseException)
-                             else (state.message or "failed")})
+                             else (state.message or "failed"), "usage": getattr(error, "usage", None)})
     return outcomes, failures
 
 
@@ -231,21 +231,22 @@ def mine_links(workspace: str, path: str, candidates: int) -> dict:
     if not found:
         return outcome(path, "skipped", "no new candidates")
     llm = LLM.from_settings()
-    messages = [{"role": "system", "content": load_prompt("link_mine")},
-                {"role": "user", "content": mining_material(path, text, found)}]
-    schema = response_schema(LinkJudgement)
-    schema["$defs"]["LinkChoice"]["properties"]["target"]["enum"] = [c["path"] for c in found]
-    judgement = llm.structured(messages, LinkJudgement, "link_mine", json_schema=schema)
-    names = {c["path"]: c.get("name") for c in found}
-    proposals = {c.target: Proposal(c.target, c.old, c.new, c.reason, c.predicate, names[c.target])
-                 for c in judgement.links if c.target in names}
-    if not proposals:
-        return outcome(path, "done", "no candidate accepted", usage=llm.usage.as_dict())
-    body, how = weave(fm.body, list(proposals.values()))
-    link_guard(path, text, predict("write", text, {"content": body}))
-    memory.write(path, body)
-    detail = ", ".join(f"{h['target']} ({h['how']})" for h in how)
-    return outcome(path, "done", detail, changed=[path], usage=llm.usage.as_dict())
+    with charged(llm.usage):
+        messages = [{"role": "system", "content": load_prompt("link_mine")},
+                    {"role": "user", "content": mining_material(path, text, found)}]
+        schema = response_schema(LinkJudgement)
+        schema["$defs"]["LinkChoice"]["properties"]["target"]["enum"] = [c["path"] for c in found]
+        judgement = llm.structured(messages, LinkJudgement, "link_mine", json_schema=schema)
+        names = {c["path"]: c.get("name") for c in found}
+        proposals = {c.target: Proposal(c.target, c.old, c.new, c.reason, c.predicate, names[c.target])
+                     for c in judgement.links if c.target in names}
+        if not proposals:
+            return outcome(path, "done", "no candidate accepted", usage=llm.usage.as_dict())
+        body, how = weave(fm.body, list(proposals.values()))
+        link_guard(path, text, predict("write", text, {"content": body}))
+        memory.write(path, body)
+        detail = ", ".join(f"{h['target']} ({h['how']})" for h in how)
+        return outcome(path, "done", detail, changed=[path], usage=llm.usage.as_dict())
 
 
 @task(cache_policy=NO_CACHE)
@@ -274,26 +275,28 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
     if kept_fm.error or gone_fm.error:
         return outcome(item, "skipped", "malformed frontmatter")
     llm = LLM.from_settings()
-    messages = [{"role": "system", "content": load_prompt("merge")},
-                {"role": "user", "content": f'<node path="{survivor}">\n{kept[:MAX_NODE_CHARS]}\n</node>\n\n'
-                                            f'<node path="{victim}">\n{gone[:MAX_NODE_CHARS]}\n</node>'}]
-    merged = llm.structured(messages, MergedNode, "merge")
-    meta = {k: v for k, v in gone_fm.meta.items() if k not in kept_fm.meta and k not in ("name", "description")}
-    meta["merged_from"] = list(dict.fromkeys(
-        [*_as_list(kept_fm.meta.get("merged_from")), victim, *_as_list(gone_fm.meta.get("merged_from"))]))
-    tags = list(dict.fromkeys(_as_list(kept_fm.meta.get("tags")) + _as_list(gone_fm.meta.get("tags"))))
-    if tags:
-        meta["tags"] = tags
-    meta["updated"] = date
-    frontmatter_links = link_targets(render_frontmatter({**kept_fm.meta, **meta}, ""))
-    body = merge_body(merged.content, kept, gone, survivor, victim, frontmatter_links)
-    args = {"content": body, "name": merged.name, "description": merged.description, "metadata": meta}
-    _must_keep(survivor, (link_targets(kept) | link_targets(gone)) - {survivor, victim}, predict("write", kept, args))
-    memory.write(survivor, body, name=merged.name, description=merged.description, metadata=meta)
-    relinked = memory.relink(victim, survivor)["rewritten"]
-    memory.delete(victim)
-    return outcome(item, "done", f"{len(relinked)} files relinked", changed=[survivor, *(r["path"] for r in relinked)],
-                   deleted=[victim], usage=llm.usage.as_dict())
+    with charged(llm.usage):
+        messages = [{"role": "system", "content": load_prompt("merge")},
+                    {"role": "user", "content": f'<node path="{survivor}">\n{kept[:MAX_NODE_CHARS]}\n</node>\n\n'
+                                                f'<node path="{victim}">\n{gone[:MAX_NODE_CHARS]}\n</node>'}]
+        merged = llm.structured(messages, MergedNode, "merge")
+        meta = {k: v for k, v in gone_fm.meta.items() if k not in kept_fm.meta and k not in ("name", "description")}
+        meta["merged_from"] = list(dict.fromkeys(
+            [*_as_list(kept_fm.meta.get("merged_from")), victim, *_as_list(gone_fm.meta.get("merged_from"))]))
+        tags = list(dict.fromkeys(_as_list(kept_fm.meta.get("tags")) + _as_list(gone_fm.meta.get("tags"))))
+        if tags:
+            meta["tags"] = tags
+        meta["updated"] = date
+        frontmatter_links = link_targets(render_frontmatter({**kept_fm.meta, **meta}, ""))
+        body = merge_body(merged.content, kept, gone, survivor, victim, frontmatter_links)
+        args = {"content": body, "name": merged.name, "description": merged.description, "metadata": meta}
+        _must_keep(survivor, (link_targets(kept) | link_targets(gone)) - {survivor, victim},
+                   predict("write", kept, args))
+        memory.write(survivor, body, name=merged.name, description=merged.description, metadata=meta)
+        relinked = memory.relink(victim, survivor)["rewritten"]
+        memory.delete(victim)
+        return outcome(item, "done", f"{len(relinked)} files relinked",
+                       changed=[survivor, *(r["path"] for r in relinked)], deleted=[victim], usage=llm.usage.as_dict())
 
 
 @task(persist_result=True, task_run_name="split-{path}", tags=["llm"])
@@ -306,32 +309,33 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
         return skipped
     text, fm = node
     llm = LLM.from_settings()
-    messages = [{"role": "system", "content": load_prompt("split").replace("{max_parts}", str(max_parts))},
-                {"role": "user", "content": f'<node path="{path}">\n{text[:MAX_NODE_CHARS]}\n</node>'}]
-    plan = llm.structured(messages, SplitPlan, "split")
-    parts = plan.parts[:max_parts]
-    folder = path.rsplit("/", 1)[0]
-    part_paths: list[str] = []
-    for part in parts:
-        stem = slugify(part.name, "part")
-        candidate = unique_path(memory, folder, stem)
-        n = 2
-        while candidate in part_paths or candidate == path:
-            candidate = unique_path(memory, folder, f"{stem}-{n}")
-            n += 1
-        part_paths.append(candidate)
-    hub, bodies = split_bodies(text, path, plan.overview, [p.model_dump() for p in parts], part_paths)
-    hub_args = {"content": hub, "metadata": {"updated": date, "split_into": part_paths}}
-    after = predict("write", text, hub_args) + "".join(bodies)
-    _must_keep(path, link_targets(text) - {path}, after)
-    for part_path, part, body in zip(part_paths, parts, bodies):
-        memory.create(part_path, body, name=part.name, description=part.description,
-                      metadata={"split_from": path, "updated": date})
-    memory.write(path, hub, metadata=hub_args["metadata"])
-    relinked = memory.relink(path, path, before=text)["rewritten"]
-    return outcome(path, "done", f"into {len(parts)} parts",
-                   changed=[path, *part_paths, *(r["path"] for r in relinked)],
-                   usage=llm.usage.as_dict())
+    with charged(llm.usage):
+        messages = [{"role": "system", "content": load_prompt("split").replace("{max_parts}", str(max_parts))},
+                    {"role": "user", "content": f'<node path="{path}">\n{text[:MAX_NODE_CHARS]}\n</node>'}]
+        plan = llm.structured(messages, SplitPlan, "split")
+        parts = plan.parts[:max_parts]
+        folder = path.rsplit("/", 1)[0]
+        part_paths: list[str] = []
+        for part in parts:
+            stem = slugify(part.name, "part")
+            candidate = unique_path(memory, folder, stem)
+            n = 2
+            while candidate in part_paths or candidate == path:
+                candidate = unique_path(memory, folder, f"{stem}-{n}")
+                n += 1
+            part_paths.append(candidate)
+        hub, bodies = split_bodies(text, path, plan.overview, [p.model_dump() for p in parts], part_paths)
+        hub_args = {"content": hub, "metadata": {"updated": date, "split_into": part_paths}}
+        after = predict("write", text, hub_args) + "".join(bodies)
+        _must_keep(path, link_targets(text) - {path}, after)
+        for part_path, part, body in zip(part_paths, parts, bodies):
+            memory.create(part_path, body, name=part.name, description=part.description,
+                          metadata={"split_from": path, "updated": date})
+        memory.write(path, hub, metadata=hub_args["metadata"])
+        relinked = memory.relink(path, path, before=text)["rewritten"]
+        return outcome(path, "done", f"into {len(parts)} parts",
+                       changed=[path, *part_paths, *(r["path"] for r in relinked)],
+                       usage=llm.usage.as_dict())
 
 
 @task(persist_result=True, task_run_name="archive-{path}")

@@ -32,13 +32,15 @@ def table(usage: dict | None) -> list[str]:
 
 
 def record(workspace: str, job: str, usage: dict | None, run_id: str | None = None) -> dict:
-    """Append one run's usage to the log (keeping the last `KEEP` runs); returns the entry."""
+    """Append one run's usage to the log (keeping the last `KEEP` runs); returns the entry. A retried run
+    (same `run_id`) replaces its earlier entry: its usage holds what its finished units spent already."""
     total = Usage().add(usage).as_dict()
     entry = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "job": job, "run_id": run_id,
              **total}
     ws = Workspace(workspace)
     with checkpoints.lock(ws, "usage"):
-        lines = _lines(ws)[-(KEEP - 1):] + [json.dumps(entry, ensure_ascii=False)]
+        kept = [line for line in _lines(ws) if not (run_id and _entry(line).get("run_id") == run_id)]
+        lines = kept[-(KEEP - 1):] + [json.dumps(entry, ensure_ascii=False)]
         ws.write_text(ws.normalize(LOG), "\n".join(lines) + "\n")
     return entry
 
@@ -47,11 +49,8 @@ def recent(workspace: str, limit: int = 10) -> list[dict]:
     """The last `limit` runs' entries, newest first (unreadable lines skipped)."""
     entries = []
     for line in reversed(_lines(Workspace(workspace))):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
+        entry = _entry(line)
+        if entry:
             entries.append(entry)
         if len(entries) >= limit:
             break
@@ -90,3 +89,12 @@ def _lines(ws: Workspace) -> list[str]:
         return [line for line in ws.read_text(ws.normalize(LOG)).splitlines() if line.strip()]
     except (OSError, NotFound, ValueError):
         return []
+
+
+def _entry(line: str) -> dict:
+    """One log line's entry ({} when unreadable)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return {}
+    return entry if isinstance(entry, dict) else {}

@@ -236,3 +236,43 @@ def test_status_sums_up_recent_llm_usage(ws):
     assert total["total_tokens"] == 2000 and total["kinds"]["extract"]["calls"] == 1
     text = ok(ws, "status").stdout
     assert "LLM usage   last 2 run(s): 6 calls, 2000 tokens" in text and "auto-dream" in text
+
+
+def test_a_retried_run_replaces_its_usage_entry(ws):
+    from tasks import usage
+
+    Memory(ws)
+    first = {"calls": 3, "total_tokens": 900, "kinds": {"integrate": {"calls": 2, "failures": 1}}}
+    usage.record(str(ws), "auto-dream", first, run_id="r1")
+    usage.record(str(ws), "merge", {"calls": 1, "total_tokens": 50}, run_id="r2")
+    # the UI's Retry re-runs r1: its summary holds the finished units' usage again, plus the retried unit's
+    usage.record(str(ws), "auto-dream", {"calls": 3, "total_tokens": 950}, run_id="r1")
+    runs = usage.summary(str(ws))["runs"]
+    assert [(r["job"], r["run_id"], r["calls"]) for r in runs] == [("auto-dream", "r1", 3), ("merge", "r2", 1)]
+
+
+def test_a_malformed_numeric_setting_is_a_clear_error_not_a_traceback(ws):
+    for command in (["search", "tea"], ["dream"]):
+        bad = run(ws, *command, "--json", env={"DREAMFLOW_LLM_TIMEOUT": "ten minutes"})
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert json.loads(bad.stdout)["error"]["message"] == "DREAMFLOW_LLM_TIMEOUT must be a number, got 'ten minutes'"
+        assert "Traceback" not in bad.stderr
+    assert "DREAMFLOW_MAX_WRITE_CHARS must be an integer" in run(ws, "status", env={
+        "DREAMFLOW_MAX_WRITE_CHARS": "1e5"}).stderr
+
+
+def test_status_without_the_service_shows_the_last_dream(ws):
+    from tasks import checkpoints
+
+    memory = Memory(ws)
+    assert "Last dream  none yet" in ok(ws, "status").stdout
+    checkpoints.save(memory.ws, "dream", {"last_run": {"date": "2024-07-01", "at": "2024-07-02T03:00:05+00:00",
+                                                       "units": 4, "failed": 1}})
+    assert "Last dream  2024-07-02T03:00:05+00:00 (of 2024-07-01: 4 units, 1 failed)" in ok(ws, "status").stdout
+
+
+@pytest.mark.parametrize("command", [["dream", "--scan-days", "-1"], ["link-mine", "--max-nodes", "-1"],
+                                     ["split", "--max-parts", "1000000001"], ["archive", "--stale-days", "-3"]])
+def test_job_counts_are_bounded_like_the_operations_counts(ws, command):
+    bad = run(ws, *command)  # a usage error, before the LLM check (no LLM is configured here either)
+    assert bad.returncode == 2 and "is not a count from 0 to 1,000,000,000" in bad.stderr, bad.stderr

@@ -208,7 +208,10 @@ def test_a_failed_merge_changes_nothing(prefect_harness, llm, mem, ws, duplicate
     llm.on("Fold the second node", Reply(status=500, content="model down"))
     state = merge(pairs=[[survivor, victim]], workspace=str(ws.root), return_state=True)
     assert state.is_failed()
-    assert state.result(raise_on_failure=False).summary["failed"][0]["item"] == f"{victim} → {survivor}"
+    summary = state.result(raise_on_failure=False).summary
+    assert summary["failed"][0]["item"] == f"{victim} → {survivor}"
+    # the failed call is counted: it cost time (a timeout costs minutes on a local model)
+    assert summary["usage"]["calls"] == 1 and summary["usage"]["kinds"]["merge"]["failures"] == 1
     assert snapshot(mem) == before
 
 

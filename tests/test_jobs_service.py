@@ -41,6 +41,14 @@ def run_by(svc, deployment: str, **params) -> dict:
     return runs[0]
 
 
+def ui_retry(svc, run_id: str, what: str) -> dict:
+    """The UI's Retry button, exactly (AwaitingRetry, forced); returns the run once its retry has finished."""
+    svc.prefect("POST", f"/flow_runs/{run_id}/set_state", {
+        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
+    return wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
+        svc.prefect("GET", f"/flow_runs/{run_id}")), 120, f"the retried {what} to finish")
+
+
 def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_unit(dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-07-01"
     svc.memory.write(f"daily/{day}/oslo.md", content="# Oslo\n\nAna moved to Oslo in June.\n")
@@ -69,19 +77,44 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert status["deployment"] == "auto-dream/nightly" and status["state_type"] == "FAILED"
     assert status["summary"]["failed"][0]["name"] == "Kayak" and status["ui_url"].endswith(run["id"])
 
-    # the UI's Retry button, exactly: AwaitingRetry, forced
     llm_server.on("Unit: Kayak\n", json_reply({"action": "CREATE", "name": "Sea kayak", "content": "Ana kayaks."}))
     before = len(llm_server.requests)
-    svc.prefect("POST", f"/flow_runs/{run['id']}/set_state", {
-        "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}, "force": True})
-    done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL and r["run_count"] > 1 else None)(
-        svc.prefect("GET", f"/flow_runs/{run['id']}")), 120, "the retried dream to finish")
+    done = ui_retry(svc, run["id"], "dream")
     assert done["state_type"] == "COMPLETED", done["state"]
     calls = llm_calls(llm_server, before)
     assert len(calls) == 1 and "Unit: Kayak\n" in calls[0]  # no new extraction, Oslo's unit not re-run
     assert svc.memory.read("digest/personal/sea-kayak.md")["content"]
     status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
     assert status["state"] == "Completed" and status["summary"]["failed"] == []
+
+
+def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, llm_server):
+    svc = dreamflow_service
+    for name in ("tea", "green-tea", "stove", "old-stove"):
+        svc.memory.write(f"digest/wiki/{name}.md", content=f"# {name}\n\nAbout {name}.\n", name=name)
+    pairs = [["digest/wiki/tea.md", "digest/wiki/green-tea.md"], ["digest/wiki/stove.md", "digest/wiki/old-stove.md"]]
+    llm_server.reset()
+    llm_server.on("About green-tea.", json_reply({"name": "Tea", "description": "Tea.", "content": "Tea, green too."}))
+    llm_server.on("About old-stove.", Reply(status=500, content="model overloaded"))
+    before = len(llm_server.requests)
+    started = httpx.post(f"{svc.url}/flows/merge", json={"pairs": pairs}).json()  # the same route as the UI's Run
+    run = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
+        svc.prefect("GET", f"/flow_runs/{started['id']}")), 90, "the merge")
+    assert run["state_type"] == "FAILED" and run["state"]["message"] == "1 of 2 items failed", run["state"]
+    assert run["parameters"]["pairs"] == pairs and len(llm_calls(llm_server, before)) == 2
+    assert httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()["summary"]["usage"]["calls"] == 2
+
+    llm_server.on("About old-stove.", json_reply({"name": "Stove", "description": "Stove.", "content": "A stove."}))
+    before = len(llm_server.requests)
+    done = ui_retry(svc, run["id"], "merge")
+    assert done["state_type"] == "COMPLETED", done["state"]
+    calls = llm_calls(llm_server, before)
+    assert len(calls) == 1 and "About old-stove." in calls[0]  # the finished pair is not merged again
+    left = {e["path"] for e in svc.memory.list("digest/wiki", limit=100)["entries"]}
+    assert {"digest/wiki/tea.md", "digest/wiki/stove.md"} <= left
+    assert not {"digest/wiki/green-tea.md", "digest/wiki/old-stove.md"} & left
+    summary = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()["summary"]
+    assert summary["failed"] == [] and len(summary["outcomes"]) == 2
 
 
 def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service):
@@ -131,6 +164,42 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
         assert status["deployment"] == DEPLOYMENTS[flow].full_name, status
         assert "counts" in status["summary"] if flow == "doctor" else status["summary"]["failed"] == [], status
     assert svc.prefect("GET", f"/flow_runs/{runs['doctor']}")["parameters"]["fix"] is True
+
+def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_service, llm_server):
+    """The same failure exits the same way through the service as in-process: a bad path 2, the LLM 7 (not 1)."""
+    svc, day = dreamflow_service, "2024-07-20"
+    bad = cli(svc, "auto-resource", "../outside.md", "--json")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    error = json.loads(bad.stdout)["error"]
+    assert error["type"] == "PathError" and "escapes the workspace" in error["message"] and "/runs/flow-run/" in \
+        error["message"]
+    run = run_by(svc, "auto-resource/on-change", path="../outside.md")
+    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
+    assert status["state_type"] == "FAILED" and status["summary"] is None
+    assert status["error"]["type"] == "PathError" and status["error"]["exit_code"] == 2, status
+    assert "escapes the workspace" in status["error"]["message"]
+
+    svc.memory.write(f"daily/{day}/tea.md", content="# Tea\n\nAna drinks green tea.\n")
+    llm_server.reset()
+    llm_server.on("You consolidate a person's memory", Reply(status=500, content="model down"))
+    down = cli(svc, "dream", "--date", day, "--scan-days", "1")
+    assert down.returncode == 7, down.stdout + down.stderr
+    assert "model down" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_service, tmp_path):
+    svc, elsewhere = dreamflow_service, tmp_path / "not-the-workspace"
+    elsewhere.mkdir()
+    for flow in ("reindex", "doctor", "archive"):
+        refused = httpx.post(f"{svc.url}/flows/{flow}", json={"workspace": str(elsewhere)})
+        assert refused.status_code == 422 and "workspace" in refused.json()["error"]["message"], refused.text
+    negative = httpx.post(f"{svc.url}/flows/auto_dream", json={"scan_days": -1})  # counts as on the CLI
+    assert negative.status_code == 422 and "scan_days" in negative.json()["error"]["message"], negative.text
+    schema = httpx.get(f"{svc.url}/openapi.json").json()["components"]["schemas"]
+    assert not [name for name, s in schema.items() if name.endswith("Parameters") and "workspace" in
+                s.get("properties", {})]
+    assert list(elsewhere.iterdir()) == []
+
 
 def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
     svc = dreamflow_service

@@ -163,23 +163,49 @@ def test_fallback_chain_on_400_is_remembered_per_endpoint(llm):
     llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
     assert client().structured(ASK, Verdict).action == "KEEP"
     assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object"]
-    assert learned(llm.base_url, llm.model) == {"json": "json_object"}
+    # llama.cpp's server constrains json_object replies with `schema`: the same schema as json_schema's
+    assert llm.requests[1]["response_format"]["schema"] == llm.requests[0]["response_format"]["json_schema"]["schema"]
+    assert learned(llm.base_url, llm.model) == {"json": "json_object+schema"}
     assert client().structured(ASK, Verdict).action == "DROP"  # a new client (the next task) starts where it worked
     assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", "json_object"]
+
+    llm.refuse(lambda body: "schema" in (body.get("response_format") or {}), message="unknown key 'schema'")
+    llm.reply_json({"action": "KEEP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"  # a strict server: json_object without the schema
+    assert llm.requests[-1]["response_format"] == {"type": "json_object"}
+    assert learned(llm.base_url, llm.model)["json"] == "json_object"
 
     llm.refuse(refuses("json_object"))
     llm.reply_json({"action": "KEEP"}).reply_json({"action": "DROP"})
     assert client().structured(ASK, Verdict).action == "KEEP"
     assert "response_format" not in llm.requests[-1] and learned(llm.base_url, llm.model)["json"] == "none"
     assert client().structured(ASK, Verdict).action == "DROP"
-    assert [format_type(r) for r in llm.requests[3:]] == ["json_object", None, None]
+    assert [format_type(r) for r in llm.requests[5:]] == ["json_object", None, None]
+
+
+def test_a_422_falls_back_like_a_400(llm):
+    llm.refuse(refuses("json_schema"), status=422, message="Failed to deserialize the JSON body")  # e.g. TGI
+    llm.reply_json({"action": "KEEP"})
+    assert client().structured(ASK, Verdict).action == "KEEP"
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object"]
+
+
+def test_a_reply_without_usage_counts_the_call_and_its_time(llm):
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": llm.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"action": "KEEP"}'},
+                         "finish_reason": "stop"}]}
+    llm.reply(raw=json.dumps(body).encode())
+    model = client()
+    assert model.structured(ASK, Verdict, "judge").action == "KEEP"
+    kind = model.usage.kinds["judge"]
+    assert (kind["calls"], kind["total_tokens"], kind["first_try"]) == (1, 0, 1) and kind["seconds"] > 0
 
 
 def test_a_400_in_every_mode_is_an_error_and_teaches_nothing(llm):
     llm.refuse(lambda body: True, message="context too long")
     with pytest.raises(LLMError, match="context too long"):
         client().structured(ASK, Verdict)
-    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", None]
+    assert [format_type(r) for r in llm.requests] == ["json_schema", "json_object", "json_object", None]
     assert learned(llm.base_url, llm.model) == {}
 
 
@@ -191,7 +217,8 @@ def test_forced_json_mode_and_sampling_options(llm, monkeypatch):
     llm.reply_json({"action": "KEEP"})
     client().structured(ASK, Verdict)
     body = llm.requests[0]
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"]["type"] == "json_object" and body["response_format"]["schema"]["properties"]
+    assert len(llm.requests) == 1
     assert (body["temperature"], body["frequency_penalty"], body["repeat_penalty"]) == (0.2, 0.5, 1.1)
     monkeypatch.setenv("DREAMFLOW_LLM_JSON", "xml")
     with pytest.raises(Exception, match="DREAMFLOW_LLM_JSON"):
@@ -221,6 +248,14 @@ def test_concurrency_is_one_for_a_local_endpoint(monkeypatch):
     'Sure:\n```json\n{"name": "read", "parameters": {"path": "a.md"}}\n```',
     '<tool_call>\n{"name": "search", "arguments": "{\\"query\\": \\"lisbon\\"}"}\n</tool_call>',
     '{"type": "function", "function": {"name": "read", "arguments": {"path": "a.md"}}}',
+    '{"type": "function", "name": "read", "parameters": {"path": "a.md"}}',  # Llama 3.2
+    '<|python_tag|>{"name": "search", "parameters": {"query": "lisbon"}}',  # Llama 3.1
+    '<function=search>{"query": "lisbon"}</function>',  # Llama 3.1, custom tools
+    '[TOOL_CALLS] [{"name": "search", "arguments": {"query": "lisbon"}}]',  # Mistral
+    '[TOOL_CALLS]search[ARGS]{"query": "lisbon"}',  # Mistral, v11 template
+    'functools[{"name": "search", "arguments": {"query": "lisbon"}}]',  # Phi / Firefunction
+    '{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", '
+    '"function": {"name": "search", "arguments": "{\\"query\\": \\"lisbon\\"}"}}]}',  # a message written out
 ])
 def test_text_tool_calls_are_recognised(text):
     assert text_tool_call(text)[0] in ("edit", "read", "search")
@@ -228,6 +263,7 @@ def test_text_tool_calls_are_recognised(text):
 
 def test_answers_are_not_tool_calls():
     assert text_tool_call('{"name": "Trip", "description": "d", "content": "c"}') is None
+    assert text_tool_call('{"units": [{"name": "Trip", "summary": "<function> of a kettle", "paths": []}]}') is None
     assert text_tool_call("no json") is None
 
 
