@@ -68,7 +68,7 @@ class Target:
 
     def file_bytes(self, path: str) -> bytes:
         """A workspace file's bytes (what resources serve), by the same path rules as `read`."""
-        return self.memory().download_content(path)
+        return self.memory().download_content(path)[1]  # (workspace path, bytes)
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
         raise NotImplementedError
@@ -173,8 +173,8 @@ class WorkspaceTarget(Target):
     def file_bytes(self, path: str) -> bytes:
         remote = self.remote()
         if remote is not None:  # RemoteMemory's download writes a local file: ask for the bytes instead
-            return remote.request("POST", "/ops/download", {"path": path}, raw=True)
-        return self.memory().download_content(path)
+            return remote.request("POST", "/ops/download", {"path": path}, raw=True)[0]  # (bytes, headers)
+        return self.memory().download_content(path)[1]  # (workspace path, bytes)
 
     def retry_elsewhere(self) -> bool:
         return self.remote() is not None  # the service started while we waited for the index lock
