@@ -263,7 +263,7 @@ class Memory:
         self._check_new_name(rel)
         with self.db.session() as con:
             if self.ws.resolve(rel).exists() and not overwrite:
-                raise Conflict(f"{rel} already exists (use overwrite to replace it)")
+                raise Conflict(f"{rel} already exists (pass overwrite, --overwrite on the CLI, to replace it)")
             self.ws.write_bytes(rel, content)
             self._reindex(con, rel)
         return {"path": rel, "bytes": len(content)}

@@ -39,7 +39,7 @@ def save(data: bytes, dest: str, name: str, overwrite: bool = False, workspace: 
     if workspace is not None:
         _refuse_metadata(out, Workspace(workspace, create=False))
     if out.exists() and not overwrite:
-        raise Conflict(f"{out} already exists (use overwrite to replace it)")
+        raise Conflict(f"{out} already exists (pass overwrite, --overwrite on the CLI, to replace it)")
     if not out.parent.is_dir():
         raise NotFound(f"destination folder does not exist: {out.parent} (end DEST with / to create it)")
     tmp = out.parent / f".{out.name}.{os.getpid()}.download.tmp"
