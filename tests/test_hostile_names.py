@@ -1,0 +1,81 @@
+"""File names and request text that are not valid Unicode (issue 11 acceptance): a file whose name bytes are
+not UTF-8 (an old Latin-1 archive) is skipped and reported, never fed to DuckDB (which invalidates the whole
+database on such text, so one file used to stop reindex, reconcile, doctor --fix and `dreamflow start`); a
+JSON request carrying a lone surrogate is a 422, not a 500 half-way through the operation."""
+
+import json
+import os
+
+import pytest
+from test_api import ApiServer
+from test_cli import as_json, run
+
+from deployments.watch import WorkspaceWatcher
+from storage import index
+from storage.memory import Memory
+
+BAD_NAME = b"caf\xe9.md"  # "café.md" in Latin-1
+
+
+def _workspace_with_a_latin1_name(root):
+    mem = Memory(root)
+    mem.write("digest/wiki/boats.md", "Catamarans have two hulls.\n")
+    with open(os.path.join(os.fsencode(root / "digest" / "wiki"), BAD_NAME), "wb") as fh:
+        fh.write(b"Kayaks have one hull. [[digest/wiki/boats.md]]\n")
+    return mem
+
+
+def test_a_name_that_is_not_utf8_is_skipped_by_reindex_reconcile_and_doctor(tmp_path):
+    ws = tmp_path / "ws"
+    _workspace_with_a_latin1_name(ws)
+    shown = {"path": "digest/wiki/caf\ufffd.md", "kind": index.NOT_UTF8}
+    for command in ("reindex", "reconcile"):
+        proc = run(ws, command, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert shown in json.loads(proc.stdout)["special_files"]
+    fixed = run(ws, "doctor", "--fix", "--json")
+    assert "Traceback" not in fixed.stderr and fixed.returncode in (0, 1), fixed.stderr
+    report = json.loads(fixed.stdout)
+    assert shown in report["special_files"]
+    assert not [d for d in report["drift"] if "caf" in d["path"]]  # not re-reported as "added" forever
+    hits = as_json(ws, "search", "catamarans")
+    assert [h["path"] for h in hits] == ["digest/wiki/boats.md"]  # the index was not invalidated
+
+
+def test_the_watcher_and_index_file_leave_such_a_name_alone(tmp_path):
+    mem = _workspace_with_a_latin1_name(tmp_path / "ws")
+    rel = "digest/wiki/" + os.fsdecode(BAD_NAME)
+    watcher = WorkspaceWatcher(mem.ws, lambda paths: None)
+    assert watcher.relevant(str(mem.ws.root / rel)) is None
+    with mem.db.session() as con:
+        assert index.index_file(con, mem.ws, rel) is False
+    assert mem.reconcile()["skipped"] == 1
+    assert mem.search("catamarans")
+
+
+@pytest.fixture
+def served(tmp_path):
+    mem = Memory(tmp_path / "ws")
+    mem.write("digest/wiki/a.md", "a\n")
+    server = ApiServer(mem)
+    yield mem, server
+    server.stop()
+
+
+@pytest.mark.parametrize("route, body", [
+    ("write", b'{"path": "digest/wiki/\\udcff.md", "content": "x"}'),
+    ("write", b'{"path": "digest/wiki/ok.md", "content": "half \\ud800 a pair"}'),
+    ("write", b'{"path": "digest/wiki/ok.md", "content": "x", "metadata": {"k\\udcff": 1}}'),
+    ("read", b'{"path": "digest/wiki/\\udcff.md"}'),
+    ("move", b'{"src": "digest/wiki/a.md", "dst": "digest/wiki/\\udcff.md"}'),
+    ("list", b'{"prefix": "digest/\\udcff"}'),
+    ("tags", b'{"tag": "\\udcff"}'),
+    ("upload", b'{"name": "\\udcff.txt", "content": "eA=="}'),
+])
+def test_a_lone_surrogate_in_a_request_is_a_422_and_writes_nothing(served, route, body):
+    mem, server = served
+    status, answer = server.raw("POST", f"/ops/{route}", body)
+    assert status == 422, answer
+    message = answer["error"]["message"]
+    assert answer["error"]["type"] == "InvalidInput" and ("not valid Unicode" in message or "surrogate" in message)
+    assert sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"]
