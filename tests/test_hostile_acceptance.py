@@ -1,10 +1,15 @@
-"""File names and request text that are not valid Unicode (issue 11 acceptance): a file whose name bytes are
-not UTF-8 (an old Latin-1 archive) is skipped and reported, never fed to DuckDB (which invalidates the whole
-database on such text, so one file used to stop reindex, reconcile, doctor --fix and `dreamflow start`); a
-JSON request carrying a lone surrogate is a 422, not a 500 half-way through the operation."""
+"""Hostile input found by the issue-11 acceptance battery (benchmarks/hostile_battery.py).
+
+- A file whose name bytes are not UTF-8 (an old Latin-1 archive) is skipped and reported, never fed to DuckDB
+  (which invalidates the whole database on such text: one file used to stop reindex, reconcile, doctor --fix
+  and `dreamflow start`).
+- A JSON request carrying a lone surrogate is a 422, not a 500 half-way through the operation.
+- Markdown nested absurdly deep is indexed as plain text at once (marko took minutes on it).
+"""
 
 import json
 import os
+import time
 
 import pytest
 from test_api import ApiServer
@@ -79,3 +84,19 @@ def test_a_lone_surrogate_in_a_request_is_a_422_and_writes_nothing(served, route
     message = answer["error"]["message"]
     assert answer["error"]["type"] == "InvalidInput" and ("not valid Unicode" in message or "surrogate" in message)
     assert sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"]
+
+
+@pytest.mark.parametrize("body", [
+    "- " * 200_000 + "x [[digest/wiki/a.md]]\n",                  # one 400 KB line, 200,000 lists deep
+    ("> " * 60 + "q [[digest/wiki/a.md]]\n\n") * 2_000,           # many lines 60 quotes deep
+])
+def test_absurdly_nested_markdown_is_plain_text_at_once(tmp_path, body):
+    mem = Memory(tmp_path / "ws")
+    mem.ws.write_text("digest/wiki/deep.md", body)
+    started = time.monotonic()
+    mem.reindex()
+    assert time.monotonic() - started < 5  # marko alone: 16 s and 40 s
+    stat = mem.stat("digest/wiki/deep.md")
+    assert any("Markdown structure not read" in e for e in stat["errors"])
+    assert stat["links_out"] and stat["links_out"][0]["target"] == "digest/wiki/a.md"  # links still found
+    assert mem.move("digest/wiki/deep.md", "digest/wiki/deeper.md")["to"] == "digest/wiki/deeper.md"
