@@ -92,6 +92,8 @@ def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: b
 
 def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
     """Drop every row of `rel` (file, chunks, postings, outgoing links). True if it was indexed."""
+    if not is_utf8(rel):
+        return False  # never indexed
     if not con.execute("SELECT count(*) FROM files WHERE path = ?", [rel]).fetchone()[0]:
         return False
     with _transaction(con):

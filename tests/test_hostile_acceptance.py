@@ -100,3 +100,30 @@ def test_absurdly_nested_markdown_is_plain_text_at_once(tmp_path, body):
     assert any("Markdown structure not read" in e for e in stat["errors"])
     assert stat["links_out"] and stat["links_out"][0]["target"] == "digest/wiki/a.md"  # links still found
     assert mem.move("digest/wiki/deep.md", "digest/wiki/deeper.md")["to"] == "digest/wiki/deeper.md"
+
+
+def test_a_move_next_to_a_file_whose_name_is_not_utf8_completes(tmp_path):
+    mem = _workspace_with_a_latin1_name(tmp_path / "ws")  # its Latin-1 file links boats.md
+    mem.write("digest/wiki/fleet.md", "see [[digest/wiki/boats.md]]\n")
+    moved = mem.move("digest/wiki/boats.md", "digest/wiki/ships.md")  # used to fail half-way, journal left
+    assert moved["rewritten"] == [{"path": "digest/wiki/fleet.md", "links": 1}]
+    assert not list((mem.ws.root / "metadata" / "journal").glob("*.json"))
+    Memory(tmp_path / "ws")  # and the next command opens the workspace
+
+
+def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tmp_path, monkeypatch):
+    from storage import graph_edit, journal
+
+    mem = Memory(tmp_path / "ws")
+    journal.begin(mem.ws, "move", {"src": "digest/wiki/a.md", "dst": "digest/wiki/b.md", "files": {}})
+
+    def full_disk(con, ws, plan):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(graph_edit, "_replay_move", full_disk)
+    again = Memory(tmp_path / "ws")  # used to raise: every command failed until the entry was removed
+    assert "not finished" in json.dumps(again.recovered)
+    assert len(journal.entries(mem.ws)) == 1  # kept: tried again next time
+    monkeypatch.undo()
+    Memory(tmp_path / "ws")
+    assert journal.entries(mem.ws) == []
