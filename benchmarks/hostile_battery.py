@@ -206,7 +206,7 @@ def _recover(root: str) -> None:
 
 
 def crash_trials(trials: int, seed: int) -> dict:
-    from crash_harness import DST, SRC, _start, _wait_for_rename, build_template, calibrate, dangling, temp_files
+    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move, temp_files
 
     from storage import index, journal
 
@@ -220,14 +220,7 @@ def crash_trials(trials: int, seed: int) -> dict:
         for n in range(trials):
             root = work / f"trial-{n}"
             shutil.copytree(template, root)
-            pid, wait = _start(root, "fork")
-            _wait_for_rename(root)
-            time.sleep(rng.uniform(0, window))
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            wait()
+            kill_mid_move(root, window, rng)
             out["mid_move"] += dangling(root) > 0
             for _ in range(rng.randint(1, 3)):
                 child = multiprocessing.get_context("fork").Process(target=_recover, args=(str(root),))
