@@ -213,11 +213,11 @@ def params_model(name: str, doc: str, params: tuple[Param, ...], config=None):
         for p in params
     }
     title = "".join(part.title() for part in name.split("_"))
-    validators = {"utf8_text": model_validator(mode="before")(_refuse_unencodable)}
+    validators = {"utf8_text": model_validator(mode="before")(refuse_unencodable)}
     return create_model(title, __doc__=doc, __config__=config, __validators__=validators, **fields)
 
 
-def _refuse_unencodable(cls, data: Any) -> Any:
+def refuse_unencodable(cls, data: Any) -> Any:
     """JSON may carry lone surrogates (`"\\udcff"`), which no UTF-8 file, name or index can hold: refuse
     them as invalid input before an operation trips over them half-way."""
     stack = [data]

@@ -76,6 +76,7 @@ def served(tmp_path):
     ("list", b'{"prefix": "digest/\\udcff"}'),
     ("tags", b'{"tag": "\\udcff"}'),
     ("upload", b'{"name": "\\udcff.txt", "content": "eA=="}'),
+    ("download", b'{"path": "digest/wiki/\\udcff.md"}'),
 ])
 def test_a_lone_surrogate_in_a_request_is_a_422_and_writes_nothing(served, route, body):
     mem, server = served
