@@ -3,7 +3,8 @@
 Every saved memory file is handed to `on_change` after a short quiet window (the service re-indexes it at
 once, no flow run per keystroke). Files under `resource/` are also handed to `on_resource`, debounced per
 file over a longer window, so the created+modified events of one write become one auto_resource run.
-`metadata/`, dot-folders and editor scratch files (`storage.workspace.is_scratch_name`) are ignored.
+`metadata/`, dot-folders, editor scratch files and names that are not UTF-8 are ignored
+(`storage.index.is_indexed_path`).
 A directory moved or deleted as a whole calls `on_change` with `None`: the service then reconciles.
 """
 
@@ -18,7 +19,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from storage.errors import PathError
-from storage.workspace import Workspace, is_scratch_name
+from storage.index import is_indexed_path
+from storage.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +153,7 @@ class WorkspaceWatcher(FileSystemEventHandler):
         except PathError:
             return None
         parts = rel.split("/")
-        if rel in ("", ".") or parts[0] == "metadata" or any(is_scratch_name(p) for p in parts):
+        if rel in ("", ".") or not is_indexed_path(rel):
             return None
         return rel
 

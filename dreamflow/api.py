@@ -29,7 +29,7 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
@@ -268,11 +268,15 @@ class UploadRequest(BaseModel):
     date: str | None = Field(None, description="Day folder as YYYY-MM-DD, or `today`")
     overwrite: bool = Field(False, description="Replace the file if it exists")
 
+    _utf8 = model_validator(mode="before")(ops.refuse_unencodable)
+
 
 class DownloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="Workspace-relative path of the file")
+
+    _utf8 = model_validator(mode="before")(ops.refuse_unencodable)
 
 
 class UploadResult(BaseModel):

@@ -40,12 +40,15 @@ def _machine_names() -> set[str]:
 
 
 def _host_name(host: str) -> str:
-    """`Host` header value (or a bound host) without port, brackets, trailing dot; lower case."""
+    """`Host` header value (or a bound host) without port, brackets, trailing dot; lower case. A port that is
+    not digits (`localhost:1@evil.com`) makes the whole value the name, which no allowed name matches."""
     host = host.strip().lower()
     if host.startswith("["):
-        host = host[1:].split("]", 1)[0]
+        name, _, port = host[1:].partition("]")
+        host = name if port == "" or (port[:1] == ":" and port[1:].isdigit()) else host
     elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
+        name, port = host.split(":", 1)
+        host = name if port.isdigit() else host
     return host.rstrip(".")
 
 

@@ -10,12 +10,22 @@ material (session logs, resources) is written as it comes.
 
 from __future__ import annotations
 
+import json
+
 from engine import ops
 from engine.settings import Settings
 from storage.errors import InvalidInput
 
-CAPPED_FOLDERS = ("daily/", "digest/")
-TEXT_PARAMS = {"write": "content", "create": "content", "append": "content", "prepend": "content", "edit": "new"}
+CAPPED_FOLDERS = ("daily", "digest")
+# Parameters whose text goes into the file, per operation (frontmatter included: a runaway value is as big).
+TEXT_PARAMS = {
+    "write": ("content", "name", "description", "metadata"),
+    "create": ("content", "name", "description", "metadata"),
+    "append": ("content",),
+    "prepend": ("content",),
+    "edit": ("new",),
+    "frontmatter_update": ("metadata",),
+}
 
 
 class TooLarge(InvalidInput):
@@ -40,14 +50,36 @@ class JobMemory:
 
         def capped(*args, **kwargs):
             given = {**dict(zip(names, args)), **kwargs}
-            self.check(str(given.get("path") or ""), given.get(TEXT_PARAMS[name]) or "")
+            path = str(given.get("path") or "")
+            if _capped(path):
+                self.check(path, self._written(name, path, given))
             return attr(*args, **kwargs)
 
         capped.__doc__ = getattr(attr, "__doc__", None)
         return capped
 
-    def check(self, path: str, text: str) -> None:
-        """Refuse `text` for `path` when it is a card or node and longer than the cap."""
-        if len(text) > self.limit and path.replace("\\", "/").lstrip("./").startswith(CAPPED_FOLDERS):
+    def check(self, path: str, size: int) -> None:
+        """Refuse writing `size` characters into `path` when it is a card or node and that is over the cap."""
+        if size > self.limit and _capped(path):
             raise TooLarge(f"a job may write at most {self.limit:,} characters into a card or node at once "
-                           f"(DREAMFLOW_MAX_WRITE_CHARS); {path} got {len(text):,}: write a shorter text")
+                           f"(DREAMFLOW_MAX_WRITE_CHARS); {path} got {size:,}: write a shorter text")
+
+    def _written(self, name: str, path: str, given: dict) -> int:
+        """Characters the call puts into the file: its text parameters (frontmatter values as JSON); an edit
+        with replace_all writes `new` once per match."""
+        size = sum(_chars(given.get(param)) for param in TEXT_PARAMS[name])
+        if name == "edit" and given.get("replace_all") and given.get("old"):
+            size *= max(1, self.memory.read(path, numbered=False)["content"].count(given["old"]))
+        return size
+
+
+def _chars(value) -> int:
+    if value is None:
+        return 0
+    return len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _capped(path: str) -> bool:
+    """True for a path under daily/ or digest/, however it is spelt (`./digest`, ` digest\\x`, `digest//x`)."""
+    parts = [p for p in path.strip().replace("\\", "/").split("/") if p not in ("", ".")]
+    return bool(parts) and parts[0] in CAPPED_FOLDERS

@@ -209,14 +209,35 @@ def request_model(op: Op):
 def params_model(name: str, doc: str, params: tuple[Param, ...], config=None):
     """A pydantic model named after `name` (snake_case) with one field per parameter (`config`: a pydantic
     ConfigDict, e.g. to refuse unknown fields)."""
-    from pydantic import Field, create_model
+    from pydantic import Field, create_model, model_validator
 
     fields = {
         p.name: (p.annotation, Field(... if p.required else p.default, description=p.help or None))
         for p in params
     }
     title = "".join(part.title() for part in name.split("_"))
-    return create_model(title, __doc__=doc, __config__=config, **fields)
+    validators = {"utf8_text": model_validator(mode="before")(refuse_unencodable)}
+    return create_model(title, __doc__=doc, __config__=config, __validators__=validators, **fields)
+
+
+def refuse_unencodable(cls, data: Any) -> Any:
+    """JSON may carry lone surrogates (`"\\udcff"`), which no UTF-8 file, name or index can hold: refuse
+    them as invalid input before an operation trips over them half-way."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"text is not valid Unicode (lone surrogate {value[exc.start]!r} at "
+                                 f"position {exc.start})") from None
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return data
 
 
 def json_schema(model) -> dict:

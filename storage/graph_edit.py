@@ -9,6 +9,7 @@ added back, under `## Sources` when it was a source, else under `## Related`), s
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ ARCHIVE = "digest/archive/"
 REINDEX_ONE_BY_ONE = 8  # above this many rewritten files, one reconcile beats a commit per file (~0.1 s each)
 _LINE_RANGE = re.compile(r"^L(\d+)(?:-L?(\d+))?$")
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
+
+log = logging.getLogger(__name__)
 
 
 # ---- line anchors ----------------------------------------------------------------------------------------
@@ -121,21 +124,29 @@ def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> list[dict]:
     done = []
     for entry in journal.entries(ws):
         plan = journal.load(entry)
-        if plan is None:
-            outcome = "unreadable entry dropped"
-        elif plan.get("kind") == "move":
-            if special_kind(ws.root / plan["src"]) is None:  # still there: the rename did not happen, nothing changed
-                outcome = "rolled back (the file was not moved yet)"
-            else:
-                outcome = f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"
-        elif plan.get("kind") == "relink":
-            outcome = f"replayed ({len(_replay_relink(con, ws, plan))} files rewritten)"
+        try:
+            outcome = _finish_entry(con, ws, plan)
+        except Exception as exc:  # e.g. a full disk: keep the entry for the next run, never stop this one
+            log.warning("could not finish journal entry %s: %s", entry.name, exc)
+            outcome = f"not finished ({type(exc).__name__}: {exc}); tried again by the next command"
         else:
-            outcome = f"unknown kind {plan.get('kind')!r} dropped"
-        journal.finish(entry)
+            journal.finish(entry)
         done.append({**{k: v for k, v in (plan or {}).items() if k in ("kind", "src", "dst", "target",
                                                                           "new_target")}, "outcome": outcome})
     return done
+
+
+def _finish_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict | None) -> str:
+    if plan is None:
+        return "unreadable entry dropped"
+    if plan.get("kind") == "move":
+        src, dst = plan["src"], plan["dst"]
+        if special_kind(ws.root / dst) == "missing" and special_kind(ws.root / src) is None:
+            return "rolled back (the file was not moved yet)"
+        return f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"
+    if plan.get("kind") == "relink":
+        return f"replayed ({len(_replay_relink(con, ws, plan))} files rewritten)"
+    return f"unknown kind {plan.get('kind')!r} dropped"
 
 
 def _replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
@@ -195,7 +206,8 @@ def _files_mentioning(ws: Workspace, target: str) -> list[str]:
     needle = target.encode()
     found = []
     for rel in ws.iter_files():
-        if rel.endswith(".md") and not rel.startswith(RAW_PREFIXES):
+        # A name that is not UTF-8 cannot be rewritten safely (nor is it indexed): its links stay as they are.
+        if rel.endswith(".md") and not rel.startswith(RAW_PREFIXES) and index.is_utf8(rel):
             data = _bytes_or_none(ws, rel)
             if data is not None and needle in data:
                 found.append(rel)

@@ -31,10 +31,34 @@ BATCH_FILES = 500  # files parsed and written per insert batch
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
 
 
+NOT_UTF8 = "file name that is not UTF-8"
+
+
 def is_indexed_path(rel: str) -> bool:
-    """True for workspace paths the index covers: not under metadata/, not a scratch or hidden file."""
+    """True for workspace paths the index covers: not under metadata/, not a scratch or hidden file, and a
+    name that is UTF-8 (one that is not reaches Python as lone surrogates, and DuckDB invalidates the whole
+    database on such text: one file named in Latin-1 would stop every later command)."""
     parts = rel.split("/")
-    return parts[0] != "metadata" and not any(is_scratch_name(p) for p in parts)
+    return parts[0] != "metadata" and not any(is_scratch_name(p) for p in parts) and is_utf8(rel)
+
+
+def is_utf8(rel: str) -> bool:
+    """False for a path whose name bytes were not UTF-8 (decoded by the OS layer as lone surrogates)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def skip_unless_utf8(rel: str, skipped: list[dict] | None) -> bool:
+    """True (and `rel` reported in `skipped`, its bad bytes shown as U+FFFD) when its name is not UTF-8."""
+    if is_utf8(rel):
+        return False
+    if skipped is not None:
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        skipped.append({"path": shown, "kind": NOT_UTF8})
+    return True
 
 
 # ---- single files ------------------------------------------------------------------------------------
@@ -43,6 +67,8 @@ def is_indexed_path(rel: str) -> bool:
 def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: bool = False) -> bool:
     """(Re)index `rel` if it changed (or always with `force`); a missing file is removed. True if rows changed."""
     rel = ws.normalize(rel)
+    if not is_utf8(rel):
+        return False  # never in the index (see is_indexed_path), and DuckDB must never see it
     path = ws.resolve(rel)
     try:
         st = path.stat()
@@ -66,6 +92,8 @@ def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: b
 
 def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
     """Drop every row of `rel` (file, chunks, postings, outgoing links). True if it was indexed."""
+    if not is_utf8(rel):
+        return False  # never indexed
     if not con.execute("SELECT count(*) FROM files WHERE path = ?", [rel]).fetchone()[0]:
         return False
     with _transaction(con):
@@ -173,6 +201,8 @@ def _stat_files(ws: Workspace, skipped: list[dict] | None = None) -> dict[str, o
     """stat of every indexable file; special entries (FIFOs, loops, ...) are appended to `skipped`."""
     out = {}
     for rel in ws.iter_files(skipped=skipped):
+        if skip_unless_utf8(rel, skipped):
+            continue
         try:
             st = os.stat(ws.root / rel)
         except OSError:

@@ -30,7 +30,8 @@ def begin(ws: Workspace, kind: str, plan: dict) -> Path:
     """Durably record that operation `kind` is about to carry out `plan`; returns the entry's path."""
     name = f"{os.getpid()}-{next(_counter)}.json"
     entry = {"kind": kind, "pid": os.getpid(), **plan}
-    return ws.write_text(f"{JOURNAL}/{name}", json.dumps(entry, ensure_ascii=False))
+    # ASCII JSON: a path whose name is not UTF-8 (lone surrogates) is escaped, and read back the same.
+    return ws.write_text(f"{JOURNAL}/{name}", json.dumps(entry))
 
 
 def finish(entry: Path) -> None:

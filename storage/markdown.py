@@ -560,6 +560,8 @@ def _parse_markdown(parsed: ParsedFile, text: str) -> None:
             chunks = chunk_text(raw, first_line=2)
         _apply_meta(parsed, meta)
     outline = parse_blocks(body)
+    if outline.problem:
+        parsed.errors.append(f"Markdown structure not read ({outline.problem}); indexed as plain text")
     chunks += chunk_markdown(body, body_line, outline=outline)
     if not chunks and found is not None:
         chunks = chunk_text(found[0], first_line=2)  # frontmatter only: name/description stay searchable

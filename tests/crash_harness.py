@@ -94,12 +94,8 @@ def calibrate(template: Path, work: Path, via: str = "fork") -> float:
     return max(last - renamed, 0.01)
 
 
-def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",
-          keep: bool = False) -> dict:
-    """One SIGKILLed move and the next command: {mid_move, dangling_before, dangling_after, temps_after,
-    moved}; the trial's workspace `work/trial-<n>` is removed unless `keep`."""
-    root = work / f"trial-{n}"
-    shutil.copytree(template, root)
+def kill_mid_move(root: Path, window: float, rng: random.Random, via: str = "fork") -> None:
+    """Start the move in `root`, wait for its rename, SIGKILL it a random part of `window` later."""
     pid, wait = _start(root, via)
     _wait_for_rename(root)
     time.sleep(rng.uniform(0, window))
@@ -108,6 +104,15 @@ def trial(template: Path, work: Path, n: int, window: float, rng: random.Random,
     except ProcessLookupError:
         pass
     wait()
+
+
+def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",
+          keep: bool = False) -> dict:
+    """One SIGKILLed move and the next command: {mid_move, dangling_before, dangling_after, temps_after,
+    moved}; the trial's workspace `work/trial-<n>` is removed unless `keep`."""
+    root = work / f"trial-{n}"
+    shutil.copytree(template, root)
+    kill_mid_move(root, window, rng, via)
     before = dangling(root)
     if via == "cli":
         env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}

@@ -79,6 +79,7 @@ def _read_all(sock: socket.socket, into: bytearray) -> None:
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8420", "127.0.0.1.nip.io", "localhost.evil",
+                                  "localhost:1@evil.example", "[::1]:80@evil.example", "127.0.0.1:x",
                                   "[::2]:80", "192.168.1.7"])
 def test_a_foreign_host_header_is_refused_on_every_route(server, host):
     for path, body in (("/health", b""), ("/ops/list", b"{}"), ("/sub/x", b"{}")):

@@ -13,7 +13,7 @@ from test_api import ApiServer
 from test_cli import as_json, run
 
 from engine.client import RemoteMemory
-from storage.errors import Conflict, NotFound, PathError
+from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.memory import Memory
 from storage.workspace import Workspace
 
@@ -393,6 +393,25 @@ def test_jobs_write_at_most_the_cap_into_a_card(mem, monkeypatch):
     assert "TooLarge" in toolbox.call("edit", {"path": "digest/wiki/ok.md", "old": "x", "new": "z" * 5000,
                                                "replace_all": True})["error"]
     job.append("session/dialog/s1.jsonl", "r" * 5000)  # raw material is written as it comes
+
+
+def test_the_cap_counts_everything_a_call_writes_however_the_path_is_spelt(mem, monkeypatch):
+    from tasks.context import memory_of
+
+    monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "1000")
+    job = memory_of(str(mem.ws.root))
+    job.write("digest/wiki/ok.md", "x" * 900 + "\n")
+    before = (mem.ws.root / "digest/wiki/ok.md").read_bytes()
+    for call in (lambda: job.write(" digest/wiki/a.md", "x" * 1001),      # leading space, ./, backslashes
+                 lambda: job.write(".\\daily\\2024-01-01\\c.md", "x" * 1001),
+                 lambda: job.edit("digest/wiki/ok.md", "x", "z" * 999, replace_all=True),  # 900 x 999 chars
+                 lambda: job.write("digest/wiki/b.md", "x", description="d" * 1001),
+                 lambda: job.frontmatter_update("digest/wiki/ok.md", {"k": "v" * 1001})):
+        with pytest.raises(InvalidInput, match="DREAMFLOW_MAX_WRITE_CHARS"):
+            call()
+    assert (mem.ws.root / "digest/wiki/ok.md").read_bytes() == before
+    assert sorted(mem.ws.iter_files()) == ["digest/wiki/ok.md"]
+    assert job.edit("digest/wiki/ok.md", "xx", "y", replace_all=True)["replacements"] == 450
 
 
 def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, llm, mem, monkeypatch):

@@ -1,0 +1,306 @@
+"""The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
+outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
+
+    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp]
+
+- paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
+  METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
+  through every path-taking operation, in-process, over HTTP (real uvicorn) and over MCP stdio. A failure
+  is a crash (an exception that is not a Dreamflow error, an HTTP 5xx, an MCP internal error), or an answer
+  that carries the outside secret file or touched it.
+- crash: SIGKILL a move mid-rewrite, then SIGKILL the recovering process 1-3 times, then open once more:
+  every note must link the new path exactly as often as before, no temp file or journal entry left, and the
+  index must agree.
+- race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT), str(ROOT / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+
+from storage.errors import DreamflowError  # noqa: E402
+from storage.memory import Memory  # noqa: E402
+
+SECRET = "SECRET-OUTSIDE"
+SPECIALS = ["fifo.md", "sock.md", "loop", "dangle.md", "metalink", "idx.md", "outlink", "outfile.md", "up"]
+
+
+def hostile_paths() -> list:
+    w = "digest/wiki/"
+    return [
+        "/etc/passwd", "../x.md", "digest/../../x.md", "%2e%2e/x.md", "digest/%2e%2e/%2e%2e/x.md", "..\\x.md",
+        "digest\\..\\..\\x.md", "C:\\x.md", "c:x.md", "\x00", w + "a\x00.md", "a" * 300 + ".md", "d/" * 2600 + "x.md",
+        w + "a.md.", w + "a.md ", " " + w + "a.md", "metadata/index.duckdb", "METADATA/x.md", "Metadata/x.md",
+        "metadata", "./metadata/x.md", "digest/../metadata/x.md", "\uff4detadata/x.md", "metadata./x.md",
+        "metadata /x.md", w + "metalink/index.duckdb", w + "metalink/x.md", w + "idx.md", w + "outlink/secret.md",
+        w + "outfile.md", w + "loop", w + "dangle.md", w + "up/metadata/x.md", w + "up/up/x.md", w + "fifo.md",
+        w + "sock.md", "", " ", ".", "/", "//", "~/x.md", "~root/x.md", "\u2025/x.md", "\uff0e\uff0e/x.md",
+        w + "\u202e.md", w + "a\nb.md", w + "a\rb.md", "\\\\server\\share\\x.md", "file:///etc/passwd", w + "a.md/",
+        w + "a.md/.", "digest/wiki", w, "..", "...", "..../x.md", w + "[[x]].md", w + "a|b.md", w + "a#b.md",
+        "session/dialog/../../metadata/x", w + "metalink", w + "up", w + "up/", "metadata\\x.md",
+        "MeTaDaTa\\index.duckdb", w + "up\\metadata\\x.md", w + "UP/metadata/x.md", w + "con.md", w + "nul",
+        w + "x.md:stream", w + "\udcff.md", "digest/\udcff", 123, None, ["a"], {"a": 1},
+    ]
+
+
+OPS = {
+    "read": lambda p: {"path": p}, "stat": lambda p: {"path": p}, "list": lambda p: {"prefix": p},
+    "write": lambda p: {"path": p, "content": "x"}, "create": lambda p: {"path": p, "content": "x"},
+    "edit": lambda p: {"path": p, "old": "hello", "new": "hi"}, "append": lambda p: {"path": p, "content": "z"},
+    "prepend": lambda p: {"path": p, "content": "z"}, "delete": lambda p: {"path": p},
+    "move": lambda p: {"src": p, "dst": "digest/wiki/moved.md"}, "frontmatter_get": lambda p: {"path": p},
+    "frontmatter_update": lambda p: {"path": p, "metadata": {"k": 1}},
+    "frontmatter_delete_keys": lambda p: {"path": p, "keys": ["k"]},
+    "relink": lambda p: {"target": "digest/wiki/b.md", "new_target": p}, "traverse": lambda p: {"paths": [p]},
+    "tags": lambda p: {"tag": p}, "daily_list": lambda p: {"date": p},
+}
+
+
+def hostile_workspace(root: Path, outside: Path) -> Memory:
+    mem = Memory(root)
+    mem.write("digest/wiki/a.md", "hello [[digest/wiki/b.md]]\n")
+    mem.write("digest/wiki/b.md", "b\n")
+    (outside / "secret.md").write_text(SECRET)
+    wiki = root / "digest" / "wiki"
+    for name, target in (("metalink", "../../metadata"), ("idx.md", "../../metadata/index.duckdb"),
+                         ("outlink", str(outside)), ("outfile.md", str(outside / "secret.md")),
+                         ("loop", "loop"), ("dangle.md", "nowhere.md"), ("up", "..")):
+        os.symlink(target, wiki / name)
+    os.mkfifo(wiki / "fifo.md")
+    socket.socket(socket.AF_UNIX).bind(str(wiki / "sock.md"))
+    with open(os.path.join(os.fsencode(wiki), b"caf\xe9.md"), "wb") as fh:  # a Latin-1 name
+        fh.write(b"links [[digest/wiki/a.md]]\n")
+    return mem
+
+
+def _restore(mem: Memory) -> None:
+    for rel, text in (("digest/wiki/a.md", "hello [[digest/wiki/b.md]]\n"), ("digest/wiki/b.md", "b\n")):
+        if not (mem.ws.root / rel).exists():
+            mem.write(rel, text)
+
+
+def _outside_intact(outside: Path) -> bool:
+    return sorted(os.listdir(outside)) == ["secret.md"] and (outside / "secret.md").read_text() == SECRET
+
+
+def paths_in_process(mem: Memory, outside: Path) -> tuple[int, list[str]]:
+    cases, failures = 0, []
+    for name, args in OPS.items():
+        for path in hostile_paths():
+            cases += 1
+            try:
+                answer = getattr(mem, name)(**args(path))
+                if SECRET in json.dumps(answer, default=str, ensure_ascii=True):
+                    failures.append(f"{name} {path!r}: leaked the outside file")
+            except (DreamflowError, TypeError, ValueError):
+                pass  # TypeError/ValueError: a wrong argument type in-process (the surfaces validate it)
+            except Exception as exc:
+                failures.append(f"{name} {path!r}: {type(exc).__name__}: {str(exc)[:100]}")
+            if not _outside_intact(outside):
+                failures.append(f"{name} {path!r}: touched the outside folder")
+            _restore(mem)
+    return cases, failures
+
+
+def _post(port: int, route: str, body: bytes) -> tuple[int, str]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", route, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer = response.read().decode("utf-8", "replace")
+    conn.close()
+    return response.status, answer
+
+
+def paths_over_http(mem: Memory, outside: Path) -> tuple[int, list[str]]:
+    from test_api import ApiServer
+
+    server = ApiServer(mem)
+    cases, failures = 0, []
+    try:
+        for name, args in {**OPS, "download": lambda p: {"path": p},
+                           "upload": lambda p: {"name": p, "content": "eA=="}}.items():
+            for path in hostile_paths():
+                cases += 1
+                status, answer = _post(server.port, f"/ops/{name}", json.dumps(args(path)).encode())
+                if status >= 500 or SECRET in answer:
+                    failures.append(f"HTTP {name} {path!r}: {status} {answer[:100]}")
+                if not _outside_intact(outside):
+                    failures.append(f"HTTP {name} {path!r}: touched the outside folder")
+                _restore(mem)
+        cases += 1
+        status, answer = _post(server.port, "/ops/list", b"{}")
+        if status >= 500:
+            failures.append(f"HTTP list of the whole workspace: {status} {answer[:100]}")
+    finally:
+        server.stop()
+    return cases, failures
+
+
+def paths_over_mcp(mem: Memory, outside: Path) -> tuple[int, list[str]]:
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "dreamflow", "--workspace", str(mem.ws.root),
+                                                                 "mcp"], env=env)
+    sendable = [p for p in hostile_paths() if not (isinstance(p, str) and "\udcff" in p)]  # JSON can't carry them
+    cases, failures = 0, []
+
+    async def run() -> None:
+        nonlocal cases
+        async with Client(params) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            for name, args in OPS.items():
+                for path in sendable if name in tools else ():
+                    cases += 1
+                    result = await client.call_tool(name, args(path))
+                    text = " ".join(getattr(c, "text", "") for c in result.content)
+                    if SECRET in text or "internal error" in text:
+                        failures.append(f"MCP {name} {path!r}: {text[:100]}")
+                    _restore(mem)
+            cases += 1
+            with anyio.fail_after(20):
+                await client.list_resources()
+            for path in sendable:
+                if isinstance(path, str):
+                    cases += 1
+                    try:
+                        with anyio.fail_after(20):
+                            result = await client.read_resource("dreamflow://" + path)
+                        if SECRET in str(result.contents):
+                            failures.append(f"MCP resource {path!r}: leaked the outside file")
+                    except TimeoutError:
+                        failures.append(f"MCP resource {path!r}: no answer in 20 s")
+                    except Exception as exc:
+                        if "internal" in str(exc).lower():
+                            failures.append(f"MCP resource {path!r}: {exc}")
+
+    try:
+        anyio.run(run)
+    except Exception as exc:  # the server died or stopped answering
+        failures.append(f"MCP session ended: {type(exc).__name__}: {str(exc)[:150]}")
+    if not _outside_intact(outside):
+        failures.append("MCP: touched the outside folder")
+    return cases, failures
+
+
+def _recover(root: str) -> None:
+    Memory(root)
+
+
+def crash_trials(trials: int, seed: int) -> dict:
+    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move, temp_files
+
+    from storage import index, journal
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "mid_move": 0, "recoveries_killed": 0, "dangling_after": 0, "temps_after": 0,
+           "journal_left": 0, "notes_wrong": 0, "index_wrong": 0}
+    with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
+        work = Path(tmp)
+        template = build_template(work / "template", linking=300)
+        window = calibrate(template, work)
+        for n in range(trials):
+            root = work / f"trial-{n}"
+            shutil.copytree(template, root)
+            kill_mid_move(root, window, rng)
+            out["mid_move"] += dangling(root) > 0
+            for _ in range(rng.randint(1, 3)):
+                child = multiprocessing.get_context("fork").Process(target=_recover, args=(str(root),))
+                child.start()
+                time.sleep(rng.uniform(0, window * 1.5))
+                if child.is_alive():
+                    os.kill(child.pid, signal.SIGKILL)
+                    out["recoveries_killed"] += 1
+                child.join()
+            mem = Memory(root)
+            out["dangling_after"] += dangling(root) > 0
+            out["temps_after"] += bool(temp_files(root))
+            out["journal_left"] += bool(journal.entries(mem.ws))
+            notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
+            out["notes_wrong"] += any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes)
+            with mem.db.session() as con:
+                out["index_wrong"] += len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC))
+            shutil.rmtree(root)
+    return out
+
+
+def _append_outside(path: str, lines: int) -> None:
+    for i in range(lines):
+        with open(path, "a") as fh:
+            fh.write(f"outside {i}\n")
+        time.sleep(0.002)
+
+
+def race(lines: int) -> dict:
+    from storage.errors import Conflict
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = Memory(tmp)
+        rel = "digest/wiki/log.md"
+        mem.write(rel, "counter\n")
+        writer = multiprocessing.get_context("fork").Process(target=_append_outside,
+                                                              args=(str(mem.ws.root / rel), lines))
+        writer.start()
+        counts = {"edit": 0, "append": 0, "prepend": 0, "frontmatter_update": 0, "conflicts": 0}
+        calls = [lambda i: mem.edit(rel, "counter", "counter"), lambda i: mem.append(rel, f"mine {i}"),
+                 lambda i: mem.prepend(rel, f"pre {i}"), lambda i: mem.frontmatter_update(rel, {"n": i})]
+        i = 0
+        while writer.is_alive():
+            name = list(counts)[i % 4]
+            try:
+                calls[i % 4](i)
+                counts[name] += 1
+            except Conflict:
+                counts["conflicts"] += 1
+            i += 1
+        writer.join()
+        text = (mem.ws.root / rel).read_text()
+        counts["outside_lines"] = lines
+        counts["lost"] = sum(f"outside {j}\n" not in text for j in range(lines))
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--crash-trials", type=int, default=25)
+    parser.add_argument("--race-lines", type=int, default=3000)
+    parser.add_argument("--skip-mcp", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
+    if not args.skip_mcp:
+        surfaces.append(("MCP stdio", paths_over_mcp))
+    for label, run in surfaces:
+        with tempfile.TemporaryDirectory() as ws, tempfile.TemporaryDirectory() as outside:
+            started = time.monotonic()
+            cases, failures = run(hostile_workspace(Path(ws), Path(outside)), Path(outside))
+            print(f"hostile paths, {label}: {cases} cases, {len(failures)} failures "
+                  f"({time.monotonic() - started:.0f} s)")
+            for failure in failures[:15]:
+                print("   ", failure)
+    if args.crash_trials:
+        print("move killed, then its recovery killed:", crash_trials(args.crash_trials, args.seed))
+    if args.race_lines:
+        print("outside appends every 2 ms during rewrites:", race(args.race_lines))
+
+
+if __name__ == "__main__":
+    main()
