@@ -9,6 +9,7 @@ type hints and docstrings, so keep those accurate.
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import re
 import shutil
@@ -300,7 +301,8 @@ class Memory:
                 "content": content, "hash": content_hash(data)}
 
     def stat(self, path: str) -> dict:
-        """Size, dates, kind, name/description, tags, outgoing links and inbound links of one file; of a folder
+        """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
+        inbound links of one file; of a folder
         (`type: dir`), its counts of files and sub-folders and their total size."""
         from storage import index
         from storage.markdown import parse_file
@@ -318,12 +320,14 @@ class Memory:
             "path": rel,
             "type": "file",
             "kind": parsed.kind,
+            "mime": _mime(rel),
             "size": st.st_size,
             "mtime": _iso(st.st_mtime),
             "lines": parsed.line_count,
             "name": parsed.name,
             "description": parsed.description,
             "tags": parsed.tags,
+            "frontmatter": parsed.frontmatter if parsed.kind == "markdown" else None,
             "date": parsed.date,
             "errors": parsed.errors,
             "links_out": [asdict(link) for link in parsed.links],
@@ -873,6 +877,14 @@ def _with_newline(text: str) -> str:
 
 def _line_count(text: str) -> int:
     return len(text.splitlines())
+
+
+def _mime(rel: str) -> str:
+    from storage.markdown import file_kind
+
+    if file_kind(rel) == "markdown":
+        return "text/markdown"
+    return mimetypes.guess_type(rel)[0] or "application/octet-stream"
 
 
 def _iso(ts: float) -> str:

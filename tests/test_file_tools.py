@@ -492,6 +492,11 @@ def test_review_rules_over_http_and_in_agent_tools(served):
     with pytest.raises(InvalidInput):
         remote.frontmatter_update("notes/LICENSE", {})
     assert remote.daily_reindex("2031-01-01")["created"] is False
+    mem.write("notes/k.md", "x", name="K", metadata={"tags": ["a"]})
+    info = remote.stat("notes/k")  # ReMe's stat: MIME type and the frontmatter of a Markdown file
+    assert (info["mime"], info["frontmatter"]) == ("text/markdown", {"name": "K", "tags": ["a"]})
+    assert (remote.stat("notes/LICENSE.md")["mime"], mem.stat("notes/LICENSE.md")["frontmatter"]) == (
+        "text/markdown", {})
     assert [h["path"] for h in remote.search("markdown", start_date="2024-1-1")] == ["notes/LICENSE.md"]
     tools = Toolbox(mem, mem.ws, can_write=lambda p: True, write_scope="anywhere")
     assert "~" in tools.call("write", {"path": "~/x.md", "content": "x"})["error"]
