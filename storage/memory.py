@@ -496,17 +496,19 @@ class Memory:
         self,
         paths: list[str],
         depth: int = 1,
-        direction: Literal["forward", "backward", "both"] = "both",
+        direction: Literal["forward", "backward", "both", "out", "in"] = "both",
         predicate: str | None = None,
         limit: int = 200,
     ) -> dict:
-        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target)."""
+        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target);
+        direction `out` and `in` are ReMe's names for forward and backward."""
         from storage import search as _search
 
         _check_counts(depth=depth, limit=limit)
         rels = [self._node(p) for p in paths]
         with self.db.session() as con:
-            return _search.traverse(con, rels, depth=depth, direction=direction, predicate=predicate, limit=limit)
+            return _search.traverse(con, rels, depth=depth, direction={"out": "forward", "in": "backward"}.get(
+                direction, direction), predicate=predicate, limit=limit)
 
     # ---- graph governance ----------------------------------------------------------------------------
 

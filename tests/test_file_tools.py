@@ -412,6 +412,10 @@ def test_suffixless_path_prefers_md_over_a_same_name_file_and_names_the_md_when_
         with pytest.raises(NotFound, match=r"notes/none\.md"):  # not "not markdown", and the .md looked for
             call()
     assert mem.traverse(["daily/2024-05-08"])["nodes"][0]["path"] == "daily/2024-05-08.md"
+    mem.write("notes/x.md", "[[daily/2024-05-08/a.md]]")
+    for direction, reached in (("out", "daily/2024-05-08/a.md"), ("in", "notes/x.md")):  # ReMe's direction names
+        start = "notes/x" if direction == "out" else "daily/2024-05-08/a"
+        assert reached in {n["path"] for n in mem.traverse([start], direction=direction)["nodes"]}
     assert mem.delete("daily/2024-05-08")["type"] == "dir" and mem.ws.exists("daily/2024-05-08.md")
 
 
