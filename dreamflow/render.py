@@ -185,7 +185,13 @@ def show_move(result: dict) -> None:
 
 
 def show_daily_reindex(result: dict) -> None:
-    out.print(Text("wrote ") + Text(result["path"], style="cyan") + Text(f" ({len(result['cards'])} cards)"))
+    if result.get("changed", True):
+        verb = "created " if result.get("created") else "wrote "
+        out.print(Text(verb) + Text(result["path"], style="cyan") + Text(f" ({len(result['cards'])} cards)"))
+    elif result["cards"]:
+        out.print(Text(result["path"], style="cyan") + Text(f" is up to date ({len(result['cards'])} cards)"))
+    else:
+        out.print(Text(f"no cards on {result['date']}: no page written"))
 
 
 def show_any(result: Any) -> None:

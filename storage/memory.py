@@ -9,6 +9,7 @@ type hints and docstrings, so keep those accurate.
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import re
 import shutil
@@ -154,7 +155,7 @@ class Memory:
         links from other files (outside the folder) that now point to a deleted file."""
         from storage import index
 
-        rel = self._file(path)
+        rel = self._file(path, folders=True)
         with self.db.session() as con:
             target = self.ws.resolve(rel)
             if target.is_dir() and not target.is_symlink():
@@ -202,6 +203,8 @@ class Memory:
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
+        if not metadata:
+            raise InvalidInput("no fields to update: give at least one key=value")
         meta: dict = {}
 
         def change(text: str | None) -> str:
@@ -219,6 +222,8 @@ class Memory:
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
+        if not keys:
+            raise InvalidInput("no keys to delete: give at least one frontmatter key")
         meta: dict = {}
         deleted: list[str] = []
 
@@ -235,16 +240,22 @@ class Memory:
                 "hash": digest}
 
     def daily_reindex(self, date: str) -> dict:
-        """Write the day index page daily/DATE.md linking that day's cards; text outside the list is kept."""
+        """Write the day index page daily/DATE.md linking that day's cards; text outside the list is kept. A day
+        with no cards and no page gets none (`created: false`); a page already up to date is not rewritten
+        (`changed: false`)."""
         day = _parse_date(date)
         rel = f"daily/{day}.md"
         with self.db.session() as con:
             cards = self._day_cards(day)
             page = self.ws.resolve(rel)
             existing = self._read_text(rel) if page.is_file() else None
-            self.ws.write_text(rel, day_page(day, cards, existing))
-            self._reindex(con, rel)
-        return {"path": rel, "date": day, "cards": cards}
+            text = day_page(day, cards, existing) if cards or existing is not None else None
+            changed = text is not None and text != existing
+            if changed:
+                self.ws.write_text(rel, text)
+                self._reindex(con, rel)
+        return {"path": rel, "date": day, "cards": cards, "created": changed and existing is None,
+                "changed": changed}
 
     def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
@@ -274,7 +285,7 @@ class Memory:
         """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers."""
         rel = self._file(path)
         data = self.ws.read_bytes(rel)
-        lines = self._decode(rel, data).splitlines()
+        lines = self._decode(rel, data).removeprefix("\ufeff").splitlines()
         first = start_line or 1
         last = min(end_line or len(lines), len(lines))
         if first < 1 or (end_line is not None and end_line < first):
@@ -290,12 +301,13 @@ class Memory:
                 "content": content, "hash": content_hash(data)}
 
     def stat(self, path: str) -> dict:
-        """Size, dates, kind, name/description, tags, outgoing links and inbound links of one file; of a folder
+        """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
+        inbound links of one file; of a folder
         (`type: dir`), its counts of files and sub-folders and their total size."""
         from storage import index
         from storage.markdown import parse_file
 
-        rel = self._file(path)
+        rel = self._file(path, folders=True)
         if self.ws.resolve(rel).is_dir():
             return self._folder_stat(rel)
         full = self.ws.regular(rel)
@@ -308,12 +320,14 @@ class Memory:
             "path": rel,
             "type": "file",
             "kind": parsed.kind,
+            "mime": _mime(rel),
             "size": st.st_size,
             "mtime": _iso(st.st_mtime),
             "lines": parsed.line_count,
             "name": parsed.name,
             "description": parsed.description,
             "tags": parsed.tags,
+            "frontmatter": parsed.frontmatter if parsed.kind == "markdown" else None,
             "date": parsed.date,
             "errors": parsed.errors,
             "links_out": [asdict(link) for link in parsed.links],
@@ -333,7 +347,8 @@ class Memory:
     def list(self, prefix: str = "", recursive: bool = True, limit: int = 200,
              sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None) -> dict:
         """List files under a folder or path prefix (recursive by default; folders end with `/` otherwise),
-        by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`)."""
+        by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`); a prefix
+        that matches nothing lists nothing."""
         _check_counts(limit=limit)
         wanted = {e.strip().lower().lstrip(".") for e in extensions or [] if e.strip().strip(".")}
         norm = "" if (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
@@ -462,8 +477,8 @@ class Memory:
         with self.db.session() as con:
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
-                start_date=_parse_date(start_date) if start_date else None,
-                end_date=_parse_date(end_date) if end_date else None,
+                start_date=_search_date(start_date) if start_date else None,
+                end_date=_search_date(end_date) if end_date else None,
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
                 include_archived=include_archived, per_file=per_file or None, strict_dates=strict_dates,
             )
@@ -481,17 +496,19 @@ class Memory:
         self,
         paths: list[str],
         depth: int = 1,
-        direction: Literal["forward", "backward", "both"] = "both",
+        direction: Literal["forward", "backward", "both", "out", "in"] = "both",
         predicate: str | None = None,
         limit: int = 200,
     ) -> dict:
-        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target)."""
+        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target);
+        direction `out` and `in` are ReMe's names for forward and backward."""
         from storage import search as _search
 
         _check_counts(depth=depth, limit=limit)
-        rels = [self.ws.normalize(p) for p in paths]
+        rels = [self._node(p) for p in paths]
         with self.db.session() as con:
-            return _search.traverse(con, rels, depth=depth, direction=direction, predicate=predicate, limit=limit)
+            return _search.traverse(con, rels, depth=depth, direction={"out": "forward", "in": "backward"}.get(
+                direction, direction), predicate=predicate, limit=limit)
 
     # ---- graph governance ----------------------------------------------------------------------------
 
@@ -556,16 +573,34 @@ class Memory:
         that reaches metadata/ (also through a symlink, in any letter case)."""
         return self.ws.memory_path(path)
 
-    def _file(self, path: str, creating: bool = False) -> str:
-        """The file `path` names: a path without a suffix means `<path>.md` unless a file or folder of exactly
-        that name exists (`creating`, for write and create: always)."""
+    def _file(self, path: str, creating: bool = False, folders: bool = False) -> str:
+        """The file `path` names: a path without a suffix means `<path>.md` when that file exists (also over a
+        suffix-less file of the same name, as in ReMe), else the path itself if it exists, else `<path>.md` (so
+        "no such file" names the file looked for). `creating` (write, create): always `.md`. `folders` (stat,
+        delete): an existing folder of exactly that name wins (`daily/DATE` is the day folder, not its page)."""
         rel = self._rel(path)
-        if PurePosixPath(rel).suffix or (not creating and os.path.lexists(self.ws.root / rel)):
-            return rel
-        if rel.endswith("."):  # `name.`: refused as it is (see bad_name), not turned into `name..md`
+        if PurePosixPath(rel).suffix or rel.endswith("."):  # `name.`: refused as it is (see bad_name)
             return rel
         md = self._rel(rel + ".md")
-        return md if creating or os.path.lexists(self.ws.root / md) else rel
+        exact = self.ws.root / rel
+        if creating:
+            return md
+        if folders and exact.is_dir():
+            return rel
+        if os.path.lexists(self.ws.root / md) or not os.path.lexists(exact):
+            return md
+        return rel
+
+    def _node(self, path: str) -> str:
+        """A graph start path: the path rule of the file tools (`digest/wiki/kyoto` is `.../kyoto.md` when that
+        exists), else the path as written (a link target need not exist)."""
+        rel = self.ws.normalize(path)
+        try:
+            if not PurePosixPath(rel).suffix and self.ws.exists(self._rel(rel + ".md")):
+                return rel + ".md"
+        except PathError:  # `.md` form out of bounds: the path as written
+            pass
+        return rel
 
     def _markdown(self, path: str) -> str:
         """`_file`, refusing files that are not Markdown (frontmatter operations)."""
@@ -577,7 +612,10 @@ class Memory:
         return rel
 
     def _check_new_name(self, rel: str) -> None:
-        """Refuse a new file or folder name that breaks on other systems or sync tools."""
+        """Refuse a new file or folder name that breaks on other systems or sync tools, and `~/...` (a home
+        folder is never meant: paths are workspace-relative)."""
+        if rel.startswith("~"):
+            raise PathError(f"{rel!r}: `~` is not expanded (paths are relative to the workspace, not home)")
         for part in rel.split("/"):
             problem = bad_name(part)
             if problem:
@@ -629,7 +667,7 @@ class Memory:
         rel = self._file(path, creating=True)
         if file_kind(rel) == "markdown":
             compose = self._with_frontmatter(rel, content, name, description, metadata)
-        elif any(v is not None and v != {} for v in (name, description, metadata)):
+        elif any(v not in (None, "", {}) for v in (name, description, metadata)):
             raise InvalidInput(f"{rel} is not Markdown: name, description and metadata (frontmatter) apply to .md "
                                "files only; other files are written verbatim")
         else:
@@ -657,8 +695,8 @@ class Memory:
         given = split_frontmatter(content or "")
         if given.error:
             raise InvalidInput(f"the frontmatter at the start of the content is malformed: {given.error}")
-        updates = {**given.meta, **(metadata or {})}
-        updates.update({k: v for k, v in (("name", name), ("description", description)) if v is not None})
+        updates = {**given.meta, **{k: v for k, v in (metadata or {}).items() if v is not None}}
+        updates.update({k: v.strip() for k, v in (("name", name), ("description", description)) if v and v.strip()})
 
         def compose(existing: str | None) -> str:
             if existing is not None:
@@ -714,7 +752,8 @@ class Memory:
         for rel in self.ws.iter_files(f"daily/{day}"):
             if rel.endswith(".md") and rel.count("/") == 2:  # the day's own cards, not files in sub-folders
                 meta = split_frontmatter(self.ws.read_text(rel)).meta
-                cards.append({"path": rel, "name": _str(meta.get("name")), "description": _str(meta.get("description"))})
+                cards.append({"path": rel, "name": _str(meta.get("name")), "description": _str(meta.get("description")),
+                              "frontmatter": meta})
         return cards
 
     def _children(self, folder: str, skipped: list[dict]):
@@ -818,6 +857,18 @@ def _parse_date(value: str) -> str:
         raise InvalidInput(f"not a calendar date: {value!r}") from exc
 
 
+def _search_date(value: str) -> str:
+    """A search bound: YYYY-MM-DD, `today`, also unpadded (`2026-6-1`) or a timestamp's day
+    (`2026-06-01T10:00`), as ReMe takes them."""
+    text = (value or "").strip()
+    if DATE_RE.match(text[:10]) and len(text) > 10 and text[10] in "T ":
+        text = text[:10]
+    unpadded = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", text)
+    if unpadded:
+        text = "{}-{:0>2}-{:0>2}".format(*unpadded.groups())
+    return _parse_date(text)
+
+
 def _appended(text: str, addition: str) -> str:
     return (text + "\n" if text and not text.endswith("\n") else text) + addition
 
@@ -828,6 +879,14 @@ def _with_newline(text: str) -> str:
 
 def _line_count(text: str) -> int:
     return len(text.splitlines())
+
+
+def _mime(rel: str) -> str:
+    from storage.markdown import file_kind
+
+    if file_kind(rel) == "markdown":
+        return "text/markdown"
+    return mimetypes.guess_type(rel)[0] or "application/octet-stream"
 
 
 def _iso(ts: float) -> str:

@@ -215,7 +215,7 @@ def test_tool_schemas_are_json_schemas_without_callbacks():
                                                            "type": "integer"}
     assert "progress" not in schemas["reindex"]["parameters"].get("properties", {})
     direction = schemas["traverse"]["parameters"]["properties"]["direction"]
-    assert direction["enum"] == ["forward", "backward", "both"]
+    assert direction["enum"] == ["forward", "backward", "both", "out", "in"]  # out/in: ReMe's names
     json.dumps(list(schemas.values()))  # serialisable as-is
     assert {s["name"] for s in ops.tool_schemas(writes=False)} >= {"read", "search", "node_search"}
     assert typing.get_origin(next(p for p in ops.parameters(ops.BY_NAME["traverse"]) if p.name == "paths").annotation) is list

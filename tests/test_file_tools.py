@@ -55,7 +55,7 @@ def test_suffixless_paths_resolve_to_md_over_http(served):
     assert remote.read("digest/wiki/osaka")["path"] == "digest/wiki/osaka.md"
     assert remote.stat("digest/wiki/osaka")["type"] == "file"
     assert remote.frontmatter_get("digest/wiki/osaka")["frontmatter"] == {"name": "Osaka"}
-    mem.ws.write_text("resource/Makefile", "all:\n")  # an exact suffix-less file still wins
+    mem.ws.write_text("resource/Makefile", "all:\n")  # a suffix-less file without a .md namesake
     assert remote.read("resource/Makefile", numbered=False)["content"] == "all:\n"
 
 
@@ -393,3 +393,115 @@ def test_download_through_the_service_uses_the_path_rule(served, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     result = remote.download("digest/wiki/kyoto", "out/")
     assert result["path"] == "digest/wiki/kyoto.md" and (tmp_path / "out" / "kyoto.md").read_text().endswith("temples\n")
+
+
+# ---- acceptance review against ReMe's file-tool tests (agentscope-ai/ReMe tests/unit) ------------------------
+
+def test_suffixless_path_prefers_md_over_a_same_name_file_and_names_the_md_when_missing(tmp_path):
+    mem = Memory(tmp_path / "ws")
+    mem.ws.write_text("LICENSE", "plain\n")
+    mem.ws.write_text("LICENSE.md", "---\nname: L\n---\nmarkdown\n")
+    assert mem.read("LICENSE")["path"] == mem.stat("LICENSE")["path"] == "LICENSE.md"  # ReMe: .md wins
+    mem.ws.write_text("daily/2024-05-08/a.md", "card\n")
+    mem.ws.write_text("daily/2024-05-08.md", "---\nname: day\n---\npage\n")
+    assert mem.read("daily/2024-05-08")["path"] == "daily/2024-05-08.md"  # read: the page
+    assert mem.frontmatter_get("daily/2024-05-08")["frontmatter"] == {"name": "day"}
+    assert mem.stat("daily/2024-05-08")["type"] == "dir"  # stat and delete: the folder of that name
+    for call in (lambda: mem.read("notes/none"), lambda: mem.frontmatter_get("notes/none"),
+                 lambda: mem.stat("notes/none"), lambda: mem.delete("notes/none")):
+        with pytest.raises(NotFound, match=r"notes/none\.md"):  # not "not markdown", and the .md looked for
+            call()
+    assert mem.traverse(["daily/2024-05-08"])["nodes"][0]["path"] == "daily/2024-05-08.md"
+    mem.write("notes/x.md", "[[daily/2024-05-08/a.md]]")
+    for direction, reached in (("out", "daily/2024-05-08/a.md"), ("in", "notes/x.md")):  # ReMe's direction names
+        start = "notes/x" if direction == "out" else "daily/2024-05-08/a"
+        assert reached in {n["path"] for n in mem.traverse([start], direction=direction)["nodes"]}
+    assert mem.delete("daily/2024-05-08")["type"] == "dir" and mem.ws.exists("daily/2024-05-08.md")
+
+
+def test_write_treats_empty_flags_as_not_given_and_refuses_home_paths(tmp_path):
+    mem = Memory(tmp_path / "ws")
+    mem.write("notes/a", "body", name="", description="  ")
+    assert mem.ws.read_text("notes/a.md") == "body\n"  # ReMe: no `name: ''` block
+    mem.write("notes/a", "body", name="  Kept  ", metadata={"drop": None, "keep": 1})
+    assert mem.frontmatter_get("notes/a")["frontmatter"] == {"name": "Kept", "keep": 1}
+    mem.write("notes/a", "new body", name="")
+    assert mem.frontmatter_get("notes/a")["frontmatter"]["name"] == "Kept"
+    mem.write("notes/plain.txt", "x", name="", metadata={})  # empty flags are no frontmatter request
+    for path in ("~/notes.md", "~x/y.md"):
+        with pytest.raises(PathError, match="~"):
+            mem.write(path, "x")
+    assert not (mem.ws.root / "~").exists()
+
+
+def test_frontmatter_operations_with_nothing_to_do_are_refused(root):
+    mem = Memory(root)
+    mem.write("notes/a.md", "body", name="A")
+    before = (root / "notes" / "a.md").read_bytes()
+    with pytest.raises(InvalidInput, match="no fields"):
+        mem.frontmatter_update("notes/a", {})
+    with pytest.raises(InvalidInput, match="no keys"):
+        mem.frontmatter_delete_keys("notes/a", [])
+    assert error_of(run(root, "frontmatter-update", "notes/a", "--metadata", "{}", "--json"))["exit_code"] == 2
+    assert (root / "notes" / "a.md").read_bytes() == before
+
+
+def test_read_drops_a_utf8_bom(root):
+    mem = Memory(root)
+    mem.ws.write_bytes("notes/bom.md", "\ufeff---\nname: B\n---\nline\n".encode())
+    assert mem.read("notes/bom", numbered=False)["content"].startswith("---\n")
+    assert mem.frontmatter_get("notes/bom")["frontmatter"] == {"name": "B"}
+    assert mem.list("notes/b")["entries"][0]["path"] == "notes/bom.md"  # a prefix in an existing folder
+    assert mem.list("nowhere/at/all")["entries"] == []  # a prefix: nothing matches, nothing listed (flows rely on it)
+
+
+def test_daily_reindex_creates_no_empty_page_and_leaves_a_current_page_alone(tmp_path):
+    mem = Memory(tmp_path / "ws")
+    empty = mem.daily_reindex("2031-01-01")
+    assert (empty["cards"], empty["created"], empty["changed"]) == ([], False, False)
+    assert not mem.ws.resolve("daily/2031-01-01.md").exists()  # ReMe: no page for a day without notes
+    mem.write("daily/2024-05-08/a.md", "x", name="A", metadata={"session_id": "s1", "mood": "good"})
+    first = mem.daily_reindex("2024-05-08")
+    assert (first["created"], first["changed"]) == (True, True)
+    page = mem.ws.resolve("daily/2024-05-08.md")
+    stamp = page.stat().st_mtime_ns
+    time.sleep(0.01)
+    again = mem.daily_reindex("2024-05-08")
+    assert (again["created"], again["changed"]) == (False, False) and page.stat().st_mtime_ns == stamp
+    card = mem.daily_list("2024-05-08")["cards"][0]  # ReMe: each note with its whole frontmatter
+    assert card["frontmatter"] == {"name": "A", "session_id": "s1", "mood": "good"}
+
+
+def test_search_dates_take_unpadded_days_and_timestamps_like_reme(root):
+    mem = Memory(root)
+    mem.write("daily/2024-05-08/a.md", "kangaroo in may")
+    mem.write("daily/2024-04-01/b.md", "kangaroo in april")
+    for start in ("2024-5-1", "2024-05-01T09:30:00", "2024-05-01 09:30"):
+        assert [h["path"] for h in mem.search("kangaroo", start_date=start, strict_dates=True)] == [
+            "daily/2024-05-08/a.md"], start
+    with pytest.raises(InvalidInput):
+        mem.search("kangaroo", start_date="2024-13-01")
+    assert [h["path"] for h in as_json(root, "search", "kangaroo", "--end-date", "2024-4-30")] == [
+        "daily/2024-04-01/b.md"]
+    assert error_of(run(root, "search", "kangaroo", "--start-date", "May", "--json"))["exit_code"] == 2
+
+
+def test_review_rules_over_http_and_in_agent_tools(served):
+    from engine.toolbox import Toolbox
+
+    mem, remote, server = served
+    mem.ws.write_text("notes/LICENSE", "plain\n")
+    mem.ws.write_text("notes/LICENSE.md", "markdown\n")
+    assert remote.read("notes/LICENSE")["path"] == "notes/LICENSE.md"
+    with pytest.raises(InvalidInput):
+        remote.frontmatter_update("notes/LICENSE", {})
+    assert remote.daily_reindex("2031-01-01")["created"] is False
+    mem.write("notes/k.md", "x", name="K", metadata={"tags": ["a"]})
+    info = remote.stat("notes/k")  # ReMe's stat: MIME type and the frontmatter of a Markdown file
+    assert (info["mime"], info["frontmatter"]) == ("text/markdown", {"name": "K", "tags": ["a"]})
+    assert (remote.stat("notes/LICENSE.md")["mime"], mem.stat("notes/LICENSE.md")["frontmatter"]) == (
+        "text/markdown", {})
+    assert [h["path"] for h in remote.search("markdown", start_date="2024-1-1")] == ["notes/LICENSE.md"]
+    tools = Toolbox(mem, mem.ws, can_write=lambda p: True, write_scope="anywhere")
+    assert "~" in tools.call("write", {"path": "~/x.md", "content": "x"})["error"]
+    assert tools.call("read", {"path": "notes/LICENSE"})["path"] == "notes/LICENSE.md"
