@@ -152,7 +152,6 @@ class WorkspaceWatcher(FileSystemEventHandler):
             rel = self.ws.relative(path)
         except PathError:
             return None
-        parts = rel.split("/")
         if rel in ("", ".") or not is_indexed_path(rel):
             return None
         return rel

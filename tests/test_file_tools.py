@@ -11,7 +11,7 @@ from test_api import ApiServer
 from test_cli import as_json, ok, run
 
 from engine.client import RemoteMemory
-from storage.errors import Conflict, InvalidInput, NotFound, PathError
+from storage.errors import InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
 

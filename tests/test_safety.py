@@ -13,7 +13,7 @@ from test_api import ApiServer
 from test_cli import as_json, run
 
 from engine.client import RemoteMemory
-from storage.errors import Conflict, InvalidInput, NotFound, PathError
+from storage.errors import Conflict, InvalidInput, PathError
 from storage.memory import Memory
 from storage.workspace import Workspace
 
