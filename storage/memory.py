@@ -20,7 +20,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from storage.errors import Changed, Conflict, InvalidInput, NotFound, PathError
-from storage.workspace import Workspace, content_hash, fsync_folder, is_scratch_name, read_regular, special_kind
+from storage.workspace import (
+    Workspace,
+    content_hash,
+    fsync_folder,
+    is_scratch_name,
+    read_regular,
+    skip_unless_utf8,
+    special_kind,
+)
 
 if TYPE_CHECKING:  # duckdb loads on first use, so a CLI call that goes to the service never imports it
     from storage.db import IndexDB
@@ -245,8 +253,9 @@ class Memory:
         (`changed: false`)."""
         day = _parse_date(date)
         rel = f"daily/{day}.md"
+        skipped: list[dict] = []
         with self.db.session() as con:
-            cards = self._day_cards(day)
+            cards = self._day_cards(day, skipped)
             page = self.ws.resolve(rel)
             existing = self._read_text(rel) if page.is_file() else None
             text = day_page(day, cards, existing) if cards or existing is not None else None
@@ -255,7 +264,7 @@ class Memory:
                 self.ws.write_text(rel, text)
                 self._reindex(con, rel)
         return {"path": rel, "date": day, "cards": cards, "created": changed and existing is None,
-                "changed": changed}
+                "changed": changed, "skipped": skipped}
 
     def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
@@ -745,11 +754,11 @@ class Memory:
             raise NotFound(f"no such file: {rel}")
         return text
 
-    def _day_cards(self, day: str) -> list[dict]:
+    def _day_cards(self, day: str, skipped: list[dict] | None = None) -> list[dict]:
         from storage.markdown import split_frontmatter
 
         cards = []
-        for rel in self.ws.iter_files(f"daily/{day}"):
+        for rel in self.ws.iter_files(f"daily/{day}", skipped=skipped):
             if rel.endswith(".md") and rel.count("/") == 2:  # the day's own cards, not files in sub-folders
                 meta = split_frontmatter(self.ws.read_text(rel)).meta
                 cards.append({"path": rel, "name": _str(meta.get("name")), "description": _str(meta.get("description")),
@@ -763,7 +772,7 @@ class Memory:
             return
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
             rel = f"{folder}/{entry.name}" if folder else entry.name
-            if is_scratch_name(entry.name) or rel == "metadata":
+            if is_scratch_name(entry.name) or rel == "metadata" or skip_unless_utf8(rel, skipped):
                 continue
             kind = special_kind(entry.path)
             if kind == "folder" and not entry.is_symlink():

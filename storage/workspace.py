@@ -20,7 +20,7 @@ import secrets
 import stat
 from pathlib import Path, PurePosixPath
 
-from storage.errors import Changed, NotFound, PathError
+from storage.errors import Changed, InvalidInput, NotFound, PathError
 
 LAYOUT = (
     "session/dialog",
@@ -34,6 +34,7 @@ LAYOUT = (
 MAX_NAME_BYTES = 255   # one path component (ext4, APFS, NTFS all stop here)
 MAX_PATH_BYTES = 4000  # a workspace-relative path (PATH_MAX is 4096 with the root in front)
 WRITERS = "metadata/journal"  # `writer-<pid>` markers: processes that may leave temp files behind
+NOT_UTF8 = "file name that is not UTF-8"  # the kind a skipped entry with such a name is reported as
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.tmp$")
 _marked: set[Path] = set()  # workspace roots this process has marked as written to
 
@@ -54,8 +55,12 @@ class Workspace:
 
     def normalize(self, rel: str) -> str:
         """Return the canonical posix form of a workspace-relative path, or raise PathError."""
-        if not isinstance(rel, str) or not rel.strip():
+        if not isinstance(rel, str):
+            raise InvalidInput(f"a path must be a string, not {type(rel).__name__}")
+        if not rel.strip():
             raise PathError("path must be a non-empty workspace-relative string")
+        if not is_utf8(rel):  # lone surrogates: no UTF-8 file name, index row or reply can hold them
+            raise PathError("path is not valid UTF-8 text")
         text = rel.strip().replace("\\", "/")
         if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
             raise PathError(f"absolute paths are not allowed: {_short(rel)} (use a path relative to the workspace)")
@@ -67,10 +72,10 @@ class Workspace:
         if "\x00" in text:
             raise PathError("path contains a NUL byte")
         for part in parts:
-            if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            if len(part.encode()) > MAX_NAME_BYTES:
                 raise PathError(f"file name {_short(part)} is longer than {MAX_NAME_BYTES} bytes")
         norm = "/".join(parts)
-        if len(norm.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+        if len(norm.encode()) > MAX_PATH_BYTES:
             raise PathError(f"path {_short(rel)} is longer than {MAX_PATH_BYTES} bytes")
         return norm
 
@@ -196,8 +201,9 @@ class Workspace:
         """Yield workspace-relative paths of regular files under `prefix`, skipping temp and hidden files.
 
         Special entries (FIFOs, sockets, devices, symlink loops, dangling symlinks, symlinks leaving the
-        workspace or into metadata/) are never yielded; when `skipped` is a list, each is appended to it as
-        `{path, kind}`. Symlinked folders are not descended into.
+        workspace or into metadata/) and names that are not UTF-8 (see `skip_unless_utf8`) are never yielded;
+        when `skipped` is a list, each is appended to it as `{path, kind}`. Symlinked folders are not
+        descended into.
         """
         base = self.resolve(prefix) if prefix else self.root
         if not base.is_dir():
@@ -213,6 +219,8 @@ class Workspace:
             for entry in entries:
                 rel = rel_dir + entry.name
                 if is_scratch_name(entry.name) or (rel == "metadata" and not include_metadata):
+                    continue
+                if skip_unless_utf8(rel, skipped):
                     continue
                 if entry.is_symlink():
                     kind = special_kind(entry.path)
@@ -271,6 +279,28 @@ class Workspace:
         for pid in dead:
             _unmark(folder / f"writer-{pid}")
         return sorted(removed)
+
+
+def is_utf8(text: str) -> bool:
+    """False for text holding lone surrogates: how Python hands over a file name whose bytes are not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def skip_unless_utf8(rel: str, skipped: list[dict] | None) -> bool:
+    """True (and `rel` reported in `skipped`, its bad bytes shown as U+FFFD) when its name is not UTF-8.
+
+    Such a name is never yielded by `iter_files`: DuckDB invalidates the whole database on such text, JSON
+    replies cannot carry it, and no path argument can name it (`normalize` refuses lone surrogates)."""
+    if is_utf8(rel):
+        return False
+    if skipped is not None:
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        skipped.append({"path": shown, "kind": NOT_UTF8})
+    return True
 
 
 def content_hash(data: bytes) -> str:
@@ -372,7 +402,7 @@ def pid_alive(pid: int) -> bool:
 def _temp_file(path: Path) -> tuple[int, str]:
     """A new temp file beside `path`, created with mode 0666 minus the umask (so a new file gets the mode
     any file the user creates gets)."""
-    stem = path.name.encode()[:200].decode(errors="ignore")
+    stem = os.fsencode(path.name)[:200].decode(errors="ignore")
     prefix = f".{stem}.{os.getpid()}-"
     while True:
         tmp = str(path.parent / f"{prefix}{secrets.token_hex(4)}.tmp")
