@@ -17,7 +17,7 @@ from test_cli import as_json, run
 
 from deployments.watch import WorkspaceWatcher
 from storage import index
-from storage.errors import PathError
+from storage.errors import InvalidInput, PathError
 from storage.memory import Memory
 from storage.workspace import NOT_UTF8
 
@@ -204,3 +204,22 @@ def test_a_write_through_a_symlink_to_a_name_that_is_not_utf8_replaces_its_targe
         assert fh.read() == b"Kayaks, rewritten.\n"
     assert sorted(os.listdir(folder)) == sorted([b"boats.md", b"cafe.md", BAD_NAME])  # no temp file left
 
+
+@pytest.mark.parametrize("bad", [5, ["digest"], {"path": "digest"}])
+def test_arguments_of_the_wrong_type_are_invalid_input_not_a_crash(tmp_path, bad):
+    mem = Memory(tmp_path / "ws")
+    mem.write("digest/wiki/a.md", "a\n")
+    calls = [
+        lambda: mem.list(bad), lambda: mem.list("digest", extensions=[bad]), lambda: mem.read(bad),
+        lambda: mem.upload_content(b"x", bad), lambda: mem.upload_content(bad, "x.txt"),
+        lambda: mem.write("digest/wiki/b.md", bad), lambda: mem.append("digest/wiki/a.md", bad),
+        lambda: mem.edit("digest/wiki/a.md", bad, "b"), lambda: mem.tags(bad), lambda: mem.daily_list(bad),
+        lambda: mem.search("a", path_prefix=bad), lambda: mem.traverse([bad]), lambda: mem.list(limit=str(bad)),
+        lambda: mem.relink("digest/wiki/a.md", "digest/wiki/c.md", before=bad),
+        lambda: mem.frontmatter_update("digest/wiki/a.md", [bad]),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput):
+            call()
+    assert sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"] and mem.read("digest/wiki/a.md")["content"].endswith("a\n")
+    assert not list((mem.ws.root / "metadata" / "journal").glob("*.json"))  # relink used to stop half-way
