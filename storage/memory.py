@@ -764,9 +764,11 @@ class Memory:
                     return text, current
                 new = changed.encode("utf-8", "surrogateescape")  # bytes that were not UTF-8 stay as they were
                 try:
-                    self.ws.write_bytes(rel, new, expect=current)
+                    path = self.ws.write_bytes(rel, new, expect=current)
                 except Changed:
                     continue
+                if path.stat().st_size != len(new):  # lines appended meanwhile were carried over
+                    new = read_regular(path)
                 self._reindex(con, rel)
                 return new.decode("utf-8", "replace"), content_hash(new)
         raise Conflict(f"{rel} kept changing while being rewritten ({REWRITE_ATTEMPTS} attempts); try again")

@@ -5,8 +5,9 @@ segments, names too long for the file system and symlinks that lead outside the 
 refuses anything whose resolved path is in `metadata/` (case-insensitively). Reads open regular files only
 (never a FIFO, socket or device: they could block or have side effects). Writes go through a temp file
 `.<name>.<pid>-<rand>.tmp` in the target folder, fsynced, renamed over the target and the folder fsynced;
-the target keeps its mode (new files get the umask's). Temp files of a process killed mid-write are removed
-by the next process that opens the workspace (`clean_stale_temps`).
+the target keeps its mode (new files get the umask's). A rewrite checks the file is unchanged just before
+the rename and carries over what others append in between (`write_bytes`). Temp files of a process killed
+mid-write are removed by the next process that opens the workspace (`clean_stale_temps`).
 """
 
 from __future__ import annotations
@@ -145,10 +146,13 @@ class Workspace:
         return self.read_bytes(rel).decode("utf-8", errors="replace")
 
     def write_bytes(self, rel: str, data: bytes, expect: str | bool | None = None) -> Path:
-        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target).
+        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target);
+        returns the path written.
 
         `expect` guards a read-modify-write: a content hash the file must still have, or False for "must
-        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`.
+        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`. Lines
+        another program appends in the instant between that check and the rename land in the old file: they
+        are carried over to the end of the new one.
         """
         path = self.resolve(rel)
         kind = special_kind(path)
@@ -169,9 +173,13 @@ class Workspace:
                 _write_all(fd, data)
             finally:
                 os.close(fd)
-            if expect is not None:
-                _check_unchanged(path, expect)
-            os.replace(tmp, path)
+            checked = _open_unchanged(path, expect) if expect is not None else None
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if checked:
+                    os.close(checked[0])
+                raise
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -179,6 +187,8 @@ class Workspace:
                 pass
             raise
         fsync_folder(path.parent)
+        if checked:
+            _carry_over_appends(*checked, path)
         return path
 
     def append_bytes(self, rel: str, data: bytes) -> None:
@@ -308,14 +318,51 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _check_unchanged(path: Path, expect: str | bool) -> None:
+def _open_unchanged(path: Path, expect: str | bool) -> tuple[int, int] | None:
+    """Check that `path` still has content hash `expect` (False: does not exist), else `Changed`. Returns the
+    file, still open, and the size checked (None when it does not exist), for `_carry_over_appends`."""
     try:
-        current = content_hash(read_regular(path))
-    except NotFound:
-        current = False
-    if current != expect:
-        raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
-                      else f"{path.name} was created meanwhile")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        fd = None
+    current: str | bool = False
+    try:
+        if fd is not None:
+            if _mode_kind(os.fstat(fd).st_mode) is not None:
+                raise Changed(f"{path.name} is no longer a regular file")
+            data = _read_rest(fd)
+            current = content_hash(data)
+        if current != expect:
+            raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
+                          else f"{path.name} was created meanwhile")
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    return (fd, len(data)) if fd is not None else None
+
+
+def _carry_over_appends(old: int, size: int, path: Path) -> None:
+    """Append to the new file at `path` what others appended to the replaced one (open as `old`, `size`
+    bytes when checked) after the check; closes `old`."""
+    try:
+        os.lseek(old, size, os.SEEK_SET)
+        while tail := _read_rest(old):  # again: a writer that still has the old file open may add more
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            try:
+                _write_all(fd, tail)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(old)
+
+
+def _read_rest(fd: int) -> bytes:
+    """The bytes of `fd` from its offset to the end."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def special_kind(path: str | os.PathLike[str]) -> str | None:

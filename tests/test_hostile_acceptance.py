@@ -223,3 +223,31 @@ def test_arguments_of_the_wrong_type_are_invalid_input_not_a_crash(tmp_path, bad
             call()
     assert sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"] and mem.read("digest/wiki/a.md")["content"].endswith("a\n")
     assert not list((mem.ws.root / "metadata" / "journal").glob("*.json"))  # relink used to stop half-way
+
+
+@pytest.mark.parametrize("rewrite", [
+    lambda mem, rel: mem.edit(rel, "beta", "gamma"),
+    lambda mem, rel: mem.prepend(rel, "top"),
+    lambda mem, rel: mem.frontmatter_update(rel, {"n": 1}),
+])
+def test_a_line_appended_between_the_check_and_the_rename_is_carried_over(tmp_path, monkeypatch, rewrite):
+    from storage import workspace
+
+    mem = Memory(tmp_path / "ws")
+    rel = "digest/wiki/log.md"
+    mem.write(rel, "alpha beta\n")
+    real_replace = os.replace
+
+    def replace_after_an_outside_append(src, dst):
+        if str(dst).endswith("log.md"):
+            with open(dst, "a") as fh:  # lands in the file about to be replaced (was lost)
+                fh.write("outside line\n")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(workspace.os, "replace", replace_after_an_outside_append)
+    answer = rewrite(mem, rel)
+    monkeypatch.undo()
+    data = (mem.ws.root / rel).read_bytes()
+    assert data.endswith(b"\noutside line\n") and data.count(b"outside line") == 1
+    assert answer["hash"] == workspace.content_hash(data)  # the hash of the file as it now is
+    assert mem.search("outside")  # and the index has it
