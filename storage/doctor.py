@@ -127,7 +127,7 @@ def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
     disk, special = {}, []
     root = str(ws.root)
     for rel in ws.iter_files(skipped=special):
-        if index.skip_unless_utf8(rel, special) or not index.is_indexed_path(rel):
+        if not index.is_indexed_path(rel):
             continue
         try:
             st = os.stat(os.path.join(root, rel))

@@ -206,8 +206,7 @@ def _files_mentioning(ws: Workspace, target: str) -> list[str]:
     needle = target.encode()
     found = []
     for rel in ws.iter_files():
-        # A name that is not UTF-8 cannot be rewritten safely (nor is it indexed): its links stay as they are.
-        if rel.endswith(".md") and not rel.startswith(RAW_PREFIXES) and index.is_utf8(rel):
+        if rel.endswith(".md") and not rel.startswith(RAW_PREFIXES):  # names not UTF-8: never yielded
             data = _bytes_or_none(ws, rel)
             if data is not None and needle in data:
                 found.append(rel)

@@ -23,15 +23,12 @@ from storage.markdown import parse_file
 from storage.model import ParsedFile, normalize_tag
 from storage.tokenize import terms
 from storage.errors import DreamflowError
-from storage.workspace import Workspace, content_hash, is_scratch_name, read_regular
+from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8, read_regular
 
 Progress = Callable[[int, int], None]
 
 BATCH_FILES = 500  # files parsed and written per insert batch
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
-
-
-NOT_UTF8 = "file name that is not UTF-8"
 
 
 def is_indexed_path(rel: str) -> bool:
@@ -42,33 +39,14 @@ def is_indexed_path(rel: str) -> bool:
     return parts[0] != "metadata" and not any(is_scratch_name(p) for p in parts) and is_utf8(rel)
 
 
-def is_utf8(rel: str) -> bool:
-    """False for a path whose name bytes were not UTF-8 (decoded by the OS layer as lone surrogates)."""
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def skip_unless_utf8(rel: str, skipped: list[dict] | None) -> bool:
-    """True (and `rel` reported in `skipped`, its bad bytes shown as U+FFFD) when its name is not UTF-8."""
-    if is_utf8(rel):
-        return False
-    if skipped is not None:
-        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        skipped.append({"path": shown, "kind": NOT_UTF8})
-    return True
-
-
 # ---- single files ------------------------------------------------------------------------------------
 
 
 def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: bool = False) -> bool:
     """(Re)index `rel` if it changed (or always with `force`); a missing file is removed. True if rows changed."""
-    rel = ws.normalize(rel)
     if not is_utf8(rel):
         return False  # never in the index (see is_indexed_path), and DuckDB must never see it
+    rel = ws.normalize(rel)
     path = ws.resolve(rel)
     try:
         st = path.stat()
@@ -201,8 +179,6 @@ def _stat_files(ws: Workspace, skipped: list[dict] | None = None) -> dict[str, o
     """stat of every indexable file; special entries (FIFOs, loops, ...) are appended to `skipped`."""
     out = {}
     for rel in ws.iter_files(skipped=skipped):
-        if skip_unless_utf8(rel, skipped):
-            continue
         try:
             st = os.stat(ws.root / rel)
         except OSError:

@@ -20,7 +20,16 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from storage.errors import Changed, Conflict, InvalidInput, NotFound, PathError
-from storage.workspace import Workspace, content_hash, fsync_folder, is_scratch_name, read_regular, special_kind
+from storage.workspace import (
+    Workspace,
+    content_hash,
+    fsync_folder,
+    is_scratch_name,
+    is_utf8,
+    read_regular,
+    skip_unless_utf8,
+    special_kind,
+)
 
 if TYPE_CHECKING:  # duckdb loads on first use, so a CLI call that goes to the service never imports it
     from storage.db import IndexDB
@@ -88,6 +97,7 @@ class Memory:
     def edit(self, path: str, old: str, new: str, replace_all: bool = False, expected_hash: str | None = None) -> dict:
         """Replace text `old` with `new` in the body (never the frontmatter); `old` must match exactly once unless
         replace_all is set."""
+        _check_text(old=old, new=new)
         if not old:
             raise InvalidInput("`old` must be non-empty text to find in the file")
         rel = self._file(path)
@@ -114,6 +124,7 @@ class Memory:
 
     def append(self, path: str, content: str, expected_hash: str | None = None) -> dict:
         """Append content to the end of a file (created if missing), on a new line."""
+        _check_text(content=content)
         rel = self._file(path, creating=True)
         addition = _with_newline(content)
         with self.db.session() as con:
@@ -138,6 +149,7 @@ class Memory:
 
     def prepend(self, path: str, content: str, expected_hash: str | None = None) -> dict:
         """Insert content at the start of the body, after any frontmatter block (at the start of other files)."""
+        _check_text(content=content)
         rel = self._file(path)
         cut = 0
 
@@ -203,6 +215,7 @@ class Memory:
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
+        _check_mapping(metadata)
         if not metadata:
             raise InvalidInput("no fields to update: give at least one key=value")
         meta: dict = {}
@@ -222,6 +235,7 @@ class Memory:
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
+        _check_texts("keys", keys)
         if not keys:
             raise InvalidInput("no keys to delete: give at least one frontmatter key")
         meta: dict = {}
@@ -245,8 +259,9 @@ class Memory:
         (`changed: false`)."""
         day = _parse_date(date)
         rel = f"daily/{day}.md"
+        skipped: list[dict] = []
         with self.db.session() as con:
-            cards = self._day_cards(day)
+            cards = self._day_cards(day, skipped)
             page = self.ws.resolve(rel)
             existing = self._read_text(rel) if page.is_file() else None
             text = day_page(day, cards, existing) if cards or existing is not None else None
@@ -255,12 +270,13 @@ class Memory:
                 self.ws.write_text(rel, text)
                 self._reindex(con, rel)
         return {"path": rel, "date": day, "cards": cards, "created": changed and existing is None,
-                "changed": changed}
+                "changed": changed, "skipped": skipped}
 
     def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
         from storage import outside
 
+        _check_text(source=source)
         data, source_name = outside.read_source(source)
         result = self.upload_content(data, name or source_name, date=date, overwrite=overwrite)
         return {**result, "source": str(Path(source).expanduser().resolve())}
@@ -268,6 +284,9 @@ class Memory:
     def upload_content(self, content: bytes, name: str, date: str | None = None, overwrite: bool = False) -> dict:
         """Store `content` as resource/[DATE/]NAME: what `upload` does with a file's bytes (the HTTP form)."""
         folder = f"resource/{_parse_date(date)}" if date else "resource"
+        if not isinstance(content, bytes | bytearray):
+            raise InvalidInput(f"upload content must be bytes, not {type(content).__name__}")
+        _check_text(name=name)
         if not name or not name.strip():
             raise InvalidInput("an upload needs a file name")
         rel = self._rel(f"{folder}/{name}")
@@ -283,6 +302,8 @@ class Memory:
 
     def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True) -> dict:
         """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers."""
+        if any(n is not None and not isinstance(n, int) for n in (start_line, end_line)):
+            raise InvalidInput("start_line and end_line must be integers")
         rel = self._file(path)
         data = self.ws.read_bytes(rel)
         lines = self._decode(rel, data).removeprefix("\ufeff").splitlines()
@@ -350,8 +371,9 @@ class Memory:
         by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`); a prefix
         that matches nothing lists nothing."""
         _check_counts(limit=limit)
+        _check_texts("extensions", extensions)
         wanted = {e.strip().lower().lstrip(".") for e in extensions or [] if e.strip().strip(".")}
-        norm = "" if (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
+        norm = "" if isinstance(prefix, str | None) and (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
         base = self.ws.resolve(norm) if norm else self.ws.root
         folder, start = (norm, "") if base.is_dir() or not norm else (str(PurePosixPath(norm).parent), norm)
         folder = "" if folder == "." else folder
@@ -392,6 +414,7 @@ class Memory:
         from storage.model import normalize_tag
 
         _check_counts(limit=limit)
+        _check_text(tag=tag)
         tag = normalize_tag(tag) if tag is not None else None
         with self.db.session() as con:
             rows = con.execute(
@@ -442,6 +465,7 @@ class Memory:
         if missing) keeps the file name; refuses to overwrite, and refuses the workspace's metadata/."""
         from storage import outside
 
+        _check_text(dest=dest)
         rel = self._file(path)
         _, data = self.download_content(rel)
         out = outside.save(data, dest, PurePosixPath(rel).name, overwrite, self.ws.root)
@@ -474,6 +498,8 @@ class Memory:
 
         _check_query(query)
         _check_counts(limit=limit, expand=expand, per_file=per_file)
+        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix)
+        _check_texts("tags", tags)
         with self.db.session() as con:
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
@@ -505,6 +531,8 @@ class Memory:
         from storage import search as _search
 
         _check_counts(depth=depth, limit=limit)
+        _check_texts("paths", paths)
+        _check_text(predicate=predicate)
         rels = [self._node(p) for p in paths]
         with self.db.session() as con:
             return _search.traverse(con, rels, depth=depth, direction={"out": "forward", "in": "backward"}.get(
@@ -529,6 +557,7 @@ class Memory:
         """Point every link to `target` at `new_target` (aliases, predicates kept; line anchors follow their text)."""
         from storage import graph_edit
 
+        _check_text(before=before)
         old, new = self.ws.normalize(target), self._rel(new_target)
         with self.db.session() as con:
             return graph_edit.relink(con, self.ws, old, new, before=before)
@@ -665,6 +694,8 @@ class Memory:
         from storage.markdown import file_kind
 
         rel = self._file(path, creating=True)
+        _check_text(content=content, name=name, description=description)
+        _check_mapping(metadata)
         if file_kind(rel) == "markdown":
             compose = self._with_frontmatter(rel, content, name, description, metadata)
         elif any(v not in (None, "", {}) for v in (name, description, metadata)):
@@ -733,9 +764,11 @@ class Memory:
                     return text, current
                 new = changed.encode("utf-8", "surrogateescape")  # bytes that were not UTF-8 stay as they were
                 try:
-                    self.ws.write_bytes(rel, new, expect=current)
+                    path = self.ws.write_bytes(rel, new, expect=current)
                 except Changed:
                     continue
+                if path.stat().st_size != len(new):  # lines appended meanwhile were carried over
+                    new = read_regular(path)
                 self._reindex(con, rel)
                 return new.decode("utf-8", "replace"), content_hash(new)
         raise Conflict(f"{rel} kept changing while being rewritten ({REWRITE_ATTEMPTS} attempts); try again")
@@ -745,11 +778,11 @@ class Memory:
             raise NotFound(f"no such file: {rel}")
         return text
 
-    def _day_cards(self, day: str) -> list[dict]:
+    def _day_cards(self, day: str, skipped: list[dict] | None = None) -> list[dict]:
         from storage.markdown import split_frontmatter
 
         cards = []
-        for rel in self.ws.iter_files(f"daily/{day}"):
+        for rel in self.ws.iter_files(f"daily/{day}", skipped=skipped):
             if rel.endswith(".md") and rel.count("/") == 2:  # the day's own cards, not files in sub-folders
                 meta = split_frontmatter(self.ws.read_text(rel)).meta
                 cards.append({"path": rel, "name": _str(meta.get("name")), "description": _str(meta.get("description")),
@@ -763,7 +796,7 @@ class Memory:
             return
         for entry in sorted(os.scandir(base), key=lambda e: e.name):
             rel = f"{folder}/{entry.name}" if folder else entry.name
-            if is_scratch_name(entry.name) or rel == "metadata":
+            if is_scratch_name(entry.name) or rel == "metadata" or skip_unless_utf8(rel, skipped):
                 continue
             kind = special_kind(entry.path)
             if kind == "folder" and not entry.is_symlink():
@@ -836,12 +869,39 @@ def split_head(rel: str, text: str) -> tuple[str, str]:
 def _check_query(query: str) -> None:
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("the search query is empty: give some words to search for")
+    _check_text(query=query)
+
+
+def _check_text(**values: Any) -> None:
+    """Refuse an optional text argument that is not a string, or holds lone surrogates (no file, index row or
+    reply can carry them), with a clear error rather than a crash deeper down (in-process callers pass
+    anything; the CLI, HTTP and MCP surfaces check types from the signatures first)."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be text, not {type(value).__name__}")
+        if value is not None and not is_utf8(value):
+            raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)")
+
+
+def _check_mapping(metadata: Any) -> None:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a mapping, not {type(metadata).__name__}")
+
+
+def _check_texts(name: str, values: Any) -> None:
+    """`_check_text` for an optional list of strings."""
+    if values is not None and not isinstance(values, (list, tuple)):
+        raise InvalidInput(f"{name} must be a list of strings, not {type(values).__name__}")
+    for value in values or ():
+        _check_text(**{name: value})
 
 
 def _check_counts(high: int = MAX_COUNT, **counts: int) -> None:
     """Refuse a limit, depth or other count outside 0..high with a clear error (not a database or date
     overflow deeper down)."""
     for name, value in counts.items():
+        if not isinstance(value, int):
+            raise InvalidInput(f"{name} must be an integer, not {type(value).__name__}")
         if not 0 <= value <= high:
             raise InvalidInput(f"{name} must be between 0 and {high:,}, got {value}")
 
@@ -849,7 +909,7 @@ def _check_counts(high: int = MAX_COUNT, **counts: int) -> None:
 def _parse_date(value: str) -> str:
     if value == "today":
         return _date.today().isoformat()
-    if not DATE_RE.match(value or ""):
+    if not isinstance(value, str) or not DATE_RE.match(value):
         raise InvalidInput(f"date must be YYYY-MM-DD (or `today`), got {value!r}")
     try:
         return _date.fromisoformat(value).isoformat()

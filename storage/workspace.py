@@ -5,8 +5,9 @@ segments, names too long for the file system and symlinks that lead outside the 
 refuses anything whose resolved path is in `metadata/` (case-insensitively). Reads open regular files only
 (never a FIFO, socket or device: they could block or have side effects). Writes go through a temp file
 `.<name>.<pid>-<rand>.tmp` in the target folder, fsynced, renamed over the target and the folder fsynced;
-the target keeps its mode (new files get the umask's). Temp files of a process killed mid-write are removed
-by the next process that opens the workspace (`clean_stale_temps`).
+the target keeps its mode (new files get the umask's). A rewrite checks the file is unchanged just before
+the rename and carries over what others append in between (`write_bytes`). Temp files of a process killed
+mid-write are removed by the next process that opens the workspace (`clean_stale_temps`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import secrets
 import stat
 from pathlib import Path, PurePosixPath
 
-from storage.errors import Changed, NotFound, PathError
+from storage.errors import Changed, InvalidInput, NotFound, PathError
 
 LAYOUT = (
     "session/dialog",
@@ -34,6 +35,7 @@ LAYOUT = (
 MAX_NAME_BYTES = 255   # one path component (ext4, APFS, NTFS all stop here)
 MAX_PATH_BYTES = 4000  # a workspace-relative path (PATH_MAX is 4096 with the root in front)
 WRITERS = "metadata/journal"  # `writer-<pid>` markers: processes that may leave temp files behind
+NOT_UTF8 = "file name that is not UTF-8"  # the kind a skipped entry with such a name is reported as
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.tmp$")
 _marked: set[Path] = set()  # workspace roots this process has marked as written to
 
@@ -54,8 +56,12 @@ class Workspace:
 
     def normalize(self, rel: str) -> str:
         """Return the canonical posix form of a workspace-relative path, or raise PathError."""
-        if not isinstance(rel, str) or not rel.strip():
+        if not isinstance(rel, str):
+            raise InvalidInput(f"a path must be a string, not {type(rel).__name__}")
+        if not rel.strip():
             raise PathError("path must be a non-empty workspace-relative string")
+        if not is_utf8(rel):  # lone surrogates: no UTF-8 file name, index row or reply can hold them
+            raise PathError("path is not valid UTF-8 text")
         text = rel.strip().replace("\\", "/")
         if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
             raise PathError(f"absolute paths are not allowed: {_short(rel)} (use a path relative to the workspace)")
@@ -67,10 +73,10 @@ class Workspace:
         if "\x00" in text:
             raise PathError("path contains a NUL byte")
         for part in parts:
-            if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            if len(part.encode()) > MAX_NAME_BYTES:
                 raise PathError(f"file name {_short(part)} is longer than {MAX_NAME_BYTES} bytes")
         norm = "/".join(parts)
-        if len(norm.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+        if len(norm.encode()) > MAX_PATH_BYTES:
             raise PathError(f"path {_short(rel)} is longer than {MAX_PATH_BYTES} bytes")
         return norm
 
@@ -140,10 +146,13 @@ class Workspace:
         return self.read_bytes(rel).decode("utf-8", errors="replace")
 
     def write_bytes(self, rel: str, data: bytes, expect: str | bool | None = None) -> Path:
-        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target).
+        """Durably and atomically write `data` to `rel` (through an in-workspace symlink to its target);
+        returns the path written.
 
         `expect` guards a read-modify-write: a content hash the file must still have, or False for "must
-        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`.
+        not exist"; checked just before the rename (after the slow part, the fsync), else `Changed`. Lines
+        another program appends in the instant between that check and the rename land in the old file: they
+        are carried over to the end of the new one.
         """
         path = self.resolve(rel)
         kind = special_kind(path)
@@ -164,9 +173,13 @@ class Workspace:
                 _write_all(fd, data)
             finally:
                 os.close(fd)
-            if expect is not None:
-                _check_unchanged(path, expect)
-            os.replace(tmp, path)
+            checked = _open_unchanged(path, expect) if expect is not None else None
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if checked:
+                    os.close(checked[0])
+                raise
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -174,6 +187,8 @@ class Workspace:
                 pass
             raise
         fsync_folder(path.parent)
+        if checked:
+            _carry_over_appends(*checked, path)
         return path
 
     def append_bytes(self, rel: str, data: bytes) -> None:
@@ -196,8 +211,9 @@ class Workspace:
         """Yield workspace-relative paths of regular files under `prefix`, skipping temp and hidden files.
 
         Special entries (FIFOs, sockets, devices, symlink loops, dangling symlinks, symlinks leaving the
-        workspace or into metadata/) are never yielded; when `skipped` is a list, each is appended to it as
-        `{path, kind}`. Symlinked folders are not descended into.
+        workspace or into metadata/) and names that are not UTF-8 (see `skip_unless_utf8`) are never yielded;
+        when `skipped` is a list, each is appended to it as `{path, kind}`. Symlinked folders are not
+        descended into.
         """
         base = self.resolve(prefix) if prefix else self.root
         if not base.is_dir():
@@ -213,6 +229,8 @@ class Workspace:
             for entry in entries:
                 rel = rel_dir + entry.name
                 if is_scratch_name(entry.name) or (rel == "metadata" and not include_metadata):
+                    continue
+                if skip_unless_utf8(rel, skipped):
                     continue
                 if entry.is_symlink():
                     kind = special_kind(entry.path)
@@ -273,19 +291,78 @@ class Workspace:
         return sorted(removed)
 
 
+def is_utf8(text: str) -> bool:
+    """False for text holding lone surrogates: how Python hands over a file name whose bytes are not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def skip_unless_utf8(rel: str, skipped: list[dict] | None) -> bool:
+    """True (and `rel` reported in `skipped`, its bad bytes shown as U+FFFD) when its name is not UTF-8.
+
+    Such a name is never yielded by `iter_files`: DuckDB invalidates the whole database on such text, JSON
+    replies cannot carry it, and no path argument can name it (`normalize` refuses lone surrogates)."""
+    if is_utf8(rel):
+        return False
+    if skipped is not None:
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        skipped.append({"path": shown, "kind": NOT_UTF8})
+    return True
+
+
 def content_hash(data: bytes) -> str:
     """Hash of file or chunk content (blake2b, 128 bits, hex): what `hash` fields and `expected_hash` hold."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _check_unchanged(path: Path, expect: str | bool) -> None:
+def _open_unchanged(path: Path, expect: str | bool) -> tuple[int, int] | None:
+    """Check that `path` still has content hash `expect` (False: does not exist), else `Changed`. Returns the
+    file, still open, and the size checked (None when it does not exist), for `_carry_over_appends`."""
     try:
-        current = content_hash(read_regular(path))
-    except NotFound:
-        current = False
-    if current != expect:
-        raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
-                      else f"{path.name} was created meanwhile")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        fd = None
+    current: str | bool = False
+    try:
+        if fd is not None:
+            if _mode_kind(os.fstat(fd).st_mode) is not None:
+                raise Changed(f"{path.name} is no longer a regular file")
+            data = _read_rest(fd)
+            current = content_hash(data)
+        if current != expect:
+            raise Changed(f"{path.name} changed while it was being rewritten" if expect is not False
+                          else f"{path.name} was created meanwhile")
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    return (fd, len(data)) if fd is not None else None
+
+
+def _carry_over_appends(old: int, size: int, path: Path) -> None:
+    """Append to the new file at `path` what others appended to the replaced one (open as `old`, `size`
+    bytes when checked) after the check; closes `old`."""
+    try:
+        os.lseek(old, size, os.SEEK_SET)
+        while tail := _read_rest(old):  # again: a writer that still has the old file open may add more
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            try:
+                _write_all(fd, tail)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(old)
+
+
+def _read_rest(fd: int) -> bytes:
+    """The bytes of `fd` from its offset to the end."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def special_kind(path: str | os.PathLike[str]) -> str | None:
@@ -372,7 +449,7 @@ def pid_alive(pid: int) -> bool:
 def _temp_file(path: Path) -> tuple[int, str]:
     """A new temp file beside `path`, created with mode 0666 minus the umask (so a new file gets the mode
     any file the user creates gets)."""
-    stem = path.name.encode()[:200].decode(errors="ignore")
+    stem = os.fsencode(path.name)[:200].decode(errors="ignore")
     prefix = f".{stem}.{os.getpid()}-"
     while True:
         tmp = str(path.parent / f"{prefix}{secrets.token_hex(4)}.tmp")

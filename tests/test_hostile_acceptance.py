@@ -17,7 +17,9 @@ from test_cli import as_json, run
 
 from deployments.watch import WorkspaceWatcher
 from storage import index
+from storage.errors import InvalidInput, PathError
 from storage.memory import Memory
+from storage.workspace import NOT_UTF8
 
 BAD_NAME = b"caf\xe9.md"  # "café.md" in Latin-1
 
@@ -33,7 +35,7 @@ def _workspace_with_a_latin1_name(root):
 def test_a_name_that_is_not_utf8_is_skipped_by_reindex_reconcile_and_doctor(tmp_path):
     ws = tmp_path / "ws"
     _workspace_with_a_latin1_name(ws)
-    shown = {"path": "digest/wiki/caf\ufffd.md", "kind": index.NOT_UTF8}
+    shown = {"path": "digest/wiki/caf\ufffd.md", "kind": NOT_UTF8}
     for command in ("reindex", "reconcile"):
         proc = run(ws, command, "--json")
         assert proc.returncode == 0, proc.stderr
@@ -128,3 +130,124 @@ def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tm
     monkeypatch.undo()
     Memory(tmp_path / "ws")
     assert journal.entries(mem.ws) == []
+
+
+def test_every_listing_skips_and_reports_a_name_that_is_not_utf8(tmp_path):
+    mem = _workspace_with_a_latin1_name(tmp_path / "ws")
+    day = os.fsencode(mem.ws.root / "daily" / "2024-05-01")
+    os.mkdir(day)
+    with open(os.path.join(day, BAD_NAME), "wb") as fh:
+        fh.write(b"---\nname: card\ntags: [boats]\n---\nA card.\n")
+    os.mkdir(os.path.join(os.fsencode(mem.ws.root / "digest"), b"arch\xeff"))  # a folder named in Latin-1
+    shown = {"path": "digest/wiki/caf\ufffd.md", "kind": NOT_UTF8}
+    skipped = []
+    assert list(mem.ws.iter_files("digest", skipped=skipped)) == ["digest/wiki/boats.md"]
+    assert shown in skipped and {"path": "digest/arch\ufffdf", "kind": NOT_UTF8} in skipped
+    for listing in (mem.list("digest"), mem.list("digest/wiki", recursive=False)):
+        assert [e["path"] for e in listing["entries"]] == ["digest/wiki/boats.md"] and shown in listing["skipped"]
+        json.dumps(listing, ensure_ascii=False).encode()  # a reply any surface can serialise
+    day_page = mem.daily_reindex("2024-05-01")
+    assert day_page["cards"] == [] and day_page["created"] is False
+    assert {"path": "daily/2024-05-01/caf\ufffd.md", "kind": NOT_UTF8} in day_page["skipped"]
+    assert mem.daily_list() == {"days": [], "truncated": False}
+    assert mem.tags() == []
+    assert shown in mem.reindex()["special_files"] and shown in mem.doctor()["special_files"]
+    server = ApiServer(mem)
+    try:
+        status, answer = server.raw("POST", "/ops/list", b'{"prefix": "digest/wiki"}')  # was a 500
+    finally:
+        server.stop()
+    assert status == 200 and shown in answer["skipped"], answer
+
+
+def test_the_mcp_server_lists_tools_and_resources_past_a_name_that_is_not_utf8(tmp_path):
+    from test_mcp import stdio
+
+    import anyio
+
+    ws = tmp_path / "ws"
+    _workspace_with_a_latin1_name(ws)
+
+    async def session():
+        async with stdio(ws) as client:  # both used to crash the server
+            resources = [r.name for r in (await client.list_resources()).resources]
+            listed = await client.call_tool("list", {"prefix": "digest/wiki"})
+            return resources, listed
+
+    resources, listed = anyio.run(session)
+    assert "digest/wiki/boats.md" in resources and not [r for r in resources if "caf" in r]
+    assert not listed.is_error
+    assert {"path": "digest/wiki/caf\ufffd.md", "kind": NOT_UTF8} in listed.structured_content["skipped"]
+
+
+def test_a_path_with_a_lone_surrogate_is_a_path_error_on_every_path_argument(tmp_path):
+    ws = tmp_path / "ws"
+    mem = Memory(ws)
+    mem.write("digest/wiki/a.md", "a\n")
+    bad = "digest/wiki/\udcff.md"
+    calls = [lambda: mem.write(bad, "x"), lambda: mem.read(bad), lambda: mem.list(bad), lambda: mem.stat(bad),
+             lambda: mem.move("digest/wiki/a.md", bad), lambda: mem.append(bad, "x")]
+    for call in calls:
+        with pytest.raises(PathError, match="not valid UTF-8 text"):
+            call()
+    assert mem.tags() == [] and sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"]  # nothing half-written
+    proc = run(ws, "write", os.fsdecode(b"digest/wiki/\xff.md"), "--content", "x")  # argv bytes, not UTF-8
+    assert proc.returncode == 2 and "not valid UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_write_through_a_symlink_to_a_name_that_is_not_utf8_replaces_its_target(tmp_path):
+    mem = _workspace_with_a_latin1_name(tmp_path / "ws")
+    folder = os.fsencode(mem.ws.root / "digest" / "wiki")
+    os.symlink(BAD_NAME, os.path.join(folder, b"cafe.md"))  # the temp file is named after the target
+    mem.write("digest/wiki/cafe.md", "Kayaks, rewritten.\n")
+    with open(os.path.join(folder, BAD_NAME), "rb") as fh:
+        assert fh.read() == b"Kayaks, rewritten.\n"
+    assert sorted(os.listdir(folder)) == sorted([b"boats.md", b"cafe.md", BAD_NAME])  # no temp file left
+
+
+@pytest.mark.parametrize("bad", [5, ["digest"], {"path": "digest"}])
+def test_arguments_of_the_wrong_type_are_invalid_input_not_a_crash(tmp_path, bad):
+    mem = Memory(tmp_path / "ws")
+    mem.write("digest/wiki/a.md", "a\n")
+    calls = [
+        lambda: mem.list(bad), lambda: mem.list("digest", extensions=[bad]), lambda: mem.read(bad),
+        lambda: mem.upload_content(b"x", bad), lambda: mem.upload_content(bad, "x.txt"),
+        lambda: mem.write("digest/wiki/b.md", bad), lambda: mem.append("digest/wiki/a.md", bad),
+        lambda: mem.edit("digest/wiki/a.md", bad, "b"), lambda: mem.tags(bad), lambda: mem.daily_list(bad),
+        lambda: mem.search("a", path_prefix=bad), lambda: mem.traverse([bad]), lambda: mem.list(limit=str(bad)),
+        lambda: mem.relink("digest/wiki/a.md", "digest/wiki/c.md", before=bad),
+        lambda: mem.frontmatter_update("digest/wiki/a.md", [bad]),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput):
+            call()
+    assert sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"] and mem.read("digest/wiki/a.md")["content"].endswith("a\n")
+    assert not list((mem.ws.root / "metadata" / "journal").glob("*.json"))  # relink used to stop half-way
+
+
+@pytest.mark.parametrize("rewrite", [
+    lambda mem, rel: mem.edit(rel, "beta", "gamma"),
+    lambda mem, rel: mem.prepend(rel, "top"),
+    lambda mem, rel: mem.frontmatter_update(rel, {"n": 1}),
+])
+def test_a_line_appended_between_the_check_and_the_rename_is_carried_over(tmp_path, monkeypatch, rewrite):
+    from storage import workspace
+
+    mem = Memory(tmp_path / "ws")
+    rel = "digest/wiki/log.md"
+    mem.write(rel, "alpha beta\n")
+    real_replace = os.replace
+
+    def replace_after_an_outside_append(src, dst):
+        if str(dst).endswith("log.md"):
+            with open(dst, "a") as fh:  # lands in the file about to be replaced (was lost)
+                fh.write("outside line\n")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(workspace.os, "replace", replace_after_an_outside_append)
+    answer = rewrite(mem, rel)
+    monkeypatch.undo()
+    data = (mem.ws.root / rel).read_bytes()
+    assert data.endswith(b"\noutside line\n") and data.count(b"outside line") == 1
+    assert answer["hash"] == workspace.content_hash(data)  # the hash of the file as it now is
+    assert mem.search("outside")  # and the index has it
