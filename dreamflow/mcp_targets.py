@@ -170,12 +170,6 @@ class WorkspaceTarget(Target):
     def run_status(self, run_id: str) -> dict:
         return self._service("report a run").run_status(run_id)
 
-    def file_bytes(self, path: str) -> bytes:
-        remote = self.remote()
-        if remote is not None:  # RemoteMemory's download writes a local file: ask for the bytes instead
-            return remote.request("POST", "/ops/download", {"path": path}, raw=True)[0]  # (bytes, headers)
-        return self.memory().download_content(path)[1]  # (workspace path, bytes)
-
     def retry_elsewhere(self) -> bool:
         return self.remote() is not None  # the service started while we waited for the index lock
 

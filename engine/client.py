@@ -133,10 +133,14 @@ class RemoteMemory:
         """Copy a workspace file of the service to `dest` on this machine (see `Memory.download`)."""
         from storage.outside import save
 
-        data, headers = self.request("POST", "/ops/download", {"path": path}, raw=True)
-        rel = unquote(headers.get("X-Dreamflow-Path") or path)
+        rel, data = self.download_content(path)
         out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, Path(self.health()["workspace"]))
         return {"path": rel, "dest": str(out.resolve()), "bytes": len(data)}
+
+    def download_content(self, path: str) -> tuple[str, bytes]:
+        """(workspace path, bytes) of a file of the service's workspace, as `Memory.download_content`."""
+        data, headers = self.request("POST", "/ops/download", {"path": path}, raw=True)
+        return unquote(headers.get("X-Dreamflow-Path") or path), data
 
     # -- routes beyond the operations
 
