@@ -41,7 +41,7 @@ import duckdb
 from storage import graph_edit, index, markdown
 from storage.tokenize import terms
 from storage.errors import DreamflowError
-from storage.workspace import Workspace, read_regular
+from storage.workspace import Workspace, content_hash, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "bad_frontmatter",
             "drift", "special_files")
@@ -142,7 +142,7 @@ def _scan(con: duckdb.DuckDBPyConnection, ws: Workspace) -> _Scan:
             hashes[rel] = row[2]
             continue
         try:
-            hashes[rel] = index.content_hash(read_regular(os.path.join(root, rel)))
+            hashes[rel] = content_hash(read_regular(os.path.join(root, rel)))
         except (OSError, DreamflowError):
             continue
         if row is None or row[2] != hashes[rel]:

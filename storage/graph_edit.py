@@ -21,7 +21,7 @@ from storage.errors import Conflict, DreamflowError, InvalidInput
 from storage.markdown import parse_links, rewrite_links, split_frontmatter
 from storage.model import Link
 from storage.tokenize import terms
-from storage.workspace import Workspace, fsync_folder, special_kind
+from storage.workspace import Workspace, content_hash, fsync_folder, special_kind
 
 RAW_PREFIXES = ("resource/", "session/")  # raw material: never rewritten, its links are not the graph's
 ARCHIVE = "digest/archive/"
@@ -219,7 +219,7 @@ def _hashes(ws: Workspace, paths: list[str]) -> dict[str, str]:
     for rel in paths:
         data = _bytes_or_none(ws, rel)
         if data is not None:
-            out[rel] = index.content_hash(data)
+            out[rel] = content_hash(data)
     return out
 
 
@@ -228,7 +228,7 @@ def _unchanged(ws: Workspace, files: dict[str, str]):
     Text is decoded with surrogateescape, so bytes that are not UTF-8 survive the rewrite unchanged."""
     for rel, digest in files.items():
         data = _bytes_or_none(ws, rel)
-        if data is not None and index.content_hash(data) == digest:
+        if data is not None and content_hash(data) == digest:
             yield rel, data.decode("utf-8", "surrogateescape")
 
 
