@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from storage.errors import Changed, Conflict, InvalidInput, NotFound, PathError
+from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.workspace import (
     Workspace,
     content_hash,
@@ -67,6 +67,8 @@ class Memory:
             db = IndexDB(self.ws)
         self.db = db
         self.vectors = vectors
+        if vectors is not None:
+            db.add_cache(vectors)
         self.recovered = self._recover()
 
     # ---- writing files -------------------------------------------------------------------------------
@@ -568,8 +570,12 @@ class Memory:
         """Rebuild the whole index from the files (metadata/ is derived; nothing is lost)."""
         from storage import index
 
-        with self.db.session() as con:
-            return index.rebuild(con, self.ws, progress=progress)
+        try:
+            with self.db.session() as con:
+                return index.rebuild(con, self.ws, progress=progress)
+        except IndexRebuilt as exc:  # the damaged index was set aside and rebuilt: what was asked for is done
+            with self.db.session() as con:
+                return {**index.rebuild(con, self.ws, progress=progress), "damaged_index_kept_in": exc.kept}
 
     def reconcile(self, progress: Progress | None = None) -> dict:
         """Bring the index up to date with files changed outside Dreamflow (added, modified, deleted)."""

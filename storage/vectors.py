@@ -388,6 +388,12 @@ class VectorIndex:
             hashes, mats = _load(con)
             self._reset(hashes, mats, current)
 
+    def forget(self) -> None:
+        """Drop everything cached from the table (the index was re-created: chunk ids start again)."""
+        with self._lock:
+            self._reset([], [], -1)
+            self._ids_of, self._ids_top, self._ids_rows = {}, 0, 0
+
     def added(self, before: int, after: int, items: list[tuple[str, np.ndarray]]) -> None:
         """Take vectors this process just stored (table went from version `before` to `after`)."""
         with self._lock:
