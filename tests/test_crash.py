@@ -5,9 +5,10 @@ benchmarks/crash_move.py runs more trials)."""
 import json
 import os
 import random
+import shutil
 
 import pytest
-from crash_harness import DST, SRC, build_template, calibrate, dangling, trial
+from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_during_close, trial
 
 from storage import journal
 from storage.memory import Memory
@@ -40,6 +41,22 @@ def test_killed_moves_leave_no_link_to_a_missing_file(template, tmp_path):
 def test_next_command_through_the_cli_finishes_an_interrupted_move(template, tmp_path):
     result = trial(template, tmp_path, 0, 0.05, random.Random(0), via="cli")
     assert (result["dangling_after"], result["temps_after"], result["moved"]) == (0, 0, True)
+
+
+def test_moves_killed_while_the_index_closes_leave_every_next_command_working(template, tmp_path):
+    rng = random.Random(21)
+    for n in range(3):
+        root = tmp_path / f"close-{n}"
+        shutil.copytree(template, root)
+        kill_during_close(root, rng)
+        mem = Memory(root)  # whatever the kill left, the next commands work on a sound index
+        assert mem.index_stats()["files"] == LINKING + 1
+        assert len({link["source"] for link in mem.stat(DST)["links_in"]}) == LINKING
+        mem.move(DST, SRC)
+        assert mem.doctor(fix=True)["broken_links"] == []
+        assert [h["path"] for h in mem.search("line three")][:1] == [SRC]
+        assert dangling(root) == 0 and not list((root / "metadata" / "journal").glob("*.json"))
+        shutil.rmtree(root)
 
 
 def _crash_after(monkeypatch, writes: int):
