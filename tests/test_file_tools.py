@@ -450,6 +450,23 @@ def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
     assert os.stat(root / "resource/big.bin").st_mtime_ns == os.stat(reme / "resource/big.bin").st_mtime_ns
 
 
+def test_a_chunked_write_that_fails_midway_leaves_the_old_file_and_no_temp(root):
+    from storage.workspace import Workspace
+
+    ws = Workspace(root)
+    ws.write_bytes("resource/a.bin", b"old")
+
+    def chunks():
+        yield b"x" * (1 << 20)
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError):
+        ws.write_chunks("resource/a.bin", chunks())
+    assert os.listdir(root / "resource") == ["a.bin"] and (root / "resource/a.bin").read_bytes() == b"old"
+    ws.write_chunks("resource/a.bin", iter((b"new ", b"content")))
+    assert (root / "resource/a.bin").read_bytes() == b"new content"
+
+
 def test_agent_tools_follow_the_same_path_and_body_rules(tmp_path):
     from engine.toolbox import Toolbox
 
