@@ -1,7 +1,7 @@
 """The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
 outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
 
-    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp]
+    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp] [--import-gb 2]
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -12,6 +12,10 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (README 
   every note must link the new path exactly as often as before, no temp file or journal entry left, and the
   index must agree.
 - race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
+- import: `dreamflow import-reme` of a ReMe folder holding a 2 GB sparse file, a backslash name, a name that
+  is not UTF-8, METADATA/ and Metadata/ (issue 21): the import must finish, skip and report each, build the
+  index and stay small (peak RSS of the process); then the import's copy step streams the same 2 GB file
+  with the cap raised (peak RSS, seconds).
 """
 
 from __future__ import annotations
@@ -278,12 +282,57 @@ def race(lines: int) -> dict:
     return counts
 
 
+def _peak_rss_mb(cmd: list[str]) -> tuple[int, int, str, str]:
+    """(exit status, peak RSS in MB, seconds taken, stdout) of `cmd` run to the end (its own rusage: wait4)."""
+    import subprocess
+
+    started = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}) as proc:
+        out = proc.stdout.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss >> 10, f"{time.monotonic() - started:.1f} s", out
+
+
+def import_hostile(gb: float) -> dict:
+    """import-reme on a hostile ReMe folder with a `gb` GB sparse file; then its copy step on that file."""
+    with tempfile.TemporaryDirectory(prefix="dreamflow-import-") as tmp:
+        src, ws = Path(tmp) / "reme", Path(tmp) / "ws"
+        for rel, text in (("digest/wiki/kyoto.md", "---\nname: Kyoto\n---\nTemples and zeppelins.\n"),
+                          ("digest/wiki/a\\b.md", "a backslash\n"), ("METADATA/index.md", "derived\n"),
+                          ("Metadata/index.md", "derived\n"), ("resource/ok.txt", "fine\n")):
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_text(text)
+        with open(os.path.join(os.fsencode(src / "resource"), b"caf\xe9.txt"), "wb") as fh:
+            fh.write(b"latin-1 name\n")
+        size = int(gb * (1 << 30))
+        with open(src / "resource/huge.bin", "wb") as fh:
+            fh.truncate(size)
+        status, rss, took, out = _peak_rss_mb([sys.executable, "-m", "dreamflow", "--workspace", str(ws),
+                                                "import-reme", str(src), "--json"])
+        result = json.loads(out) if status == 0 else {}
+        found = Memory(ws).search("zeppelins") if status == 0 else []
+        ws_mb = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(ws) for f in fs) >> 20
+        out = {"exit": status, "peak_rss_mb": rss, "time": took, "copied": result.get("copied"),
+               "skipped": {r["path"]: r["reason"][:40] for r in result.get("skipped", [])},
+               "index_finds_it": bool(found), "workspace_disk_mb": ws_mb}
+        script = ("import sys; from pathlib import Path; from storage.workspace import Workspace\n"
+                  "from tasks.reme_import import copy_file\n"
+                  "print(copy_file(Path(sys.argv[2]), Workspace(sys.argv[1]), 'resource/huge.bin', True, 1 << 40))")
+        status, rss, took, answer = _peak_rss_mb([sys.executable, "-c", script, str(ws),
+                                                   str(src / "resource/huge.bin")])
+        out["copy_step_with_cap_raised"] = {"exit": status, "answer": answer.strip(), "peak_rss_mb": rss,
+                                            "time": took, "bytes": os.stat(ws / "resource/huge.bin").st_size}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--crash-trials", type=int, default=25)
     parser.add_argument("--race-lines", type=int, default=3000)
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
     args = parser.parse_args()
     surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
     if not args.skip_mcp:
@@ -300,6 +349,9 @@ def main() -> None:
         print("move killed, then its recovery killed:", crash_trials(args.crash_trials, args.seed))
     if args.race_lines:
         print("outside appends every 2 ms during rewrites:", race(args.race_lines))
+    if args.import_gb:
+        print(f"import-reme of a hostile folder with a {args.import_gb:g} GB sparse file:",
+              import_hostile(args.import_gb))
 
 
 if __name__ == "__main__":

@@ -647,14 +647,10 @@ class Memory:
         return rel
 
     def _check_new_name(self, rel: str) -> None:
-        """Refuse a new file or folder name that breaks on other systems or sync tools, and `~/...` (a home
-        folder is never meant: paths are workspace-relative)."""
-        if rel.startswith("~"):
-            raise PathError(f"{rel!r}: `~` is not expanded (paths are relative to the workspace, not home)")
-        for part in rel.split("/"):
-            problem = bad_name(part)
-            if problem:
-                raise PathError(f"{rel!r}: {problem}")
+        """Refuse a new file or folder path that `new_path_problem` finds fault with."""
+        problem = new_path_problem(rel)
+        if problem:
+            raise PathError(f"{rel!r}: {problem}")
 
     def _recover(self) -> dict:
         """Finish what a killed process left: its journaled moves/relinks and its temp files (cheap when
@@ -842,6 +838,14 @@ def day_page(day: str, cards: list[dict], existing: str | None) -> str:
         if start >= 0 and end >= 0:  # ours, or ReMe's auto block (a page ReMe wrote): replaced in place
             return existing[:start] + block + existing[end + len(closing):]
     return existing.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def new_path_problem(rel: str) -> str | None:
+    """Why the normalised path `rel` cannot be a new file or folder: a name that breaks on other systems or
+    sync tools (`bad_name`), or `~/...` (a home folder is never meant: paths are workspace-relative); or None."""
+    if rel.startswith("~"):
+        return "`~` is not expanded (paths are relative to the workspace, not home)"
+    return next(filter(None, map(bad_name, rel.split("/"))), None)
 
 
 def bad_name(name: str) -> str | None:
