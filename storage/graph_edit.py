@@ -149,18 +149,31 @@ def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
         for _, row, problem in aside:
             row["outcome"] = f"kept ({problem}); the graph not repaired yet ({type(exc).__name__})"
         return {"operations": done}
+    except Exception as exc:  # retrying would fail the same way: say so once
+        repaired, did = None, f"not repaired ({type(exc).__name__}: {exc}); `dreamflow doctor` lists what is broken"
+    else:
+        did = _repair_summary(repaired)
+    said = []
     for entry, row, problem in aside:
-        row["outcome"] = f"set aside in {journal.quarantine(ws, entry)} ({problem}); the graph repaired from the files"
+        try:
+            where = f"set aside in {journal.quarantine(ws, entry)}"
+        except OSError as exc:
+            where = f"could not be set aside ({exc.strerror or exc})"
+        row["outcome"] = f"{where} ({problem}); the graph from the files: {did}"
+        said.append(f"{entry.name} ({problem}) {where}")
+    log.warning("journal %s %s; the graph from the files: %s", "entries" if len(said) > 1 else "entry",
+                ", ".join(said), did)
+    return {"operations": done, "graph_repaired": repaired}
+
+
+def _repair_summary(repaired: dict) -> str:
     moved = repaired["retargeted"]
+    if not moved:
+        return "no link to a missing file could be placed (`dreamflow doctor` lists what is broken)"
     links = sum(r["links"] for m in moved for r in m["rewritten"])
     files = len({r["path"] for m in moved for r in m["rewritten"]})
-    did = (f"retargeted {links} links in {files} files ("
-           + ", ".join(f"{m['from']} -> {m['to']}" for m in moved) + ")" if moved
-           else "no link to a missing file could be placed (`dreamflow doctor` lists what is broken)")
-    log.warning("journal %s %s set aside in %s/; graph repaired from the files: %s",
-                "entries" if len(aside) > 1 else "entry", ", ".join(f"{e.name} ({p})" for e, _, p in aside),
-                journal.QUARANTINE, did)
-    return {"operations": done, "graph_repaired": repaired}
+    return (f"retargeted {links} link{'s' * (links != 1)} in {files} file{'s' * (files != 1)} ("
+            + ", ".join(f"{m['from']} -> {m['to']}" for m in moved) + ")")
 
 
 def _recover_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, entry) -> tuple[dict, str | None]:

@@ -34,7 +34,7 @@ JOURNAL = "metadata/journal"
 QUARANTINE = "metadata/journal-quarantine"
 QUARANTINE_KEEP = 20  # set-aside entries kept for diagnosis; older ones are deleted
 MAX_ATTEMPTS = 3  # failed replays (a full disk, an I/O error) before an entry is set aside
-LEGIBLE = ("kind", "src", "dst", "target", "new_target")  # fields written first, so a torn entry still has them
+LEGIBLE = ("kind", "src", "dst", "target", "new_target")  # written first: a torn entry still shows them
 _FIELD = re.compile(r'[{,]\s*"(%s)"\s*:\s*("(?:[^"\\]|\\.)*")' % "|".join(LEGIBLE))
 _counter = itertools.count(1)
 
@@ -54,6 +54,7 @@ def begin(ws: Workspace, kind: str, plan: dict) -> Path:
 
 
 def _write(ws: Workspace, name: str, entry: dict) -> Path:
+    entry = {**{k: entry[k] for k in LEGIBLE if k in entry}, **entry}  # the short fields first
     # ASCII JSON: a path whose name is not UTF-8 (lone surrogates) is escaped, and read back the same.
     return ws.write_text(f"{JOURNAL}/{name}", json.dumps({**entry, "sha256": _checksum(entry)}))
 
