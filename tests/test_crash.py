@@ -226,3 +226,20 @@ def test_an_entry_whose_replay_keeps_failing_is_set_aside_after_a_few_tries(tmp_
     assert "set aside" in last.recovered["operations"][0]["outcome"]
     assert journal.entries(mem.ws) == [] and dangling(mem.ws.root) == 0  # the graph repaired from the files
     assert Memory(mem.ws.root).recovered == {}
+
+
+def test_a_torn_entry_still_names_the_destination_when_the_content_is_not_unique(tmp_path, monkeypatch):
+    mem = _linked(tmp_path, n=6)
+    copy = (mem.ws.root / "digest/wiki/old.md").read_bytes()
+    mem.ws.write_bytes("digest/wiki/copy.md", copy)  # the same content twice: the hash alone cannot place it
+    _crash_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        mem.move("digest/wiki/old.md", "digest/wiki/moved.md")
+    monkeypatch.undo()
+    entry = journal.entries(mem.ws)[0]
+    text = entry.read_text()
+    entry.write_text(text[:text.index('"files"')])  # torn after src and dst
+    reopened = Memory(mem.ws.root)
+    assert dangling(mem.ws.root) == 0
+    assert len(reopened.stat("digest/wiki/moved.md")["links_in"]) == 6
+    assert reopened.recovered["operations"][0]["dst"] == "digest/wiki/moved.md"
