@@ -128,45 +128,48 @@ def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
     exists are retargeted where the files tell its new place (by content hash, or the destination still
     legible in the entry). One warning line says what was set aside and what the repair did.
     """
-    done, aside, known = [], [], {}
+    done, aside = [], []
     for entry in journal.entries(ws):
         row, problem = _recover_entry(con, ws, entry)
         done.append(row)
         if problem:
             aside.append((entry, row, problem))
-            old, new = row.get("src", row.get("target")), row.get("dst", row.get("new_target"))
-            if isinstance(old, str) and isinstance(new, str):
-                known[old] = new
     if not aside:
         return {"operations": done}
+    return {"operations": done, "graph_repaired": _set_aside(con, ws, aside)}
+
+
+def _set_aside(con: duckdb.DuckDBPyConnection, ws: Workspace, aside: list) -> dict | None:
+    """Repair the graph from the files, with the moves the entries still tell, then quarantine the entries
+    and say both in one line; returns what `doctor.repair` did (None when it failed)."""
     from storage import doctor  # doctor builds on this module
 
+    known = {}
+    for _, row, _ in aside:
+        old, new = row.get("src", row.get("target")), row.get("dst", row.get("new_target"))
+        if isinstance(old, str) and isinstance(new, str):
+            known[old] = new
     try:
         repaired = doctor.repair(con, ws, known)
-    except (OSError, duckdb.Error) as exc:  # the entries stay: the next command repairs again
-        log.warning("could not repair the graph from the files for journal entries %s (%s: %s); tried again "
-                    "by the next command", ", ".join(e.name for e, _, _ in aside), type(exc).__name__, exc)
-        for _, row, problem in aside:
-            row["outcome"] = f"kept ({problem}); the graph not repaired yet ({type(exc).__name__})"
-        return {"operations": done}
-    except Exception as exc:  # retrying would fail the same way: say so once
-        repaired, did = None, f"not repaired ({type(exc).__name__}: {exc}); `dreamflow doctor` lists what is broken"
-    else:
         did = _repair_summary(repaired)
+    except Exception as exc:  # a full disk, a broken index: said once, `doctor --fix` does it later
+        repaired, did = None, f"not repaired ({type(exc).__name__}: {exc}); run `dreamflow doctor --fix`"
     said = []
     for entry, row, problem in aside:
         try:
-            where = f"set aside in {journal.quarantine(ws, entry)}"
+            kept = journal.quarantine(ws, entry)
+            row["outcome"] = f"set aside in {kept} ({problem}); the graph from the files: {did}"
         except OSError as exc:
-            where = f"could not be set aside ({exc.strerror or exc})"
-        row["outcome"] = f"{where} ({problem}); the graph from the files: {did}"
-        said.append(f"{entry.name} ({problem}) {where}")
-    log.warning("journal %s %s; the graph from the files: %s", "entries" if len(said) > 1 else "entry",
-                ", ".join(said), did)
-    return {"operations": done, "graph_repaired": repaired}
+            problem += f"; could not be set aside: {exc.strerror or exc}"
+            row["outcome"] = f"kept ({problem}); the graph from the files: {did}"
+        said.append(f"{entry.name} ({problem})")
+    log.warning("journal %s %s set aside in %s/; the graph from the files: %s",
+                "entries" if len(said) > 1 else "entry", ", ".join(said), journal.QUARANTINE, did)
+    return repaired
 
 
 def _repair_summary(repaired: dict) -> str:
+    """`doctor.repair`'s retargeting in a few words."""
     moved = repaired["retargeted"]
     if not moved:
         return "no link to a missing file could be placed (`dreamflow doctor` lists what is broken)"

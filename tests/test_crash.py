@@ -1,6 +1,8 @@
 """Crash safety of multi-file rewrites: a `move` SIGKILLed at random points (over hundreds of linking notes)
 leaves no link to a missing file and no temp file once the next command has run (see tests/crash_harness.py;
-benchmarks/crash_move.py runs more trials)."""
+benchmarks/crash_move.py runs more trials). A journal entry that is damaged, invalid or keeps failing is set aside once
+and the graph repaired from the files instead (benchmarks/hostile_battery.py `journal_damage` runs more).
+"""
 
 import json
 import os
@@ -243,3 +245,21 @@ def test_a_torn_entry_still_names_the_destination_when_the_content_is_not_unique
     assert dangling(mem.ws.root) == 0
     assert len(reopened.stat("digest/wiki/moved.md")["links_in"]) == 6
     assert reopened.recovered["operations"][0]["dst"] == "digest/wiki/moved.md"
+
+
+def test_a_repair_that_fails_is_said_once_and_left_to_doctor_fix(tmp_path, monkeypatch, caplog):
+    from storage import doctor
+
+    mem = _linked(tmp_path, n=2)
+    journal.begin(mem.ws, "move", {"src": "digest/wiki/old.md"}).write_bytes(b'{"kind": "move", "src": "digest')
+
+    def full_disk(con, ws, known=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(doctor, "repair", full_disk)
+    with caplog.at_level("WARNING"):
+        first = Memory(mem.ws.root)
+        second = Memory(mem.ws.root)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and "not repaired" in lines[0] and "doctor --fix" in lines[0], lines
+    assert first.recovered["graph_repaired"] is None and second.recovered == {}
