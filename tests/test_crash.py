@@ -1,8 +1,7 @@
 """Crash safety of multi-file rewrites: a `move` SIGKILLed at random points (over hundreds of linking notes)
 leaves no link to a missing file and no temp file once the next command has run (see tests/crash_harness.py;
-benchmarks/crash_move.py runs more trials). A journal entry that is damaged, invalid or keeps failing is set aside once
-and the graph repaired from the files instead (benchmarks/hostile_battery.py `journal_damage` runs more).
-"""
+benchmarks/crash_move.py runs more trials). A journal entry that is damaged, invalid or keeps failing is set
+aside once and the graph repaired from the files instead (benchmarks/hostile_battery.py `journal_damage`)."""
 
 import json
 import os
