@@ -279,7 +279,7 @@ def journal_damage(trials: int, seed: int) -> dict:
             self.lines.append(record.getMessage())
 
     rng = random.Random(seed)
-    out = {"trials": trials, "mid_move": 0, "damage": {}, "dangling_after": 0, "journal_left": 0,
+    out = {"trials": trials, "mid_move": 0, "most_dangling": 0, "damage": {}, "dangling_after": 0, "journal_left": 0,
            "quarantined": 0, "lines_first_open": 0, "lines_second_open": 0, "notes_wrong": 0, "index_wrong": 0}
     lines = Lines()
     logging.getLogger("storage").addHandler(lines)
@@ -292,6 +292,7 @@ def journal_damage(trials: int, seed: int) -> dict:
             shutil.copytree(template, root)
             kill_mid_move(root, window, rng)
             out["mid_move"] += dangling(root) > 0
+            out["most_dangling"] = max(out["most_dangling"], dangling(root))
             for entry in journal.entries(Workspace(root)):
                 how = _damage(entry, rng)
                 out["damage"][how] = out["damage"].get(how, 0) + 1
