@@ -152,8 +152,8 @@ def invalid(plan: dict) -> str | None:
 
 def failed_attempt(ws: Workspace, entry: Path, plan: dict) -> int:
     """Count one more failed replay of a verified entry (rewritten in place); returns the count so far."""
-    attempts = int(plan.get("attempts") or 0) + 1
-    plan = {k: v for k, v in plan.items() if k != "attempts"}
+    before = plan.get("attempts")
+    attempts = (before if isinstance(before, int) else 0) + 1
     try:
         _write(ws, entry.name, {**plan, "attempts": attempts})
     except OSError:
