@@ -1,7 +1,11 @@
 """The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
 outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
 
+<<<<<<< HEAD
     python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp] [--import-gb 2]
+=======
+    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10] [--skip-mcp]
+>>>>>>> journal
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -12,10 +16,16 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (README 
   every note must link the new path exactly as often as before, no temp file or journal entry left, and the
   index must agree.
 - race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
+<<<<<<< HEAD
 - import: `dreamflow import-reme` of a ReMe folder holding a 2 GB sparse file, a backslash name, a name that
   is not UTF-8, METADATA/ and Metadata/ (issue 21): the import must finish, skip and report each, build the
   index and stay small (peak RSS of the process); then the import's copy step streams the same 2 GB file
   with the cap raised (peak RSS, seconds).
+=======
+- journal: SIGKILL a move mid-rewrite, then truncate, bit-flip or overwrite its journal entry and add an entry
+  with a valid checksum but an invalid plan: the next command must leave no link to a missing file, set both
+  entries aside in metadata/journal-quarantine/ with one warning line, and the one after must say nothing.
+>>>>>>> journal
 """
 
 from __future__ import annotations
@@ -246,6 +256,76 @@ def crash_trials(trials: int, seed: int) -> dict:
     return out
 
 
+def _damage(entry: Path, rng: random.Random) -> str:
+    """Damage a journal entry as a bad disk or a stray editor might: truncate, flip one bit, or overwrite."""
+    data = bytearray(entry.read_bytes())
+    how = rng.choice(["truncated", "bit-flipped", "garbage"])
+    if how == "truncated":
+        data = data[:rng.randrange(len(data))]
+    elif how == "bit-flipped":
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    else:
+        data = bytearray(rng.randbytes(rng.randint(1, 512)))
+    entry.write_bytes(bytes(data))
+    return how
+
+
+def journal_damage(trials: int, seed: int) -> dict:
+    """SIGKILL a move mid-rewrite, damage its journal entry, add an entry that is valid JSON with a good checksum
+    but an invalid plan; open twice. The first open must leave no link to a missing file and set both entries
+    aside with one warning line; the second must say nothing."""
+    import logging
+
+    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move
+
+    from storage import index, journal
+    from storage.workspace import Workspace
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "mid_move": 0, "most_dangling": 0, "damage": {}, "dangling_after": 0, "journal_left": 0,
+           "quarantined": 0, "lines_first_open": 0, "lines_second_open": 0, "notes_wrong": 0, "index_wrong": 0}
+    lines = Lines()
+    logging.getLogger("storage").addHandler(lines)
+    with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
+        work = Path(tmp)
+        template = build_template(work / "template", linking=300)
+        window = calibrate(template, work)
+        for n in range(trials):
+            root = work / f"trial-{n}"
+            shutil.copytree(template, root)
+            kill_mid_move(root, window, rng)
+            out["mid_move"] += dangling(root) > 0
+            out["most_dangling"] = max(out["most_dangling"], dangling(root))
+            for entry in journal.entries(Workspace(root)):
+                how = _damage(entry, rng)
+                out["damage"][how] = out["damage"].get(how, 0) + 1
+            journal.begin(Workspace(root), "move", {"src": SRC})  # valid JSON, good checksum, no destination
+            lines.lines.clear()
+            mem = Memory(root)
+            out["lines_first_open"] += len(lines.lines)
+            out["dangling_after"] += dangling(root) > 0
+            out["journal_left"] += bool(journal.entries(mem.ws))
+            out["quarantined"] += len(os.listdir(root / journal.QUARANTINE))
+            notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
+            out["notes_wrong"] += any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes)
+            with mem.db.session() as con:
+                out["index_wrong"] += len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC))
+            lines.lines.clear()
+            Memory(root)
+            out["lines_second_open"] += len(lines.lines)
+            shutil.rmtree(root)
+    logging.getLogger("storage").removeHandler(lines)
+    return out
+
+
 def _append_outside(path: str, lines: int) -> None:
     for i in range(lines):
         with open(path, "a") as fh:
@@ -330,6 +410,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--crash-trials", type=int, default=25)
     parser.add_argument("--race-lines", type=int, default=3000)
+    parser.add_argument("--journal-trials", type=int, default=10)
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
@@ -347,6 +428,9 @@ def main() -> None:
                 print("   ", failure)
     if args.crash_trials:
         print("move killed, then its recovery killed:", crash_trials(args.crash_trials, args.seed))
+    if args.journal_trials:
+        print("move killed, its journal entry damaged, an invalid entry beside it:",
+              journal_damage(args.journal_trials, args.seed))
     if args.race_lines:
         print("outside appends every 2 ms during rewrites:", race(args.race_lines))
     if args.import_gb:

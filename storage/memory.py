@@ -665,7 +665,7 @@ class Memory:
             from storage import graph_edit
 
             with self.db.session() as con:
-                done["operations"] = graph_edit.recover(con, self.ws)
+                done.update(graph_edit.recover(con, self.ws))
         return done
 
     def _reindex(self, con, *rels: str) -> None:
