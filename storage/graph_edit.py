@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import duckdb
 
 from storage import index, journal
+from storage.db import is_damage
 from storage.errors import Conflict, DreamflowError, InvalidInput
 from storage.markdown import parse_links, rewrite_links, split_frontmatter
 from storage.model import Link
@@ -152,7 +153,10 @@ def _set_aside(con: duckdb.DuckDBPyConnection, ws: Workspace, aside: list) -> di
     try:
         repaired = doctor.repair(con, ws, known)
         did = _repair_summary(repaired)
-    except Exception as exc:  # a full disk, a broken index: said once, `doctor --fix` does it later
+    except Exception as exc:  # a full disk: said once, `doctor --fix` does it later
+        if is_damage(exc):
+            raise  # the session sets the index aside and rebuilds it; recovery then runs again
+
         repaired, did = None, f"not repaired ({type(exc).__name__}: {exc}); run `dreamflow doctor --fix`"
     said = []
     for entry, row, problem in aside:
@@ -192,6 +196,8 @@ def _recover_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, entry) -> tupl
     try:
         row["outcome"] = _finish_entry(con, ws, plan)
     except (OSError, duckdb.Error) as exc:  # e.g. a full disk: kept for the next run, never stops this one
+        if is_damage(exc):
+            raise  # the session sets the index aside and rebuilds it; recovery then runs again
         attempts = journal.failed_attempt(ws, entry, plan)
         if attempts >= journal.MAX_ATTEMPTS:
             return row, f"not finished after {attempts} attempts: {type(exc).__name__}: {exc}"

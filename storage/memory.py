@@ -664,8 +664,12 @@ class Memory:
         if journal.interrupted(self.ws):
             from storage import graph_edit
 
-            with self.db.session() as con:
-                done.update(graph_edit.recover(con, self.ws))
+            try:
+                with self.db.session() as con:
+                    done.update(graph_edit.recover(con, self.ws))
+            except IndexRebuilt:  # the replay met a damaged index, now rebuilt from the files: replay on it
+                with self.db.session() as con:
+                    done.update(graph_edit.recover(con, self.ws))
         return done
 
     def _reindex(self, con, *rels: str) -> None:
