@@ -1,11 +1,8 @@
 """The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
 outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
 
-<<<<<<< HEAD
-    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp] [--import-gb 2]
-=======
-    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10] [--skip-mcp]
->>>>>>> journal
+    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10]
+        [--close-kills 30] [--skip-mcp] [--import-gb 2]
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -16,16 +13,17 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (README 
   every note must link the new path exactly as often as before, no temp file or journal entry left, and the
   index must agree.
 - race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
-<<<<<<< HEAD
 - import: `dreamflow import-reme` of a ReMe folder holding a 2 GB sparse file, a backslash name, a name that
   is not UTF-8, METADATA/ and Metadata/ (issue 21): the import must finish, skip and report each, build the
   index and stay small (peak RSS of the process); then the import's copy step streams the same 2 GB file
   with the cap raised (peak RSS, seconds).
-=======
 - journal: SIGKILL a move mid-rewrite, then truncate, bit-flip or overwrite its journal entry and add an entry
   with a valid checksum but an invalid plan: the next command must leave no link to a missing file, set both
   entries aside in metadata/journal-quarantine/ with one warning line, and the one after must say nothing.
->>>>>>> journal
+- close: SIGKILL a move while DuckDB closes and checkpoints (after its journal entry is dropped), then run
+  index-stats, reindex, move back and doctor --fix through the CLI: each must exit 0 or 1 with no traceback,
+  and the index must agree with the files; plus the recorded index such a kill left broken for good
+  (tests/fixtures/damaged-index.tar.gz), checkpointed as the old build did: the next command must heal it.
 """
 
 from __future__ import annotations
@@ -38,7 +36,9 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -326,6 +326,49 @@ def journal_damage(trials: int, seed: int) -> dict:
     return out
 
 
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+    return subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def close_kills(trials: int, seed: int) -> dict:
+    """Moves SIGKILLed while the index closes, and the recorded broken index: what the next commands do."""
+    from crash_harness import DST, SRC, build_template, dangling, kill_during_close
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "commands_failed": 0, "tracebacks": 0, "healed": 0, "disagreeing": 0}
+    with tempfile.TemporaryDirectory() as work:
+        template = build_template(Path(work) / "template", linking=300)
+        cases = []
+        for n in range(trials):
+            root = Path(work) / f"trial-{n}"
+            shutil.copytree(template, root)
+            kill_during_close(root, rng)
+            cases.append((root, [["index-stats"], ["reindex"], ["move", DST, SRC], ["doctor", "--fix"]]))
+        recorded = Path(work) / "recorded"
+        with tarfile.open(ROOT / "tests" / "fixtures" / "damaged-index.tar.gz") as tar:
+            tar.extractall(recorded, filter="data")
+        import duckdb
+
+        duckdb.connect(str(recorded / "before_next_13" / "metadata" / "index.duckdb")).close()
+        hub = "digest/wiki/hub14.md"
+        cases.append((recorded / "before_next_13", [["move", hub, "digest/wiki/hub15.md"], ["reindex"],
+                                                    ["move", "digest/wiki/hub15.md", hub], ["doctor", "--fix"]]))
+        for root, commands in cases:
+            for args in commands:
+                done = _cli(root, *args)
+                out["tracebacks"] += "Traceback" in done.stderr
+                out["healed"] += "the index was damaged" in done.stderr
+                out["commands_failed"] += done.returncode not in (0, 1, 10)
+            mem = Memory(root)
+            indexed = mem.index_stats()["files"]
+            on_disk = sum(1 for p in root.rglob("*.md") if "metadata" not in p.parts)
+            out["disagreeing"] += indexed != on_disk or dangling(root) != 0
+        out["recorded_index_damaged_sets_kept"] = len(list((recorded / "before_next_13/metadata/damaged").iterdir()))
+    return out
+
+
 def _append_outside(path: str, lines: int) -> None:
     for i in range(lines):
         with open(path, "a") as fh:
@@ -411,6 +454,7 @@ def main() -> None:
     parser.add_argument("--crash-trials", type=int, default=25)
     parser.add_argument("--race-lines", type=int, default=3000)
     parser.add_argument("--journal-trials", type=int, default=10)
+    parser.add_argument("--close-kills", type=int, default=30)
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
@@ -431,6 +475,9 @@ def main() -> None:
     if args.journal_trials:
         print("move killed, its journal entry damaged, an invalid entry beside it:",
               journal_damage(args.journal_trials, args.seed))
+    if args.close_kills:
+        print("move killed while the index closes, and the recorded broken index:",
+              close_kills(args.close_kills, args.seed))
     if args.race_lines:
         print("outside appends every 2 ms during rewrites:", race(args.race_lines))
     if args.import_gb:
