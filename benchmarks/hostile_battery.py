@@ -1,5 +1,5 @@
 """The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
-outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
+outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/reliability.md).
 
     python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10]
         [--close-kills 30] [--skip-mcp] [--import-gb 2]

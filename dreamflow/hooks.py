@@ -246,7 +246,7 @@ def register(cli) -> None:
 
     @cli.group("hook")
     def hook() -> None:
-        """Capture conversations from agent hosts' hooks (see README, "Use from your agent")."""
+        """Capture conversations from agent hosts' hooks (see docs/agents.md)."""
 
     @hook.command("claude-code")
     @click.option("--verbose", "-v", is_flag=True, help="Print what was captured on stderr.")

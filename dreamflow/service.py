@@ -155,7 +155,7 @@ class Options:
     port: int = DEFAULT_PORT
     prefect_api: str | None = None  # an existing Prefect API; None starts our own server
     prefect_port: int = DEFAULT_PREFECT_PORT
-    runner: bool = True  # serve the deployments here (False when workers run them, see README)
+    runner: bool = True  # serve the deployments here (False when workers run them, see docs/service.md)
     settings: Settings = field(default_factory=Settings)
 
 
@@ -634,7 +634,7 @@ def register(cli) -> None:
     @click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
                   help="Port of the Prefect server (and UI) the service starts.")
     @click.option("--runner/--no-runner", default=True, show_default=True,
-                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see README).")
+                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see docs/service.md).")
     @click.pass_obj
     def start_command(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool) -> None:
         """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.

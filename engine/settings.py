@@ -56,7 +56,7 @@ class Settings:
     embed_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_BASE_URL"))
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
     embed_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_MODEL"))
-    # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (README "Semantic recall")
+    # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (docs/benchmarks.md)
     vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
     vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))

@@ -27,7 +27,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-PIECE_CHARS = 720  # ~120 English words, ~170 word pieces: MiniLM reads 256 (measured: README "Semantic recall")
+PIECE_CHARS = 720  # ~120 English words, ~170 word pieces: MiniLM reads 256 (measured: docs/search.md)
 OVERLAP = 0.0  # share of a piece the next one repeats (0.5 measured no better, and more pieces)
 BATCH = 32
 
