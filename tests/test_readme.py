@@ -126,3 +126,12 @@ def test_the_readme_hook_block_is_the_documented_one():
                                                      flags=re.S)]
     hooks = [b for b in blocks if "hooks" in b]
     assert len(hooks) == 1 and hooks[0] in documented
+
+
+def test_the_settings_page_lists_every_environment_variable_the_code_reads():
+    code = "\n".join(p.read_text() for part in ("dreamflow", "engine", "flows", "tasks", "storage", "deployments")
+                     for p in (ROOT / part).rglob("*.py"))
+    names = set(re.findall(r"[\"'](DREAMFLOW_[A-Z0-9_]*[A-Z0-9])[\"']", code))
+    assert {"DREAMFLOW_HOME", "DREAMFLOW_LOCK_TIMEOUT", "DREAMFLOW_LLM_MODEL"} <= names
+    table = (ROOT / "docs" / "settings.md").read_text()
+    assert not [name for name in sorted(names) if f"`{name}`" not in table]
