@@ -54,22 +54,23 @@ def test_claude_code_transcript_is_captured_once_turn_by_turn(tmp_path):
     started = time.monotonic()
     first = hook(ws, payload(transcript))
     elapsed = time.monotonic() - started
-    assert first.returncode == 0 and "1 turn(s)" in first.stderr, first.stderr
+    assert first.returncode == 0 and "2 turn(s)" in first.stderr, first.stderr
     records = dialog(ws)
-    assert [r["role"] for r in records] == ["user", "assistant", "assistant"]
-    assert records[0]["content"].startswith("I'm planning a trip to Lisbon") and records[0]["created_at"].startswith("2024-05-08")
-    streamed = records[1]["content"]  # msg_01A: thinking (dropped), text and tool_use on three lines, joined
+    assert [r["role"] for r in records] == ["user", "user", "assistant", "assistant"]
+    assert records[0]["content"] == "/model"  # the slash command is the user's words; its output is not
+    assert records[1]["content"].startswith("I'm planning a trip to Lisbon") and records[1]["created_at"].startswith("2024-05-08")
+    streamed = records[2]["content"]  # msg_01A: thinking (dropped), text and tool_use on three lines, joined
     assert [b["type"] for b in streamed] == ["text", "tool_use"] and streamed[1]["name"] == "Read"
-    assert "TAP 1357" in records[2]["content"][0]["text"]
+    assert "TAP 1357" in records[3]["content"][0]["text"]
     text = json.dumps(records)
-    for absent in ("Caveat", "<command-name>", "local-command", "private reasoning", "tool_result", "06:05 LHR-LIS",
+    for absent in ("Caveat", "<command-name>", "local-command", "Set model to", "private reasoning", "tool_result", "06:05 LHR-LIS",
                    "Subagent scratch", "Lisbon trip planning with Ana"):
         assert absent not in text, absent
-    assert counted(ws)["turns"] == 1
+    assert counted(ws)["turns"] == 2
     assert elapsed < 10  # generous for a loaded machine; benchmarks/mcp.py has the figure
 
     again = hook(ws, payload(transcript))  # the same transcript delivered twice adds nothing
-    assert again.returncode == 0 and dialog(ws) == records and counted(ws)["turns"] == 1
+    assert again.returncode == 0 and dialog(ws) == records and counted(ws)["turns"] == 2
 
     rest = lines[FIRST_DELIVERY:]
     with transcript.open("a") as fh:  # the next turn, the compaction summary still being written
@@ -85,14 +86,14 @@ def test_claude_code_transcript_is_captured_once_turn_by_turn(tmp_path):
     text = json.dumps(new)
     for absent in ("base64", "iVBORw0KGgo", "system-reminder", "has been updated", "Request interrupted"):
         assert absent not in text, absent
-    assert counted(ws)["turns"] == 2 and counted(ws)["pending"] == 2
+    assert counted(ws)["turns"] == 3 and counted(ws)["pending"] == 3
 
     with transcript.open("a") as fh:  # the summary line completes; PreCompact fires (twice, as hosts do)
         fh.write(rest[-1][40:])
     for _ in range(2):
         compacting = hook(ws, payload(transcript, "PreCompact"))
         assert compacting.returncode == 0 and "0 message(s)" in compacting.stderr, compacting.stderr
-    assert len(dialog(ws)) == 6 and counted(ws)["turns"] == 2
+    assert len(dialog(ws)) == 7 and counted(ws)["turns"] == 3
     checkpoint_path = ws / f"metadata/checkpoints/claude-code/{SESSION}.json"
     checkpoint = json.loads(checkpoint_path.read_text())
     assert checkpoint["offset"] == transcript.stat().st_size
@@ -100,7 +101,7 @@ def test_claude_code_transcript_is_captured_once_turn_by_turn(tmp_path):
     # a delivery that died after recording its turns left the old offset: the recorded uuids are skipped
     checkpoint_path.write_text(json.dumps({**checkpoint, "offset": 0}))
     assert hook(ws, payload(transcript)).returncode == 0
-    assert len(dialog(ws)) == 6 and counted(ws)["turns"] == 2
+    assert len(dialog(ws)) == 7 and counted(ws)["turns"] == 3
 
 
 def test_the_hook_never_fails_the_host(tmp_path):
@@ -128,7 +129,7 @@ def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_se
 
     done = hook(svc.workspace, payload(transcript, "PreCompact", session=session))
 
-    assert done.returncode == 0 and "2 turn(s)" in done.stderr, done.stderr
+    assert done.returncode == 0 and "3 turn(s)" in done.stderr, done.stderr
     assert counted(svc.workspace, session)["runs"] == 1  # the turn counter launched auto_memory at once
     runs = wait_for(lambda: [r for r in svc.flow_runs("auto-memory/turns")
                              if r["parameters"].get("session_id") == session and r["state_type"] in
@@ -142,7 +143,7 @@ def test_the_hook_imports_no_prefect_openai_or_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", PROBE, "--workspace", str(tmp_path / "ws"), "hook", "claude-code"],
                           input=json.dumps(payload(transcript)), capture_output=True, text=True, timeout=60)
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    assert proc.returncode == 0 and len(dialog(tmp_path / "ws")) == 6
+    assert proc.returncode == 0 and len(dialog(tmp_path / "ws")) == 7
     assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
 
 
