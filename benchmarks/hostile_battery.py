@@ -12,6 +12,10 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (README 
   every note must link the new path exactly as often as before, no temp file or journal entry left, and the
   index must agree.
 - race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
+- capture: Claude Code transcripts of `--capture-mb` MB shaped like issue 21's 500 MB ones (one prompt and
+  answer per 2 KB, as 256k prompts in 500 MB; 500-byte records with a prompt every 1,000, as 1M tiny
+  records), delivered to `dreamflow hook claude-code` (real subprocesses, default limits) up to
+  `--capture-deliveries` times: peak RSS and seconds per delivery, turns taken, duplicates, bytes left.
 """
 
 from __future__ import annotations
@@ -278,12 +282,73 @@ def race(lines: int) -> dict:
     return counts
 
 
+def _transcript(path: Path, mb: int, shape: str) -> int:
+    """Write a Claude Code transcript of about `mb` MB; returns its prompts."""
+    def record(kind: str, uuid: str, content) -> str:
+        message = {"role": kind, "content": content}
+        if kind == "assistant":
+            message.update(model="claude-opus-4-5-20251101", id=f"msg_{uuid}", type="message")
+        return json.dumps({"parentUuid": None, "isSidechain": False, "sessionId": "battery", "type": kind,
+                           "uuid": uuid, "timestamp": "2024-05-09T10:00:00.000Z", "message": message}) + "\n"
+
+    prompts = 0
+    with path.open("w") as fh:
+        while fh.tell() < mb << 20:
+            fh.write(record("user", f"u-{prompts}", f"prompt {prompts} " + "words " * (150 if shape == "prompts" else 1)))
+            if shape == "prompts":
+                fh.write(record("assistant", f"a-{prompts}", [{"type": "text", "text": "answer " * 120}]))
+            else:
+                fh.writelines(json.dumps({"type": "progress", "uuid": f"p-{prompts}-{n}", "pad": "." * 420}) + "\n"
+                              for n in range(1000))
+            prompts += 1
+    return prompts
+
+
+
+
+def huge_transcripts(mb: int, deliveries: int) -> dict:
+    """Each shape's deliveries: `{shape: {prompts, deliveries: [{s, rss_mb, turns, left_mb}], duplicates}}`."""
+    import subprocess
+
+    from cli_probe import RSS_PROBE
+
+    out = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DREAMFLOW_EMBEDDER": "none"}
+    for shape in ("prompts", "tiny"):
+        with tempfile.TemporaryDirectory(prefix="dreamflow-capture-") as tmp:
+            transcript = Path(tmp) / "battery.jsonl"
+            prompts = _transcript(transcript, mb, shape)
+            payload = json.dumps({"session_id": "battery", "transcript_path": str(transcript),
+                                  "hook_event_name": "Stop"})
+            runs = []
+            for _ in range(deliveries):
+                started = time.monotonic()
+                proc = subprocess.run([sys.executable, "-c", RSS_PROBE, "--workspace", f"{tmp}/ws", "hook",
+                                       "claude-code", "--verbose"], input=payload, capture_output=True, text=True,
+                                      env=env, timeout=600)
+                said = proc.stderr.split("maxrss")[0]
+                left = int(said.split("; ")[-1].split()[0]) if "left for the next" in said else 0
+                runs.append({"s": round(time.monotonic() - started, 1),
+                             "rss_mb": round(int(proc.stderr.split("maxrss")[-1]) / 1024),
+                             "turns": int(said.rsplit(" in ", 1)[-1].split()[0]) if " turn(s)" in said else said.strip(),
+                             "left_mb": round(left / (1 << 20), 1)})
+                if not left:
+                    break
+            dialog = Path(tmp) / "ws/session/dialog/battery.jsonl"
+            users = [json.loads(line)["content"] for line in dialog.read_text().splitlines()
+                     if '"role": "user"' in line] if dialog.exists() else []
+            out[shape] = {"mb": mb, "prompts": prompts, "deliveries": runs, "duplicates": len(users) - len(set(users))}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--crash-trials", type=int, default=25)
     parser.add_argument("--race-lines", type=int, default=3000)
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--capture-mb", type=int, default=50)
+    parser.add_argument("--capture-deliveries", type=int, default=3)
     args = parser.parse_args()
     surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
     if not args.skip_mcp:
@@ -300,6 +365,9 @@ def main() -> None:
         print("move killed, then its recovery killed:", crash_trials(args.crash_trials, args.seed))
     if args.race_lines:
         print("outside appends every 2 ms during rewrites:", race(args.race_lines))
+    if args.capture_mb:
+        for shape, result in huge_transcripts(args.capture_mb, args.capture_deliveries).items():
+            print(f"huge Claude Code transcript ({shape}):", result)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from typing import Any
 EVENTS = ("Stop", "PreCompact", "SessionEnd")
 COMPACTING = ("PreCompact", "SessionEnd")
 CHECKPOINT = "claude-code/{session_id}"
-LOCK_TIMEOUT = 15.0  # seconds: deliveries of one session take turns; with hook_max_seconds under the hook timeout
+LOCK_TIMEOUT = 10.0  # seconds: deliveries of one session take turns; with hook_max_seconds, under the hook timeout
 TOOL_INPUT_CHARS = 300  # tool-call arguments longer than this are cut (a Write's whole file is not memory)
 MAX_DEPTH = 24  # content nested deeper than this is cut, so no later step can run out of stack on it
 MAX_TURN_BYTES = 4 << 20  # transcript bytes behind one record_turn call; a longer turn is recorded in parts

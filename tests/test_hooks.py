@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_probe import PROBE
+from cli_probe import PROBE, RSS_PROBE
 from llm_server import Reply, text_of
 from service_harness import DREAMFLOW, wait_for
 
@@ -28,12 +28,6 @@ def fixture_lines() -> list[str]:
     return FIXTURE.read_text().splitlines(keepends=True)
 
 
-# The hook's peak RSS (kB) printed on stderr's last line when it exits.
-RSS_PROBE = ("import atexit, resource, sys\n"
-             "atexit.register(lambda: print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))\n"
-             "from dreamflow.cli import main\n"
-             "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
-             "main()\n")
 
 
 def hook(workspace, payload, raw: str | None = None, verbose: bool = True, env: dict | None = None,
