@@ -116,12 +116,26 @@ def message_of(record: dict) -> dict | None:
     content = _content(message.get("content"))
     if not content:
         return None
-    return {"role": kind, "content": content, "created_at": record.get("timestamp"),
+    return {"role": kind, "content": content, "created_at": _stamp(record.get("timestamp")),
             "uuid": _id(record.get("uuid")), "message_id": _id(message.get("id"))}
+
+
+def _message(record: dict) -> dict | None | bool:
+    """`message_of(record)`, or False for a record whose fields have shapes no Claude Code record has."""
+    try:
+        return message_of(record)
+    except (TypeError, ValueError, AttributeError, RecursionError):
+        return False
 
 
 def _id(value: Any) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+def _stamp(value: Any) -> str | int | float | None:
+    if isinstance(value, str):
+        return value[:64]
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _content(content: Any) -> Any:
@@ -246,8 +260,9 @@ class Delivery:
             for line in lines:
                 start, end = end, lines.offset
                 record = parse(line) if line is not None else None
-                self.unreadable += line is not None and record is None
-                message = message_of(record) if record is not None and _id(record.get("uuid")) not in self.seen else None
+                message = _message(record) if record is not None and _id(record.get("uuid")) not in self.seen else None
+                self.unreadable += line is not None and (record is None or message is False)
+                message = message or None
                 if message is not None and message["uuid"] is None:
                     message["uuid"] = f"@{start}"  # no uuid: its place in the transcript names it
                 if message is not None and message["role"] == "user" and turn.messages:
@@ -332,7 +347,7 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     delivery = Delivery(ws, session_id, limits or Limits.from_settings())
     with checkpoints.lock(ws, delivery.name, timeout=LOCK_TIMEOUT), _index_held(ws):
         delivery.read(path)
-        if event in COMPACTING and (delivery.calls or _pending(ws, session_id)):
+        if event in COMPACTING and (_unsummarised(delivery.results) or _pending(ws, session_id)):
             delivery.results.append(record_turn(ws.root, session_id, [], compact=True))
     return {**summary, "appended": sum(r["appended"] for r in delivery.results), "turns": delivery.turns,
             "results": delivery.results, "unreadable": delivery.unreadable, "too_long": delivery.too_long,
@@ -348,6 +363,16 @@ def _index_held(ws):
     from storage.db import IndexDB
 
     return nullcontext() if service_info(ws.root) is not None else IndexDB(ws).session()
+
+
+def _unsummarised(results: list[dict]) -> bool:
+    """Whether this delivery appended messages after its last auto_memory launch."""
+    for result in reversed(results):
+        if result.get("launched"):
+            return False
+        if result.get("appended"):
+            return True
+    return False
 
 
 def _pending(ws, session_id: str) -> bool:

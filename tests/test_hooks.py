@@ -225,9 +225,10 @@ def test_a_record_nested_2000_deep_is_skipped_and_capture_goes_on(tmp_path):
         value = value[0]
     transcript.write_text(exchange(0) + deep + "\n"
                           + '{"type": "user", "uuid": "u-deep", "message": ' + "[" * 1500 + "]" * 1500 + "}\n"
-                          + json.dumps(nested) + "\n" + exchange(1))
+                          + json.dumps(nested) + "\n"
+                          + line("user", "u-odd", [{"type": ["text"], "text": "x"}], timestamp=[[[]]]) + exchange(1))
     first = hook(ws, payload(transcript))
-    assert first.returncode == 0 and "skipped 2 unreadable record(s)" in first.stderr, first.stderr
+    assert first.returncode == 0 and "skipped 3 unreadable record(s)" in first.stderr, first.stderr
     assert "RecursionError" not in first.stderr and texts(ws) == ["prompt 0: what about day 0?", "prompt 1: what about day 1?"]
     assert "[...]" in json.dumps(dialog(ws)) and len(json.dumps(dialog(ws))) < 5000  # the 900-deep input, cut
     with transcript.open("a") as fh:
@@ -238,8 +239,8 @@ def test_a_record_nested_2000_deep_is_skipped_and_capture_goes_on(tmp_path):
 
 
 def test_a_huge_transcript_goes_in_bounded_deliveries_without_duplicates(tmp_path):
-    """40 prompts among 120,000 tiny records (6.6 MB): each delivery reads at most 2 MB or 15 turns, its
-    memory stays flat, and the deliveries together take every turn once."""
+    """20 prompts among 60,000 tiny records (3.3 MB): each delivery reads at most 1 MB or 6 turns, its memory
+    stays flat, and the deliveries together take every turn once."""
     ws, transcript = tmp_path / "ws", tmp_path / f"{SESSION}.jsonl"
     small = tmp_path / "small.jsonl"
     small.write_text(exchange(0))
@@ -247,19 +248,19 @@ def test_a_huge_transcript_goes_in_bounded_deliveries_without_duplicates(tmp_pat
     base_rss = int(baseline.stderr.split("maxrss")[-1])
     over = "x" * 300_000
     with transcript.open("w") as fh:
-        for i in range(40):
+        for i in range(20):
             fh.write(exchange(i, filler=3000))
-            if i == 20:  # over DREAMFLOW_HOOK_MAX_LINE_BYTES: skipped and reported, the turns around it kept
+            if i == 10:  # over DREAMFLOW_HOOK_MAX_LINE_BYTES: skipped and reported, the turns around it kept
                 fh.write(line("user", "u-long", over))
-    env = {"DREAMFLOW_HOOK_MAX_BYTES": str(2 << 20), "DREAMFLOW_HOOK_MAX_TURNS": "15",
+    env = {"DREAMFLOW_HOOK_MAX_BYTES": str(1 << 20), "DREAMFLOW_HOOK_MAX_TURNS": "6",
            "DREAMFLOW_HOOK_MAX_LINE_BYTES": "100000", "DREAMFLOW_HOOK_MAX_SECONDS": "60"}
     done = deliver_all(ws, transcript, env, probe=RSS_PROBE)
 
-    assert len(done) >= 4, [d.stderr for d in done]  # 6.6 MB at 2 MB per delivery
+    assert len(done) >= 4, [d.stderr for d in done]  # 3.3 MB at 1 MB per delivery
     assert sum("skipped 1 line(s) over" in d.stderr for d in done) == 1
-    assert texts(ws) == [f"prompt {i}: what about day {i}?" for i in range(40)]
-    assert texts(ws, "assistant") == [f"answer {i}" for i in range(40)]
-    assert counted(ws)["turns"] == 40
+    assert texts(ws) == [f"prompt {i}: what about day {i}?" for i in range(20)]
+    assert texts(ws, "assistant") == [f"answer {i}" for i in range(20)]
+    assert counted(ws)["turns"] == 20
     peaks = [int(d.stderr.split("maxrss")[-1]) for d in done]
     assert max(peaks) < base_rss + 30_000, (base_rss, peaks)  # kB: nothing like the transcript's size
 
