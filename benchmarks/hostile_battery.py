@@ -294,7 +294,8 @@ def _transcript(path: Path, mb: int, shape: str) -> int:
     prompts = 0
     with path.open("w") as fh:
         while fh.tell() < mb << 20:
-            fh.write(record("user", f"u-{prompts}", f"prompt {prompts} " + "words " * (150 if shape == "prompts" else 1)))
+            words = "words " * (150 if shape == "prompts" else 1)
+            fh.write(record("user", f"u-{prompts}", f"prompt {prompts} {words}"))
             if shape == "prompts":
                 fh.write(record("assistant", f"a-{prompts}", [{"type": "text", "text": "answer " * 120}]))
             else:
@@ -328,9 +329,9 @@ def huge_transcripts(mb: int, deliveries: int) -> dict:
                                       env=env, timeout=600)
                 said = proc.stderr.split("maxrss")[0]
                 left = int(said.split("; ")[-1].split()[0]) if "left for the next" in said else 0
-                runs.append({"s": round(time.monotonic() - started, 1),
+                turns = int(said.rsplit(" in ", 1)[-1].split()[0]) if " turn(s)" in said else said.strip()
+                runs.append({"s": round(time.monotonic() - started, 1), "turns": turns,
                              "rss_mb": round(int(proc.stderr.split("maxrss")[-1]) / 1024),
-                             "turns": int(said.rsplit(" in ", 1)[-1].split()[0]) if " turn(s)" in said else said.strip(),
                              "left_mb": round(left / (1 << 20), 1)})
                 if not left:
                     break

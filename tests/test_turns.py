@@ -110,7 +110,8 @@ def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
     def dialog() -> list[dict]:
         return [json.loads(line) for line in (ws.root / "session/dialog/s.jsonl").read_text().splitlines()]
 
-    prompt = [{"role": "user", "content": "Which tram?", "id": "u1"}, {"role": "assistant", "content": "28E", "id": "a1"}]
+    prompt = [{"role": "user", "content": "Which tram?", "id": "u1"},
+              {"role": "assistant", "content": "28E", "id": "a1"}]
     assert record(ws.root, "s", prompt, turn_id="u1")["turns"] == 1
     assert record(ws.root, "s", prompt, turn_id="u1")["appended"] == 0
     grown = record(ws.root, "s", [*prompt, {"role": "assistant", "content": "Every 10 min.", "id": "a2"}], turn_id="u1")
