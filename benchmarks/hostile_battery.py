@@ -2,7 +2,7 @@
 outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/reliability.md).
 
     python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10]
-        [--close-kills 30] [--skip-mcp] [--import-gb 2]
+        [--close-kills 30] [--skip-mcp] [--import-gb 2] [--capture-mb 50] [--capture-deliveries 3]
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -24,6 +24,10 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/re
   index-stats, reindex, move back and doctor --fix through the CLI: each must exit 0 or 1 with no traceback,
   and the index must agree with the files; plus the recorded index such a kill left broken for good
   (tests/fixtures/damaged-index.tar.gz), checkpointed as the old build did: the next command must heal it.
+- capture: Claude Code transcripts of `--capture-mb` MB shaped like issue 21's 500 MB ones (one prompt and
+  answer per 2 KB, as 256k prompts in 500 MB; 500-byte records with a prompt every 1,000, as 1M tiny
+  records), delivered to `dreamflow hook claude-code` (real subprocesses, default limits) up to
+  `--capture-deliveries` times: peak RSS and seconds per delivery, turns taken, duplicates, bytes left.
 """
 
 from __future__ import annotations
@@ -446,6 +450,63 @@ def import_hostile(gb: float) -> dict:
                                                    str(src / "resource/huge.bin")])
         out["copy_step_with_cap_raised"] = {"exit": status, "answer": answer.strip(), "peak_rss_mb": rss,
                                             "time": took, "bytes": os.stat(ws / "resource/huge.bin").st_size}
+def _transcript(path: Path, mb: int, shape: str) -> int:
+    """Write a Claude Code transcript of about `mb` MB; returns its prompts."""
+    def record(kind: str, uuid: str, content) -> str:
+        message = {"role": kind, "content": content}
+        if kind == "assistant":
+            message.update(model="claude-opus-4-5-20251101", id=f"msg_{uuid}", type="message")
+        return json.dumps({"parentUuid": None, "isSidechain": False, "sessionId": "battery", "type": kind,
+                           "uuid": uuid, "timestamp": "2024-05-09T10:00:00.000Z", "message": message}) + "\n"
+
+    prompts = 0
+    with path.open("w") as fh:
+        while fh.tell() < mb << 20:
+            words = "words " * (150 if shape == "prompts" else 1)
+            fh.write(record("user", f"u-{prompts}", f"prompt {prompts} {words}"))
+            if shape == "prompts":
+                fh.write(record("assistant", f"a-{prompts}", [{"type": "text", "text": "answer " * 120}]))
+            else:
+                fh.writelines(json.dumps({"type": "progress", "uuid": f"p-{prompts}-{n}", "pad": "." * 420}) + "\n"
+                              for n in range(1000))
+            prompts += 1
+    return prompts
+
+
+
+
+def huge_transcripts(mb: int, deliveries: int) -> dict:
+    """Each shape's deliveries: `{shape: {prompts, deliveries: [{s, rss_mb, turns, left_mb}], duplicates}}`."""
+    import subprocess
+
+    from cli_probe import RSS_PROBE
+
+    out = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DREAMFLOW_EMBEDDER": "none"}
+    for shape in ("prompts", "tiny"):
+        with tempfile.TemporaryDirectory(prefix="dreamflow-capture-") as tmp:
+            transcript = Path(tmp) / "battery.jsonl"
+            prompts = _transcript(transcript, mb, shape)
+            payload = json.dumps({"session_id": "battery", "transcript_path": str(transcript),
+                                  "hook_event_name": "Stop"})
+            runs = []
+            for _ in range(deliveries):
+                started = time.monotonic()
+                proc = subprocess.run([sys.executable, "-c", RSS_PROBE, "--workspace", f"{tmp}/ws", "hook",
+                                       "claude-code", "--verbose"], input=payload, capture_output=True, text=True,
+                                      env=env, timeout=600)
+                said = proc.stderr.split("maxrss")[0]
+                left = int(said.split("; ")[-1].split()[0]) if "left for the next" in said else 0
+                turns = int(said.rsplit(" in ", 1)[-1].split()[0]) if " turn(s)" in said else said.strip()
+                runs.append({"s": round(time.monotonic() - started, 1), "turns": turns,
+                             "rss_mb": round(int(proc.stderr.split("maxrss")[-1]) / 1024),
+                             "left_mb": round(left / (1 << 20), 1)})
+                if not left:
+                    break
+            dialog = Path(tmp) / "ws/session/dialog/battery.jsonl"
+            users = [json.loads(line)["content"] for line in dialog.read_text().splitlines()
+                     if '"role": "user"' in line] if dialog.exists() else []
+            out[shape] = {"mb": mb, "prompts": prompts, "deliveries": runs, "duplicates": len(users) - len(set(users))}
     return out
 
 
@@ -458,6 +519,8 @@ def main() -> None:
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
+    parser.add_argument("--capture-mb", type=int, default=50)
+    parser.add_argument("--capture-deliveries", type=int, default=3)
     args = parser.parse_args()
     surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
     if not args.skip_mcp:
@@ -483,6 +546,9 @@ def main() -> None:
     if args.import_gb:
         print(f"import-reme of a hostile folder with a {args.import_gb:g} GB sparse file:",
               import_hostile(args.import_gb))
+    if args.capture_mb:
+        for shape, result in huge_transcripts(args.capture_mb, args.capture_deliveries).items():
+            print(f"huge Claude Code transcript ({shape}):", result)
 
 
 if __name__ == "__main__":
