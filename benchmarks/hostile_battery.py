@@ -411,8 +411,6 @@ def race(lines: int) -> dict:
 
 def _peak_rss_mb(cmd: list[str]) -> tuple[int, int, str, str]:
     """(exit status, peak RSS in MB, seconds taken, stdout) of `cmd` run to the end (its own rusage: wait4)."""
-    import subprocess
-
     started = time.monotonic()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}) as proc:
         out = proc.stdout.read().decode("utf-8", "replace")
