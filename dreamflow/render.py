@@ -166,6 +166,8 @@ def show_change(result: dict) -> None:
     elif result.get("source"):
         line = Text("uploaded ") + Text(result["path"], style="cyan")
     out.print(line + Text(f" ({facts})" if facts else "", style="dim"))
+    if result.get("note"):
+        out.print(Text(result["note"], style="dim"))
 
 
 def show_delete(result: dict) -> None:
