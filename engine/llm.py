@@ -293,7 +293,8 @@ class LLM:
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 400; 422 (e.g. TGI)
                 raise LLMRejected(f"LLM call rejected ({self.where}): {exc}") from None
             except openai.OpenAIError as exc:
-                raise LLMError(f"LLM call failed ({self.where}): {exc}{_what_to_check(exc)}") from None
+                raise LLMError(f"LLM call failed ({self.where}): {str(exc).rstrip('.')}{_what_to_check(exc)}") \
+                    from None
             except ValueError as exc:  # a body that is not JSON
                 raise LLMError(f"LLM returned an unreadable response ({self.where}): {exc}") from None
             finally:
