@@ -23,13 +23,13 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
 
     deployment = DEPLOYMENTS[flow]
     run = run_deployment(
-        name=deployment.full_name,
+        name=deployment.launch_name,
         parameters=parameters or {},
         timeout=0,
         as_subflow=False,
         idempotency_key=idempotency_key,
     )
-    return {"id": str(run.id), "name": run.name, "deployment": deployment.full_name,
+    return {"id": str(run.id), "name": run.name, "deployment": deployment.launch_name,
             "state": run.state.name if run.state else None, "ui_url": run_url(str(run.id))}
 
 
@@ -174,7 +174,8 @@ def flush_events(timeout: float = 5.0) -> None:
 
 
 def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10) -> list[dict]:
-    """Runs of `flow`'s deployment, newest first: `{id, name, deployment, state, parameters, ..._time}`.
+    """Runs of `flow`'s deployments (scheduled and manual), newest first: `{id, name, deployment, state,
+    parameters, ..._time}`.
 
     `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
     filters by state type (e.g. ["COMPLETED", "FAILED"]).
@@ -199,14 +200,16 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
     if states:
         run_filter.state = FlowRunFilterState(type=FlowRunFilterStateType(any_=states))
     with get_client(sync_client=True) as client:
+        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.name])),
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(
+                any_=[name.split("/", 1)[1] for name in deployment.full_names])),
             flow_run_filter=run_filter,
             sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
             limit=limit,
         )
-    return [_summary(r, deployment.full_name) for r in found]
+    return [_summary(r, names.get(r.deployment_id, deployment.full_name)) for r in found]
 
 
 def _deployment_names(client) -> dict:
@@ -214,9 +217,9 @@ def _deployment_names(client) -> dict:
     from prefect.exceptions import ObjectNotFound
 
     names = {}
-    for d in DEPLOYMENTS.values():
+    for name in (name for d in DEPLOYMENTS.values() for name in d.full_names):
         try:
-            names[client.read_deployment_by_name(d.full_name).id] = d.full_name
+            names[client.read_deployment_by_name(name).id] = name
         except ObjectNotFound:
             continue
     return names

@@ -3,7 +3,9 @@
 | deployment               | starts when                                                                  |
 |--------------------------|------------------------------------------------------------------------------|
 | auto-dream/nightly       | cron `DREAMFLOW_DREAM_CRON` (default 03:00) in `DREAMFLOW_TIMEZONE` / local   |
+| auto-dream/manual        | by hand (CLI `dreamflow dream`, UI, API `/flows/auto_dream`, MCP `dream`)     |
 | optimize/nightly         | cron `DREAMFLOW_OPTIMIZE_CRON` (default 04:30), same timezone                 |
+| optimize/manual          | by hand (CLI `dreamflow optimize` with the service running, UI, API)          |
 | auto-memory/turns        | launched by the service's turn counter every N turns of a session, or compact |
 | auto-resource/on-change  | event `dreamflow.resource.changed` (one per file write, debounced by watcher) |
 | proactive/manual         | by hand (UI, API `/flows/proactive`)                                          |
@@ -15,7 +17,8 @@
 | archive/manual           | by hand                                                                      |
 
 Every deployment can also be run by hand from the UI with parameters; with the service running, the CLI's
-job commands start runs of these deployments too (dreamflow/job_runs.py). Entrypoints are module paths
+job commands start runs of these deployments too (dreamflow/job_runs.py): of the `manual` deployment of a
+scheduled flow, so the UI never labels a run started by hand "nightly". Entrypoints are module paths
 (`flows.auto_dream.auto_dream`), so they do not depend on the folder the service was started from.
 `prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (docs/service.md,
 "Workers instead of the built-in runner").
@@ -47,10 +50,21 @@ class Deployment:
     name: str
     description: str
     needs_llm: bool = False  # the flow calls the LLM (it stops at once without DREAMFLOW_LLM_*)
+    manual: bool = False  # also served as `<flow_name>/manual`, unscheduled: what runs started by hand use
 
     @property
     def full_name(self) -> str:
         return f"{self.flow_name}/{self.name}"
+
+    @property
+    def launch_name(self) -> str:
+        """The deployment a run started by hand (CLI, API, MCP) is a run of."""
+        return f"{self.flow_name}/manual" if self.manual else self.full_name
+
+    @property
+    def full_names(self) -> tuple[str, ...]:
+        """Every deployment served for this flow."""
+        return (self.full_name, self.launch_name) if self.manual else (self.full_name,)
 
     @property
     def entrypoint(self) -> str:
@@ -63,9 +77,9 @@ DEPLOYMENTS: dict[str, Deployment] = {
     for d in (
         Deployment("auto_dream", "flows.auto_dream", "auto-dream", "nightly",
                    "Consolidate recent daily cards into digest nodes and pick tomorrow's topics (nightly).",
-                   needs_llm=True),
+                   needs_llm=True, manual=True),
         Deployment("optimize", "flows.maintenance", "optimize", "nightly",
-                   "Index maintenance: compact the DuckDB index (nightly)."),
+                   "Index maintenance: compact the DuckDB index (nightly).", manual=True),
         Deployment("auto_memory", "flows.auto_memory", "auto-memory", "turns",
                    "Summarise a session's not-yet-summarised turns into its daily card (every N turns).",
                    needs_llm=True),
@@ -201,6 +215,10 @@ def build(settings: Settings | None = None) -> list:
         if flow == "auto_resource":
             kwargs["triggers"] = [resource_trigger()]
         deployments.append(load_flow(flow).to_deployment(**kwargs))
+        if d.manual:  # the same flow without its schedule, for runs started by hand
+            kwargs.pop("schedules", None)
+            kwargs.update(name="manual", description=d.description.replace("(nightly)", "(started by hand)"))
+            deployments.append(load_flow(flow).to_deployment(**kwargs))
     return deployments
 
 

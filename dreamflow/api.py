@@ -62,6 +62,7 @@ class TurnResult(BaseModel):
     pending: int = Field(description="Turns not yet handed to an auto_memory run")
     every: int = Field(description="An auto_memory run starts every this many turns")
     launched: str | None = Field(None, description="Id of the auto_memory run started by this turn")
+    ui_url: str | None = Field(None, description="That run's page in the Prefect UI")
     launch_error: str | None = None
     waiting: str | None = None
 
@@ -381,5 +382,5 @@ def _add_flow_route(app: FastAPI, service, flow: str, deployment, model: type[Ba
     ])
     app.add_api_route(
         f"/flows/{flow}", launch, methods=["POST"], response_model=FlowRun, tags=["flows"],
-        summary=f"Run {deployment.full_name}", description=deployment.description,
+        summary=f"Run {deployment.launch_name}", description=deployment.description,
     )

@@ -211,10 +211,10 @@ def _show_dict(result: dict) -> None:
 def _show_dream(summary: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import out
+    from dreamflow.render import counted, out
 
     if not summary["actions"] and not summary["failed"]:
-        out.print(Text(f"dream of {summary['date']}: {summary['scanned']} files scanned, none changed since the "
+        out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "
                        "last dream; nothing to do", style="dim"))
         return
     table = _table(f"Dream of {summary['date']}", "unit", "action", "target")
@@ -223,8 +223,9 @@ def _show_dream(summary: dict) -> None:
     for f in summary["failed"]:
         table.add_row(Text(f["name"]), Text("FAILED", style="bold red"), Text(f["error"]))
     out.print(table)
-    out.print(Text(f"{summary['scanned']} files scanned, {summary['changed']} changed, {summary['units']} units, "
-                   f"{len(summary['failed'])} failed, {summary['topics']} new topics; "
+    out.print(Text(f"{counted(summary['scanned'], 'file')} scanned, {summary['changed']} changed, "
+                   f"{counted(summary['units'], 'unit')}, {len(summary['failed'])} failed, "
+                   f"{counted(summary['topics'], 'new topic')}; "
                    + (usage_text(summary["usage"]) or "no LLM calls")))
     if summary["deferred"]:
         out.print(Text(f"left for the next run: {', '.join(summary['deferred'])}", style="dim"))

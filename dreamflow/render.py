@@ -27,6 +27,11 @@ def show(op_name: str, result: Any) -> None:
     RENDERERS.get(op_name, show_any)(result)
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 card`, `2 cards`: a count with its noun (nouns taking `s` only)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def error(message: str) -> None:
     err.print(Text("Error: ", style="bold red") + Text(message))
 
@@ -166,13 +171,15 @@ def show_change(result: dict) -> None:
     elif result.get("source"):
         line = Text("uploaded ") + Text(result["path"], style="cyan")
     out.print(line + Text(f" ({facts})" if facts else "", style="dim"))
+    if result.get("note"):
+        out.print(Text(result["note"], style="dim"))
 
 
 def show_delete(result: dict) -> None:
     files = f" ({len(result['files'])} files)" if result.get("type") == "dir" else ""
     out.print(Text("deleted ") + Text(result["path"], style="cyan") + Text(files))
     if result["inbound"]:
-        err.print(Text(f"warning: {len(result['inbound'])} link(s) still point to it:", style="yellow"))
+        err.print(Text(f"warning: {counted(len(result['inbound']), 'link')} still point to it:", style="yellow"))
         for link in result["inbound"]:
             target = f" → {link['target']}" if "target" in link else ""
             err.print(Text(f"  {link['source']}:{link.get('line')}{target}"))
@@ -181,15 +188,15 @@ def show_delete(result: dict) -> None:
 def show_move(result: dict) -> None:
     out.print(Text("moved ") + Text(result["from"], style="cyan") + Text(" → ") + Text(result["to"], style="cyan"))
     for rewritten in result["rewritten"]:
-        out.print(Text(f"  rewrote {rewritten['links']} link(s) in ") + Text(rewritten["path"], style="green"))
+        out.print(Text(f"  rewrote {counted(rewritten['links'], 'link')} in ") + Text(rewritten["path"], style="green"))
 
 
 def show_daily_reindex(result: dict) -> None:
     if result.get("changed", True):
         verb = "created " if result.get("created") else "wrote "
-        out.print(Text(verb) + Text(result["path"], style="cyan") + Text(f" ({len(result['cards'])} cards)"))
+        out.print(Text(verb) + Text(result["path"], style="cyan") + Text(f" ({counted(len(result['cards']), 'card')})"))
     elif result["cards"]:
-        out.print(Text(result["path"], style="cyan") + Text(f" is up to date ({len(result['cards'])} cards)"))
+        out.print(Text(result["path"], style="cyan") + Text(f" is up to date ({counted(len(result['cards']), 'card')})"))
     else:
         out.print(Text(f"no cards on {result['date']}: no page written"))
 

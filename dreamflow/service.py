@@ -238,6 +238,7 @@ class Service:
         self._write_service_file()
         self.say(f"Workspace   {self.ws.root}")
         self.say(f"API         {self.url}   (docs: {self.url}/docs)")
+        self.say(f"Logs        {self.home / 'logs'}   (a job run's log: in the Prefect UI)")
         self._check_install()
         self._reconcile()
         self._wait_for_prefect()
@@ -250,13 +251,15 @@ class Service:
         self.ready.set()
 
     def _check_install(self) -> None:
-        """Warn about an install that works but wastes the machine (a CUDA torch without a GPU)."""
+        """Warn about a set-up that starts but fails later (no LLM for the jobs that need one) or wastes the
+        machine (a CUDA torch without a GPU)."""
         from engine.torch_check import torch_warning
 
-        warning = torch_warning()
-        if warning:
-            self.warnings.append(warning)
-            self.say(f"WARNING: {warning}")
+        for warning in (llm_warning(self.settings, "where `dreamflow start` runs, then restart it"),
+                        torch_warning()):
+            if warning:
+                self.warnings.append(warning)
+                self.say(f"WARNING: {warning}")
 
     def supervise(self) -> None:
         """Watch the children until asked to stop; restart a crashed one or give up with a clear message."""
@@ -400,9 +403,9 @@ class Service:
         from deployments.serve import DEPLOYMENTS
 
         with get_client(sync_client=True) as client:
-            for deployment in DEPLOYMENTS.values():
+            for name in (name for deployment in DEPLOYMENTS.values() for name in deployment.full_names):
                 try:
-                    client.read_deployment_by_name(deployment.full_name)
+                    client.read_deployment_by_name(name)
                 except ObjectNotFound:
                     return False
         return True
@@ -533,11 +536,16 @@ class Service:
 
     def record_turn(self, session_id: str, messages: list[dict], compact: bool = False,
                     turn_id: str | None = None) -> dict:
-        """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""
+        """Append a turn to the session's jsonl, count it, and launch auto_memory when due (with the run's UI
+        link, as the other job commands print)."""
+        from deployments.launch import run_url
         from engine.turns import record_turn
 
-        return record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact,
-                           turn_id)
+        result = record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact,
+                             turn_id)
+        if result.get("launched"):
+            result["ui_url"] = run_url(result["launched"])
+        return result
 
     def _append_turn(self, session_id: str, messages: list[dict]) -> dict:
         from tasks.dialog import append_messages
@@ -601,6 +609,7 @@ class Service:
             "turns": {"every": self.turns.every, "sessions": self.turns.sessions()},
             "usage": usage.summary(str(self.ws.root)),
             "warnings": self.warnings,
+            "logs": str(self.home / "logs"),
         }
         if self.backfiller is not None:
             from engine import semantic
@@ -615,6 +624,18 @@ class Service:
             except Exception as exc:  # status must answer even when Prefect does not
                 status["prefect_error"] = f"{type(exc).__name__}: {exc}"
         return status
+
+
+def llm_warning(settings: Settings, where: str) -> str | None:
+    """What `start` and `status` say when no LLM is configured: which jobs need one and what to set `where`."""
+    if settings.llm_configured:
+        return None
+    from deployments.serve import DEPLOYMENTS
+
+    jobs = ", ".join(d.flow_name for d in DEPLOYMENTS.values() if d.needs_llm)
+    return (f"no LLM configured: {jobs} need one and fail until DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL "
+            f"(and DREAMFLOW_LLM_API_KEY if the endpoint wants a key) are set {where}; files, search and the "
+            "index work without it")
 
 
 def start(options: Options) -> int:
@@ -731,6 +752,7 @@ def current_status(workspace: Path) -> dict:
         return {"running": True, **remote.status()}
     memory = local_memory(workspace)
     dream = checkpoints.load(memory.ws, "dream").get("last_run")  # what the last dream recorded (any process)
+    warning = llm_warning(Settings(), "in this shell (jobs run here without the service)")
     return {
         "running": False,
         "service": {"workspace": str(memory.ws.root)},
@@ -739,6 +761,8 @@ def current_status(workspace: Path) -> dict:
         "index": memory.index_stats(),
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
         "usage": usage.summary(str(memory.ws.root)),
+        "warnings": [warning] if warning else [],
+        "logs": str(dreamflow_home() / "logs"),
     }
 
 
@@ -762,6 +786,9 @@ def format_status(status: dict, verbose: bool = False) -> str:
                              + (f", pid {child['pid']}, log {child['log']}" if verbose or trouble else ""))
     for warning in status.get("warnings", []):
         lines.append(f"Warning     {warning}")
+    if status.get("logs"):
+        lines.append(f"Logs        {status['logs']}" + ("   (a job run's log: in the Prefect UI)"
+                                                          if status.get("running") else ""))
     if verbose:
         lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
     else:
@@ -816,6 +843,8 @@ def format_turn(result: dict) -> str:
             f"(turn {result['turns']}; {result['pending']} waiting, auto_memory every {result['every']})")
     if result.get("launched"):
         text += f"\nauto_memory run started: {result['launched']}"
+        if result.get("ui_url"):
+            text += f"\nfollow it in the Prefect UI: {result['ui_url']}"
     if result.get("launch_error"):
         text += f"\nauto_memory could not start ({result['launch_error']}); the next turn retries"
     if result.get("waiting"):

@@ -288,19 +288,25 @@ class LLM:
             try:
                 response = self._client.chat.completions.create(**kwargs)
             except openai.APITimeoutError as exc:
-                raise LLMError(f"LLM call timed out ({self.model}, DREAMFLOW_LLM_TIMEOUT="
+                raise LLMError(f"LLM call timed out ({self.where}, DREAMFLOW_LLM_TIMEOUT="
                                f"{self.settings.llm_timeout:g} s): {exc}") from None
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # 400; 422 (e.g. TGI)
-                raise LLMRejected(f"LLM call rejected ({self.model}): {exc}") from None
+                raise LLMRejected(f"LLM call rejected ({self.where}): {exc}") from None
             except openai.OpenAIError as exc:
-                raise LLMError(f"LLM call failed ({self.model}): {exc}") from None
+                raise LLMError(f"LLM call failed ({self.where}): {str(exc).rstrip('.')}{_what_to_check(exc)}") \
+                    from None
             except ValueError as exc:  # a body that is not JSON
-                raise LLMError(f"LLM returned an unreadable response ({self.model}): {exc}") from None
+                raise LLMError(f"LLM returned an unreadable response ({self.where}): {exc}") from None
             finally:
                 self.usage.record(kind, time.perf_counter() - started, getattr(response, "usage", None))
         if not response.choices:
-            raise LLMError(f"LLM returned no choices ({self.model})")
+            raise LLMError(f"LLM returned no choices ({self.where})")
         return response.choices[0]
+
+    @property
+    def where(self) -> str:
+        """`model M at URL`: what an error names, so the reader knows which endpoint failed."""
+        return f"model {self.model} at {self.settings.llm_base_url}"
 
     def _request(self, messages, tools, response_format) -> dict:
         s = self.settings
@@ -311,6 +317,19 @@ class LLM:
         if s.llm_repeat_penalty is not None:  # llama.cpp's name; not an OpenAI parameter
             kwargs["extra_body"] = {"repeat_penalty": s.llm_repeat_penalty}
         return kwargs
+
+
+def _what_to_check(exc: Exception) -> str:
+    """The setting to look at for a failed call: '' when the error says it all (a 5xx, an answer cut off)."""
+    if isinstance(exc, openai.APIConnectionError):
+        return ("; check that the LLM server runs and that DREAMFLOW_LLM_BASE_URL is its OpenAI-compatible "
+                "address (usually ending in /v1)")
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return "; check DREAMFLOW_LLM_API_KEY"
+    if isinstance(exc, openai.NotFoundError):
+        return ("; check DREAMFLOW_LLM_MODEL (a model the server serves) and that DREAMFLOW_LLM_BASE_URL ends "
+                "where its API starts (usually /v1)")
+    return ""
 
 
 def _run_calls(message, calls, toolbox: Toolbox) -> list[dict]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.settings import dreamflow_home
-from storage.errors import JobFailed
+from storage.errors import DreamflowError
 
 AUTH_USER = "dreamflow"  # user part of the Prefect server's basic-auth string when DREAMFLOW_API_TOKEN is set
 
@@ -47,19 +47,27 @@ def configure() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     logging.getLogger("EventsWorker").setLevel(logging.ERROR)
-    runs = logging.getLogger("prefect.flow_runs")
-    if not any(isinstance(f, PlannedFailureFilter) for f in runs.filters):
-        runs.addFilter(PlannedFailureFilter())
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        runs = logging.getLogger(name)
+        if not any(isinstance(f, ExpectedFailureFilter) for f in runs.filters):
+            runs.addFilter(ExpectedFailureFilter())
 
 
-class PlannedFailureFilter(logging.Filter):
-    """Drops Prefect's "Engine execution exited with unexpected exception" (and its traceback) from a deployment
-    run that ended Failed on purpose (`JobFailed`: units failed and will be retried): the run's state message
-    says what failed, and nothing unexpected happened."""
+class ExpectedFailureFilter(logging.Filter):
+    """Keeps the run logs of an expected failure short (the UI shows them): a `DreamflowError` (the LLM
+    unreachable or its answer unusable, bad input, a missing file, units that failed and will be retried) is
+    logged as its message without a traceback, and Prefect's "Engine execution exited with unexpected
+    exception" line for it is dropped (the run's state message says what failed). Any other exception is
+    unexpected and keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, JobFailed) and record.getMessage().startswith("Engine execution exited"))
+        if not isinstance(exc, DreamflowError):
+            return True
+        if record.getMessage().startswith("Engine execution exited"):
+            return False
+        record.exc_info = record.exc_text = None
+        return True
 
 
 def auth_string(token: str) -> str:

@@ -92,12 +92,14 @@ def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress 
     deleted = [p for p in indexed if p not in on_disk]
     added = [p for p in on_disk if p not in indexed]
     doubtful = [p for p, st in on_disk.items() if p in indexed and not _same_stat(indexed[p], st)]
-    total = len(added) + len(doubtful)
-    counts = {"added": 0, "modified": 0, "deleted": len(deleted), "unchanged": len(on_disk) - len(doubtful) - len(added)}
+    total = len(on_disk)  # progress counts every file, so it ends where added + modified + unchanged does
+    done = total - len(doubtful) - len(added)  # settled by their stat alone
+    counts = {"added": 0, "modified": 0, "deleted": len(deleted), "unchanged": done}
+    if progress:
+        progress(done, total)
     with _transaction(con):
         _delete_paths(con, deleted)
         touched = []
-        done = 0
         for batch in _batches(added + doubtful, BATCH_FILES):
             items = []
             for rel in batch:
@@ -115,8 +117,6 @@ def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress 
                 progress(done, total)
         _touch(con, touched)
     compact(con)
-    if progress and not total:
-        progress(0, 0)
     counts["skipped"] = len(special)
     counts["special_files"] = special
     return counts

@@ -1,9 +1,12 @@
 """The Markdown model: frontmatter, wikilinks, link rewriting, and `parse_file` (bytes -> ParsedFile).
 
-Frontmatter is a YAML block between a first line `---` and a closing `---` (or `...`) line, loaded with
-`storage.yaml_load` (PyYAML's C SafeLoader, bounded: an alias bomb is malformed frontmatter, a value that
-cannot be constructed such as `date: 2024-13-45` is kept as text and reported). Keys `name`, `description`,
-`tags` and `date` are recognised; every key is kept, in order, and `render_frontmatter` writes them back.
+Frontmatter is a YAML block between a first line `---` and a closing `---` (or `...`) line. python-frontmatter's
+YAML handler splits and writes it, configured with these fences and loading through `storage.yaml_load`
+(PyYAML's C SafeLoader, bounded: an alias bomb is malformed frontmatter, a value that cannot be constructed
+such as `date: 2024-13-45` is kept as text and reported) instead of its default loader, which expands aliases
+without bound. Its `frontmatter.parse` is not used: it strips the text and the body, which would change a
+file's body on every frontmatter update. Keys `name`, `description`, `tags` and `date` are recognised; every
+key is kept, in order, and `render_frontmatter` writes them back.
 
 Wikilinks: `[[target]]`, `[[target|alias]]` (`[[target\\|alias]]` inside tables), `[[target#anchor]]`,
 `![[embed]]`. The target is the literal workspace-relative path as written (trimmed; no `.md` appended, no
@@ -32,6 +35,7 @@ from pathlib import PurePosixPath
 from typing import Any, Callable
 
 import yaml
+from frontmatter.default_handlers import YAMLHandler
 
 from storage.chunking import Outline, chunk_jsonl, chunk_markdown, chunk_text, parse_blocks, split_lines
 from storage.model import Link, ParsedFile
@@ -41,8 +45,7 @@ MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 BINARY_SNIFF_BYTES = 8192
 
-_FENCE_OPEN = re.compile(r"---[ \t]*\r?(?:\n|$)")
-_FENCE_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)
+_FENCE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE)  # a fence line; the block opens with `---`
 _WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
 _FIELD = re.compile(r"(\w[\w-]*)\*{0,2}::(?!:)")
 _BACKTICKS = re.compile(r"`+")
@@ -87,18 +90,42 @@ class Frontmatter:
     value_errors: list[str] = field(default_factory=list)
 
 
+class BoundedYAMLHandler(YAMLHandler):
+    """python-frontmatter's YAML handler with Dreamflow's fences (a fence line is exactly `---`, or `...` to
+    close, so blank lines after it stay in the body) and the bounded loader: `frontmatter.loads(text,
+    handler=FRONTMATTER)` is as safe on hostile files as `split_frontmatter`."""
+
+    def detect(self, text: str) -> bool:
+        return text.startswith("---") and super().detect(text)
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(raw YAML, body), each without the newline ending the fence line before it; ValueError when the
+        block is not closed."""
+        raw, body = super().split(text)
+        return raw.removeprefix("\n"), body.removeprefix("\n")
+
+    def load(self, fm: str, **kwargs: Any) -> Any:
+        """The YAML between the fences, bounded (`storage.yaml_load.load`; `_load_yaml` also takes its
+        report of values kept as text)."""
+        return load_yaml(fm, first_line=2)[0]
+
+    def export(self, metadata: dict[str, Any], **kwargs: Any) -> str:
+        return super().export(metadata, Dumper=_Dumper, sort_keys=False, width=1 << 20, **kwargs)
+
+
+FRONTMATTER = BoundedYAMLHandler(fm_boundary=_FENCE)
+
+
 def _find_block(text: str) -> tuple[str, int, int] | None:
     """(raw YAML, closing fence line, offset of the body) of a leading frontmatter block, if any."""
     start = 1 if text.startswith("\ufeff") else 0
-    opening = _FENCE_OPEN.match(text, start)
-    if not opening:
+    if not FRONTMATTER.detect(text[start:]):
         return None
-    closing = _FENCE_CLOSE.search(text, opening.end())
-    if not closing:
+    try:
+        raw, body = FRONTMATTER.split(text[start:])
+    except ValueError:  # no closing fence: no block
         return None
-    raw = text[opening.end() : closing.start()]
-    body_at = closing.end() + (1 if text.startswith("\n", closing.end()) else 0)
-    return raw, raw.count("\n") + 2, body_at
+    return raw, raw.count("\n") + 2, len(text) - len(body)
 
 
 def _load_yaml(raw: str) -> tuple[dict[str, Any], str | None, list[str]]:
@@ -139,8 +166,7 @@ def render_frontmatter(meta: dict[str, Any], body: str) -> str:
     if not meta:
         return body
     try:
-        block = yaml.dump(meta, Dumper=_Dumper, default_flow_style=False, allow_unicode=True, sort_keys=False,
-                          width=1 << 20).strip()
+        block = FRONTMATTER.export(meta)
     except yaml.YAMLError as exc:
         raise ValueError(f"frontmatter cannot be written as YAML: {exc}") from exc
     return f"---\n{block}\n---\n{body}"

@@ -702,13 +702,13 @@ class Memory:
         rel = self._file(path, creating=True)
         _check_text(content=content, name=name, description=description)
         _check_mapping(metadata)
+        ignored = []
         if file_kind(rel) == "markdown":
             compose = self._with_frontmatter(rel, content, name, description, metadata)
-        elif any(v not in (None, "", {}) for v in (name, description, metadata)):
-            raise InvalidInput(f"{rel} is not Markdown: name, description and metadata (frontmatter) apply to .md "
-                               "files only; other files are written verbatim")
-        else:
-            compose = lambda existing: content or ""  # noqa: E731  other files: the content as given
+        else:  # other files: the content as given; frontmatter arguments are ignored and said so (as ReMe does)
+            ignored = [k for k, v in (("name", name), ("description", description), ("metadata", metadata))
+                       if v not in (None, "", {})]
+            compose = lambda existing: content or ""  # noqa: E731
         existed = False
 
         def change(text: str | None) -> str:
@@ -721,8 +721,13 @@ class Memory:
             return compose(text)
 
         text, digest = self._rewrite(rel, change, expected_hash, missing_ok=True)
-        return {"path": rel, "created": not existed, "lines": _line_count(text), "bytes": len(text.encode()),
-                "hash": digest}
+        result = {"path": rel, "created": not existed, "lines": _line_count(text), "bytes": len(text.encode()),
+                  "hash": digest}
+        if ignored:
+            result["ignored"] = ignored
+            result["note"] = (f"{' and '.join(ignored)} ignored: {rel} is not Markdown, so it has no frontmatter; "
+                              "the content was written verbatim")
+        return result
 
     def _with_frontmatter(self, rel, content, name, description, metadata) -> Callable[[str | None], str]:
         """How `write` builds a Markdown file from the existing text (None: new file): the given frontmatter

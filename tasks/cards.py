@@ -214,11 +214,14 @@ def _checkpointed_card(memory, seen: dict, link: str) -> str | None:
 
 @task(cache_policy=NO_CACHE)
 def remove_resource_card(workspace: str, path: str, date: str) -> dict:
-    """Delete the card of a deleted resource (found by `source_resource`), if there is one."""
+    """Delete the card of a deleted resource (found by `source_resource`), if there is one. A path that is
+    neither a file nor a resource ever carded is not found (a typo, not a deletion)."""
     memory = memory_of(workspace)
-    seen = checkpoints.load(metadata_of(workspace), "resources").get(path, {})
+    seen = checkpoints.load(metadata_of(workspace), "resources").get(path)
     link = f"[[{path}]]"
-    card = find_card(memory, f"daily/{date}", "source_resource", link) or _checkpointed_card(memory, seen, link)
+    card = find_card(memory, f"daily/{date}", "source_resource", link) or _checkpointed_card(memory, seen or {}, link)
+    if card is None and seen is None:
+        raise NotFound(f"{path} not found, and no card was ever made of it")
     if card is None:
         return {"path": None, "action": "none"}
     memory.delete(card)

@@ -275,3 +275,12 @@ def test_status_without_the_service_shows_the_last_dream(ws):
 def test_job_counts_are_bounded_like_the_operations_counts(ws, command):
     bad = run(ws, *command)  # a usage error, before the LLM check (no LLM is configured here either)
     assert bad.returncode == 2 and "is not a count from 0 to 1,000,000,000" in bad.stderr, bad.stderr
+
+
+def test_counts_in_messages_agree_with_their_number(ws):
+    from dreamflow.render import counted
+
+    assert (counted(1, "card"), counted(0, "card"), counted(2, "new topic")) == ("1 card", "0 cards", "2 new topics")
+    ok(ws, "write", "daily/2024-05-08/a.md", "--content", "# A", "--name", "A")
+    assert "(1 card)" in ok(ws, "daily-reindex", "2024-05-08").stdout
+    assert "(1 card)" in ok(ws, "daily-reindex", "2024-05-08").stdout  # up to date

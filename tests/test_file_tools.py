@@ -99,9 +99,13 @@ def test_invalid_names_are_refused_over_http(served):
 # ---- 3. Markdown-only operations refuse other files --------------------------------------------------------
 
 def test_non_markdown_files_get_no_frontmatter_on_the_cli(root):
-    proc = run(root, "write", "resource/notes.txt", "--content", "plain", "--name", "N", "--json")
-    assert proc.returncode == 2 and "not Markdown" in error_of(proc)["message"]
-    assert not (root / "resource" / "notes.txt").exists()
+    # as ReMe does: the content is written verbatim and the answer says name/description were ignored
+    result = as_json(root, "write", "resource/notes.txt", "--content", "plain", "--name", "N",
+                     "--description", "D")
+    assert result["ignored"] == ["name", "description"] and "not Markdown" in result["note"]
+    assert (root / "resource" / "notes.txt").read_text() == "plain"
+    proc = run(root, "create", "resource/more.txt", "--content", "x", "--name", "N")
+    assert proc.returncode == 0 and "name ignored: resource/more.txt is not Markdown" in proc.stdout
     as_json(root, "write", "resource/notes.txt", "--content", "---\nkey: verbatim\n---\nplain")
     assert (root / "resource" / "notes.txt").read_text() == "---\nkey: verbatim\n---\nplain"
     before = (root / "resource" / "notes.txt").read_bytes()
@@ -123,9 +127,9 @@ def test_non_markdown_files_get_no_frontmatter_over_http(served):
     remote.write("resource/data.csv", "a,b\n1,2\n")
     status, body = server.raw("POST", "/ops/frontmatter_update", {"path": "resource/data.csv", "metadata": {"k": 1}})
     assert status == 400 and "not markdown" in body["error"]["message"]
-    with pytest.raises(InvalidInput):
-        remote.write("resource/data.csv", "x", metadata={"k": 1})
-    assert (mem.ws.root / "resource/data.csv").read_text() == "a,b\n1,2\n"
+    written = remote.write("resource/data.csv", "x,y\n", name="Data", metadata={"k": 1})
+    assert written["ignored"] == ["name", "metadata"] and "written verbatim" in written["note"]
+    assert (mem.ws.root / "resource/data.csv").read_text() == "x,y\n"
 
 
 # ---- 4. edit works on the body only --------------------------------------------------------------------------

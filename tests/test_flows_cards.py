@@ -1,6 +1,7 @@
 """auto_memory, auto_resource, proactive and the maintenance flows: real Prefect runs, scripted LLM server."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from flows.proactive import proactive
 from llm_server import Reply, json_reply, tool_reply
 from storage import vectors
 from storage.db import IndexDB
+from engine.llm import LLMError
 from storage.errors import InvalidInput
 from storage.memory import Memory
 from tasks import checkpoints, dialog, usage
@@ -144,6 +146,45 @@ def test_auto_resource_skips_binary_and_refuses_other_folders(prefect_harness, l
     assert "not a text resource" in auto_resource(path="resource/photo.jpg", workspace=str(ws.root))["skipped"]
     with pytest.raises(InvalidInput, match="not a resource"):
         auto_resource(path="daily/x.md", workspace=str(ws.root))
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(self, record):
+        self.lines.append(self.format(record))
+
+
+def test_an_unreachable_llm_fails_the_run_with_a_short_message_naming_the_endpoint(prefect_harness, llm, ws,
+                                                                                    monkeypatch):
+    from service_harness import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", dead)
+    ws.write_text(f"resource/{DAY}/x.md", "# X\n")
+    records = _Records()
+    loggers = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
+    for logger in loggers:
+        logger.addHandler(records)
+    try:
+        state = auto_resource(path=f"resource/{DAY}/x.md", workspace=str(ws.root), return_state=True)
+        try:
+            raise KeyError("a bug")
+        except KeyError:  # an unexpected error keeps its traceback
+            loggers[1].error("Task run failed with exception: KeyError('a bug')", exc_info=True)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(records)
+    error = state.result(raise_on_failure=False)
+    assert state.is_failed() and isinstance(error, LLMError)
+    assert dead in str(error) and "DREAMFLOW_LLM_BASE_URL" in str(error) and llm.model in str(error)
+    text = "\n".join(records.lines)
+    expected, unexpected = text.split("KeyError('a bug')", 1)
+    assert "Task run failed" in expected and dead in expected and "Traceback" not in expected, expected
+    assert "Traceback" in unexpected and "a bug" in unexpected
 
 
 # ---- proactive and maintenance ------------------------------------------------------------------------------

@@ -46,3 +46,10 @@ def test_proactive_command_runs_without_prefect(ws):
     result = run(ws, "proactive", "--date", DAY, "--json")
     assert json.loads(result.output)["topics"][0]["title"] == "Piano recital"
     assert "no topics" in run(ws, "proactive", "--date", "2024-05-09").output
+
+
+def test_auto_resource_of_a_missing_path_is_not_found(prefect_harness, llm, ws):
+    result = run(ws, "auto-resource", "resource/no-such-file.md")
+    assert result.exit_code == 3, result.output
+    assert "resource/no-such-file.md not found" in result.output and "action" not in result.output
+    assert llm.requests == []

@@ -150,7 +150,7 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
         dream = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "dream", "--json"], env=env,
                                capture_output=True, text=True, timeout=180)
         assert dream.returncode == 0, dream.stdout + dream.stderr
-        runs = [r for r in svc.flow_runs("auto-dream/nightly") if r["state_type"] != "SCHEDULED"]
+        runs = [r for r in svc.flow_runs("auto-dream/manual") if r["state_type"] != "SCHEDULED"]
         assert [r["state_type"] for r in runs] == ["COMPLETED"]  # the CLI's run, in the service's server
         env.pop("DREAMFLOW_API_TOKEN")
         refused = subprocess.run([DREAMFLOW, "--workspace", str(svc.workspace), "dream", "--json"], env=env,

@@ -99,6 +99,21 @@ def test_reconcile_picks_up_changes_made_behind_the_index(ws):
                                               "special_files": []}
 
 
+def test_reconcile_progress_counts_the_files_its_answer_counts(ws):
+    for name in ("a", "b", "c", "d"):
+        write_note(ws, f"daily/2024-01-02/{name}.md", name, f"{name} words")
+        os.utime(ws.root / f"daily/2024-01-02/{name}.md", (time.time() - 60,) * 2)  # outside the racy window
+    db = IndexDB(ws)
+    with db.session():
+        pass
+    for name in ("a", "b", "c"):  # mtime moves, content does not: 3 files to look at, all 4 unchanged
+        os.utime(ws.root / f"daily/2024-01-02/{name}.md", (time.time() - 30,) * 2)
+    seen = []
+    with db.session() as con:
+        counts = index.reconcile(con, ws, progress=lambda done, total: seen.append((done, total)))
+    assert counts["unchanged"] == 4 and seen[0] == (1, 4) and seen[-1] == (4, 4), seen
+
+
 def test_binary_and_malformed_files_never_stop_indexing(ws):
     ws.write_bytes("resource/photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00binary")
     ws.write_text("digest/wiki/bad.md", "---\nname: [unclosed\n---\nthe ocelot survives bad yaml\n")

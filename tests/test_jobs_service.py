@@ -67,14 +67,14 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     # a planned failure: summary printed, Failed run, the documented exit code (not 1, not a traceback)
     assert dream.returncode == 9, dream.stdout + dream.stderr
     assert "FAILED" in dream.stdout and "1 failed" in dream.stdout and "digest/personal/ana-in-oslo.md" in dream.stdout
-    assert "Oslo move: CREATE" in dream.stderr and "auto-dream/nightly: Failed" in dream.stderr  # streamed
+    assert "Oslo move: CREATE" in dream.stderr and "auto-dream/manual: Failed" in dream.stderr  # streamed
     assert "Traceback" not in dream.stderr and "unexpected exception" not in dream.stderr
-    run = run_by(svc, "auto-dream/nightly", date=day)
+    run = run_by(svc, "auto-dream/manual", date=day)
     assert run["state_type"] == "FAILED" and run["state"]["message"].startswith("1 of 2 units failed")
     assert run["parameters"]["workspace"] == str(svc.workspace) and run["parameters"]["scan_days"] == 1
     assert len(llm_calls(llm_server, before)) == 3  # extraction + two units: the service's LLM, not the shell's
     status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
-    assert status["deployment"] == "auto-dream/nightly" and status["state_type"] == "FAILED"
+    assert status["deployment"] == "auto-dream/manual" and status["state_type"] == "FAILED"
     assert status["summary"]["failed"][0]["name"] == "Kayak" and status["ui_url"].endswith(run["id"])
 
     llm_server.on("Unit: Kayak\n", json_reply({"action": "CREATE", "name": "Sea kayak", "content": "Ana kayaks."}))

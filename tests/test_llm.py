@@ -76,6 +76,18 @@ def test_http_error_is_an_llm_error(llm):
         client().chat([{"role": "user", "content": "x"}])
 
 
+def test_a_failed_call_names_the_endpoint_and_what_to_check(llm, monkeypatch):
+    from service_harness import free_port
+
+    llm.reply("no such model", status=404)
+    with pytest.raises(LLMError, match=f"model {llm.model} at {llm.base_url}.*check DREAMFLOW_LLM_MODEL"):
+        client().chat([{"role": "user", "content": "x"}])
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", dead)
+    with pytest.raises(LLMError, match=f"at {dead}.*server runs.*DREAMFLOW_LLM_BASE_URL"):
+        client().chat([{"role": "user", "content": "x"}])
+
+
 def test_broken_response_body_is_an_llm_error(llm):
     llm.reply(raw=b"{not json")
     with pytest.raises(LLMError):

@@ -367,3 +367,22 @@ def test_parse_file_never_raises_on_garbage(ws):
                 assert chunk.text.strip()
             for link in parsed.links:
                 assert 1 <= link.line <= len(lines)
+
+
+def test_python_frontmatter_splits_with_the_bounded_loader():
+    import frontmatter
+
+    from storage.markdown import FRONTMATTER
+    from storage.yaml_load import AliasBombError
+
+    post = frontmatter.loads("---\nname: A\nx_custom: {k: 1}\n---\nbody\n", handler=FRONTMATTER)
+    assert post.metadata == {"name": "A", "x_custom": {"k": 1}} and post.content == "body"
+    layers = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)]
+    bomb = "---\n" + "\n".join(layers) + "\n---\nbody\n"
+    with pytest.raises(AliasBombError):
+        frontmatter.loads(bomb, handler=FRONTMATTER)
+    assert "alias" in split_frontmatter(bomb).error
+    # python-frontmatter's default fence (`^-{3,}\s*$`) eats a blank line after the block; this one keeps it
+    fm = split_frontmatter("---\nname: A\nunknown: 1\n---\n\n\nbody\n")
+    assert fm.meta == {"name": "A", "unknown": 1} and fm.body == "\n\nbody\n" and fm.body_line == 5

@@ -394,13 +394,13 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
 
     run, launched_in, status = anyio.run(session)
 
-    assert not run.is_error and launched_in < 10 and run.structured_content["deployment"] == "auto-dream/nightly"
+    assert not run.is_error and launched_in < 10 and run.structured_content["deployment"] == "auto-dream/manual"
     report = status.structured_content
     assert report["state_type"] == "COMPLETED", report
     assert report["parameters"]["date"] == day and day in json.dumps(report["summary"])  # report or result
     assert report["ui_url"].endswith(f"/runs/flow-run/{report['id']}")
     assert day in status.content[0].text and report["ui_url"] in status.content[0].text
-    prefect_run = next(r for r in svc.flow_runs("auto-dream/nightly") if r["id"] == report["id"])
+    prefect_run = next(r for r in svc.flow_runs("auto-dream/manual") if r["id"] == report["id"])
     assert prefect_run["state_type"] == "COMPLETED"
     assert "Ana runs a bakery" in svc.memory.read("digest/personal/ana-bakery.md", numbered=False)["content"]
 

@@ -196,6 +196,25 @@ def test_turn_cli_and_bad_input(dreamflow_service):
     assert resp.status_code == 422 and resp.json()["error"]["type"] == "InvalidInput"
 
 
+def test_turn_prints_the_ui_link_of_the_run_it_starts(dreamflow_service, llm_server):
+    svc = dreamflow_service
+    llm_server.reset()
+    llm_server.on("uilinkchat", card_reply("UI link chat"))
+    done = cli("turn", "--session-id", "ui-link-chat", "--compact", "--messages",
+               '[{"role": "user", "content": "uilinkchat"}]', workspace=svc.workspace)
+    assert done.returncode == 0, done.stderr
+    run_id = re.search(r"auto_memory run started: (\S+)", done.stdout).group(1)
+    assert f"follow it in the Prefect UI: {svc.prefect_api.removesuffix('/api')}/runs/flow-run/{run_id}" in done.stdout
+    runs = wait_for(lambda: finished(svc, "auto-memory/turns", 1, session_id="ui-link-chat"), 90, "the run")
+    assert runs[0]["state_type"] == "COMPLETED", runs
+
+
+def test_status_says_where_the_logs_are(dreamflow_service):
+    status = cli("status", workspace=dreamflow_service.workspace)
+    assert f"Logs        {dreamflow_service.home / 'logs'}" in status.stdout
+    assert "no LLM configured" not in status.stdout and "no LLM configured" not in dreamflow_service.log()
+
+
 # ---- deployments -----------------------------------------------------------------------------------------
 
 def test_nightly_deployments_exist_with_their_schedules(dreamflow_service):
@@ -210,6 +229,8 @@ def test_nightly_deployments_exist_with_their_schedules(dreamflow_service):
     assert "T03:00:00" in scheduled[0]["expected_start_time"] or local_timezone() != "UTC"
     for name in ("auto-memory/turns", "auto-resource/on-change", "proactive/manual", "reindex/manual"):
         assert svc.deployment(name)["name"] == name.split("/")[1]
+    for name in ("auto-dream/manual", "optimize/manual"):  # what runs started by hand are runs of: no schedule
+        assert svc.deployment(name)["schedules"] == [], name
 
 
 def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
@@ -274,6 +295,21 @@ def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_servic
     assert code == 0
     assert not (svc.workspace / "metadata/service.json").exists()
     assert connect(svc.workspace) is None
+
+
+def test_start_and_status_say_when_no_llm_is_configured(dreamflow_service, tmp_path):
+    svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMFLOW_LLM_")}
+        for text in (svc.log(), cli("status", env=env, workspace=svc.workspace).stdout):
+            warning = next(line for line in text.splitlines() if "no LLM configured" in line)
+            assert "auto-dream, auto-memory, auto-resource" in warning, warning
+            assert "DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL" in warning, warning
+        assert f"Logs        {svc.home / 'logs'}" in svc.log()
+    finally:
+        assert svc.stop() == 0
+    stopped = cli("status", env=env, workspace=svc.workspace).stdout
+    assert "not running" in stopped and "no LLM configured" in stopped and "in this shell" in stopped
 
 
 @pytest.fixture(scope="module")
@@ -400,9 +436,9 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
     from deployments.serve import DEPLOYMENTS
 
-    for d in DEPLOYMENTS.values():
-        deployed = svc.deployment(d.full_name)
-        assert deployed["work_pool_name"] == "dreamflow" and deployed["entrypoint"] == d.entrypoint, d.full_name
+    for name, d in ((name, d) for d in DEPLOYMENTS.values() for name in d.full_names):
+        deployed = svc.deployment(name)
+        assert deployed["work_pool_name"] == "dreamflow" and deployed["entrypoint"] == d.entrypoint, name
         assert deployed["job_variables"]["env"]["DREAMFLOW_WORKSPACE"] == str(svc.workspace)
     dream = svc.deployment("auto-dream/nightly")["schedules"][0]["schedule"]
     assert dream == {**dream, "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
