@@ -223,14 +223,11 @@ def _recover(root: str) -> None:
     Memory(root)
 
 
-def crash_trials(trials: int, seed: int) -> dict:
-    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move, temp_files
+def _killed_moves(trials: int, rng: random.Random):
+    """Yield (workspace, rewrite window) for each trial, right after a move of its target over 300 linking notes
+    was SIGKILLed mid-rewrite; the workspace is removed when the caller asks for the next one."""
+    from crash_harness import build_template, calibrate, kill_mid_move
 
-    from storage import index, journal
-
-    rng = random.Random(seed)
-    out = {"trials": trials, "mid_move": 0, "recoveries_killed": 0, "dangling_after": 0, "temps_after": 0,
-           "journal_left": 0, "notes_wrong": 0, "index_wrong": 0}
     with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
         work = Path(tmp)
         template = build_template(work / "template", linking=300)
@@ -239,24 +236,47 @@ def crash_trials(trials: int, seed: int) -> dict:
             root = work / f"trial-{n}"
             shutil.copytree(template, root)
             kill_mid_move(root, window, rng)
-            out["mid_move"] += dangling(root) > 0
-            for _ in range(rng.randint(1, 3)):
-                child = multiprocessing.get_context("fork").Process(target=_recover, args=(str(root),))
-                child.start()
-                time.sleep(rng.uniform(0, window * 1.5))
-                if child.is_alive():
-                    os.kill(child.pid, signal.SIGKILL)
-                    out["recoveries_killed"] += 1
-                child.join()
-            mem = Memory(root)
-            out["dangling_after"] += dangling(root) > 0
-            out["temps_after"] += bool(temp_files(root))
-            out["journal_left"] += bool(journal.entries(mem.ws))
-            notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
-            out["notes_wrong"] += any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes)
-            with mem.db.session() as con:
-                out["index_wrong"] += len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC))
+            yield root, window
             shutil.rmtree(root)
+
+
+def _notes_and_index_wrong(root: Path, mem: Memory) -> tuple[bool, bool]:
+    """Whether the 300 notes or the index still disagree with a finished move of SRC to DST."""
+    from crash_harness import DST, SRC
+
+    from storage import index
+
+    notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
+    with mem.db.session() as con:
+        return (any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes),
+                len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC)))
+
+
+def crash_trials(trials: int, seed: int) -> dict:
+    from crash_harness import dangling, temp_files
+
+    from storage import journal
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "mid_move": 0, "recoveries_killed": 0, "dangling_after": 0, "temps_after": 0,
+           "journal_left": 0, "notes_wrong": 0, "index_wrong": 0}
+    for root, window in _killed_moves(trials, rng):
+        out["mid_move"] += dangling(root) > 0
+        for _ in range(rng.randint(1, 3)):
+            child = multiprocessing.get_context("fork").Process(target=_recover, args=(str(root),))
+            child.start()
+            time.sleep(rng.uniform(0, window * 1.5))
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGKILL)
+                out["recoveries_killed"] += 1
+            child.join()
+        mem = Memory(root)
+        out["dangling_after"] += dangling(root) > 0
+        out["temps_after"] += bool(temp_files(root))
+        out["journal_left"] += bool(journal.entries(mem.ws))
+        notes_wrong, index_wrong = _notes_and_index_wrong(root, mem)
+        out["notes_wrong"] += notes_wrong
+        out["index_wrong"] += index_wrong
     return out
 
 
@@ -280,9 +300,9 @@ def journal_damage(trials: int, seed: int) -> dict:
     aside with one warning line; the second must say nothing."""
     import logging
 
-    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move
+    from crash_harness import SRC, dangling
 
-    from storage import index, journal
+    from storage import journal
     from storage.workspace import Workspace
 
     class Lines(logging.Handler):
@@ -298,47 +318,32 @@ def journal_damage(trials: int, seed: int) -> dict:
            "quarantined": 0, "lines_first_open": 0, "lines_second_open": 0, "notes_wrong": 0, "index_wrong": 0}
     lines = Lines()
     logging.getLogger("storage").addHandler(lines)
-    with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
-        work = Path(tmp)
-        template = build_template(work / "template", linking=300)
-        window = calibrate(template, work)
-        for n in range(trials):
-            root = work / f"trial-{n}"
-            shutil.copytree(template, root)
-            kill_mid_move(root, window, rng)
-            out["mid_move"] += dangling(root) > 0
-            out["most_dangling"] = max(out["most_dangling"], dangling(root))
-            for entry in journal.entries(Workspace(root)):
-                how = _damage(entry, rng)
-                out["damage"][how] = out["damage"].get(how, 0) + 1
-            journal.begin(Workspace(root), "move", {"src": SRC})  # valid JSON, good checksum, no destination
-            lines.lines.clear()
-            mem = Memory(root)
-            out["lines_first_open"] += len(lines.lines)
-            out["dangling_after"] += dangling(root) > 0
-            out["journal_left"] += bool(journal.entries(mem.ws))
-            out["quarantined"] += len(os.listdir(root / journal.QUARANTINE))
-            notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
-            out["notes_wrong"] += any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes)
-            with mem.db.session() as con:
-                out["index_wrong"] += len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC))
-            lines.lines.clear()
-            Memory(root)
-            out["lines_second_open"] += len(lines.lines)
-            shutil.rmtree(root)
+    for root, _ in _killed_moves(trials, rng):
+        out["mid_move"] += dangling(root) > 0
+        out["most_dangling"] = max(out["most_dangling"], dangling(root))
+        for entry in journal.entries(Workspace(root)):
+            how = _damage(entry, rng)
+            out["damage"][how] = out["damage"].get(how, 0) + 1
+        journal.begin(Workspace(root), "move", {"src": SRC})  # valid JSON, good checksum, no destination
+        lines.lines.clear()
+        mem = Memory(root)
+        out["lines_first_open"] += len(lines.lines)
+        out["dangling_after"] += dangling(root) > 0
+        out["journal_left"] += bool(journal.entries(mem.ws))
+        out["quarantined"] += len(os.listdir(root / journal.QUARANTINE))
+        notes_wrong, index_wrong = _notes_and_index_wrong(root, mem)
+        out["notes_wrong"] += notes_wrong
+        out["index_wrong"] += index_wrong
+        lines.lines.clear()
+        Memory(root)
+        out["lines_second_open"] += len(lines.lines)
     logging.getLogger("storage").removeHandler(lines)
     return out
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
-    return subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), *args],
-                          env=env, capture_output=True, text=True, timeout=300)
-
-
 def close_kills(trials: int, seed: int) -> dict:
     """Moves SIGKILLed while the index closes, and the recorded broken index: what the next commands do."""
-    from crash_harness import DST, SRC, build_template, dangling, kill_during_close
+    from crash_harness import DST, SRC, build_template, cli, dangling, kill_during_close
 
     rng = random.Random(seed)
     out = {"trials": trials, "commands_failed": 0, "tracebacks": 0, "healed": 0, "disagreeing": 0}
@@ -361,7 +366,7 @@ def close_kills(trials: int, seed: int) -> dict:
                                                     ["move", "digest/wiki/hub15.md", hub], ["doctor", "--fix"]]))
         for root, commands in cases:
             for args in commands:
-                done = _cli(root, *args)
+                done = cli(root, *args)
                 out["tracebacks"] += "Traceback" in done.stderr
                 out["healed"] += "the index was damaged" in done.stderr
                 out["commands_failed"] += done.returncode not in (0, 1, 10)
@@ -471,12 +476,8 @@ def _transcript(path: Path, mb: int, shape: str) -> int:
     return prompts
 
 
-
-
 def huge_transcripts(mb: int, deliveries: int) -> dict:
     """Each shape's deliveries: `{shape: {prompts, deliveries: [{s, rss_mb, turns, left_mb}], duplicates}}`."""
-    import subprocess
-
     from cli_probe import RSS_PROBE
 
     out = {}

@@ -98,7 +98,11 @@ def kill_mid_move(root: Path, window: float, rng: random.Random, via: str = "for
     """Start the move in `root`, wait for its rename, SIGKILL it a random part of `window` later."""
     pid, wait = _start(root, via)
     _wait_for_rename(root)
-    time.sleep(rng.uniform(0, window))
+    _kill(pid, wait, rng.uniform(0, window))
+
+
+def _kill(pid: int, wait, after: float) -> None:
+    time.sleep(after)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -120,12 +124,14 @@ def kill_during_close(root: Path, rng: random.Random, window: float = 0.05, via:
         elif seen:
             break
         time.sleep(0.0002)
-    time.sleep(rng.uniform(0, window))
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    wait()
+    _kill(pid, wait, rng.uniform(0, window))
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """`dreamflow --workspace root ARGS` as a subprocess (DREAMFLOW_WORKSPACE unset), output captured."""
+    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+    return subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
 
 
 def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",
@@ -137,9 +143,8 @@ def trial(template: Path, work: Path, n: int, window: float, rng: random.Random,
     kill_mid_move(root, window, rng, via)
     before = dangling(root)
     if via == "cli":
-        env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
-        subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), "list", "digest", "--json"],
-                       env=env, capture_output=True, check=True, timeout=120)
+        done = cli(root, "list", "digest", "--json")
+        assert done.returncode == 0, done.stderr
     else:
         Memory(root)
     result = {"mid_move": before > 0, "dangling_before": before, "dangling_after": dangling(root),

@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import httpx
 import pytest
+from crash_harness import cli
 
 from storage import db as index_db
 from storage.db import IndexDB
@@ -42,12 +43,6 @@ def _copy(recorded: Path, tmp_path: Path, checkpointed: bool = False) -> Path:
     return root
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
-    return subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), *args],
-                          env=env, capture_output=True, text=True, timeout=120)
-
-
 def _linking(mem: Memory, path: str) -> int:
     return len({link["source"] for link in mem.stat(path)["links_in"]})
 
@@ -60,7 +55,7 @@ def _damaged_sets(root: Path) -> list[Path]:
 def test_the_recorded_kill_no_longer_breaks_reindex_move_or_doctor(recorded, tmp_path):
     root = _copy(recorded, tmp_path)
     for args in (["index-stats"], ["reindex"], ["move", HUB, "digest/wiki/hub15.md"], ["doctor", "--fix"]):
-        done = _cli(root, *args)
+        done = cli(root, *args)
         assert done.returncode in (0, 1), (args, done.stderr)  # doctor exits 1 when the graph needs attention
         assert "Traceback" not in done.stderr and "FatalException" not in done.stderr
     mem = Memory(root)
@@ -70,7 +65,7 @@ def test_the_recorded_kill_no_longer_breaks_reindex_move_or_doctor(recorded, tmp
 
 def test_an_index_broken_for_good_is_set_aside_and_rebuilt_by_the_next_command(recorded, tmp_path):
     root = _copy(recorded, tmp_path, checkpointed=True)
-    done = _cli(root, "move", HUB, "digest/wiki/hub15.md")
+    done = cli(root, "move", HUB, "digest/wiki/hub15.md")
     assert done.returncode == 10 and "Traceback" not in done.stderr
     assert "the index was damaged (FATAL Error" in done.stderr and "rebuilt from the files" in done.stderr
     [kept] = _damaged_sets(root)
@@ -79,8 +74,8 @@ def test_an_index_broken_for_good_is_set_aside_and_rebuilt_by_the_next_command(r
     # The files are the truth: the move had finished there, and the rebuilt index says so.
     mem = Memory(root)
     assert _linking(mem, "digest/wiki/hub15.md") == 300
-    assert _cli(root, "move", "digest/wiki/hub15.md", HUB).returncode == 0
-    assert _cli(root, "reindex").returncode == 0
+    assert cli(root, "move", "digest/wiki/hub15.md", HUB).returncode == 0
+    assert cli(root, "reindex").returncode == 0
 
 
 def test_reindex_of_a_broken_index_succeeds_and_says_where_the_damaged_one_is(recorded, tmp_path):
