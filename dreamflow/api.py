@@ -179,7 +179,8 @@ def _mcp_mount(service):
     from dreamflow.mcp_server import HttpMount
     from dreamflow.mcp_targets import ServiceTarget
 
-    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host)
+    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host,
+                     max_sessions=service.settings.mcp_max_sessions)
 
 
 def _require_token(app: FastAPI, token: str) -> None:
