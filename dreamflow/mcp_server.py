@@ -293,8 +293,6 @@ class AnsweringReader:
         return getattr(self._inner, "last_context", None)
 
     async def receive(self):
-        from mcp.shared.message import SessionMessage
-
         while True:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
@@ -302,6 +300,8 @@ class AnsweringReader:
             answer = unreadable_request_error(item)
             if answer is None:
                 return item  # the SDK logs it; nothing waits for an answer
+            from mcp.shared.message import SessionMessage
+
             await self._write.send(SessionMessage(answer))
 
     async def aclose(self) -> None:
