@@ -424,7 +424,8 @@ def abandoned_sessions(svc, sessions: int) -> dict:
 
 def stdio_unreadable(workspace: Path) -> dict:
     """Lone surrogate escapes in the id, method, tool name, arguments and nested values of requests to a real
-    `dreamflow mcp`; every request must get an answer within 60 s (a loaded machine), and the server must keep serving."""
+    `dreamflow mcp`; every request must get an answer within 60 s (a loaded machine), and the server must keep
+    serving (the last request is a valid one)."""
     import subprocess
     import threading
 
