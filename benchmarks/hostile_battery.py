@@ -3,6 +3,7 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/re
 
     python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10]
         [--close-kills 30] [--skip-mcp] [--import-gb 2] [--capture-mb 50] [--capture-deliveries 3]
+        [--skip-service] [--mcp-sessions 10000]
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -28,6 +29,14 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/re
   answer per 2 KB, as 256k prompts in 500 MB; 500-byte records with a prompt every 1,000, as 1M tiny
   records), delivered to `dreamflow hook claude-code` (real subprocesses, default limits) up to
   `--capture-deliveries` times: peak RSS and seconds per delivery, turns taken, duplicates, bytes left.
+- cross-site (issue 21): against a real `dreamflow start`, what a web page can send without the service's
+  consent (foreign, `null` and other-port `Origin`s, `Sec-Fetch-Site`, `text/plain`/form/multipart bodies, no
+  body) to every write route, upload, flow and `/mcp`; a failure is an answer other than 403 or any change
+  (a file, a flow run, a counted turn), or a script's JSON / the docs page's own request being refused; plus a
+  preflight from a foreign page to the Prefect server it started.
+- sessions: open `--mcp-sessions` `/mcp` sessions and abandon them, then a new client must initialize and
+  call a tool; 503s and the service's RSS before/after are reported.
+- stdio: lone surrogate escapes in every part of a request to `dreamflow mcp`; each request must get an answer.
 """
 
 from __future__ import annotations
@@ -507,6 +516,203 @@ def huge_transcripts(mb: int, deliveries: int) -> dict:
                      if '"role": "user"' in line] if dialog.exists() else []
             out[shape] = {"mb": mb, "prompts": prompts, "deliveries": runs, "duplicates": len(users) - len(set(users))}
     return out
+# ---- issue 21: cross-site requests, abandoned /mcp sessions, unreadable stdio requests --------------------------
+
+FOREIGN_ORIGINS = ["http://evil.example", "null", "http://localhost:1", "http://127.0.0.1.nip.io"]
+
+
+def _raw(port: int, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, str]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request(method, path, body=body, headers=headers or {})
+    response = conn.getresponse()
+    answer = response.read().decode("utf-8", "replace")
+    conn.close()
+    return response.status, answer
+
+
+def _browser_shapes(body: bytes) -> list[tuple[bytes, dict]]:
+    """The (body, headers) a page of another site can make a browser send with `body` (or a form, or none)."""
+    boundary = "b0undary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"planted.txt\"\r\n\r\n"
+            f"planted\r\n--{boundary}--\r\n").encode()
+    shapes = [(form, {"Content-Type": f"multipart/form-data; boundary={boundary}"}),
+              (body, {"Content-Type": "text/plain;charset=UTF-8"}),
+              (b"a=1", {"Content-Type": "application/x-www-form-urlencoded"}),
+              (body, {"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site"}),
+              (body, {"Content-Type": "application/json", "Sec-Fetch-Site": "same-site"})]
+    for origin in FOREIGN_ORIGINS:
+        shapes += [(b"", {"Origin": origin}), (body, {"Origin": origin, "Content-Type": "text/plain"}),
+                   (form, {"Origin": origin, "Content-Type": f"multipart/form-data; boundary={boundary}"}),
+                   (body, {"Origin": origin, "Content-Type": "application/json",
+                           "Accept": "application/json, text/event-stream"})]
+    return shapes
+
+
+def cross_site(svc) -> tuple[int, list[str]]:
+    """Every route that changes something, in every shape a foreign page can send; then the allowed callers."""
+    import httpx
+
+    from deployments.serve import DEPLOYMENTS
+
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}})
+    routes = {"/ops/write": {"path": "digest/wiki/planted.md", "content": "planted"},
+              "/ops/delete": {"path": "digest/wiki/keep.md"}, "/ops/upload": {"name": "planted.txt", "content": "eA=="},
+              "/turn": {"session_id": "page", "messages": [{"role": "user", "content": "x"}]}, "/mcp": None,
+              **{f"/flows/{flow}": {} for flow in DEPLOYMENTS}}
+    svc.memory.write("digest/wiki/keep.md", "keep me")
+    runs_before = _run_count(svc)
+    cases, failures = 0, []
+    for route, payload in routes.items():
+        body = (initialize if payload is None else json.dumps(payload)).encode()
+        for data, headers in _browser_shapes(body):
+            for method in ("POST", "PUT", "DELETE"):
+                cases += 1
+                status, answer = _raw(svc.port, method, route, data, {"Host": f"127.0.0.1:{svc.port}", **headers})
+                if status != 403 or "CrossSiteRequest" not in answer:
+                    failures.append(f"{method} {route} {headers}: {status} {answer[:100]}")
+    ws = svc.workspace
+    if (ws / "digest/wiki/planted.md").exists() or list(ws.rglob("planted*")):
+        failures.append("a page planted a file")
+    if not (ws / "digest/wiki/keep.md").exists():
+        failures.append("a page deleted a file")
+    if "page" in svc.memory.status()["turns"]["sessions"]:
+        failures.append("a page recorded a turn")
+    if _run_count(svc) != runs_before:
+        failures.append(f"a page started {_run_count(svc) - runs_before} flow run(s)")
+    own = f"http://127.0.0.1:{svc.port}"
+    for headers in ({}, {"Origin": own, "Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}):
+        cases += 1
+        status, answer = _raw(svc.port, "POST", "/ops/read", json.dumps({"path": "digest/wiki/keep.md"}).encode(),
+                              {"Content-Type": "application/json", **headers})
+        if status != 200:
+            failures.append(f"allowed caller {headers} refused: {status} {answer[:100]}")
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    for origin in FOREIGN_ORIGINS:
+        cases += 1
+        resp = httpx.options(f"{svc.prefect_api}/deployments/filter", headers={"Origin": origin, **preflight})
+        if "access-control-allow-origin" in resp.headers:
+            failures.append(f"Prefect API lets {origin} script it (CORS {resp.headers['access-control-allow-origin']})")
+    return cases, failures
+
+
+def _run_count(svc) -> int:
+    """Flow runs started by someone (not the ones the scheduler adds for the nightly deployments)."""
+    return sum(not run["auto_scheduled"] for run in svc.prefect("POST", "/flow_runs/filter", {"limit": 200}))
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def abandoned_sessions(svc, sessions: int) -> dict:
+    """Open `sessions` /mcp sessions (8 at a time) and walk away; then a new MCP client must still work."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import anyio
+    import httpx
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "1"}}}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    rss_before = _rss_mb(svc.proc.pid)
+    statuses: dict[int, int] = {}
+    started = time.monotonic()
+
+    def open_some(count: int) -> list[int]:
+        with httpx.Client(timeout=60) as client:
+            return [client.post(f"{svc.url}/mcp", json=body, headers=headers).status_code for _ in range(count)]
+
+    with ThreadPoolExecutor(8) as pool:
+        for codes in pool.map(open_some, [sessions // 8 + (i < sessions % 8) for i in range(8)]):
+            for code in codes:
+                statuses[code] = statuses.get(code, 0) + 1
+    opened_s = time.monotonic() - started
+
+    async def new_client():
+        async with Client(streamable_http_client(f"{svc.url}/mcp")) as client:
+            return await client.call_tool("read", {"path": "digest/wiki/keep.md", "numbered": False})
+
+    started = time.monotonic()
+    try:
+        result = anyio.run(new_client)
+        new_client_ok = not result.is_error
+    except Exception as exc:
+        new_client_ok = f"{type(exc).__name__}: {str(exc)[:100]}"
+    return {"sessions": sessions, "statuses": statuses, "open_s": round(opened_s, 1),
+            "new_client_ok": new_client_ok, "new_client_s": round(time.monotonic() - started, 2),
+            "rss_mb": (round(rss_before), round(_rss_mb(svc.proc.pid)))}
+
+
+def stdio_unreadable(workspace: Path) -> dict:
+    """Lone surrogate escapes in the id, method, tool name, arguments and nested values of requests to a real
+    `dreamflow mcp`; every request must get an answer within 60 s (a loaded machine), and the server must keep
+    serving (the last request is a valid one)."""
+    import subprocess
+    import threading
+
+    call = '{"jsonrpc": "2.0", "id": %s, "method": "%s", "params": %s}'
+    requests = {
+        2: call % (2, "tools/call", '{"name": "search", "arguments": {"query": "\\ud800"}}'),
+        3: call % (3, "tools/call", '{"name": "\\udfff", "arguments": {}}'),
+        4: call % (4, "tools/call", '{"name": "write", "arguments": {"path": "a\\ud800.md", "content": "x"}}'),
+        5: call % (5, "tools/call", '{"name": "write", "arguments": {"path": "a.md", "content": "\\udc00"}}'),
+        6: call % (6, "resources/read", '{"uri": "dreamflow://\\ud83d.md"}'),
+        7: call % (7, "tools/list", '{"cursor": "\\ud800"}'),
+        8: call % (8, "tools/call", '{"name": "frontmatter_update", "arguments": {"path": "a.md", '
+                                    '"metadata": {"\\ud800": [{"x": "\\udbff"}]}}}'),
+        9: call % (9, "\\ud800", "{}"),
+        None: call % ('"\\ud800"', "tools/call", '{"name": "list", "arguments": {}}'),
+        10: call % (10, "tools/call", '{"name": "list", "arguments": {}}'),
+    }
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "battery", "version": "1"}}}
+    proc = subprocess.Popen([sys.executable, "-m", "dreamflow", "--workspace", str(workspace), "mcp"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    answers: dict = {}
+    reader = threading.Thread(target=lambda: [answers.setdefault(json.loads(line).get("id"), json.loads(line))
+                                              for line in proc.stdout], daemon=True)
+    reader.start()
+    lines = [json.dumps(init), '{"jsonrpc": "2.0", "method": "notifications/initialized"}', *requests.values()]
+    proc.stdin.write("".join(line + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not set(requests) <= set(answers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.stdin.close()
+    proc.wait(30)
+    unanswered = [key for key in requests if key not in answers]
+    return {"requests": len(requests), "answered": len(requests) - len(unanswered), "unanswered": unanswered,
+            "errors": sum("error" in answers.get(key, {}) for key in requests)}
+
+
+def issue_21(sessions: int) -> None:
+    """The service-side classes on one real `dreamflow start` (no LLM), and the stdio one."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from service_harness import RunningService
+
+    with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
+        started = time.monotonic()
+        svc = RunningService.start(Path(tmp), timeout=600)
+        print(f"service ready in {time.monotonic() - started:.0f} s")
+        try:
+            started = time.monotonic()
+            cases, failures = cross_site(svc)
+            print(f"cross-site requests: {cases} cases, {len(failures)} failures ({time.monotonic() - started:.0f} s)")
+            for failure in failures[:15]:
+                print("   ", failure)
+            if sessions:
+                print("abandoned /mcp sessions:", abandoned_sessions(svc, sessions))
+        finally:
+            svc.stop()
 
 
 def main() -> None:
@@ -520,6 +726,8 @@ def main() -> None:
     parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
     parser.add_argument("--capture-mb", type=int, default=50)
     parser.add_argument("--capture-deliveries", type=int, default=3)
+    parser.add_argument("--skip-service", action="store_true", help="skip the cross-site and /mcp session classes")
+    parser.add_argument("--mcp-sessions", type=int, default=10000, help="abandoned /mcp sessions to open (0: none)")
     args = parser.parse_args()
     surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
     if not args.skip_mcp:
@@ -548,6 +756,11 @@ def main() -> None:
     if args.capture_mb:
         for shape, result in huge_transcripts(args.capture_mb, args.capture_deliveries).items():
             print(f"huge Claude Code transcript ({shape}):", result)
+    if not args.skip_mcp:
+        with tempfile.TemporaryDirectory() as ws:
+            print("stdio requests with lone surrogates:", stdio_unreadable(Path(ws)))
+    if not args.skip_service:
+        issue_21(args.mcp_sessions)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ status and health.
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
 - When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
-- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, bodies over
-  `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
+- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, state-changing requests a
+  page of another site could send (foreign `Origin`, a form or `text/plain` body without proof of a script)
+  get 403, bodies over `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
 import base64
@@ -114,7 +115,9 @@ class ErrorResponse(BaseModel):
 # Documented on every route, so /docs and the OpenAPI schema show the error answers the handlers give.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description} for status, description in (
-        (400, "Bad input or path"), (401, "Missing or wrong bearer token"), (404, "No such file or route"),
+        (400, "Bad input or path"), (401, "Missing or wrong bearer token"),
+        (403, "Cross-site request: a foreign Origin, or a form/text body without X-Dreamflow-Request"),
+        (404, "No such file or route"),
         (409, "Conflict, e.g. the destination exists"), (413, "Request body over DREAMFLOW_MAX_BODY_BYTES"),
         (421, "Host header not a name this service answers to"), (422, "Malformed request"),
         (502, "LLM answer unusable"),
@@ -181,7 +184,8 @@ def _mcp_mount(service):
     from dreamflow.mcp_server import HttpMount
     from dreamflow.mcp_targets import ServiceTarget
 
-    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host)
+    return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host,
+                     max_sessions=service.settings.mcp_max_sessions)
 
 
 def _require_token(app: FastAPI, token: str) -> None:

@@ -3,6 +3,13 @@
 - `Host` check: only the names the service is reached by are answered (loopback names, the bound host, the
   machine's names when bound to all interfaces, `DREAMFLOW_ALLOWED_HOSTS`), so a web page whose DNS name
   re-binds to 127.0.0.1 cannot drive a token-less service from a browser: 421 Misdirected Request.
+- Cross-site check: a state-changing request (any method but GET, HEAD, OPTIONS; a websocket handshake) that
+  a browser sends on behalf of another site's page gets 403: an `Origin` that is not the service's own (the
+  `Host` the request names), `Sec-Fetch-Site: cross-site` or `same-site`, or a body a page may send anywhere
+  without a CORS preflight (`text/plain`, a form, multipart, no `Origin`) that lacks proof of a non-browser
+  caller (`X-Dreamflow-Request` or `Authorization`, headers a page cannot add cross-site without a preflight,
+  which this service never grants). JSON requests (the CLI, `RemoteMemory`, MCP clients, scripts) and the
+  service's own pages (/docs) pass.
 - Body limit: a request body over `DREAMFLOW_MAX_BODY_BYTES` gets 413 before it is read: a larger
   `Content-Length` at once, a chunked body as soon as the bytes received pass the limit.
 """
@@ -18,6 +25,10 @@ from storage.errors import InvalidInput
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 ALL_INTERFACES = ("0.0.0.0", "::", "")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# bodies a web page may send to any site without a CORS preflight (the Fetch standard's safelisted types)
+SIMPLE_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")
+REQUEST_HEADER = "X-Dreamflow-Request"  # any value: says "not a browser form" for a simple body
 
 
 def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> set[str]:
@@ -52,12 +63,44 @@ def _host_name(host: str) -> str:
     return host.rstrip(".")
 
 
+def cross_site_reason(scope, headers: dict[bytes, bytes]) -> str | None:
+    """Why this request may come from another site's page without the service's consent, or None."""
+    if scope["type"] == "http" and scope["method"] in SAFE_METHODS:
+        return None
+    origin, host = headers.get(b"origin"), headers.get(b"host")
+    if origin is not None and not _same_origin(origin.decode("latin-1"), host and host.decode("latin-1")):
+        return (f"Origin {origin.decode('latin-1')!r} is not this service's own origin"
+                + (f" (http://{host.decode('latin-1')})" if host else "")
+                + ": a page of another site cannot change memory or start jobs")
+    site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
+    if site in ("cross-site", "same-site"):
+        return f"the browser marked this request Sec-Fetch-Site: {site}: a page of another site cannot change memory"
+    if scope["type"] != "http" or origin is not None:
+        return None
+    kind = headers.get(b"content-type", b"").decode("latin-1").partition(";")[0].strip().lower()
+    if kind in SIMPLE_TYPES and b"authorization" not in headers and REQUEST_HEADER.lower().encode() not in headers:
+        return (f"a {kind} body without an Origin header is what any web page can send here unasked: send JSON "
+                f"(Content-Type: application/json), or add the header '{REQUEST_HEADER}: 1' (curl -H ...)")
+    return None
+
+
+def _same_origin(origin: str, host: str | None) -> bool:
+    """`origin` (`scheme://host[:port]`, or `null`) names the `Host` the request was sent to (default ports
+    dropped; the scheme may differ behind a TLS proxy)."""
+    scheme, sep, authority = origin.strip().lower().partition("://")
+    if not sep or host is None or scheme not in ("http", "https"):
+        return False
+    default = ":443" if scheme == "https" else ":80"
+    return authority.removesuffix(default) == host.strip().lower().removesuffix(default)
+
+
 class BodyTooLarge(Exception):
     """Raised from `receive` when a streamed request body passes the limit."""
 
 
 class RequestGuard:
-    """ASGI middleware: refuse unknown `Host` names (421) and bodies over `max_body_bytes` (413)."""
+    """ASGI middleware: refuse unknown `Host` names (421), cross-site state changes (403) and bodies over
+    `max_body_bytes` (413)."""
 
     def __init__(self, app, hosts: set[str], max_body_bytes: int):
         self.app, self.hosts, self.max_body_bytes = app, hosts, max_body_bytes
@@ -71,6 +114,9 @@ class RequestGuard:
             message = (f"Host {host.decode('latin-1')!r} is not a name this service answers to (allowed: "
                        f"{', '.join(sorted(self.hosts))}); add it to DREAMFLOW_ALLOWED_HOSTS")
             return await _refuse(scope, receive, send, 421, "MisdirectedRequest", message)
+        reason = cross_site_reason(scope, headers)
+        if reason is not None:
+            return await _refuse(scope, receive, send, 403, "CrossSiteRequest", f"refused: {reason}")
         if scope["type"] == "websocket":
             return await self.app(scope, receive, send)
         length = headers.get(b"content-length")

@@ -275,18 +275,110 @@ def serve_stdio(workspace: Path, tool_set: str = "default") -> None:
 
     async def main() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(AnsweringReader(read, write), write, server.create_initialization_options())
 
     anyio.run(main)
 
 
+class AnsweringReader:
+    """The stdio transport's read stream, answering the requests the SDK could not read instead of dropping
+    them (the host would wait forever for their id): a line that is JSON the SDK's parser refuses, such as a
+    lone UTF-16 surrogate escape (`"\\ud800"`), gets a JSON-RPC Invalid Request error with its id."""
+
+    def __init__(self, inner, write):
+        self._inner, self._write = inner, write
+
+    @property
+    def last_context(self):  # the sender's contextvars, read by the SDK's dispatcher
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self):
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            answer = unreadable_request_error(item)
+            if answer is None:
+                return item  # the SDK logs it; nothing waits for an answer
+            from mcp.shared.message import SessionMessage
+
+            await self._write.send(SessionMessage(answer))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.aclose()
+
+
+def unreadable_request_error(exc: Exception):
+    """The JSON-RPC error answering a line the SDK's JSON parser refused when that line is still a JSON
+    request (with its id, or null when UTF-8 cannot carry the id); else None."""
+    import mcp_types as types
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return None
+    problem = next((e for e in exc.errors(include_url=False) if e["type"] == "json_invalid"), None)
+    if problem is None or not isinstance(problem.get("input"), str):
+        return None
+    try:
+        request = json.loads(problem["input"])
+    except ValueError:
+        return None
+    if not (isinstance(request, dict) and isinstance(request.get("method"), str) and "id" in request):
+        return None  # a notification, a response: nothing waits for an answer
+    request_id = request["id"]
+    if isinstance(request_id, bool) or not isinstance(request_id, (int, str)) or not _sendable(request_id):
+        request_id = None  # JSON-RPC: an id that cannot be read back is answered as null
+    reason = problem["msg"]
+    if not _sendable(request):
+        reason = ("it contains a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair), which is not "
+                  "Unicode text")
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
+        code=types.INVALID_REQUEST, message=f"the request could not be read: {reason}"))
+
+
+def _sendable(value) -> bool:
+    """Whether UTF-8 can carry this JSON value (no lone surrogate in it)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class HttpMount:
     """Streamable HTTP at `/mcp` inside the API: `asgi` is the endpoint, `lifespan` runs its session manager
-    (the app's lifespan must enter it). DNS-rebinding protection is on when the API listens on loopback."""
+    (the app's lifespan must enter it). DNS-rebinding protection is on when the API listens on loopback. At
+    `max_sessions` (default `DREAMFLOW_MCP_MAX_SESSIONS`) open sessions a new one ends the least recently used
+    idle one (dreamflow/mcp_sessions.py)."""
 
-    def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1"):
-        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1",
+                 max_sessions: int | None = None):
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
         from mcp.server.transport_security import TransportSecuritySettings
+
+        from dreamflow.mcp_sessions import EvictingSessionManager
+        from engine.settings import Settings
+
+        max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
+        if max_sessions < 1:
+            raise InvalidInput(f"DREAMFLOW_MCP_MAX_SESSIONS must be at least 1, got {max_sessions}")
 
         security = None
         if host in ("127.0.0.1", "localhost", "::1"):
@@ -298,7 +390,8 @@ class HttpMount:
         self.server = build_server(Dispatcher(target, tool_set))
         # JSON answers rather than an SSE stream per request: the tools never stream or ask the client back,
         # and a plain JSON body is a shorter round trip (benchmarks/mcp.py)
-        self.sessions = StreamableHTTPSessionManager(app=self.server, security_settings=security, json_response=True)
+        self.sessions = EvictingSessionManager(app=self.server, security_settings=security, json_response=True,
+                                               max_sessions=max_sessions)
         self.asgi = StreamableHTTPASGIApp(self.sessions)
 
     def lifespan(self, app):

@@ -3,7 +3,8 @@
     this process   index owner (IndexDB keep_open), HTTP API (uvicorn thread), watcher, turn counter
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
                    (skipped when --prefect-api / PREFECT_API_URL names a running server); with
-                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env)
+                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env);
+                   CORS only for its own UI's origins, so no other site's page can script its API
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
                    memory through this service's API (`engine.client.open_memory` reads service.json)
 
@@ -347,6 +348,9 @@ class Service:
         if self.prefect_auth:
             env["PREFECT_SERVER_API_AUTH_STRING"] = self.prefect_auth
         env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
+        # Prefect's default lets any site's page script its API (CORS `*`): only its own UI may
+        env.setdefault("PREFECT_SERVER_CORS_ALLOWED_ORIGINS", ",".join(
+            f"http://{name}:{opts.prefect_port}" for name in ("127.0.0.1", "localhost", "[::1]")))
         Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
         prefect = Child(
             "prefect server",

@@ -80,6 +80,8 @@ class Settings:
     dream_concurrency: int = field(default_factory=lambda: _num(int, "DREAMFLOW_DREAM_CONCURRENCY", "3"))
     timezone: str | None = field(default_factory=lambda: _env("DREAMFLOW_TIMEZONE"))
     mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
+    # open /mcp sessions; at the cap a new one ends the least recently used idle one (~40 KB each)
+    mcp_max_sessions: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MCP_MAX_SESSIONS", "1000"))
 
     @property
     def llm_configured(self) -> bool:

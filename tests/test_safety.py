@@ -154,7 +154,7 @@ def test_http_upload_and_download_never_take_server_paths(served, tmp_path):
             f"Content-Type: text/markdown\r\n\r\n# Uploaded notes\r\n--{boundary}--\r\n").encode()
     conn = __import__("http.client").client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     conn.request("POST", "/ops/upload", body=form,
-                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "X-Dreamflow-Request": "1"})
     resp = conn.getresponse()
     assert resp.status == 200 and json.loads(resp.read())["path"] == "resource/notes.md"
 

@@ -1,0 +1,133 @@
+"""MCP under abuse (issue 21): abandoned `/mcp` sessions cannot lock new clients out (a real uvicorn serving the
+service's mount, a real MCP client), and a stdio request the SDK cannot parse (a lone surrogate escape) still
+gets a JSON-RPC error with its id from a real `dreamflow mcp` subprocess."""
+
+import json
+import queue
+import subprocess
+import threading
+import time
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from service_harness import DREAMFLOW, free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+class MountServer:
+    """`HttpMount` at /mcp on uvicorn in a thread, its session manager run by the app's lifespan."""
+
+    def __init__(self, workspace, max_sessions: int):
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        from dreamflow.mcp_server import HttpMount
+        from dreamflow.mcp_targets import WorkspaceTarget
+
+        self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
+        app = Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
+                        lifespan=self.mount.lifespan)
+        self.url = f"http://127.0.0.1:{free_port()}/mcp"
+        port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def open_and_abandon(url: str) -> str:
+    """Initialize a session and walk away (no further request, no DELETE): its session id."""
+    resp = httpx.post(url, json=INITIALIZE, headers=MCP_HEADERS, timeout=20)
+    assert resp.status_code == 200, resp.text
+    return resp.headers["mcp-session-id"]
+
+
+def ping(url: str, session_id: str) -> int:
+    headers = {**MCP_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
+    return httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers, timeout=20).status_code
+
+
+def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
+    server = MountServer(tmp_path / "ws", max_sessions=4)
+    try:
+        abandoned = [open_and_abandon(server.url) for _ in range(12)]  # 3x the cap, never closed
+
+        async def new_client():
+            async with Client(streamable_http_client(server.url)) as client:
+                await client.call_tool("write", {"path": "digest/wiki/after.md", "content": "still served"})
+                return await client.call_tool("read", {"path": "digest/wiki/after.md", "numbered": False})
+
+        read = anyio.run(new_client)
+        assert not read.is_error and read.structured_content["content"] == "still served\n"
+        assert len(server.mount.sessions._server_instances) <= 4  # memory bounded by the cap
+        # the least recently used went first; the newest abandoned ones are still served
+        assert [ping(server.url, sid) for sid in abandoned[:8]] == [404] * 8
+        assert ping(server.url, abandoned[-1]) == 200
+    finally:
+        server.stop()
+
+
+def test_the_session_cap_comes_from_the_setting_and_must_be_positive(tmp_path, monkeypatch):
+    from dreamflow.mcp_server import HttpMount
+    from dreamflow.mcp_targets import WorkspaceTarget
+    from storage.errors import InvalidInput
+
+    monkeypatch.setenv("DREAMFLOW_MCP_MAX_SESSIONS", "7")
+    assert HttpMount(WorkspaceTarget(tmp_path / "ws")).sessions.max_sessions == 7
+    with pytest.raises(InvalidInput, match="DREAMFLOW_MCP_MAX_SESSIONS"):
+        HttpMount(WorkspaceTarget(tmp_path / "ws"), max_sessions=0)
+
+
+# ---- stdio: every request gets an answer --------------------------------------------------------------------
+
+def test_a_stdio_request_with_a_lone_surrogate_gets_an_error_with_its_id(tmp_path):
+    proc = subprocess.Popen([DREAMFLOW, "--workspace", str(tmp_path / "ws"), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    call = '{"jsonrpc": "2.0", "id": %s, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+    lines = [
+        json.dumps(INITIALIZE), '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        call % (2, "search", '{"query": "\\ud800"}'),  # a lone high surrogate
+        call % (3, "write", '{"path": "digest/wiki/s.md", "content": "a\\udfffb"}'),  # a lone low one
+        call % ('"req-4"', "\\ud83d", "{}"),  # in the tool name, a string id
+        call % ('"\\ud800"', "search", '{"query": "x"}'),  # in the id itself: answered as null
+        '{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"reason": "\\ud800"}}',  # no answer due
+        call % (6, "search", '{"query": "\\ud83d\\ude00 whole pair"}'),  # a valid pair is fine
+        call % (7, "list", "{}"),
+    ]
+    proc.stdin.write("".join(line + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    received: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [received.put(json.loads(line)) for line in proc.stdout], daemon=True).start()
+    answers = {}
+    deadline = time.monotonic() + 60
+    while not {2, 3, "req-4", None, 6, 7} <= set(answers) and time.monotonic() < deadline:  # in any order
+        try:
+            answer = received.get(timeout=max(deadline - time.monotonic(), 0.1))
+        except queue.Empty:
+            break
+        answers[answer.get("id")] = answer
+    proc.stdin.close()
+    assert proc.wait(30) == 0
+    for request_id in (2, 3, "req-4", None):
+        error = answers[request_id]["error"]
+        assert error["code"] == -32600 and "lone UTF-16 surrogate" in error["message"], answers[request_id]
+    assert not (tmp_path / "ws/digest/wiki/s.md").exists()
+    assert answers[6]["result"]["isError"] is False
+    assert answers[7]["result"]["isError"] is False
+    assert "Traceback" not in proc.stderr.read().decode()
