@@ -4,12 +4,10 @@ same results and errors as the in-process Memory, JSON errors with the right sta
 import http.client
 import json
 import re
-import socket
-import threading
-import time
 
 import pytest
-import uvicorn
+
+from service_harness import ThreadedServer
 
 from dreamflow.api import create_app
 from engine.client import RemoteMemory
@@ -17,31 +15,11 @@ from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ApiServer:
+class ApiServer(ThreadedServer):
     """`create_app(memory, token)` served by uvicorn in a thread."""
 
     def __init__(self, memory, token=None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(memory, token=token), host="127.0.0.1", port=self.port,
-                                log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(create_app(memory, token=token), lifespan="off")
 
     def raw(self, method, path, body=None, headers=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)

@@ -11,10 +11,9 @@ import time
 import anyio
 import httpx
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from service_harness import DREAMFLOW, free_port
+from service_harness import DREAMFLOW, ThreadedServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,7 +22,7 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-class MountServer:
+class MountServer(ThreadedServer):
     """`HttpMount` at /mcp on uvicorn in a thread, its session manager run by the app's lifespan."""
 
     def __init__(self, workspace, max_sessions: int):
@@ -34,21 +33,9 @@ class MountServer:
         from dreamflow.mcp_targets import WorkspaceTarget
 
         self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
-        app = Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
-                        lifespan=self.mount.lifespan)
-        self.url = f"http://127.0.0.1:{free_port()}/mcp"
-        port = int(self.url.rsplit(":", 1)[1].split("/")[0])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
+                                   lifespan=self.mount.lifespan))
+        self.url += "/mcp"
 
 
 def open_and_abandon(url: str) -> str:
