@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from dreamflow import __version__
+from dreamflow import __version__, mcp_text
 from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
 from engine import ops
 from storage.errors import DreamflowError, InvalidInput, from_os_error
@@ -45,7 +45,8 @@ DEFAULT_TOOLS: tuple[str, ...] = (
     "node_search", "turn", "dream", "job_status",
 )
 TOOL_SETS = ("default", "all")
-RESOURCE_LIMIT = 1000  # files listed as resources; any other file is still readable through the template
+RESOURCE_LIMIT = 1000  # files per resources/list page (nextCursor gives the next one)
+RESOURCE_CHARS = 40_000  # characters per resources/read page of a long text (about 10,000 tokens)
 URI_PREFIX = "dreamflow://"
 INSTRUCTIONS = (
     "Dreamflow is your long-term memory: Markdown files in a workspace (daily/ cards, digest/ nodes, session/ "
@@ -166,8 +167,6 @@ def build_server(dispatcher: Dispatcher):
     from mcp.shared.exceptions import MCPError
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-    from dreamflow import mcp_text
-
     listed = [
         types.Tool(name=t.name, description=t.description, input_schema=dispatcher.input_schema(t),
                    annotations=types.ToolAnnotations(
@@ -185,34 +184,47 @@ def build_server(dispatcher: Dispatcher):
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
                                         structured_content=error_object(error), is_error=True)
-        data = json_ready(result)
+        data = json_ready(mcp_text.structured(params.name, result))
         if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             data = {"results": data}
         return types.CallToolResult(content=[types.TextContent(text=mcp_text.text(params.name, result))],
                                     structured_content=data)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
+        try:
+            offset = _cursor_offset(params.cursor if params is not None else None)
+        except InvalidInput as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         listing = await anyio.to_thread.run_sync(
-            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT))
+            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT, offset=offset))
+        following = listing.get("next_offset")
         return types.ListResourcesResult(resources=[
             types.Resource(name=e["path"], uri=resource_uri(e["path"]), mime_type=_mime(e["path"]), size=e.get("size"))
             for e in listing["entries"] if e.get("type") == "file"
-        ])
+        ], next_cursor=str(following) if following is not None else None)
 
     async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-            name="workspace file", uri_template=URI_PREFIX + "{+path}",
-            description="A workspace file by its workspace-relative path (read-only; metadata/ is not readable)",
+            name="workspace file", uri_template=URI_PREFIX + "{+path}{?start_line}",
+            description=f"A workspace file by its workspace-relative path (read-only; metadata/ is not readable). "
+                        f"Text over {RESOURCE_CHARS:,} characters comes in pages of whole lines, each ending with "
+                        f"a line saying which URI (`?start_line=N`) continues it",
         )])
 
     async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         if not uri.startswith(URI_PREFIX):
             raise MCPError(types.INVALID_PARAMS, f"not a Dreamflow resource: {uri} (expected {URI_PREFIX}<path>)")
-        path = unquote(uri[len(URI_PREFIX):])
-        data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path)
+        try:
+            path, start_line = _resource_address(uri[len(URI_PREFIX):])
+        except InvalidInput as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        page, data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path, start_line)
         if error is not None:
             raise MCPError(types.INVALID_PARAMS, str(error))
+        if page is not None:  # a page of a long text
+            return types.ReadResourceResult(contents=[
+                types.TextResourceContents(uri=uri, mime_type=_mime(path), text=page)])
         text = _text_or_none(data)
         if text is None:  # an image, a PDF: the bytes, base64 as the protocol carries them
             return types.ReadResourceResult(contents=[types.BlobResourceContents(
@@ -233,12 +245,49 @@ def resource_uri(path: str) -> str:
     return URI_PREFIX + quote(path, safe="/")
 
 
-def _read_any(target: Target, path: str):
-    """A resource read: the file's bytes, or the Dreamflow error (bad path, metadata/, missing, special file)."""
+def _read_any(target: Target, path: str, start_line: int | None):
+    """A resource read: (page of text, None, None) for a text longer than RESOURCE_CHARS or a page asked for by
+    `start_line`, else (None, the file's bytes, None); (None, None, the Dreamflow error) for a bad path,
+    metadata/, a missing or special file."""
+    from storage.errors import Conflict
+
     try:
-        return call_retrying(target, lambda: target.file_bytes(path)), None
+        try:
+            page = call_retrying(target, lambda: target.memory().read(
+                path, start_line=start_line, numbered=False, max_chars=RESOURCE_CHARS))
+        except Conflict:  # binary: its bytes, as a blob
+            page = None
+        if page is not None and (page["truncated"] or page["cut_line"] or start_line is not None):
+            notes = mcp_text.read_notes(page)
+            if page["truncated"]:  # the marker names the URI that continues, not the tool's parameter
+                notes[-1] = (f"[truncated: lines {page['start_line']}-{page['end_line']} of {page['total_lines']} "
+                             f"shown; continue at {resource_uri(page['path'])}?start_line={page['next_start_line']}]")
+            return page["content"] + "".join(f"{note}\n" for note in notes), None, None
+        return None, call_retrying(target, lambda: target.file_bytes(path)), None
     except DreamflowError as exc:
-        return None, exc
+        return None, None, exc
+
+
+def _resource_address(address: str) -> tuple[str, int | None]:
+    """(workspace path, start_line or None) of a resource URI's part after `dreamflow://` (`?start_line=N`
+    asks for a page; a `?` inside a path is percent-encoded, see `resource_uri`)."""
+    path, _, query = address.partition("?")
+    start_line = None
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key != "start_line" or not value.isdigit() or int(value) < 1:
+            raise InvalidInput(f"unknown resource query {pair!r}: only start_line=N (N >= 1) pages a long file")
+        start_line = int(value)
+    return unquote(path), start_line
+
+
+def _cursor_offset(cursor: str | None) -> int:
+    """The list offset a resources/list cursor stands for (this server's cursors are offsets)."""
+    if cursor is None:
+        return 0
+    if not cursor.isdigit():
+        raise InvalidInput(f"invalid cursor {cursor!r}: pass the nextCursor of the previous resources/list answer")
+    return int(cursor)
 
 
 def _text_or_none(data: bytes) -> str | None:

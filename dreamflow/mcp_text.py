@@ -27,7 +27,19 @@ def compact(value: Any) -> str:
 
 def _read(r: dict) -> str:
     head = f"{r['path']} (lines {r['start_line']}-{r['end_line']} of {r['total_lines']})"
-    return f"{head}\n{r['content']}"
+    return f"{head}\n{r['content']}" + "".join(f"{note}\n" for note in read_notes(r))
+
+
+def read_notes(r: dict) -> list[str]:
+    """The markers a bounded `read` answer needs: a cut line, and where to continue."""
+    notes = []
+    cut = r.get("cut_line")
+    if cut:
+        notes.append(f"[line {cut['line']} cut after {cut['shown_chars']:,} of {cut['chars']:,} characters]")
+    if r.get("truncated"):
+        notes.append(f"[truncated: lines {r['start_line']}-{r['end_line']} of {r['total_lines']} shown; continue "
+                     f"at start_line={r['next_start_line']}]")
+    return notes
 
 
 def _search(hits: list[dict]) -> str:
@@ -64,7 +76,8 @@ def _list(r: dict) -> str:
     lines = [f"{e['path']}{'/' if e.get('type') == 'dir' else ''}" + (f" {e['size']} B" if e.get("size") is not None
                                                                       else "") for e in r["entries"]]
     if r.get("truncated"):
-        lines.append("... (truncated: raise limit or narrow prefix)")
+        lines.append(f"[truncated: {len(r['entries'])} entries from offset {r.get('offset', 0)} shown; continue at "
+                     f"offset={r.get('next_offset')}]")
     return "\n".join(lines) or "empty"
 
 
@@ -112,6 +125,18 @@ def _status(r: dict) -> str:
     if r.get("ui_url"):
         line += f"\n{r['ui_url']}"
     return line
+
+
+AS_TEXT = {"read": "content"}  # the field a tool's text block carries in full: left out of its structured content
+
+
+def structured(tool: str, result: Any) -> Any:
+    """The result as structured content: without the field the text block already carries (one copy of a
+    page of text, not two)."""
+    field = AS_TEXT.get(tool)
+    if field and isinstance(result, dict) and field in result:
+        return {k: v for k, v in result.items() if k != field}
+    return result
 
 
 RENDERERS = {

@@ -83,8 +83,14 @@ def show_node_search(rows: list[dict]) -> None:
 
 
 def show_read(result: dict) -> None:
+    from dreamflow.mcp_text import read_notes
+
     sys.stdout.write(result["content"])
-    if result["end_line"] < result["total_lines"] or result["start_line"] > 1:
+    notes = read_notes(result)
+    if notes:
+        for note in notes:
+            err.print(Text(note.replace("start_line=", "--start-line "), style="dim"))
+    elif result["end_line"] < result["total_lines"] or result["start_line"] > 1:
         err.print(Text(f"lines {result['start_line']}-{result['end_line']} of {result['total_lines']}",
                        style="dim"))
 
@@ -96,7 +102,7 @@ def show_list(result: dict) -> None:
         table.add_row(Text(entry["path"], style=style), _size(entry.get("size")), entry.get("mtime", ""))
     out.print(table if result["entries"] else Text("no files", style="dim"))
     if result["truncated"]:
-        err.print(Text("(more files: raise --limit)", style="dim"))
+        err.print(Text(f"(more files: continue with --offset {result.get('next_offset')})", style="dim"))
     for entry in result.get("skipped", []):
         err.print(Text(f"skipped {entry['path']}: {entry['kind']} (never opened)", style="yellow"))
 

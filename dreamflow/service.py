@@ -571,7 +571,7 @@ class Service:
                 continue
             if rel in seen:
                 try:
-                    text = self.memory.read(rel, numbered=False)["content"]
+                    text = self.memory.read_all(rel)
                 except DreamflowError:  # binary under a text suffix: auto_resource skips it anyway
                     continue
                 if checkpoints.content_hash(text) == seen[rel].get("hash"):

@@ -142,6 +142,13 @@ class RemoteMemory:
         data, headers = self.request("POST", "/ops/download", {"path": path}, raw=True)
         return unquote(headers.get("X-Dreamflow-Path") or path), data
 
+    def read_all(self, path: str) -> str:
+        """The whole text of a file, as `Memory.read_all` (for Dreamflow's own jobs; agents page with read)."""
+        from storage.memory import text_lines
+
+        rel, data = self.download_content(path)
+        return "".join(line + "\n" for line in text_lines(rel, data))
+
     # -- routes beyond the operations
 
     def health(self) -> dict:

@@ -69,7 +69,7 @@ class JobMemory:
         with replace_all writes `new` once per match."""
         size = sum(_chars(given.get(param)) for param in TEXT_PARAMS[name])
         if name == "edit" and given.get("replace_all") and given.get("old"):
-            size *= max(1, self.memory.read(path, numbered=False)["content"].count(given["old"]))
+            size *= max(1, self.memory.read_all(path).count(given["old"]))
         return size
 
 

@@ -125,6 +125,9 @@ PARAM_HELP: dict[str, str] = {
     "prefix": "Folder or path prefix to list; empty for the whole workspace",
     "recursive": "Include files in sub-folders",
     "limit": "Maximum number of results",
+    "offset": "Skip this many entries: the `next_offset` of the previous page",
+    "max_chars": "Most characters in the answer (whole lines; about 4 characters per token); the answer says "
+                 "where to continue",
     "keys": "Frontmatter keys to remove",
     "tag": "Only this tag, with its files",
     "date": "Day as YYYY-MM-DD, or `today`",

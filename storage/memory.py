@@ -50,6 +50,8 @@ RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10))
 MAX_COUNT = 10**9  # ceiling for limits and depths: far above any workspace, far below overflowing SQL or dates
 REWRITE_ATTEMPTS = 5  # re-reads when an outside writer changes a file between our read and our rename
 MAX_DAYS = 100_000  # ceiling for day counts (about 270 years back stays a valid date)
+READ_CHARS = 20_000  # default size of one `read` answer (about 5,000 tokens); the rest is paged by start_line
+READ_CHARS_MAX = 1_000_000  # the most one `read` answer may hold, whatever max_chars asks
 
 
 class Memory:
@@ -300,26 +302,36 @@ class Memory:
 
     # ---- reading files -------------------------------------------------------------------------------
 
-    def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True) -> dict:
-        """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers."""
+    def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True,
+             max_chars: int = READ_CHARS) -> dict:
+        """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers. An
+        answer holds at most max_chars characters (whole lines): when more lines follow, `truncated` is true
+        and `next_start_line` says where to continue (a single longer line is cut, see `cut_line`)."""
         if any(n is not None and not isinstance(n, int) for n in (start_line, end_line)):
             raise InvalidInput("start_line and end_line must be integers")
+        _check_counts(READ_CHARS_MAX, max_chars=max_chars)
+        if max_chars < 1:
+            raise InvalidInput("max_chars must be at least 1")
         rel = self._file(path)
         data = self.ws.read_bytes(rel)
-        lines = self._decode(rel, data).removeprefix("\ufeff").splitlines()
+        lines = text_lines(rel, data)
         first = start_line or 1
         last = min(end_line or len(lines), len(lines))
         if first < 1 or (end_line is not None and end_line < first):
             raise InvalidInput(f"bad line range {start_line}..{end_line}: lines are 1-based and start <= end")
         if lines and first > len(lines):
             raise InvalidInput(f"start_line {first} is past the end of {rel} ({len(lines)} lines)")
-        shown = lines[first - 1 : last]
-        if numbered:
-            content = "".join(f"{n:>6}\t{line}\n" for n, line in enumerate(shown, first))
-        else:
-            content = "".join(line + "\n" for line in shown)
-        return {"path": rel, "start_line": first, "end_line": first + len(shown) - 1, "total_lines": len(lines),
-                "content": content, "hash": content_hash(data)}
+        content, shown, cut = _page(lines, first, last, numbered, max_chars)
+        end = first + shown - 1
+        return {"path": rel, "start_line": first, "end_line": end, "total_lines": len(lines),
+                "content": content, "hash": content_hash(data), "truncated": end < last,
+                "next_start_line": end + 1 if end < last else None, "cut_line": cut}
+
+    def read_all(self, path: str) -> str:
+        """The whole text of a file as `read` numbers its lines, without a size bound: for Dreamflow's own jobs
+        (not an operation: agents page with `read`)."""
+        rel = self._file(path)
+        return "".join(line + "\n" for line in text_lines(rel, self.ws.read_bytes(rel)))
 
     def stat(self, path: str) -> dict:
         """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
@@ -366,11 +378,12 @@ class Memory:
                 "size": sum((self.ws.root / f).stat().st_size for f in files), "mtime": _iso(full.stat().st_mtime)}
 
     def list(self, prefix: str = "", recursive: bool = True, limit: int = 200,
-             sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None) -> dict:
+             sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None, offset: int = 0) -> dict:
         """List files under a folder or path prefix (recursive by default; folders end with `/` otherwise),
         by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`); a prefix
-        that matches nothing lists nothing."""
-        _check_counts(limit=limit)
+        that matches nothing lists nothing. At most `limit` entries: when more follow, `truncated` is true and
+        `next_offset` is the offset of the next page."""
+        _check_counts(limit=limit, offset=offset)
         _check_texts("extensions", extensions)
         wanted = {e.strip().lower().lstrip(".") for e in extensions or [] if e.strip().strip(".")}
         norm = "" if isinstance(prefix, str | None) and (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
@@ -390,14 +403,17 @@ class Memory:
             names = (e["path"] for e in everything)
         entries = []
         truncated = False
-        for rel in names:
+        for at, rel in enumerate(names):
+            if at < offset:
+                continue
             if len(entries) >= limit:
                 truncated = True
                 break
             entries.append(self._entry(rel))
         for entry in entries:
             entry.pop("mtime_ns", None)
-        return {"prefix": norm, "entries": entries, "truncated": truncated,
+        return {"prefix": norm, "entries": entries, "offset": offset, "truncated": truncated,
+                "next_offset": offset + len(entries) if truncated else None,
                 "skipped": [s for s in skipped if s["path"].startswith(start)]}
 
     def frontmatter_get(self, path: str) -> dict:
@@ -677,10 +693,7 @@ class Memory:
         return self._decode(rel, self.ws.read_bytes(rel))
 
     def _decode(self, rel: str, data: bytes, errors: str = "replace") -> str:
-        if b"\x00" in data[:8192]:
-            raise Conflict(f"{rel} is a binary file; use download (CLI, HTTP) or its dreamflow:// resource (MCP) "
-                           "to get the bytes")
-        return data.decode("utf-8", errors=errors)
+        return decode(rel, data, errors)
 
     def _meta_and_body(self, rel: str, text: str) -> tuple[dict, str]:
         from storage.markdown import split_frontmatter
@@ -838,6 +851,40 @@ def day_page(day: str, cards: list[dict], existing: str | None) -> str:
     return existing.rstrip("\n") + "\n\n" + block + "\n"
 
 
+def decode(rel: str, data: bytes, errors: str = "replace") -> str:
+    """A file's bytes as text; a binary file (a NUL byte near the start) is a Conflict."""
+    if b"\x00" in data[:8192]:
+        raise Conflict(f"{rel} is a binary file; use download (CLI, HTTP) or its dreamflow:// resource (MCP) "
+                       "to get the bytes")
+    return data.decode("utf-8", errors=errors)
+
+
+def text_lines(rel: str, data: bytes) -> list[str]:
+    """A text file's lines as `read` shows them (BOM dropped) and search cites them (`split_lines`)."""
+    from storage.model import split_lines
+
+    return split_lines(decode(rel, data).removeprefix("\ufeff"))
+
+
+def _page(lines: list[str], first: int, last: int, numbered: bool, max_chars: int) -> tuple[str, int, dict | None]:
+    """(text, lines shown, cut) of lines first..last within max_chars: whole lines, at least one; a first line
+    longer than the page is cut (`cut`: {line, shown_chars, chars})."""
+    parts: list[str] = []
+    size = 0
+    for n in range(first, last + 1):
+        line = lines[n - 1]
+        part = f"{n:>6}\t{line}\n" if numbered else line + "\n"
+        if size + len(part) > max_chars:
+            if parts:
+                break
+            keep = max(0, max_chars - (len(part) - len(line)))
+            parts.append(f"{n:>6}\t{line[:keep]}\n" if numbered else line[:keep] + "\n")
+            return "".join(parts), 1, {"line": n, "shown_chars": keep, "chars": len(line)}
+        parts.append(part)
+        size += len(part)
+    return "".join(parts), len(parts), None
+
+
 def bad_name(name: str) -> str | None:
     """Why `name` cannot be a portable file or folder name (Windows, macOS, Linux, sync tools), or None."""
     if name != name.strip():
@@ -938,7 +985,9 @@ def _with_newline(text: str) -> str:
 
 
 def _line_count(text: str) -> int:
-    return len(text.splitlines())
+    from storage.model import split_lines
+
+    return len(split_lines(text))
 
 
 def _mime(rel: str) -> str:

@@ -176,7 +176,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
 def summarise_resource(workspace: str, path: str, date: str) -> dict:
     """Write or update the card of resource `path` in `daily/<date>/`; unchanged content is skipped."""
     memory = memory_of(workspace)
-    raw = memory.read(path, numbered=False)["content"]
+    raw = memory.read_all(path)
     digest = checkpoints.content_hash(raw)
     seen = checkpoints.load(metadata_of(workspace), "resources").get(path, {})
     folder = f"daily/{date}"

@@ -144,7 +144,7 @@ class Pending:
 def read_records(memory, session_id: str) -> list[dict | None]:
     """Every non-blank line of the session jsonl, parsed (None for a line that is not a JSON object)."""
     try:
-        text = memory.read(dialog_path(session_id), numbered=False)["content"]
+        text = memory.read_all(dialog_path(session_id))
     except NotFound:
         return []
     records = []

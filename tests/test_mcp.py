@@ -122,7 +122,9 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             assert found.structured_content[0]["path"] == "notes/ferry.md"
             assert found.content[0].text.startswith("notes/ferry.md:") and "7:30" in found.content[0].text
             read = await call(client, "read", path="notes/ferry.md", numbered=False)
-            assert "leaves at 7:30" in read.structured_content["content"] and "name: Ferry" in read.content[0].text
+            assert "leaves at 7:30" in read.content[0].text and "name: Ferry" in read.content[0].text
+            assert "content" not in read.structured_content  # the text once, not twice
+            assert read.structured_content["truncated"] is False and read.structured_content["total_lines"] == 5
 
             conflict = await call(client, "edit", path="notes/ferry.md", old="8:15", new="9:00")
             escape = await call(client, "write", path="../outside.md", content="x")
@@ -156,6 +158,58 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
     assert text.startswith("---\nname: Ferry")
     for tb in (conflict, escape, metadata, unknown, dream):
         assert "Traceback" not in tb.content[0].text
+
+
+def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
+    from dreamflow.mcp_server import RESOURCE_CHARS, RESOURCE_LIMIT
+    from storage.memory import READ_CHARS
+
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    note = "".join(f"{i:06d} the ferry log of a very long summer, one line of many\n" for i in range(85_000))
+    assert len(note) > 5_000_000
+    (ws / "notes/huge.md").write_text(note)
+    for i in range(RESOURCE_LIMIT + 4):
+        (ws / f"notes/n{i:04d}.md").write_text("small\n")
+
+    async def session():
+        async with stdio(ws) as client:
+            first = await call(client, "read", path="notes/huge.md")
+            pages, at = [], 1
+            while at is not None:  # the most a page may hold is 1,000,000 characters
+                page = await call(client, "read", path="notes/huge.md", start_line=at, numbered=False,
+                                  max_chars=1_000_000)
+                pages.append(page.content[0].text)
+                at = page.structured_content["next_start_line"]
+            texts, uri = [], "dreamflow://notes/huge.md"
+            while uri:
+                text = (await client.read_resource(uri)).contents[0].text
+                body, _, marker = text.rstrip("\n").rpartition("\n")
+                uri = marker.rsplit(" ", 1)[-1].rstrip("]") if marker.startswith("[truncated") else None
+                texts.append(body + "\n" if uri else text)
+            listed, cursor, pages_listed = [], None, 0
+            while True:
+                answer = await client.list_resources(cursor=cursor)
+                listed += [r.name for r in answer.resources]
+                pages_listed += 1
+                cursor = answer.next_cursor
+                if cursor is None:
+                    break
+            with pytest.raises(MCPError, match="cursor"):
+                await client.list_resources(cursor="not-a-cursor")
+            return first, pages, texts, listed, pages_listed
+
+    first, pages, texts, listed, pages_listed = anyio.run(session)
+
+    text = first.content[0].text
+    assert len(text) < READ_CHARS + 300 and first.structured_content["truncated"] is True
+    assert "content" not in first.structured_content and len(json.dumps(first.structured_content)) < 1_000
+    assert text.rstrip().endswith(f"continue at start_line={first.structured_content['next_start_line']}]")
+    bodies = [p.split("\n", 1)[1] for p in pages]  # without the `path (lines a-b of n)` head
+    assert "".join(b.split("\n[truncated")[0].rstrip("\n") + "\n" for b in bodies) == note
+    assert all(len(p) < 1_000_300 for p in pages) and len(pages) == 6
+    assert "".join(texts) == note and all(len(t) <= RESOURCE_CHARS for t in texts) and len(texts) > 100
+    assert pages_listed == 2 and len(listed) == len(set(listed)) == RESOURCE_LIMIT + 5
 
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
