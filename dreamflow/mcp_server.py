@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from dreamflow import __version__, mcp_text
-from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
+from dreamflow.mcp_targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
 from storage.errors import DreamflowError, InvalidInput, from_os_error
 
@@ -79,10 +79,9 @@ def tools(tool_set: str = "default") -> dict[str, Tool]:
             found[op.name] = Tool(op.name, op.help, ops.parameters(op), op.hints, _op_call(op), op.writes)
     for name in JOB_TOOLS:
         method = getattr(Target, name)
-        read_only = name in READ_ONLY_JOBS
-        hints = {"readOnlyHint": read_only, "destructiveHint": False, "idempotentHint": read_only,
-                 "openWorldHint": False}
-        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name), not read_only)
+        hints = {**JOB_HINTS[name], "openWorldHint": False}
+        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name),
+                           not hints["readOnlyHint"])
     if tool_set == "all":
         return found
     return {name: found[name] for name in DEFAULT_TOOLS}

@@ -425,8 +425,9 @@ class Memory:
         return {"path": rel, "frontmatter": fm.meta, "error": fm.error}
 
     def tags(self, tag: str | None = None, limit: int = 100) -> list[dict]:
-        """Tags with file counts and date range; with `tag`, that tag's files. Tags are counted normalised
-        (case-folded, spaces as `_`: `New York` and `new york` are `new_york`); `memory_tags` counts too."""
+        """Tags with file counts and date range; with `tag`, that tag's files. Tags come from the `tags` and
+        `memory_tags` frontmatter keys and are counted normalised (case-folded, spaces as `_`: `New York` and
+        `new york` are `new_york`)."""
         from storage.model import normalize_tag
 
         _check_counts(limit=limit)
@@ -456,8 +457,8 @@ class Memory:
         return result
 
     def daily_list(self, date: str | None = None, limit: int = 30) -> dict:
-        """Days that have cards (newest first), or with `date` that day's cards with name and description (the
-        day folder's own .md files, not those in its sub-folders)."""
+        """Days that have daily cards (the notes of daily/DATE/, one per conversation or resource), newest
+        first; with `date`, that day's cards with name and description (not the files in its sub-folders)."""
         _check_counts(limit=limit)
         if date:
             day = _parse_date(date)
@@ -508,8 +509,9 @@ class Memory:
         per_file: int = 1,
         strict_dates: bool = False,
     ) -> list[dict]:
-        """Search memory: keyword (+ vector) hits fused by RRF, filtered, each with linked neighbours. A date
-        range keeps undated files (digest nodes) unless strict_dates; tags match any of them."""
+        """Search memory by keywords and meaning: the best matching passages (path, line range, text), one per
+        file unless per_file allows more, each with the files it links to and from. A date range keeps undated
+        files (digest nodes) unless strict_dates; tags match any of them."""
         from storage import search as _search
 
         _check_query(query)
@@ -542,8 +544,9 @@ class Memory:
         predicate: str | None = None,
         limit: int = 200,
     ) -> dict:
-        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target);
-        direction `out` and `in` are ReMe's names for forward and backward."""
+        """Walk the link graph from paths: the files reached (name, description, hops away) and the links
+        between them (source -> target); forward follows the links a file makes, backward finds the files that
+        link to it (`out` and `in` mean the same)."""
         from storage import search as _search
 
         _check_counts(depth=depth, limit=limit)
@@ -556,10 +559,17 @@ class Memory:
 
     # ---- graph governance ----------------------------------------------------------------------------
 
-    def doctor(self, fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180,
-               overlong_lines: int = 300) -> dict:
-        """Graph health report: broken links/anchors, orphan or source-less digest nodes, near-duplicates, bad
-        frontmatter, index drift; `fix` first re-indexes drifted files and retargets links to moved files."""
+    def doctor(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+        """Check memory health without changing anything: broken links and anchors, digest nodes nothing links
+        to or without sources, near-duplicates, malformed frontmatter, files the index has not caught up with."""
+        return self._doctor(False, dup_threshold, stale_days, overlong_lines)
+
+    def doctor_fix(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+        """Repair what is safe to repair mechanically, then report as doctor does: re-index files the index has
+        not caught up with, and point links to moved files at their new paths (this rewrites those links)."""
+        return self._doctor(True, dup_threshold, stale_days, overlong_lines)
+
+    def _doctor(self, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int) -> dict:
         from storage import doctor
 
         _check_counts(overlong_lines=overlong_lines)
@@ -602,8 +612,8 @@ class Memory:
             return index.stats(con)
 
     def optimize(self) -> dict:
-        """Compact the index now: drop stale search rows, re-sort postings (writes do it as they pile up) and
-        delete vectors of texts no chunk has any more."""
+        """Compact the search index now (writes do it as they pile up): drop the rows of replaced text and the
+        vectors no file uses any more. Never changes memory files."""
         from storage import index, vectors
 
         with self.db.session() as con:

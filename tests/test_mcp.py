@@ -69,15 +69,26 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
         assert tool.description == op.help
         a = tool.annotations
         assert (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint) == (
-            not op.writes, op.writes and op.destructive, not op.writes or op.idempotent, False), op.name
+            not op.writes, op.writes and op.destructive,
+            not op.writes if op.idempotent is None else op.idempotent, False), op.name
         props = tool.input_schema["properties"]
         assert set(props) == {p.name for p in ops.parameters(op)}
         assert all(props[p.name].get("description") == (p.help or None) for p in ops.parameters(op))
         assert set(tool.input_schema.get("required", [])) == {p.name for p in ops.parameters(op) if p.required}
     assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
     assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint
-    assert full["doctor"].annotations.destructive_hint  # doctor fix rewrites links in files, like relink
+    # a check is read-only (hosts need not ask); its repair, which rewrites links as relink does, is destructive
+    assert full["doctor"].annotations.read_only_hint and not full["doctor"].annotations.destructive_hint
+    assert full["doctor_fix"].annotations.destructive_hint and not full["doctor_fix"].annotations.read_only_hint
+    assert "fix" not in full["doctor"].input_schema["properties"]
     assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
+    assert full["dream"].annotations.destructive_hint and not full["dream"].annotations.idempotent_hint  # rewrites nodes
+    assert full["auto_memory"].annotations.destructive_hint  # rewrites the session's card
+    assert not full["turn"].annotations.destructive_hint  # appends only
+    jargon = ("RRF", "ReMe", "BM25", "postings")  # words that mean nothing to a model calling the tool
+    for tool in full.values():
+        words = [tool.description] + [p.get("description", "") for p in tool.input_schema["properties"].values()]
+        assert not [w for w in jargon if any(w in text for text in words)], tool.name
     assert short["turn"].input_schema["required"] == ["session_id"]  # as POST /turn: compact needs no messages
     for tool in full.values():  # every parameter carries the shared help text, job tools' too
         assert tool.description and all(p.get("description") for p in tool.input_schema["properties"].values())
