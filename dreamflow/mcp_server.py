@@ -41,8 +41,8 @@ from engine import ops
 from storage.errors import DreamflowError, InvalidInput, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
-    "search", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get", "daily_list",
-    "node_search", "turn", "dream", "job_status",
+    "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get",
+    "daily_list", "node_search", "turn", "dream", "job_status",
 )
 TOOL_SETS = ("default", "all")
 RESOURCE_LIMIT = 1000  # files per resources/list page (nextCursor gives the next one)

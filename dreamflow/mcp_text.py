@@ -62,6 +62,18 @@ def _search(hits: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+def _recall(r: dict) -> str:
+    return (r["text"] + "\n\n" if r["text"] else "nothing new found\n\n") + recall_note(r)
+
+
+def recall_note(r: dict) -> str:
+    """The line under a recall answer: what it holds and what it left out."""
+    note = f"[recall: {len(r['items'])} piece(s), {r['tokens']:,} of {r['budget']:,} tokens"
+    if r.get("withheld"):
+        note += f"; {r['withheld']:,} line(s) this session was already given left out"
+    return note + "]"
+
+
 def _about(row: dict) -> str:
     return ": ".join(str(x) for x in (row.get("name"), row.get("description")) if x)
 
@@ -127,7 +139,7 @@ def _status(r: dict) -> str:
     return line
 
 
-AS_TEXT = {"read": "content"}  # the field a tool's text block carries in full: left out of its structured content
+AS_TEXT = {"read": "content", "recall": "text"}  # the field a tool's text block carries in full: left out of its structured content
 
 
 def structured(tool: str, result: Any) -> Any:
@@ -140,6 +152,6 @@ def structured(tool: str, result: Any) -> Any:
 
 
 RENDERERS = {
-    "read": _read, "search": _search, "node_search": _nodes, "list": _list, "traverse": _traverse,
+    "read": _read, "search": _search, "recall": _recall, "node_search": _nodes, "list": _list, "traverse": _traverse,
     "daily_list": _days, "turn": _turn, "dream": _run, "auto_memory": _run, "job_status": _status,
 }

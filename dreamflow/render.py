@@ -95,6 +95,16 @@ def show_read(result: dict) -> None:
                        style="dim"))
 
 
+def show_recall(result: dict) -> None:
+    from dreamflow.mcp_text import recall_note
+
+    if result["text"]:
+        out.print(Text(result["text"]))
+    else:
+        out.print(Text("nothing new found", style="dim"))
+    err.print(Text(recall_note(result), style="dim"))
+
+
 def show_list(result: dict) -> None:
     table = _table("path", "size", "modified")
     for entry in result["entries"]:
@@ -220,6 +230,7 @@ def show_any(result: Any) -> None:
 RENDERERS: dict[str, Callable[[Any], None]] = {
     "search": show_search,
     "node_search": show_node_search,
+    "recall": show_recall,
     "read": show_read,
     "list": show_list,
     "stat": show_stat,

@@ -95,6 +95,8 @@ OPS: tuple[Op, ...] = (
     Op("daily_reindex", writes=True, args=("date",), idempotent=True),
     # search and graph
     Op("search", writes=False, args=("query",)),
+    Op("recall", writes=False, args=("query",), idempotent=False),  # records what a session was given under
+    # metadata/ (derived state, never memory files), so a repeat answers with what is new
     Op("node_search", writes=False, args=("query",)),
     Op("traverse", writes=False, args=("paths",)),
     # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/governance_commands.py)
@@ -140,6 +142,9 @@ PARAM_HELP: dict[str, str] = {
     "sort": "Order: by path, or newest first (mtime)",
     "extensions": "Only files with these extensions, e.g. md or .jsonl",
     "query": "Search text (any language)",
+    "budget": "Most tokens the answer may take (estimated: about 4 characters of English per token)",
+    "session": "Id of the conversation or agent context the answer goes into (letters, digits, '.', '_', '-'): "
+               "what it was given before is not repeated",
     "min_score": "Drop keyword matches whose raw keyword score is below this (typically 1-20; longer queries "
                  "score higher)",
     "start_date": "Dated files from this day on (YYYY-MM-DD); undated files stay in unless strict_dates",

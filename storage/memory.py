@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from storage.errors import Changed, Conflict, InvalidInput, NotFound, PathError
 from storage.workspace import (
     Workspace,
+    check_session_id,
     content_hash,
     fsync_folder,
     is_scratch_name,
@@ -52,6 +53,7 @@ REWRITE_ATTEMPTS = 5  # re-reads when an outside writer changes a file between o
 MAX_DAYS = 100_000  # ceiling for day counts (about 270 years back stays a valid date)
 READ_CHARS = 20_000  # default size of one `read` answer (about 5,000 tokens); the rest is paged by start_line
 READ_CHARS_MAX = 1_000_000  # the most one `read` answer may hold, whatever max_chars asks
+RECALL_MIN, RECALL_MAX = 50, 100_000  # token budgets `recall` takes
 
 
 class Memory:
@@ -327,12 +329,6 @@ class Memory:
                 "content": content, "hash": content_hash(data), "truncated": end < last,
                 "next_start_line": end + 1 if end < last else None, "cut_line": cut}
 
-    def read_all(self, path: str) -> str:
-        """The whole text of a file as `read` numbers its lines, without a size bound: for Dreamflow's own jobs
-        (not an operation: agents page with `read`)."""
-        rel = self._file(path)
-        return "".join(line + "\n" for line in text_lines(rel, self.ws.read_bytes(rel)))
-
     def stat(self, path: str) -> dict:
         """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
         inbound links of one file; of a folder
@@ -526,6 +522,33 @@ class Memory:
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
                 include_archived=include_archived, per_file=per_file or None, strict_dates=strict_dates,
             )
+
+    def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
+               end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None) -> dict:
+        """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
+        files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
+        `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
+        (`withheld` counts the lines left out); use a new session id for a fresh context."""
+        from storage import recall as _recall
+
+        _check_query(query)
+        _check_counts(RECALL_MAX, budget=budget)
+        if budget < RECALL_MIN:
+            raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
+        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session)
+        _check_texts("tags", tags)
+        if session is not None:
+            check_session_id(session)
+        with self.db.session() as con:  # the index lock also serialises the session's record between processes
+            seen = _recall.given(self.ws, session) if session else set()
+            answer, keys = _recall.recall(
+                con, self.ws, query, budget, given=seen, vectors=self.vectors,
+                start_date=_search_date(start_date) if start_date else None,
+                end_date=_search_date(end_date) if end_date else None, tags=tags or None,
+                path_prefix=path_prefix or None)
+            if session:
+                _recall.remember(self.ws, session, keys)
+        return {**answer, "session": session}
 
     def node_search(self, query: str, limit: int = 20) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score), no chunk text."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from engine.client import read_all
 from engine.turns import check_session_id
 from storage.errors import NotFound
 from storage.workspace import Workspace
@@ -144,7 +145,7 @@ class Pending:
 def read_records(memory, session_id: str) -> list[dict | None]:
     """Every non-blank line of the session jsonl, parsed (None for a line that is not a JSON object)."""
     try:
-        text = memory.read_all(dialog_path(session_id))
+        text = read_all(memory, dialog_path(session_id))
     except NotFound:
         return []
     records = []
