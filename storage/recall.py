@@ -31,6 +31,7 @@ from storage.workspace import Workspace, check_session_id
 
 PER_FILE = 2  # passages of one file among the candidates
 MAX_POOL = 400  # most search hits one recall looks through
+FOLLOW = 1  # non-blank lines kept after each matching line
 PIECE_TOKENS = 200  # most tokens of one piece (a longer one is cut)
 MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and line: packing stops below it
 MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
@@ -140,7 +141,12 @@ def _pieces(ws: Workspace, hit: dict, rank: int, weights: dict[str, float], give
         return _grouped(path, fresh[:3], hit, rank, {})[:1], held
     new = {n for n, _ in fresh}
     scored = [(s, n, text) for s, n, text in scored if n in new]
-    chosen = sorted((n, text) for s, n, text in scored if s >= best / 2)
+    picked = {n for s, n, _ in scored if s >= best / 2}
+    following = [n for n, _ in fresh]
+    for n in sorted(picked):  # each with the next line: in a dialogue the answer follows the question
+        later = [m for m in following if m > n][:FOLLOW]
+        picked.update(later)
+    chosen = [(n, text) for n, text in fresh if n in picked]
     pieces = _grouped(path, chosen, hit, rank, {n: s for s, n, _ in scored})
     pieces.sort(key=lambda p: -p.weight)
     return pieces, held
