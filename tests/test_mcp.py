@@ -136,6 +136,14 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             assert "leaves at 7:30" in read.content[0].text and "name: Ferry" in read.content[0].text
             assert "content" not in read.structured_content  # the text once, not twice
             assert read.structured_content["truncated"] is False and read.structured_content["total_lines"] == 5
+            recalled = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
+            again = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
+            elsewhere = await call(client, "recall", query="naxos ferry", budget=100, session="host-2")
+            assert recalled.content[0].text.startswith("[notes/ferry.md:5]\nThe ferry to Naxos leaves at 7:30.")
+            assert "text" not in recalled.structured_content and recalled.structured_content["tokens"] <= 100
+            assert recalled.structured_content["items"][0]["start_line"] == 5
+            assert again.structured_content["items"] == [] and "already given" in again.content[0].text
+            assert elsewhere.structured_content["items"] == recalled.structured_content["items"]
 
             conflict = await call(client, "edit", path="notes/ferry.md", old="8:15", new="9:00")
             escape = await call(client, "write", path="../outside.md", content="x")
