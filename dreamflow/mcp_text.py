@@ -139,7 +139,8 @@ def _status(r: dict) -> str:
     return line
 
 
-AS_TEXT = {"read": "content", "recall": "text"}  # the field a tool's text block carries in full: left out of its structured content
+# the field a tool's text block carries in full: left out of its structured content
+AS_TEXT = {"read": "content", "recall": "text"}
 
 
 def structured(tool: str, result: Any) -> Any:

@@ -82,7 +82,8 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
     assert full["doctor_fix"].annotations.destructive_hint and not full["doctor_fix"].annotations.read_only_hint
     assert "fix" not in full["doctor"].input_schema["properties"]
     assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
-    assert full["dream"].annotations.destructive_hint and not full["dream"].annotations.idempotent_hint  # rewrites nodes
+    dream = full["dream"].annotations
+    assert dream.destructive_hint and not dream.idempotent_hint  # rewrites digest nodes
     assert full["auto_memory"].annotations.destructive_hint  # rewrites the session's card
     assert not full["turn"].annotations.destructive_hint  # appends only
     jargon = ("RRF", "ReMe", "BM25", "postings")  # words that mean nothing to a model calling the tool
