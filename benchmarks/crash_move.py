@@ -1,5 +1,5 @@
 """SIGKILL `dreamflow move` at random points over a workspace with hundreds of linking notes, then run one
-command and count links to a missing file (the README "Reliability" figures; tests/test_crash.py runs fewer).
+command and count links to a missing file (the docs/reliability.md figures; tests/test_crash.py runs fewer).
 
     python benchmarks/crash_move.py [--trials 50] [--linking 300] [--via cli|fork] [--seed 1]
 

@@ -1,7 +1,8 @@
 """The issue-11 acceptance battery: hostile paths on every surface, recovery killed while it replays, and
-outside appends racing Dreamflow's rewrites. Prints trials and failures (README "Reliability").
+outside appends racing Dreamflow's rewrites. Prints trials and failures (docs/reliability.md).
 
-    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--skip-mcp]
+    python benchmarks/hostile_battery.py [--crash-trials 25] [--race-lines 3000] [--journal-trials 10]
+        [--close-kills 30] [--skip-mcp] [--import-gb 2] [--capture-mb 50] [--capture-deliveries 3]
 
 - paths: ~80 hostile paths (absolute, `..`, `%2e%2e`, lookalikes, NUL, long, trailing dots and spaces,
   METADATA in any case, symlinks into metadata/ or out of the workspace, loops, FIFOs, sockets, `..\\`)
@@ -12,6 +13,21 @@ outside appends racing Dreamflow's rewrites. Prints trials and failures (README 
   every note must link the new path exactly as often as before, no temp file or journal entry left, and the
   index must agree.
 - race: an outside process appends a line every 2 ms while edit/append/prepend/frontmatter_update run.
+- import: `dreamflow import-reme` of a ReMe folder holding a 2 GB sparse file, a backslash name, a name that
+  is not UTF-8, METADATA/ and Metadata/ (issue 21): the import must finish, skip and report each, build the
+  index and stay small (peak RSS of the process); then the import's copy step streams the same 2 GB file
+  with the cap raised (peak RSS, seconds).
+- journal: SIGKILL a move mid-rewrite, then truncate, bit-flip or overwrite its journal entry and add an entry
+  with a valid checksum but an invalid plan: the next command must leave no link to a missing file, set both
+  entries aside in metadata/journal-quarantine/ with one warning line, and the one after must say nothing.
+- close: SIGKILL a move while DuckDB closes and checkpoints (after its journal entry is dropped), then run
+  index-stats, reindex, move back and doctor --fix through the CLI: each must exit 0 or 1 with no traceback,
+  and the index must agree with the files; plus the recorded index such a kill left broken for good
+  (tests/fixtures/damaged-index.tar.gz), checkpointed as the old build did: the next command must heal it.
+- capture: Claude Code transcripts of `--capture-mb` MB shaped like issue 21's 500 MB ones (one prompt and
+  answer per 2 KB, as 256k prompts in 500 MB; 500-byte records with a prompt every 1,000, as 1M tiny
+  records), delivered to `dreamflow hook claude-code` (real subprocesses, default limits) up to
+  `--capture-deliveries` times: peak RSS and seconds per delivery, turns taken, duplicates, bytes left.
 """
 
 from __future__ import annotations
@@ -24,7 +40,9 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -242,6 +260,119 @@ def crash_trials(trials: int, seed: int) -> dict:
     return out
 
 
+def _damage(entry: Path, rng: random.Random) -> str:
+    """Damage a journal entry as a bad disk or a stray editor might: truncate, flip one bit, or overwrite."""
+    data = bytearray(entry.read_bytes())
+    how = rng.choice(["truncated", "bit-flipped", "garbage"])
+    if how == "truncated":
+        data = data[:rng.randrange(len(data))]
+    elif how == "bit-flipped":
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    else:
+        data = bytearray(rng.randbytes(rng.randint(1, 512)))
+    entry.write_bytes(bytes(data))
+    return how
+
+
+def journal_damage(trials: int, seed: int) -> dict:
+    """SIGKILL a move mid-rewrite, damage its journal entry, add an entry that is valid JSON with a good checksum
+    but an invalid plan; open twice. The first open must leave no link to a missing file and set both entries
+    aside with one warning line; the second must say nothing."""
+    import logging
+
+    from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_mid_move
+
+    from storage import index, journal
+    from storage.workspace import Workspace
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "mid_move": 0, "most_dangling": 0, "damage": {}, "dangling_after": 0, "journal_left": 0,
+           "quarantined": 0, "lines_first_open": 0, "lines_second_open": 0, "notes_wrong": 0, "index_wrong": 0}
+    lines = Lines()
+    logging.getLogger("storage").addHandler(lines)
+    with tempfile.TemporaryDirectory(prefix="dreamflow-battery-") as tmp:
+        work = Path(tmp)
+        template = build_template(work / "template", linking=300)
+        window = calibrate(template, work)
+        for n in range(trials):
+            root = work / f"trial-{n}"
+            shutil.copytree(template, root)
+            kill_mid_move(root, window, rng)
+            out["mid_move"] += dangling(root) > 0
+            out["most_dangling"] = max(out["most_dangling"], dangling(root))
+            for entry in journal.entries(Workspace(root)):
+                how = _damage(entry, rng)
+                out["damage"][how] = out["damage"].get(how, 0) + 1
+            journal.begin(Workspace(root), "move", {"src": SRC})  # valid JSON, good checksum, no destination
+            lines.lines.clear()
+            mem = Memory(root)
+            out["lines_first_open"] += len(lines.lines)
+            out["dangling_after"] += dangling(root) > 0
+            out["journal_left"] += bool(journal.entries(mem.ws))
+            out["quarantined"] += len(os.listdir(root / journal.QUARANTINE))
+            notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
+            out["notes_wrong"] += any(t.count(f"[[{DST}") != 3 or SRC in t for t in notes)
+            with mem.db.session() as con:
+                out["index_wrong"] += len(index.inbound(con, DST)) != 900 or bool(index.inbound(con, SRC))
+            lines.lines.clear()
+            Memory(root)
+            out["lines_second_open"] += len(lines.lines)
+            shutil.rmtree(root)
+    logging.getLogger("storage").removeHandler(lines)
+    return out
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+    return subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(root), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def close_kills(trials: int, seed: int) -> dict:
+    """Moves SIGKILLed while the index closes, and the recorded broken index: what the next commands do."""
+    from crash_harness import DST, SRC, build_template, dangling, kill_during_close
+
+    rng = random.Random(seed)
+    out = {"trials": trials, "commands_failed": 0, "tracebacks": 0, "healed": 0, "disagreeing": 0}
+    with tempfile.TemporaryDirectory() as work:
+        template = build_template(Path(work) / "template", linking=300)
+        cases = []
+        for n in range(trials):
+            root = Path(work) / f"trial-{n}"
+            shutil.copytree(template, root)
+            kill_during_close(root, rng)
+            cases.append((root, [["index-stats"], ["reindex"], ["move", DST, SRC], ["doctor", "--fix"]]))
+        recorded = Path(work) / "recorded"
+        with tarfile.open(ROOT / "tests" / "fixtures" / "damaged-index.tar.gz") as tar:
+            tar.extractall(recorded, filter="data")
+        import duckdb
+
+        duckdb.connect(str(recorded / "before_next_13" / "metadata" / "index.duckdb")).close()
+        hub = "digest/wiki/hub14.md"
+        cases.append((recorded / "before_next_13", [["move", hub, "digest/wiki/hub15.md"], ["reindex"],
+                                                    ["move", "digest/wiki/hub15.md", hub], ["doctor", "--fix"]]))
+        for root, commands in cases:
+            for args in commands:
+                done = _cli(root, *args)
+                out["tracebacks"] += "Traceback" in done.stderr
+                out["healed"] += "the index was damaged" in done.stderr
+                out["commands_failed"] += done.returncode not in (0, 1, 10)
+            mem = Memory(root)
+            indexed = mem.index_stats()["files"]
+            on_disk = sum(1 for p in root.rglob("*.md") if "metadata" not in p.parts)
+            out["disagreeing"] += indexed != on_disk or dangling(root) != 0
+        out["recorded_index_damaged_sets_kept"] = len(list((recorded / "before_next_13/metadata/damaged").iterdir()))
+    return out
+
+
 def _append_outside(path: str, lines: int) -> None:
     for i in range(lines):
         with open(path, "a") as fh:
@@ -278,12 +409,116 @@ def race(lines: int) -> dict:
     return counts
 
 
+def _peak_rss_mb(cmd: list[str]) -> tuple[int, int, str, str]:
+    """(exit status, peak RSS in MB, seconds taken, stdout) of `cmd` run to the end (its own rusage: wait4)."""
+    started = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}) as proc:
+        out = proc.stdout.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss >> 10, f"{time.monotonic() - started:.1f} s", out
+
+
+def import_hostile(gb: float) -> dict:
+    """import-reme on a hostile ReMe folder with a `gb` GB sparse file; then its copy step on that file."""
+    with tempfile.TemporaryDirectory(prefix="dreamflow-import-") as tmp:
+        src, ws = Path(tmp) / "reme", Path(tmp) / "ws"
+        for rel, text in (("digest/wiki/kyoto.md", "---\nname: Kyoto\n---\nTemples and zeppelins.\n"),
+                          ("digest/wiki/a\\b.md", "a backslash\n"), ("METADATA/index.md", "derived\n"),
+                          ("Metadata/index.md", "derived\n"), ("resource/ok.txt", "fine\n")):
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_text(text)
+        with open(os.path.join(os.fsencode(src / "resource"), b"caf\xe9.txt"), "wb") as fh:
+            fh.write(b"latin-1 name\n")
+        size = int(gb * (1 << 30))
+        with open(src / "resource/huge.bin", "wb") as fh:
+            fh.truncate(size)
+        status, rss, took, out = _peak_rss_mb([sys.executable, "-m", "dreamflow", "--workspace", str(ws),
+                                                "import-reme", str(src), "--json"])
+        result = json.loads(out) if status == 0 else {}
+        found = Memory(ws).search("zeppelins") if status == 0 else []
+        ws_mb = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(ws) for f in fs) >> 20
+        out = {"exit": status, "peak_rss_mb": rss, "time": took, "copied": result.get("copied"),
+               "skipped": {r["path"]: r["reason"][:40] for r in result.get("skipped", [])},
+               "index_finds_it": bool(found), "workspace_disk_mb": ws_mb}
+        script = ("import sys; from pathlib import Path; from storage.workspace import Workspace\n"
+                  "from tasks.reme_import import copy_file\n"
+                  "print(copy_file(Path(sys.argv[2]), Workspace(sys.argv[1]), 'resource/huge.bin', True, 1 << 40))")
+        status, rss, took, answer = _peak_rss_mb([sys.executable, "-c", script, str(ws),
+                                                   str(src / "resource/huge.bin")])
+        out["copy_step_with_cap_raised"] = {"exit": status, "answer": answer.strip(), "peak_rss_mb": rss,
+                                            "time": took, "bytes": os.stat(ws / "resource/huge.bin").st_size}
+def _transcript(path: Path, mb: int, shape: str) -> int:
+    """Write a Claude Code transcript of about `mb` MB; returns its prompts."""
+    def record(kind: str, uuid: str, content) -> str:
+        message = {"role": kind, "content": content}
+        if kind == "assistant":
+            message.update(model="claude-opus-4-5-20251101", id=f"msg_{uuid}", type="message")
+        return json.dumps({"parentUuid": None, "isSidechain": False, "sessionId": "battery", "type": kind,
+                           "uuid": uuid, "timestamp": "2024-05-09T10:00:00.000Z", "message": message}) + "\n"
+
+    prompts = 0
+    with path.open("w") as fh:
+        while fh.tell() < mb << 20:
+            words = "words " * (150 if shape == "prompts" else 1)
+            fh.write(record("user", f"u-{prompts}", f"prompt {prompts} {words}"))
+            if shape == "prompts":
+                fh.write(record("assistant", f"a-{prompts}", [{"type": "text", "text": "answer " * 120}]))
+            else:
+                fh.writelines(json.dumps({"type": "progress", "uuid": f"p-{prompts}-{n}", "pad": "." * 420}) + "\n"
+                              for n in range(1000))
+            prompts += 1
+    return prompts
+
+
+
+
+def huge_transcripts(mb: int, deliveries: int) -> dict:
+    """Each shape's deliveries: `{shape: {prompts, deliveries: [{s, rss_mb, turns, left_mb}], duplicates}}`."""
+    import subprocess
+
+    from cli_probe import RSS_PROBE
+
+    out = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DREAMFLOW_EMBEDDER": "none"}
+    for shape in ("prompts", "tiny"):
+        with tempfile.TemporaryDirectory(prefix="dreamflow-capture-") as tmp:
+            transcript = Path(tmp) / "battery.jsonl"
+            prompts = _transcript(transcript, mb, shape)
+            payload = json.dumps({"session_id": "battery", "transcript_path": str(transcript),
+                                  "hook_event_name": "Stop"})
+            runs = []
+            for _ in range(deliveries):
+                started = time.monotonic()
+                proc = subprocess.run([sys.executable, "-c", RSS_PROBE, "--workspace", f"{tmp}/ws", "hook",
+                                       "claude-code", "--verbose"], input=payload, capture_output=True, text=True,
+                                      env=env, timeout=600)
+                said = proc.stderr.split("maxrss")[0]
+                left = int(said.split("; ")[-1].split()[0]) if "left for the next" in said else 0
+                turns = int(said.rsplit(" in ", 1)[-1].split()[0]) if " turn(s)" in said else said.strip()
+                runs.append({"s": round(time.monotonic() - started, 1), "turns": turns,
+                             "rss_mb": round(int(proc.stderr.split("maxrss")[-1]) / 1024),
+                             "left_mb": round(left / (1 << 20), 1)})
+                if not left:
+                    break
+            dialog = Path(tmp) / "ws/session/dialog/battery.jsonl"
+            users = [json.loads(line)["content"] for line in dialog.read_text().splitlines()
+                     if '"role": "user"' in line] if dialog.exists() else []
+            out[shape] = {"mb": mb, "prompts": prompts, "deliveries": runs, "duplicates": len(users) - len(set(users))}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--crash-trials", type=int, default=25)
     parser.add_argument("--race-lines", type=int, default=3000)
+    parser.add_argument("--journal-trials", type=int, default=10)
+    parser.add_argument("--close-kills", type=int, default=30)
     parser.add_argument("--skip-mcp", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--import-gb", type=float, default=2, help="sparse file size for the import class (0: skip)")
+    parser.add_argument("--capture-mb", type=int, default=50)
+    parser.add_argument("--capture-deliveries", type=int, default=3)
     args = parser.parse_args()
     surfaces = [("in-process", paths_in_process), ("HTTP", paths_over_http)]
     if not args.skip_mcp:
@@ -298,8 +533,20 @@ def main() -> None:
                 print("   ", failure)
     if args.crash_trials:
         print("move killed, then its recovery killed:", crash_trials(args.crash_trials, args.seed))
+    if args.journal_trials:
+        print("move killed, its journal entry damaged, an invalid entry beside it:",
+              journal_damage(args.journal_trials, args.seed))
+    if args.close_kills:
+        print("move killed while the index closes, and the recorded broken index:",
+              close_kills(args.close_kills, args.seed))
     if args.race_lines:
         print("outside appends every 2 ms during rewrites:", race(args.race_lines))
+    if args.import_gb:
+        print(f"import-reme of a hostile folder with a {args.import_gb:g} GB sparse file:",
+              import_hostile(args.import_gb))
+    if args.capture_mb:
+        for shape, result in huge_transcripts(args.capture_mb, args.capture_deliveries).items():
+            print(f"huge Claude Code transcript ({shape}):", result)
 
 
 if __name__ == "__main__":

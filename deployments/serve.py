@@ -17,8 +17,8 @@
 Every deployment can also be run by hand from the UI with parameters; with the service running, the CLI's
 job commands start runs of these deployments too (dreamflow/job_runs.py). Entrypoints are module paths
 (`flows.auto_dream.auto_dream`), so they do not depend on the folder the service was started from.
-`prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (README,
-"Running the service").
+`prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (docs/service.md,
+"Workers instead of the built-in runner").
 This module imports prefect and the flows only inside functions: the service and API read the declarations.
 """
 

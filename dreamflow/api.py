@@ -45,6 +45,7 @@ class TurnRequest(BaseModel):
     session_id: str = Field(description=ops.PARAM_HELP["session_id"])
     messages: list[dict[str, Any]] = Field(default_factory=list, description=ops.PARAM_HELP["messages"])
     compact: bool = Field(False, description=ops.PARAM_HELP["compact"])
+    turn_id: str | None = Field(None, description=ops.PARAM_HELP["turn_id"])
 
 
 class ProactiveRequest(BaseModel):
@@ -345,7 +346,7 @@ def _add_service_routes(app: FastAPI, service) -> None:
     def turn(request: TurnRequest):
         """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
         auto_memory summarises the session's new messages."""
-        return service.record_turn(request.session_id, request.messages, request.compact)
+        return service.record_turn(request.session_id, request.messages, request.compact, request.turn_id)
 
     @app.get("/status", tags=["service"])
     def status() -> dict[str, Any]:

@@ -155,7 +155,7 @@ class Options:
     port: int = DEFAULT_PORT
     prefect_api: str | None = None  # an existing Prefect API; None starts our own server
     prefect_port: int = DEFAULT_PREFECT_PORT
-    runner: bool = True  # serve the deployments here (False when workers run them, see README)
+    runner: bool = True  # serve the deployments here (False when workers run them, see docs/service.md)
     settings: Settings = field(default_factory=Settings)
 
 
@@ -531,11 +531,13 @@ class Service:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool = False,
+                    turn_id: str | None = None) -> dict:
         """Append a turn to the session's jsonl, count it, and launch auto_memory when due."""
         from engine.turns import record_turn
 
-        return record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact)
+        return record_turn(self.turns, self._append_turn, self._launch_auto_memory, session_id, messages, compact,
+                           turn_id)
 
     def _append_turn(self, session_id: str, messages: list[dict]) -> dict:
         from tasks.dialog import append_messages
@@ -634,7 +636,7 @@ def register(cli) -> None:
     @click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
                   help="Port of the Prefect server (and UI) the service starts.")
     @click.option("--runner/--no-runner", default=True, show_default=True,
-                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see README).")
+                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see docs/service.md).")
     @click.pass_obj
     def start_command(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool) -> None:
         """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.
@@ -701,8 +703,10 @@ def _parse_messages(text: str, compact: bool) -> list[dict]:
     return [value] if isinstance(value, dict) else value
 
 
-def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False) -> dict:
-    """Record a turn through the running service, or in this process (counted; the run waits for the service)."""
+def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False,
+                turn_id: str | None = None) -> dict:
+    """Record a turn through the running service, or in this process (counted; the run waits for the service);
+    `turn_id` as in `engine.turns.record_turn`."""
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
     from engine.turns import record_turn as record
@@ -710,10 +714,10 @@ def record_turn(workspace: Path, session_id: str, messages: list[dict], compact:
 
     remote = connect(workspace)
     if remote is not None:
-        return remote.turn(session_id, messages, compact)
+        return remote.turn(session_id, messages, compact, turn_id)
     memory = local_memory(workspace)
     counter = TurnCounter(memory.ws, Settings().turns_per_summary)
-    return record(counter, lambda s, m: append_messages(memory, s, m), None, session_id, messages, compact)
+    return record(counter, lambda s, m: append_messages(memory, s, m), None, session_id, messages, compact, turn_id)
 
 
 def current_status(workspace: Path) -> dict:

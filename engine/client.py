@@ -168,9 +168,10 @@ class RemoteMemory:
         """What the service runs, index size, turn counters, last/next dream, runs in progress."""
         return self.request("GET", "/status")
 
-    def turn(self, session_id: str, messages: list[dict], compact: bool = False) -> dict:
+    def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None) -> dict:
         """Record a conversation turn (the service counts it and launches auto_memory when due)."""
-        return self.request("POST", "/turn", {"session_id": session_id, "messages": messages, "compact": compact})
+        body = {"session_id": session_id, "messages": messages, "compact": compact}
+        return self.request("POST", "/turn", {**body, "turn_id": turn_id} if turn_id is not None else body)
 
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
         """Start a run of a flow's deployment: `{id, name, deployment, state}`."""

@@ -2,7 +2,7 @@
 pydantic (one repair attempt), and a bounded tool-calling agent loop.
 
 Any endpoint speaking the chat-completions protocol works (OpenAI, vLLM, llama.cpp, Ollama, LM Studio...).
-Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, README "LLM settings"). What holds up on small
+Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, docs/settings.md). What holds up on small
 local models:
 
 - structured calls send `response_format` json_schema built from the pydantic model (`response_schema`);

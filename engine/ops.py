@@ -171,6 +171,8 @@ PARAM_HELP: dict[str, str] = {
     "session_id": "Conversation id (letters, digits, '.', '_', '-'); the turn goes to session/dialog/<session_id>.jsonl",
     "messages": "Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
     "compact": "Summarise the session now instead of waiting for N turns",
+    "turn_id": "Caller's id for the turn: sent again (a retried delivery), it is counted once and messages "
+               "already appended (same message `id`) are not appended again",
     "hint": "A hint for what matters (steers the summary or consolidation)",
     "scan_days": "Days of daily files to scan, ending at `date`",
     "max_units": "Most consolidation units per run",

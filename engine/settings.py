@@ -56,7 +56,7 @@ class Settings:
     embed_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_BASE_URL"))
     embed_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_API_KEY"))
     embed_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_EMBED_MODEL"))
-    # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (README "Semantic recall")
+    # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (docs/benchmarks.md)
     vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
     vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
@@ -68,6 +68,12 @@ class Settings:
     # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
     max_write_chars: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_WRITE_CHARS", "100000"))
     turns_per_summary: int = field(default_factory=lambda: _num(int, "DREAMFLOW_TURNS_PER_SUMMARY", "10"))
+    # the most one Claude Code hook delivery reads and records (dreamflow/hooks.py); the rest waits for the next
+    hook_max_seconds: float = field(default_factory=lambda: _num(float, "DREAMFLOW_HOOK_MAX_SECONDS", "10"))
+    hook_max_turns: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_TURNS", "500"))
+    hook_max_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_BYTES", str(64 << 20)))
+    # a transcript line longer than this is skipped and reported (a pasted screenshot is a few MB)
+    hook_max_line_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_LINE_BYTES", str(8 << 20)))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
     doctor_cron: str | None = field(default_factory=lambda: _env("DREAMFLOW_DOCTOR_CRON"))  # unset: no schedule

@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from filelock import FileLock
 
 from storage.errors import InvalidInput
 from storage.workspace import Workspace, check_session_id
+
+TURN_ID_CHARS = 200
+
 
 class TurnCounter:
     """Per-session turn counts in `metadata/turns.json`: `{session_id: {turns, pending, runs, last_run, ...}}`.
@@ -30,18 +34,23 @@ class TurnCounter:
         self.ws = ws
         self.every = every
         self.path = ws.metadata / "turns.json"
-        self._lock = FileLock(str(ws.metadata / "turns.lock"))
+        self.lock = FileLock(str(ws.metadata / "turns.lock"))  # re-entrant: record_turn holds it around a turn
 
     def sessions(self) -> dict[str, dict]:
         """The whole persisted state."""
-        with self._lock:
+        with self.lock:
             return self._load()
 
-    def count(self, session_id: str) -> dict:
-        """Count one turn of `session_id`; returns its updated state."""
-        with self._lock:
+    def count(self, session_id: str, turn_id: str | None = None) -> dict:
+        """Count one turn of `session_id` (not again when `turn_id` is the last one counted); returns its
+        updated state."""
+        with self.lock:
             state = self._load()
             entry = state.setdefault(session_id, {"turns": 0, "pending": 0, "runs": 0, "last_run": None})
+            if turn_id is not None and entry.get("last_turn_id") == turn_id:
+                return dict(entry)
+            if turn_id is not None:
+                entry["last_turn_id"] = turn_id
             entry["turns"] += 1
             entry["pending"] += 1
             entry["last_turn_at"] = _now()
@@ -54,7 +63,7 @@ class TurnCounter:
 
     def launched(self, session_id: str, run: str) -> dict:
         """Record a successful launch: the session's pending turns are now the run's to summarise."""
-        with self._lock:
+        with self.lock:
             state = self._load()
             entry = state.setdefault(session_id, {"turns": 0, "pending": 0, "runs": 0, "last_run": None})
             entry.update(pending=0, runs=entry.get("runs", 0) + 1, last_run=run, last_run_at=_now())
@@ -81,25 +90,36 @@ def record_turn(
     session_id: str,
     messages: list[dict],
     compact: bool = False,
+    turn_id: str | None = None,
 ) -> dict:
     """Append a turn, count it, and launch auto_memory when due.
 
-    `append(session_id, messages)` writes the records (returning what it wrote); `launch(session_id)` starts
-    auto_memory and returns a run id, or raises; with `launch=None` (no service) a due session waits for the
-    service to start. A failed launch keeps the turns pending, so the next turn tries again.
+    `append(session_id, messages)` writes the records (returning what it wrote; messages with an `id` already
+    among the session's last records are skipped); `launch(session_id)` starts auto_memory and returns a run
+    id, or raises; with `launch=None` (no service) a due session waits for the service to start. A failed
+    launch keeps the turns pending, so the next turn tries again.
+
+    With a `turn_id` (a caller that may deliver a turn again, e.g. after being killed) the turn is recorded
+    once: append and count run under the counter's lock, and the turn is counted only when it holds a user
+    message and its id is not the last one counted; sending the same id again with more messages (the rest
+    of an answer) appends just those.
     """
     check_session_id(session_id)
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise InvalidInput("messages must be a JSON list of message objects")
     if not messages and not compact:
         raise InvalidInput("a turn needs at least one message (or use compact to summarise now)")
+    if turn_id is not None and (not isinstance(turn_id, str) or not 0 < len(turn_id) <= TURN_ID_CHARS):
+        raise InvalidInput(f"turn_id must be a string of 1-{TURN_ID_CHARS} characters")
     result: dict = {"session_id": session_id, "appended": 0, "launched": None}
-    if messages:
-        written = append(session_id, messages)
-        result["appended"] = written.get("appended", len(messages)) if isinstance(written, dict) else len(messages)
-        entry = counter.count(session_id)
-    else:
-        entry = counter.sessions().get(session_id, {"turns": 0, "pending": 0})
+    with counter.lock if turn_id is not None else nullcontext():  # a retried turn waits for the first try
+        if messages:
+            written = append(session_id, messages)
+            result["appended"] = written.get("appended", len(messages)) if isinstance(written, dict) else len(messages)
+        if messages and (turn_id is None or any(m.get("role") == "user" for m in messages)):
+            entry = counter.count(session_id, turn_id)
+        else:
+            entry = counter.sessions().get(session_id, {"turns": 0, "pending": 0})
     if compact or entry["pending"] >= counter.every:
         if launch is None:
             result["waiting"] = "auto_memory is due; it runs when `dreamflow start` is running"

@@ -7,16 +7,30 @@ file lock `metadata/index.lock` (waiting up to `DREAMFLOW_LOCK_TIMEOUT` seconds,
 Sessions nest; threads of one process take turns through an RLock and share the connection. The long-running
 service passes `keep_open=True` to hold both for its lifetime.
 
-The index is derived state: on first open, after a schema version change, or when the file cannot be
-opened (corrupt), it is (re)created and rebuilt from the workspace files.
+The index is derived state and heals itself. It is (re)created and rebuilt from the workspace files on first
+open and after a schema version change. A file DuckDB cannot open or whose write-ahead log fails to replay, an
+index that breaks its own invariants after an unclean shutdown, and a fatal or internal DuckDB error in any
+session (DuckDB invalidates the database after one) are all handled the same way: the files are moved aside to
+`metadata/damaged/<time>/` with the error (the newest `KEEP_DAMAGED` sets are kept, for diagnosis), the index is
+rebuilt from the workspace files, and one line on stderr says so. A session that met the damage ends with
+`IndexRebuilt`; the next one finds a sound index.
+
+After an unclean shutdown (a write-ahead log is left when the lock is first taken) the secondary indexes are
+re-created from their tables: a process killed while DuckDB checkpointed on close left the two `links` ART
+indexes missing the rows of its last transaction, although the table itself was whole, and the next checkpoint
+made that permanent ("Failed to delete all rows from index" at the next delete of those rows). A checkpoint
+before close does not help: the kill then lands in that checkpoint.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import threading
+import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +39,7 @@ from typing import Iterator
 import duckdb
 import filelock
 
-from storage.errors import IndexBusy
+from storage.errors import IndexBusy, IndexRebuilt
 from storage.workspace import Workspace
 
 # DuckDB's Python client tries `import pandas` for every bound parameter value; when pandas is not
@@ -77,13 +91,26 @@ CREATE TABLE IF NOT EXISTS stale_chunks (id BIGINT);
 CREATE TABLE IF NOT EXISTS links (
     source VARCHAR, target VARCHAR, anchor VARCHAR, alias VARCHAR, predicate VARCHAR, line INTEGER
 );
-CREATE INDEX IF NOT EXISTS links_source ON links (source);  -- neighbours and traversal look up both ends
-CREATE INDEX IF NOT EXISTS links_target ON links (target);
+{secondary_indexes}
 CREATE TABLE IF NOT EXISTS embeddings (
     text_hash VARCHAR PRIMARY KEY, model VARCHAR, dim INTEGER, vector FLOAT[]
 );
 CREATE SEQUENCE IF NOT EXISTS chunk_ids START 1;
 """
+
+# Neighbours and traversal look up both ends of a link. Re-created after an unclean shutdown (module docstring).
+SECONDARY_INDEXES = {"links_source": "links (source)", "links_target": "links (target)"}
+SCHEMA = SCHEMA.format(secondary_indexes="\n".join(
+    f"CREATE INDEX IF NOT EXISTS {name} ON {on};" for name, on in SECONDARY_INDEXES.items()))
+
+KEEP_DAMAGED = 2  # sets of damaged index files kept under metadata/damaged/ for diagnosis
+
+
+def is_damage(exc: BaseException) -> bool:
+    """True for DuckDB errors that mean the database itself is broken (DuckDB invalidates it after one)."""
+    if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):
+        return True
+    return isinstance(exc, duckdb.Error) and "database has been invalidated" in str(exc)
 
 
 def lock_timeout() -> float:
@@ -103,6 +130,7 @@ class _Shared:
     con: duckdb.DuckDBPyConnection | None = None
     depth: int = 0
     keep_open: bool = False
+    caches: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # told to forget when the index is re-created
 
 
 _shared: dict[Path, _Shared] = {}
@@ -137,6 +165,10 @@ class IndexDB:
             state.depth += 1
             try:
                 yield state.con
+            except BaseException as exc:
+                if state.depth == 1 and is_damage(exc):
+                    raise self._heal(exc) from exc
+                raise
             finally:
                 state.depth -= 1
                 if state.depth == 0 and not state.keep_open:
@@ -152,6 +184,46 @@ class IndexDB:
             if state.depth == 0:
                 self._close()
 
+    def add_cache(self, cache) -> None:
+        """Call `cache.forget()` whenever this process re-creates the index (cached chunk ids are then stale)."""
+        self._state.caches.add(cache)
+
+    def _heal(self, exc: BaseException) -> IndexRebuilt:
+        """Set the damaged index aside and rebuild it from the files (the file lock stays held throughout)."""
+        state = self._state
+        try:
+            state.con.close()
+        except duckdb.Error:
+            pass  # an invalidated database may refuse even that
+        state.con = None
+        kept = self._set_aside(exc, announce=False)  # the IndexRebuilt error says it
+        try:
+            state.con = self._connect(unclean=False)
+        except BaseException:
+            state.file_lock.release()
+            raise
+        return IndexRebuilt(_first_line(exc), kept)
+
+    def _set_aside(self, exc: BaseException, announce: bool = True) -> str:
+        """Move the index files to metadata/damaged/<time>/ with the error and keep the newest sets; say so in
+        one line on stderr when `announce`."""
+        root = self.ws.metadata / "damaged"
+        folder = root / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            if p.exists():
+                os.replace(p, folder / p.name)
+        (folder / "error.txt").write_text(f"{type(exc).__name__}: {exc}\n", errors="replace")
+        for old in sorted(root.iterdir())[:-KEEP_DAMAGED]:
+            shutil.rmtree(old, ignore_errors=True)
+        rel = folder.relative_to(self.ws.root).as_posix()
+        for cache in list(self._state.caches):
+            cache.forget()
+        if announce:
+            print(f"dreamflow: the index was damaged ({_first_line(exc)}); kept in {rel}, rebuilding it from the "
+                  "files", file=sys.stderr, flush=True)
+        return rel
+
     def _open(self, timeout: float) -> None:
         state = self._state
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +235,8 @@ class IndexDB:
                 "retry, or raise DREAMFLOW_LOCK_TIMEOUT"
             ) from None
         try:
-            state.con = self._connect()
+            # A write-ahead log left behind: the last owner died before closing (the file lock is ours now).
+            state.con = self._connect(unclean=self.path.with_name(self.path.name + ".wal").exists())
         except BaseException:
             state.file_lock.release()
             raise
@@ -177,15 +250,24 @@ class IndexDB:
                 state.con = None
                 state.file_lock.release()
 
-    def _connect(self) -> duckdb.DuckDBPyConnection:
-        """Open the file (recreating it when unreadable), ensure the schema, rebuild when it is new."""
+    def _connect(self, unclean: bool) -> duckdb.DuckDBPyConnection:
+        """Open the file, ensure the schema, rebuild when it is new; set it aside and rebuild when it cannot be
+        opened, its log does not replay, or (after an unclean shutdown) it fails its checks."""
+        con = None
         try:
             con = _connect(self.path)
             version = _schema_version(con)
+            if version == SCHEMA_VERSION and unclean:
+                _repair_after_crash(con)
         except duckdb.Error as exc:
-            if "lock" in str(exc).lower():
+            if "could not set lock" in str(exc).lower():
                 raise IndexBusy(f"the index {self.path} is held by another process: {exc}") from exc
-            _remove_index_files(self.path)  # corrupt or unreadable: derived state, rebuilt below
+            if con is not None:
+                try:
+                    con.close()
+                except duckdb.Error:
+                    pass
+            self._set_aside(exc)
             con = _connect(self.path)
             version = None
         if version == SCHEMA_VERSION:
@@ -225,9 +307,23 @@ def _schema_version(con: duckdb.DuckDBPyConnection) -> str | None:
     return row[0] if row else None
 
 
-def _remove_index_files(path: Path) -> None:
-    for p in (path, path.with_name(path.name + ".wal")):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
+def _repair_after_crash(con: duckdb.DuckDBPyConnection) -> None:
+    """Re-create the secondary indexes from their (whole) tables, check the invariants the writers keep, and
+    checkpoint the replayed log; raises duckdb.Error (a damage) when the index is not sound."""
+    for name, on in SECONDARY_INDEXES.items():
+        con.execute(f"DROP INDEX IF EXISTS {name}")
+        con.execute(f"CREATE INDEX {name} ON {on}")
+    orphans = con.execute("""
+        SELECT (SELECT count(*) FROM chunks WHERE path NOT IN (SELECT path FROM files))
+             + (SELECT count(*) FROM links WHERE source NOT IN (SELECT path FROM files))
+             + (SELECT count(*) FROM (SELECT path FROM files GROUP BY path HAVING count(*) > 1))
+             + (SELECT count(*) FROM (SELECT id FROM chunks GROUP BY id HAVING count(*) > 1))
+    """).fetchone()[0]
+    if orphans:
+        raise duckdb.InternalException(f"the index breaks its invariants ({orphans} orphan or duplicate rows)")
+    con.execute("CHECKPOINT")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0][:200] if text else type(exc).__name__)

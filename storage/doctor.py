@@ -82,17 +82,23 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     return report
 
 
-def repair(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
+def repair(con: duckdb.DuckDBPyConnection, ws: Workspace, known: dict[str, str] | None = None) -> dict:
     """Re-index drifted files, then retarget links to files moved outside the tools (unambiguous by hash).
 
-    Returns {reindexed: [paths], retargeted: [{from, to, rewritten: [{path, links}]}]}.
+    `known`: moves learnt elsewhere ({old: new}, e.g. from a damaged journal entry), used for a linked path
+    that no longer exists when the hashes do not place it and `new` is a file. Returns {reindexed: [paths],
+    retargeted: [{from, to, rewritten: [{path, links}]}]}.
     """
     scan = _scan(con, ws)
     if scan.drift:
         index.reconcile(con, ws)
     links = _links(con, scan.disk)
+    linked = {k["target"] for k in links}
+    moves = {old: new for old, new in (known or {}).items() if old in linked and old not in scan.disk
+             and new in scan.disk}
+    moves.update(_moves(scan, links))
     retargeted = []
-    for old, new in _moves(scan, links).items():
+    for old, new in sorted(moves.items()):
         retargeted.append({"from": old, "to": new, "rewritten": graph_edit.relink(con, ws, old, new)["rewritten"]})
     return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
 

@@ -45,6 +45,19 @@ class IndexBusy(DreamflowError):
     http_status = 503
 
 
+class IndexRebuilt(DreamflowError):
+    """The index was found damaged during the command, set aside and rebuilt from the files; the command
+    itself did not finish (the files hold whatever it had written), so it can be checked and run again."""
+
+    exit_code = 10
+    http_status = 503
+
+    def __init__(self, damage: str, kept: str):
+        super().__init__(f"the index was damaged ({damage}); it was set aside in {kept} and rebuilt from the files. "
+                         "The command did not finish: check what it changed, then run it again")
+        self.damage, self.kept = damage, kept
+
+
 class InvalidInput(DreamflowError):
     """An argument has the wrong form (e.g. a date that is not YYYY-MM-DD, start_line after end_line)."""
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from storage.errors import Changed, Conflict, InvalidInput, NotFound, PathError
+from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.workspace import (
     Workspace,
     check_session_id,
@@ -71,6 +71,8 @@ class Memory:
             db = IndexDB(self.ws)
         self.db = db
         self.vectors = vectors
+        if vectors is not None:
+            db.add_cache(vectors)
         self.recovered = self._recover()
 
     # ---- writing files -------------------------------------------------------------------------------
@@ -617,8 +619,12 @@ class Memory:
         """Rebuild the whole index from the files (metadata/ is derived; nothing is lost)."""
         from storage import index
 
-        with self.db.session() as con:
-            return index.rebuild(con, self.ws, progress=progress)
+        try:
+            with self.db.session() as con:
+                return index.rebuild(con, self.ws, progress=progress)
+        except IndexRebuilt as exc:  # the damaged index was set aside and rebuilt: what was asked for is done
+            with self.db.session() as con:
+                return {**index.rebuild(con, self.ws, progress=progress), "damaged_index_kept_in": exc.kept}
 
     def reconcile(self, progress: Progress | None = None) -> dict:
         """Bring the index up to date with files changed outside Dreamflow (added, modified, deleted)."""
@@ -690,14 +696,10 @@ class Memory:
         return rel
 
     def _check_new_name(self, rel: str) -> None:
-        """Refuse a new file or folder name that breaks on other systems or sync tools, and `~/...` (a home
-        folder is never meant: paths are workspace-relative)."""
-        if rel.startswith("~"):
-            raise PathError(f"{rel!r}: `~` is not expanded (paths are relative to the workspace, not home)")
-        for part in rel.split("/"):
-            problem = bad_name(part)
-            if problem:
-                raise PathError(f"{rel!r}: {problem}")
+        """Refuse a new file or folder path that `new_path_problem` finds fault with."""
+        problem = new_path_problem(rel)
+        if problem:
+            raise PathError(f"{rel!r}: {problem}")
 
     def _recover(self) -> dict:
         """Finish what a killed process left: its journaled moves/relinks and its temp files (cheap when
@@ -711,8 +713,12 @@ class Memory:
         if journal.interrupted(self.ws):
             from storage import graph_edit
 
-            with self.db.session() as con:
-                done["operations"] = graph_edit.recover(con, self.ws)
+            try:
+                with self.db.session() as con:
+                    done.update(graph_edit.recover(con, self.ws))
+            except IndexRebuilt:  # the replay met a damaged index, now rebuilt from the files: replay on it
+                with self.db.session() as con:
+                    done.update(graph_edit.recover(con, self.ws))
         return done
 
     def _reindex(self, con, *rels: str) -> None:
@@ -916,6 +922,14 @@ def _page(lines: list[str], first: int, last: int, numbered: bool, max_chars: in
         parts.append(part)
         size += len(part)
     return "".join(parts), len(parts), None
+
+
+def new_path_problem(rel: str) -> str | None:
+    """Why the normalised path `rel` cannot be a new file or folder: a name that breaks on other systems or
+    sync tools (`bad_name`), or `~/...` (a home folder is never meant: paths are workspace-relative); or None."""
+    if rel.startswith("~"):
+        return "`~` is not expanded (paths are relative to the workspace, not home)"
+    return next(filter(None, map(bad_name, rel.split("/"))), None)
 
 
 def bad_name(name: str) -> str | None:

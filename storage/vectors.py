@@ -27,7 +27,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-PIECE_CHARS = 720  # ~120 English words, ~170 word pieces: MiniLM reads 256 (measured: README "Semantic recall")
+PIECE_CHARS = 720  # ~120 English words, ~170 word pieces: MiniLM reads 256 (measured: docs/search.md)
 OVERLAP = 0.0  # share of a piece the next one repeats (0.5 measured no better, and more pieces)
 BATCH = 32
 
@@ -387,6 +387,12 @@ class VectorIndex:
                 return
             hashes, mats = _load(con)
             self._reset(hashes, mats, current)
+
+    def forget(self) -> None:
+        """Drop everything cached from the table (the index was re-created: chunk ids start again)."""
+        with self._lock:
+            self._reset([], [], -1)
+            self._ids_of, self._ids_top, self._ids_rows = {}, 0, 0
 
     def added(self, before: int, after: int, items: list[tuple[str, np.ndarray]]) -> None:
         """Take vectors this process just stored (table went from version `before` to `after`)."""

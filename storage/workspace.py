@@ -19,7 +19,9 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from storage.errors import Changed, InvalidInput, NotFound, PathError
 
@@ -154,6 +156,14 @@ class Workspace:
         another program appends in the instant between that check and the rename land in the old file: they
         are carried over to the end of the new one.
         """
+        return self._write_atomic(rel, (data,), expect)
+
+    def write_chunks(self, rel: str, chunks: Iterable[bytes]) -> Path:
+        """`write_bytes` for content given as chunks (a large copy in bounded memory): the same temp file,
+        fsync and rename; an exception from `chunks` leaves the target as it was and no temp file."""
+        return self._write_atomic(rel, chunks, None)
+
+    def _write_atomic(self, rel: str, chunks: Iterable[bytes], expect: str | bool | None) -> Path:
         path = self.resolve(rel)
         kind = special_kind(path)
         if kind not in (None, "missing"):
@@ -170,7 +180,7 @@ class Workspace:
             try:
                 if mode is not None:
                     os.fchmod(fd, mode)
-                _write_all(fd, data)
+                _write_all(fd, chunks)
             finally:
                 os.close(fd)
             checked = _open_unchanged(path, expect) if expect is not None else None
@@ -200,7 +210,7 @@ class Workspace:
             kind = _mode_kind(os.fstat(fd).st_mode)
             if kind is not None:
                 raise PathError(f"{self.normalize(rel)} is a {kind}, not a regular file")
-            _write_all(fd, data)
+            _write_all(fd, (data,))
         finally:
             os.close(fd)
 
@@ -291,12 +301,13 @@ class Workspace:
         return sorted(removed)
 
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str) -> str:
-    """Return `session_id` if it is usable as a file name (turns, recall), else raise InvalidInput."""
-    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+    """Return `session_id` if it is usable as a file name (turns, recall), else raise InvalidInput (the whole
+    id must match: `$` would let a trailing newline through into the file name)."""
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
         raise InvalidInput(
             f"session id {session_id!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
@@ -320,9 +331,13 @@ def skip_unless_utf8(rel: str, skipped: list[dict] | None) -> bool:
     if is_utf8(rel):
         return False
     if skipped is not None:
-        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        skipped.append({"path": shown, "kind": NOT_UTF8})
+        skipped.append({"path": shown_path(rel), "kind": NOT_UTF8})
     return True
+
+
+def shown_path(rel: str) -> str:
+    """`rel` as a report can carry it: the bytes of a name that is not UTF-8 shown as U+FFFD."""
+    return rel if is_utf8(rel) else rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def content_hash(data: bytes) -> str:
@@ -362,7 +377,7 @@ def _carry_over_appends(old: int, size: int, path: Path) -> None:
         while tail := _read_rest(old):  # again: a writer that still has the old file open may add more
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
             try:
-                _write_all(fd, tail)
+                _write_all(fd, (tail,))
             finally:
                 os.close(fd)
     finally:
@@ -408,26 +423,37 @@ def _mode_kind(mode: int) -> str | None:
 
 
 def read_regular(path: str | os.PathLike[str]) -> bytes:
-    """Bytes of the regular file at `path`. Checked with stat before opening and with fstat after (opened
-    non-blocking, so a FIFO swapped in meanwhile cannot hang the read); PathError for anything else."""
+    """Bytes of the regular file at `path` (see `open_regular`)."""
+    with open_regular(path) as fh:
+        return fh.read()
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """The regular file at `path`, open for reading. Checked with stat before opening and with fstat after
+    (opened non-blocking, so a FIFO swapped in meanwhile cannot hang a read); PathError for anything else."""
     kind = special_kind(path)
     if kind == "missing":
         raise NotFound(f"no such file: {path}")
     if kind is not None:
         raise PathError(f"{path} is a {kind}, not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
+    fh = os.fdopen(fd, "rb")
+    try:
         kind = _mode_kind(os.fstat(fd).st_mode)
         if kind is not None:
             raise PathError(f"{path} is a {kind}, not a regular file")
-        return fh.read()
+    except BaseException:
+        fh.close()
+        raise
+    return fh
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` to `fd` and fsync it."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _write_all(fd: int, chunks: Iterable[bytes]) -> None:
+    """Write all of `chunks` to `fd`, in order (one at a time: a generator is never held whole), and fsync."""
+    for data in chunks:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     os.fsync(fd)
 
 

@@ -25,6 +25,8 @@ DROP_ROLES = {"tool", "function", "ipython"}
 DROP_BLOCKS = {"tool_result", "function_call_output", "tool_output", "computer_call_output"}
 DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\r\n]+")
 MAX_PROMPT_CHARS = 60_000  # records beyond this wait for the next run
+MAX_ID_CHARS = 200  # a message `id` longer than this is not kept
+TAIL_STEP = 1 << 16  # bytes read at a time from the end of a dialog file
 
 
 def dialog_path(session_id: str) -> str:
@@ -98,8 +100,8 @@ def _clean_content(content: Any) -> Any:
 
 
 def clean_message(message: dict) -> dict | None:
-    """The record kept for a message (role, content, created_at) or None when nothing is worth keeping:
-    tool results and base64 payloads are dropped, timestamps kept."""
+    """The record kept for a message (role, content, created_at, id) or None when nothing is worth keeping:
+    tool results and base64 payloads are dropped, timestamps and the caller's message id kept."""
     if not isinstance(message, dict):
         return None
     role = str(message.get("role") or "user")
@@ -112,13 +114,19 @@ def clean_message(message: dict) -> dict | None:
     created = message_time(message)
     if created:
         record["created_at"] = created
+    if isinstance(message.get("id"), str) and 0 < len(message["id"]) <= MAX_ID_CHARS:
+        record["id"] = message["id"]
     return record
 
 
 def append_messages(memory, session_id: str, messages: list[dict]) -> dict:
-    """Filter `messages` and append them to the session's jsonl: `{path, appended, dropped}`."""
+    """Filter `messages` and append them to the session's jsonl: `{path, appended, dropped}`. A message whose
+    `id` is among the session's last records (a delivery sent again) is not appended twice."""
     records = [r for r in (clean_message(m) for m in messages) if r]
     path = dialog_path(session_id)
+    if any("id" in r for r in records):
+        recorded = {r.get("id") for r in last_records(memory, session_id, len(records)) if r}
+        records = [r for r in records if r.get("id") is None or r["id"] not in recorded]
     if records:
         memory.append(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     return {"path": path, "appended": len(records), "dropped": len(messages) - len(records)}
@@ -148,16 +156,35 @@ def read_records(memory, session_id: str) -> list[dict | None]:
         text = read_all(memory, dialog_path(session_id))
     except NotFound:
         return []
-    records = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            value = None
-        records.append(value if isinstance(value, dict) else None)
-    return records
+    return [_record(line) for line in text.splitlines() if line.strip()]
+
+
+def last_records(memory, session_id: str, count: int) -> list[dict | None]:
+    """The session's last `count` records, as `read_records`; read from the end of the file when the
+    workspace is local, so a long session costs no more than those records."""
+    ws = getattr(memory, "ws", None)
+    if ws is None:
+        return read_records(memory, session_id)[-count:]
+    try:
+        path = ws.regular(dialog_path(session_id))
+    except NotFound:
+        return []
+    with path.open("rb") as fh:
+        data, at = b"", fh.seek(0, 2)
+        while at > 0 and data.count(b"\n") <= count:
+            step = min(TAIL_STEP, at)
+            at -= step
+            fh.seek(at)
+            data = fh.read(step) + data
+    return [_record(line) for line in data.splitlines()[-count:] if line.strip()]
+
+
+def _record(line: bytes | str) -> dict | None:
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def pending(memory, ws: Workspace, session_id: str, max_chars: int = MAX_PROMPT_CHARS) -> Pending:

@@ -13,6 +13,15 @@ PROBE = (
     "main()\n"
 )
 
+# Prints the process's peak RSS in kB (`maxrss N`) on stderr's last line when it exits.
+RSS_PROBE = (
+    "import atexit, resource, sys\n"
+    "atexit.register(lambda: print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))\n"
+    "from dreamflow.cli import main\n"
+    "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
+    "main()\n"
+)
+
 
 def run_cli(workspace, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """(the finished process, the modules it had imported) for `dreamflow --workspace WORKSPACE ARGS...`."""

@@ -106,6 +106,28 @@ def kill_mid_move(root: Path, window: float, rng: random.Random, via: str = "for
     wait()
 
 
+def kill_during_close(root: Path, rng: random.Random, window: float = 0.05, via: str = "fork") -> None:
+    """Start the move in `root`, wait until its journal entry is dropped (the work is done, DuckDB is closing
+    and checkpointing), SIGKILL it a random part of `window` later: the moment a fault run found that could
+    leave an index broken for good."""
+    journal_dir = root / "metadata" / "journal"
+    pid, wait = _start(root, via)
+    deadline, seen = time.monotonic() + 60, False
+    while time.monotonic() < deadline:
+        entries = list(journal_dir.glob(f"{pid}-*.json")) if journal_dir.exists() else []
+        if entries:
+            seen = True
+        elif seen:
+            break
+        time.sleep(0.0002)
+    time.sleep(rng.uniform(0, window))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    wait()
+
+
 def trial(template: Path, work: Path, n: int, window: float, rng: random.Random, via: str = "fork",
           keep: bool = False) -> dict:
     """One SIGKILLed move and the next command: {mid_move, dangling_before, dangling_after, temps_after,

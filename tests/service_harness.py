@@ -92,7 +92,11 @@ class RunningService:
             env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         log.close()
-        wait_for(self._ready, timeout, f"the service to be ready (log: {self.log_path})", interval=0.2)
+        try:
+            wait_for(self._ready, timeout, f"the service to be ready (log: {self.log_path})", interval=0.2)
+        except BaseException:
+            self.stop(timeout=30)  # a service that never got ready must not outlive its test (nor its Prefect server)
+            raise
         info = json.loads((self.workspace / "metadata/service.json").read_text())
         self.prefect_api = info["prefect_api"]
         self.prefect_auth = ("dreamflow", self.token) if info.get("prefect_auth") else None

@@ -4,6 +4,8 @@ Each rule through the CLI and over HTTP (the agent tools and MCP call the same o
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -372,6 +374,97 @@ def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
     finally:
         server.stop()
     assert dialog.pending(mem, mem.ws, "s1").start == 2  # ReMe summarised them: not again
+
+
+def _hostile_entries(reme, outside):
+    """Entries a ReMe folder may hold that the tools refuse (issue 21): workspace path -> expected reason."""
+    (reme / "digest/wiki/a\\b.md").write_text("a backslash\n")  # the tools would write digest/wiki/a/b.md
+    with open(os.path.join(os.fsencode(reme / "resource"), b"caf\xe9.txt"), "wb") as fh:  # a Latin-1 name
+        fh.write(b"not utf-8\n")
+    os.mkdir(os.path.join(os.fsencode(reme / "digest"), b"\xff-folder"))
+    for folder in ("METADATA", "Metadata"):
+        (reme / folder).mkdir()
+        (reme / folder / "index.md").write_text("derived\n")
+    with open(reme / "resource/huge.bin", "wb") as fh:  # sparse: 64 MiB of size, no blocks
+        fh.truncate(64 << 20)
+    (outside / "secret.md").write_text("outside\n")
+    os.symlink(outside / "secret.md", reme / "digest/wiki/out.md")
+    os.symlink(outside, reme / "digest/out-folder")
+    os.mkfifo(reme / "resource/pipe.txt")
+    (reme / "digest/wiki/con.md").write_text("reserved on Windows\n")
+    return {
+        "digest/wiki/a\\b.md": "backslash", "resource/caf\ufffd.txt": "not valid UTF-8",
+        "digest/\ufffd-folder/": "not valid UTF-8", "METADATA/": "reaches metadata/", "Metadata/": "reaches metadata/",
+        "resource/huge.bin": "over the import cap", "digest/wiki/out.md": "symlink",
+        "digest/out-folder/": "symlink to a folder", "resource/pipe.txt": "FIFO", "digest/wiki/con.md": "reserved",
+    }
+
+
+def test_import_reme_skips_and_reports_what_the_tools_refuse(root, tmp_path):
+    """Issue 21 item 6: one hostile source; the import finishes, lists each skip, builds the index."""
+    reme, outside = tmp_path / "reme", tmp_path / "outside"
+    outside.mkdir()
+    _reme_workspace(reme)
+    (reme / "resource/multi-chunk.txt").write_bytes(os.urandom(3 << 20) + b"\nzeppelin\n")  # 3 chunks, under the cap
+    expected = _hostile_entries(reme, outside)
+    result = as_json(root, "import-reme", str(reme), env={"DREAMFLOW_MAX_BODY_BYTES": str(4 << 20)})  # the default cap
+    reasons = {row["path"]: row["reason"] for row in result["skipped"]}
+    assert set(reasons) == set(expected) and result["skipped_count"] == len(expected)
+    for rel, why in expected.items():
+        assert why in reasons[rel], (rel, reasons[rel])
+    assert result["copied"] == 6 and result["sessions"] == ["s1"]
+    assert (root / "resource/multi-chunk.txt").read_bytes() == (reme / "resource/multi-chunk.txt").read_bytes()
+    assert sorted(p.name for p in root.iterdir()) == ["daily", "digest", "metadata", "resource", "session"]
+    assert sorted(os.listdir(root / "digest/wiki")) == ["lisbon.md"]  # no a/b.md, no symlink, no con.md
+    assert sorted(os.listdir(root / "resource")) == ["2024-05-08", "multi-chunk.txt"]
+    assert not any(name.endswith(".tmp") for _, _, names in os.walk(root) for name in names)
+    assert as_json(root, "search", "hills")[0]["path"] == "digest/wiki/lisbon.md"  # the index is built
+    assert as_json(root, "doctor")["broken_links"] == []
+    text = ok(root, "import-reme", str(reme), "--max-file-bytes", str(4 << 20)).stdout
+    assert f"{len(expected)} entries skipped" in text and "skipped resource/huge.bin: 67,108,864 bytes" in text
+    assert "Traceback" not in text
+
+
+def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
+    """The import's copy step streams: a 96 MiB file under a raised cap grows the process by far less (the
+    old copy read it whole). The index then reads files whole, which the default 32 MiB cap bounds."""
+    reme = tmp_path / "reme"
+    (reme / "resource").mkdir(parents=True)
+    with open(reme / "resource/big.bin", "wb") as fh:
+        fh.truncate(96 << 20)
+        fh.seek(50 << 20)
+        fh.write(b"middle")
+    script = ("import resource, sys; from pathlib import Path; from storage.workspace import Workspace\n"
+              "from tasks.reme_import import copy_file\n"
+              "ws = Workspace(sys.argv[1]); before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "assert copy_file(Path(sys.argv[2]), ws, 'resource/big.bin', False, 100 << 20) == 'copied'\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)")
+    proc = subprocess.run([sys.executable, "-c", script, str(root), str(reme / "resource/big.bin")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) < 16 << 10, f"RSS grew by {int(proc.stdout) >> 10} MB"  # KiB
+    with open(root / "resource/big.bin", "rb") as fh:
+        assert os.fstat(fh.fileno()).st_size == 96 << 20
+        fh.seek(50 << 20)
+        assert fh.read(6) == b"middle"
+    assert os.stat(root / "resource/big.bin").st_mtime_ns == os.stat(reme / "resource/big.bin").st_mtime_ns
+
+
+def test_a_chunked_write_that_fails_midway_leaves_the_old_file_and_no_temp(root):
+    from storage.workspace import Workspace
+
+    ws = Workspace(root)
+    ws.write_bytes("resource/a.bin", b"old")
+
+    def chunks():
+        yield b"x" * (1 << 20)
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError):
+        ws.write_chunks("resource/a.bin", chunks())
+    assert os.listdir(root / "resource") == ["a.bin"] and (root / "resource/a.bin").read_bytes() == b"old"
+    ws.write_chunks("resource/a.bin", iter((b"new ", b"content")))
+    assert (root / "resource/a.bin").read_bytes() == b"new content"
 
 
 def test_agent_tools_follow_the_same_path_and_body_rules(tmp_path):

@@ -497,16 +497,14 @@ def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeyp
         HttpMount(WorkspaceTarget(tmp_path / "ws"), "everything")
 
 
-def test_the_readme_host_configs_parse_and_the_stdio_entry_starts_a_working_server(tmp_path):
+def test_the_documented_host_configs_parse_and_the_stdio_entry_starts_a_working_server(tmp_path):
     import re
     import tomllib
     from pathlib import Path
 
     from dreamflow.hooks import EVENTS
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Use from your agent"):]
-    section = section[:section.index("\n## ", 5)]
+    section = (Path(__file__).parent.parent / "docs" / "agents.md").read_text()
     blocks = re.findall(r"```(json|toml)\n(.*?)```", section, re.S)
     configs = [json.loads(body) if lang == "json" else tomllib.loads(body) for lang, body in blocks]
     servers = [c.get("mcpServers") or c.get("mcp_servers") for c in configs if "hooks" not in c]

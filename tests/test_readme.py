@@ -1,7 +1,10 @@
-"""The README's walkthrough runs as pasted and leaves a healthy graph; no `--help` listing cuts a sentence."""
+"""The README's walkthrough runs as pasted and leaves a healthy graph; its links and agent set-up lines hold; no
+`--help` listing cuts a sentence."""
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +48,90 @@ def test_no_help_line_is_cut_mid_sentence():
 def test_a_misspelt_command_gets_a_suggestion():
     result = CliRunner().invoke(cli, ["serch", "ramen"])
     assert result.exit_code == 2 and "Did you mean search" in result.output
+
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = {"cli.md", "http.md", "mcp-tools.md"}  # written by `python -m dreamflow.docs_gen`
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's heading anchors of a Markdown text (headings inside fenced code are not headings)."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", prose, flags=re.M)}
+
+
+def test_every_link_of_the_readme_and_docs_reaches_a_file_and_heading():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if file.name in GENERATED and not file.exists():
+                continue
+            assert file.exists(), (page.name, target)
+            if anchor:
+                assert anchor in anchors(file.read_text()), (page.name, target)
+
+
+def test_the_readme_points_at_every_docs_page():
+    section = README.split("## Where to read more", 1)[1]
+    for name in {p.name for p in (ROOT / "docs").glob("*.md")} | GENERATED:
+        assert f"(docs/{name})" in section, name
+
+
+def claude_mcp_add(line: str) -> tuple[str, dict[str, str], list[str]]:
+    """Name, env and the rest of a `claude mcp add` line, parsed as its CLI (commander) parses it: `-e` and
+    `--header` take every value up to the next option, so a name right after them is taken as a value."""
+    words = shlex.split(line)[3:]
+    variadic, single = {"-e", "--env", "-H", "--header"}, {"-t", "--transport", "-s", "--scope"}
+    positional, env, i = [], {}, 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            positional += words[i + 1:]
+            break
+        if word in single:
+            i += 2
+            continue
+        if word in variadic:
+            i += 1
+            while i < len(words) and not words[i].startswith("-"):
+                if word in ("-e", "--env"):
+                    assert "=" in words[i], f"claude would refuse {words[i]!r} as an environment variable"
+                    key, _, value = words[i].partition("=")
+                    env[key] = value
+                i += 1
+            continue
+        positional.append(word)
+        i += 1
+    return positional[0], env, positional[1:]
+
+
+def test_the_claude_mcp_add_lines_use_two_names_and_the_stdio_one_passes_the_token():
+    for text in (README, (ROOT / "docs" / "agents.md").read_text()):
+        lines = [line for line in text.splitlines() if line.startswith("claude mcp add")]
+        parsed = [claude_mcp_add(line) for line in lines]
+        assert len(lines) == 2 and len({name for name, _, _ in parsed}) == 2, lines
+        (name, env, command), = [p for p in parsed if p[2][0] == "dreamflow"]
+        assert command[-1] == "mcp" and env == {"DREAMFLOW_API_TOKEN": "$DREAMFLOW_API_TOKEN"}
+
+
+def test_the_readme_hook_block_is_the_documented_one():
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", README, flags=re.S)]
+    documented = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", (ROOT / "docs" / "agents.md").read_text(),
+                                                     flags=re.S)]
+    hooks = [b for b in blocks if "hooks" in b]
+    assert len(hooks) == 1 and hooks[0] in documented
+
+
+def test_the_settings_page_lists_every_environment_variable_the_code_reads():
+    code = "\n".join(p.read_text() for part in ("dreamflow", "engine", "flows", "tasks", "storage", "deployments")
+                     for p in (ROOT / part).rglob("*.py"))
+    names = set(re.findall(r"[\"'](DREAMFLOW_[A-Z0-9_]*[A-Z0-9])[\"']", code))
+    assert {"DREAMFLOW_HOME", "DREAMFLOW_LOCK_TIMEOUT", "DREAMFLOW_LLM_MODEL"} <= names
+    table = (ROOT / "docs" / "settings.md").read_text()
+    assert not [name for name in sorted(names) if f"`{name}`" not in table]

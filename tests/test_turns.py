@@ -88,7 +88,7 @@ def test_damaged_state_file_restarts_counting(ws):
     assert record_turn(counter, s.append, s.launch, "a", turn(1))["turns"] == 1
 
 
-@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", "x" * 200, None])
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", "x" * 200, None, "chat-1\n", "chat-1\r\n", "\nchat"])
 def test_bad_session_ids_are_refused(bad):
     with pytest.raises(InvalidInput):
         check_session_id(bad)
@@ -101,3 +101,22 @@ def test_bad_messages_are_refused_before_anything_is_written(ws):
     with pytest.raises(InvalidInput):
         record_turn(counter, s.append, s.launch, "a", [])
     assert counter.sessions() == {}
+
+
+def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
+    """What a retried hook delivery sends: the same turn_id and message ids, perhaps with more of the answer."""
+    from dreamflow.service import record_turn as record  # the real append (tasks/dialog.py), in-process
+
+    def dialog() -> list[dict]:
+        return [json.loads(line) for line in (ws.root / "session/dialog/s.jsonl").read_text().splitlines()]
+
+    prompt = [{"role": "user", "content": "Which tram?", "id": "u1"},
+              {"role": "assistant", "content": "28E", "id": "a1"}]
+    assert record(ws.root, "s", prompt, turn_id="u1")["turns"] == 1
+    assert record(ws.root, "s", prompt, turn_id="u1")["appended"] == 0
+    grown = record(ws.root, "s", [*prompt, {"role": "assistant", "content": "Every 10 min.", "id": "a2"}], turn_id="u1")
+    assert grown["appended"] == 1 and grown["turns"] == 1
+    rest = record(ws.root, "s", [{"role": "assistant", "content": "From Martim Moniz.", "id": "a3"}], turn_id="a3")
+    assert rest["appended"] == 1 and rest["turns"] == 1  # no user message: the end of a turn, not a new one
+    assert [r["id"] for r in dialog()] == ["u1", "a1", "a2", "a3"]
+    assert record(ws.root, "s", [{"role": "user", "content": "Thanks"}])["turns"] == 2  # without ids: as before
