@@ -217,9 +217,14 @@ def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_an
                     break
             with pytest.raises(MCPError, match="cursor"):
                 await client.list_resources(cursor="not-a-cursor")
-            return first, pages, texts, listed, pages_listed
+            page_one = await call(client, "list", prefix="notes", limit=3)
+            page_two = await call(client, "list", prefix="notes", limit=3, offset=3)
+            return first, pages, texts, listed, pages_listed, page_one, page_two
 
-    first, pages, texts, listed, pages_listed = anyio.run(session)
+    first, pages, texts, listed, pages_listed, page_one, page_two = anyio.run(session)
+    assert page_one.structured_content["next_offset"] == 3 and "continue at offset=3" in page_one.content[0].text
+    assert [e["path"] for e in page_one.structured_content["entries"] + page_two.structured_content["entries"]] == [
+        "notes/huge.md", *(f"notes/n{i:04d}.md" for i in range(5))]
 
     text = first.content[0].text
     assert len(text) < READ_CHARS + 300 and first.structured_content["truncated"] is True
