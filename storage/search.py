@@ -357,14 +357,18 @@ def node_search(
     filters, params = _file_filters(path_prefix="digest/")
     pool = max(CANDIDATES, 5 * limit)
     _prepare(vectors, con, query)
-    keyword = bm25(con, query, pool, filters, params)
-    semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
-    ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
-    if not ids:
-        return []
-    path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
-    fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
-                 (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
+    while True:  # a node with many matching chunks can fill the pool: widen it until `limit` nodes are found
+        keyword = bm25(con, query, pool, filters, params)
+        semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
+        ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
+        if not ids:
+            return []
+        path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
+        fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
+                     (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
+        if len(fused) >= limit or (len(keyword) < pool and len(semantic) < pool):
+            break
+        pool *= 4
     info = _file_info(con, [p for p, _ in fused])
     return [
         {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6)}

@@ -248,3 +248,17 @@ def test_limit_means_that_many_distinct_files_when_one_large_file_holds_all_top_
         hits = search(c, "ferry schedule", limit=10, expand=0)
     assert len(hits) == 10 and len(set(paths(hits))) == 10
     assert hits[0]["path"] == "resource/ferry-log.md" and len(hits[0]["more"]) == 10  # bounded (MORE_RANGES)
+
+
+def test_node_search_finds_limit_nodes_when_one_long_node_holds_all_top_candidates(con, ws):
+    from storage.search import CANDIDATES
+
+    sections = "\n\n".join(f"## Part {n}\n\nLighthouse keeper, lighthouse keeper {n}." + " pad" * 300
+                           for n in range(6 * CANDIDATES))
+    ws.write_text("digest/wiki/lighthouse-log.md", note("Lighthouse log", sections))
+    for n in range(6):
+        ws.write_text(f"digest/wiki/keeper-{n}.md", note(f"Keeper {n}", "A lighthouse keeper." + " words" * 170))
+    with IndexDB(ws).session() as c:
+        index.reconcile(c, ws)
+        nodes = node_search(c, "lighthouse keeper", limit=5)
+    assert len(nodes) == 5 and nodes[0]["path"] == "digest/wiki/lighthouse-log.md"
