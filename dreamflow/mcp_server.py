@@ -13,11 +13,14 @@ the job tools of `mcp_targets.Target`; so a new operation is a tool with no code
 the short set agents get; `--tools all` (or `DREAMFLOW_MCP_TOOLS=all` for the service) adds every other
 operation. `upload`/`download` take paths of the server's own file system and are never tools.
 
-A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content
-(a list is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow
-only objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
+A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content,
+without the field the text already carries in full (`mcp_text.AS_TEXT`: a page of text travels once; a list
+is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow only
+objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
 CLI's message and whose structured content is the CLI's `--json` error object; never a protocol error or a
-traceback. Resources are served as text, or as base64 blobs for binary files.
+traceback. Resources are served as text, or as base64 blobs for binary files; `resources/list` pages
+RESOURCE_LIMIT files per answer (`nextCursor`), and a text over RESOURCE_CHARS comes in pages of whole lines
+(`dreamflow://<path>?start_line=N`, named by the line that ends each page).
 
 Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect, openai or torch.
 """
