@@ -3,7 +3,8 @@
 `doctor` calls the `doctor` operation directly (a fast read, no Prefect, through the service when it runs)
 and replaces the command generated for it, to print a table per finding and exit 1 when the graph needs
 attention (0 when healthy; errors: their own codes); `doctor --fix` writes, so with the service running it
-is a run of the `doctor/manual` deployment. The others are runs of their deployments on the service, else
+is a run of the `doctor/manual` deployment (`doctor-fix` is the same, as the `doctor_fix` operation is the
+writing half of `doctor`). The others are runs of their deployments on the service, else
 flows in this process (dreamflow/job_runs.py), and print each item's outcome and every file changed; exit 9
 when an item failed (the run ended Failed; retry it).
 """
@@ -20,8 +21,8 @@ from storage.errors import DreamflowError
 
 
 def register(cli: click.Group) -> None:
-    """Add the governance commands to the `dreamflow` group (replacing the generated `doctor`)."""
-    for command in (doctor, link_mine, merge, split, archive):
+    """Add the governance commands to the `dreamflow` group (replacing the generated `doctor`, `doctor-fix`)."""
+    for command in (doctor, doctor_fix, link_mine, merge, split, archive):
         cli.add_command(command)
 
 
@@ -55,7 +56,8 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
         elif no_wait:
             refuse_no_wait()
         else:
-            report = obj.memory().doctor(**params)
+            memory = obj.memory()
+            report = (memory.doctor_fix if fix else memory.doctor)(**{k: v for k, v in params.items() if k != "fix"})
     except DreamflowError as exc:
         fail(exc, as_json)
     if as_json:
@@ -63,6 +65,18 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
     else:
         _show_report(report)
     sys.exit(0 if report["ok"] else 1)
+
+
+@click.command("doctor-fix")
+@click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3].")
+@click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`.")
+@click.option("--overlong-lines", type=COUNT, default=300, show_default=True, help="Lines from which a node is overlong.")
+@_json_option
+@no_wait_option
+@click.pass_context
+def doctor_fix(ctx, **options) -> None:
+    """Repair what is safe to repair mechanically, then check: the same as `doctor --fix`."""
+    ctx.invoke(doctor, fix=True, **options)
 
 
 @click.command("link-mine")

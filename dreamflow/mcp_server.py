@@ -13,11 +13,14 @@ the job tools of `mcp_targets.Target`; so a new operation is a tool with no code
 the short set agents get; `--tools all` (or `DREAMFLOW_MCP_TOOLS=all` for the service) adds every other
 operation. `upload`/`download` take paths of the server's own file system and are never tools.
 
-A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content
-(a list is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow
-only objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
+A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content,
+without the field the text already carries in full (`mcp_text.AS_TEXT`: a page of text travels once; a list
+is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow only
+objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
 CLI's message and whose structured content is the CLI's `--json` error object; never a protocol error or a
-traceback. Resources are served as text, or as base64 blobs for binary files.
+traceback. Resources are served as text, or as base64 blobs for binary files; `resources/list` pages
+RESOURCE_LIMIT files per answer (`nextCursor`), and a text over RESOURCE_CHARS comes in pages of whole lines
+(`dreamflow://<path>?start_line=N`, named by the line that ends each page).
 
 Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect, openai or torch.
 """
@@ -35,17 +38,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from dreamflow import __version__
-from dreamflow.mcp_targets import JOB_TOOLS, READ_ONLY_JOBS, Target, call_retrying
+from dreamflow import __version__, mcp_text
+from dreamflow.mcp_targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
 from storage.errors import DreamflowError, InvalidInput, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
-    "search", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get", "daily_list",
-    "node_search", "turn", "dream", "job_status",
+    "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get",
+    "daily_list", "node_search", "turn", "dream", "job_status",
 )
 TOOL_SETS = ("default", "all")
-RESOURCE_LIMIT = 1000  # files listed as resources; any other file is still readable through the template
+RESOURCE_LIMIT = 1000  # files per resources/list page (nextCursor gives the next one)
+RESOURCE_CHARS = 40_000  # characters per resources/read page of a long text (about 10,000 tokens)
 URI_PREFIX = "dreamflow://"
 INSTRUCTIONS = (
     "Dreamflow is your long-term memory: Markdown files in a workspace (daily/ cards, digest/ nodes, session/ "
@@ -78,10 +82,9 @@ def tools(tool_set: str = "default") -> dict[str, Tool]:
             found[op.name] = Tool(op.name, op.help, ops.parameters(op), op.hints, _op_call(op), op.writes)
     for name in JOB_TOOLS:
         method = getattr(Target, name)
-        read_only = name in READ_ONLY_JOBS
-        hints = {"readOnlyHint": read_only, "destructiveHint": False, "idempotentHint": read_only,
-                 "openWorldHint": False}
-        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name), not read_only)
+        hints = {**JOB_HINTS[name], "openWorldHint": False}
+        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name),
+                           not hints["readOnlyHint"])
     if tool_set == "all":
         return found
     return {name: found[name] for name in DEFAULT_TOOLS}
@@ -166,8 +169,6 @@ def build_server(dispatcher: Dispatcher):
     from mcp.shared.exceptions import MCPError
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-    from dreamflow import mcp_text
-
     listed = [
         types.Tool(name=t.name, description=t.description, input_schema=dispatcher.input_schema(t),
                    annotations=types.ToolAnnotations(
@@ -185,34 +186,47 @@ def build_server(dispatcher: Dispatcher):
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
                                         structured_content=error_object(error), is_error=True)
-        data = json_ready(result)
+        data = json_ready(mcp_text.structured(params.name, result))
         if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             data = {"results": data}
         return types.CallToolResult(content=[types.TextContent(text=mcp_text.text(params.name, result))],
                                     structured_content=data)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
+        try:
+            offset = _cursor_offset(params.cursor if params is not None else None)
+        except InvalidInput as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         listing = await anyio.to_thread.run_sync(
-            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT))
+            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT, offset=offset))
+        following = listing.get("next_offset")
         return types.ListResourcesResult(resources=[
             types.Resource(name=e["path"], uri=resource_uri(e["path"]), mime_type=_mime(e["path"]), size=e.get("size"))
             for e in listing["entries"] if e.get("type") == "file"
-        ])
+        ], next_cursor=str(following) if following is not None else None)
 
     async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-            name="workspace file", uri_template=URI_PREFIX + "{+path}",
-            description="A workspace file by its workspace-relative path (read-only; metadata/ is not readable)",
+            name="workspace file", uri_template=URI_PREFIX + "{+path}{?start_line}",
+            description=f"A workspace file by its workspace-relative path (read-only; metadata/ is not readable). "
+                        f"Text over {RESOURCE_CHARS:,} characters comes in pages of whole lines, each ending with "
+                        f"a line saying which URI (`?start_line=N`) continues it",
         )])
 
     async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         if not uri.startswith(URI_PREFIX):
             raise MCPError(types.INVALID_PARAMS, f"not a Dreamflow resource: {uri} (expected {URI_PREFIX}<path>)")
-        path = unquote(uri[len(URI_PREFIX):])
-        data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path)
+        try:
+            path, start_line = _resource_address(uri[len(URI_PREFIX):])
+        except InvalidInput as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        page, data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path, start_line)
         if error is not None:
             raise MCPError(types.INVALID_PARAMS, str(error))
+        if page is not None:  # a page of a long text
+            return types.ReadResourceResult(contents=[
+                types.TextResourceContents(uri=uri, mime_type=_mime(path), text=page)])
         text = _text_or_none(data)
         if text is None:  # an image, a PDF: the bytes, base64 as the protocol carries them
             return types.ReadResourceResult(contents=[types.BlobResourceContents(
@@ -233,12 +247,49 @@ def resource_uri(path: str) -> str:
     return URI_PREFIX + quote(path, safe="/")
 
 
-def _read_any(target: Target, path: str):
-    """A resource read: the file's bytes, or the Dreamflow error (bad path, metadata/, missing, special file)."""
+def _read_any(target: Target, path: str, start_line: int | None):
+    """A resource read: (page of text, None, None) for a text longer than RESOURCE_CHARS or a page asked for by
+    `start_line`, else (None, the file's bytes, None); (None, None, the Dreamflow error) for a bad path,
+    metadata/, a missing or special file."""
+    from storage.errors import Conflict
+
     try:
-        return call_retrying(target, lambda: target.file_bytes(path)), None
+        try:
+            page = call_retrying(target, lambda: target.memory().read(
+                path, start_line=start_line, numbered=False, max_chars=RESOURCE_CHARS))
+        except Conflict:  # binary: its bytes, as a blob
+            page = None
+        if page is not None and (page["truncated"] or page["cut_line"] or start_line is not None):
+            notes = mcp_text.read_notes(page)
+            if page["truncated"]:  # the marker names the URI that continues, not the tool's parameter
+                notes[-1] = (f"[truncated: lines {page['start_line']}-{page['end_line']} of {page['total_lines']} "
+                             f"shown; continue at {resource_uri(page['path'])}?start_line={page['next_start_line']}]")
+            return page["content"] + "".join(f"{note}\n" for note in notes), None, None
+        return None, call_retrying(target, lambda: target.file_bytes(path)), None
     except DreamflowError as exc:
-        return None, exc
+        return None, None, exc
+
+
+def _resource_address(address: str) -> tuple[str, int | None]:
+    """(workspace path, start_line or None) of a resource URI's part after `dreamflow://` (`?start_line=N`
+    asks for a page; a `?` inside a path is percent-encoded, see `resource_uri`)."""
+    path, _, query = address.partition("?")
+    start_line = None
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key != "start_line" or not value.isdigit() or int(value) < 1:
+            raise InvalidInput(f"unknown resource query {pair!r}: only start_line=N (N >= 1) pages a long file")
+        start_line = int(value)
+    return unquote(path), start_line
+
+
+def _cursor_offset(cursor: str | None) -> int:
+    """The list offset a resources/list cursor stands for (this server's cursors are offsets)."""
+    if cursor is None:
+        return 0
+    if not cursor.isdigit():
+        raise InvalidInput(f"invalid cursor {cursor!r}: pass the nextCursor of the previous resources/list answer")
+    return int(cursor)
 
 
 def _text_or_none(data: bytes) -> str | None:

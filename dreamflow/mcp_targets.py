@@ -100,7 +100,15 @@ def _check_date(date: str | None) -> None:
 
 
 JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status")
-READ_ONLY_JOBS = ("job_status",)
+# What a host may assume about each job tool (MCP annotations besides openWorldHint, which is always false):
+# turn only appends to the session's dialog; dream rewrites digest nodes and auto_memory the session's card
+# (both LLM-written, so neither is idempotent); job_status only reads.
+JOB_HINTS: dict[str, dict[str, bool]] = {
+    "turn": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+    "dream": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    "auto_memory": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    "job_status": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
+}
 
 
 class ServiceTarget(Target):

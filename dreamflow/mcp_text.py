@@ -27,7 +27,19 @@ def compact(value: Any) -> str:
 
 def _read(r: dict) -> str:
     head = f"{r['path']} (lines {r['start_line']}-{r['end_line']} of {r['total_lines']})"
-    return f"{head}\n{r['content']}"
+    return f"{head}\n{r['content']}" + "".join(f"{note}\n" for note in read_notes(r))
+
+
+def read_notes(r: dict) -> list[str]:
+    """The markers a bounded `read` answer needs: a cut line, and where to continue."""
+    notes = []
+    cut = r.get("cut_line")
+    if cut:
+        notes.append(f"[line {cut['line']} cut after {cut['shown_chars']:,} of {cut['chars']:,} characters]")
+    if r.get("truncated"):
+        notes.append(f"[truncated: lines {r['start_line']}-{r['end_line']} of {r['total_lines']} shown; continue "
+                     f"at start_line={r['next_start_line']}]")
+    return notes
 
 
 def _search(hits: list[dict]) -> str:
@@ -50,6 +62,18 @@ def _search(hits: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+def _recall(r: dict) -> str:
+    return (r["text"] + "\n\n" if r["text"] else "nothing new found\n\n") + recall_note(r)
+
+
+def recall_note(r: dict) -> str:
+    """The line under a recall answer: what it holds and what it left out."""
+    note = f"[recall: {len(r['items'])} piece(s), {r['tokens']:,} of {r['budget']:,} tokens"
+    if r.get("withheld"):
+        note += f"; {r['withheld']:,} line(s) this session was already given left out"
+    return note + "]"
+
+
 def _about(row: dict) -> str:
     return ": ".join(str(x) for x in (row.get("name"), row.get("description")) if x)
 
@@ -64,7 +88,8 @@ def _list(r: dict) -> str:
     lines = [f"{e['path']}{'/' if e.get('type') == 'dir' else ''}" + (f" {e['size']} B" if e.get("size") is not None
                                                                       else "") for e in r["entries"]]
     if r.get("truncated"):
-        lines.append("... (truncated: raise limit or narrow prefix)")
+        lines.append(f"[truncated: {len(r['entries'])} entries from offset {r.get('offset', 0)} shown; continue at "
+                     f"offset={r.get('next_offset')}]")
     return "\n".join(lines) or "empty"
 
 
@@ -114,7 +139,20 @@ def _status(r: dict) -> str:
     return line
 
 
+# the field a tool's text block carries in full: left out of its structured content
+AS_TEXT = {"read": "content", "recall": "text"}
+
+
+def structured(tool: str, result: Any) -> Any:
+    """The result as structured content: without the field the text block already carries (one copy of a
+    page of text, not two)."""
+    field = AS_TEXT.get(tool)
+    if field and isinstance(result, dict) and field in result:
+        return {k: v for k, v in result.items() if k != field}
+    return result
+
+
 RENDERERS = {
-    "read": _read, "search": _search, "node_search": _nodes, "list": _list, "traverse": _traverse,
+    "read": _read, "search": _search, "recall": _recall, "node_search": _nodes, "list": _list, "traverse": _traverse,
     "daily_list": _days, "turn": _turn, "dream": _run, "auto_memory": _run, "job_status": _status,
 }

@@ -88,10 +88,26 @@ def show_node_search(rows: list[dict]) -> None:
 
 
 def show_read(result: dict) -> None:
+    from dreamflow.mcp_text import read_notes
+
     sys.stdout.write(result["content"])
-    if result["end_line"] < result["total_lines"] or result["start_line"] > 1:
+    notes = read_notes(result)
+    if notes:
+        for note in notes:
+            err.print(Text(note.replace("start_line=", "--start-line "), style="dim"))
+    elif result["end_line"] < result["total_lines"] or result["start_line"] > 1:
         err.print(Text(f"lines {result['start_line']}-{result['end_line']} of {result['total_lines']}",
                        style="dim"))
+
+
+def show_recall(result: dict) -> None:
+    from dreamflow.mcp_text import recall_note
+
+    if result["text"]:
+        out.print(Text(result["text"]))
+    else:
+        out.print(Text("nothing new found", style="dim"))
+    err.print(Text(recall_note(result), style="dim"))
 
 
 def show_list(result: dict) -> None:
@@ -101,7 +117,7 @@ def show_list(result: dict) -> None:
         table.add_row(Text(entry["path"], style=style), _size(entry.get("size")), entry.get("mtime", ""))
     out.print(table if result["entries"] else Text("no files", style="dim"))
     if result["truncated"]:
-        err.print(Text("(more files: raise --limit)", style="dim"))
+        err.print(Text(f"(more files: continue with --offset {result.get('next_offset')})", style="dim"))
     for entry in result.get("skipped", []):
         err.print(Text(f"skipped {entry['path']}: {entry['kind']} (never opened)", style="yellow"))
 
@@ -221,6 +237,7 @@ def show_any(result: Any) -> None:
 RENDERERS: dict[str, Callable[[Any], None]] = {
     "search": show_search,
     "node_search": show_node_search,
+    "recall": show_recall,
     "read": show_read,
     "list": show_list,
     "stat": show_stat,

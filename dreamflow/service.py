@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.client import SERVICE_FILE, service_info
+from engine.client import SERVICE_FILE, read_all, service_info
 from engine.settings import Settings, dreamflow_home
 from storage.errors import DreamflowError
 from storage.workspace import Workspace
@@ -585,7 +585,7 @@ class Service:
                 continue
             if rel in seen:
                 try:
-                    text = self.memory.read(rel, numbered=False)["content"]
+                    text = read_all(self.memory, rel)
                 except DreamflowError:  # binary under a text suffix: auto_resource skips it anyway
                     continue
                 if checkpoints.content_hash(text) == seen[rel].get("hash"):

@@ -33,6 +33,23 @@ def open_memory(workspace: str | os.PathLike[str] | None = None):
     return remote if remote is not None else local_memory(root)
 
 
+def read_all(memory, path: str) -> str:
+    """The whole text of a file as `read` numbers its lines, with no size bound (for Dreamflow's own jobs;
+    agents page with `read`): the pages of `read` joined, or the decoded bytes when a line is longer than a page."""
+    from storage.memory import READ_CHARS_MAX, text_lines
+
+    parts, at = [], None
+    while True:
+        page = memory.read(path, start_line=at, numbered=False, max_chars=READ_CHARS_MAX)
+        if page["cut_line"]:
+            rel, data = memory.download_content(path)
+            return "".join(line + "\n" for line in text_lines(rel, data))
+        parts.append(page["content"])
+        at = page["next_start_line"]
+        if at is None:
+            return "".join(parts)
+
+
 def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
     """An in-process `Memory`; `keep_open=True` holds the index for the life of the process (service only)."""
     from storage.memory import Memory

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from engine import ops
+from engine.client import read_all
 from engine.settings import Settings
 from storage.errors import InvalidInput
 
@@ -69,7 +70,7 @@ class JobMemory:
         with replace_all writes `new` once per match."""
         size = sum(_chars(given.get(param)) for param in TEXT_PARAMS[name])
         if name == "edit" and given.get("replace_all") and given.get("old"):
-            size *= max(1, self.memory.read(path, numbered=False)["content"].count(given["old"]))
+            size *= max(1, read_all(self.memory, path).count(given["old"]))
         return size
 
 

@@ -30,7 +30,8 @@ class Op:
     body: str | None = None    # parameter the CLI may also read from --file or stdin
     method: str | None = None  # Memory method, when it differs from `name`
     destructive: bool = False  # may remove or replace content the caller did not restate (delete, move, overwrite)
-    idempotent: bool = False   # repeating the call with the same arguments changes nothing more (reads: always)
+    idempotent: bool | None = None  # repeating the call with the same arguments changes nothing more and
+                                    # answers the same (default: reads yes, writes no)
     bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
                                    # method instead (bytes in or out); agent tools and MCP never offer it
 
@@ -60,7 +61,8 @@ class Op:
     def hints(self) -> dict[str, bool]:
         """MCP tool annotations: what a host may assume about calling this operation."""
         return {"readOnlyHint": not self.writes, "destructiveHint": self.writes and self.destructive,
-                "idempotentHint": not self.writes or self.idempotent, "openWorldHint": False}
+                "idempotentHint": not self.writes if self.idempotent is None else self.idempotent,
+                "openWorldHint": False}
 
 
 def first_sentence(text: str) -> str:
@@ -93,10 +95,13 @@ OPS: tuple[Op, ...] = (
     Op("daily_reindex", writes=True, args=("date",), idempotent=True),
     # search and graph
     Op("search", writes=False, args=("query",)),
+    Op("recall", writes=False, args=("query",), idempotent=False),  # records what a session was given under
+    # metadata/ (derived state, never memory files), so a repeat answers with what is new
     Op("node_search", writes=False, args=("query",)),
     Op("traverse", writes=False, args=("paths",)),
-    # graph governance (the `doctor` CLI command is replaced by dreamflow/governance_commands.py)
-    Op("doctor", writes=True, destructive=True, idempotent=True),  # `fix` retargets links in files, as relink
+    # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/governance_commands.py)
+    Op("doctor", writes=False),
+    Op("doctor_fix", writes=True, destructive=True, idempotent=True),  # retargets links in files, as relink does
     Op("relink", writes=True, args=("target", "new_target"), destructive=True, idempotent=True),
     # index maintenance (derived state only: never destructive to memory files)
     Op("reindex", writes=True, idempotent=True),
@@ -125,6 +130,9 @@ PARAM_HELP: dict[str, str] = {
     "prefix": "Folder or path prefix to list; empty for the whole workspace",
     "recursive": "Include files in sub-folders",
     "limit": "Maximum number of results",
+    "offset": "Skip this many entries: the `next_offset` of the previous page",
+    "max_chars": "Most characters in the answer (whole lines; about 4 characters per token); the answer says "
+                 "where to continue",
     "keys": "Frontmatter keys to remove",
     "tag": "Only this tag, with its files",
     "date": "Day as YYYY-MM-DD, or `today`",
@@ -134,7 +142,11 @@ PARAM_HELP: dict[str, str] = {
     "sort": "Order: by path, or newest first (mtime)",
     "extensions": "Only files with these extensions, e.g. md or .jsonl",
     "query": "Search text (any language)",
-    "min_score": "Drop hits scoring below this",
+    "budget": "Most tokens the answer may take (estimated: about 4 characters of English per token)",
+    "session": "Id of the conversation or agent context the answer goes into (letters, digits, '.', '_', '-'): "
+               "what it was given before is not repeated",
+    "min_score": "Drop keyword matches whose raw keyword score is below this (typically 1-20; longer queries "
+                 "score higher)",
     "start_date": "Dated files from this day on (YYYY-MM-DD); undated files stay in unless strict_dates",
     "end_date": "Dated files up to this day (YYYY-MM-DD); undated files stay in unless strict_dates",
     "tags": "Only files with any of these tags (compared case-folded, spaces as _)",
@@ -147,7 +159,6 @@ PARAM_HELP: dict[str, str] = {
     "direction": "Follow links forward (out), backward (in) or both",
     "predicate": "Only typed links with this predicate (e.g. `uses`)",
     "include_archived": "Also search archived digest nodes (digest/archive/)",
-    "fix": "Repair what is mechanical and safe: re-index drifted files, retarget links to moved files",
     "dup_threshold": "Similarity (0-1) from which two digest nodes count as near-duplicates",
     "stale_days": "Digest nodes nobody links to and not updated for this many days are stale",
     "overlong_lines": "Digest nodes longer than this many lines are split candidates",

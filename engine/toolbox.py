@@ -16,14 +16,16 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from engine import ops
+from engine.client import read_all
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
 from storage.memory import split_head
 from storage.workspace import Workspace
 
-READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "node_search", "traverse", "daily_list")
+READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "recall", "node_search", "traverse", "daily_list")
 WRITE_TOOLS = ("write", "create", "edit", "append", "prepend", "frontmatter_update", "frontmatter_delete_keys")
 RESULT_CHARS = 20_000  # a tool result longer than this is cut for the prompt
+READ_PAGE = RESULT_CHARS // 2  # `read` pages for agent tools unless the model asks for another size
 
 
 class WriteRejected(DreamflowError):
@@ -65,6 +67,8 @@ class Toolbox:
         if name not in self._names:
             return {"error": f"unknown tool {name!r}; available: {', '.join(self._names)}"}
         try:
+            if name == "read":  # a page that fits the tool result (it says where to continue)
+                args.setdefault("max_chars", READ_PAGE)
             if name in WRITE_TOOLS:
                 self._check_write(name, args)
             result = getattr(self.memory, ops.BY_NAME[name].method_name)(**args)
@@ -100,7 +104,7 @@ class _Refused(DreamflowError):
 def read_text(memory, path: str) -> str | None:
     """The raw text of a file, or None when it does not exist."""
     try:
-        return memory.read(path, numbered=False)["content"]
+        return read_all(memory, path)
     except NotFound:
         return None
 

@@ -10,7 +10,6 @@ lost or failed launch loses nothing: the next launch for that session picks up e
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -18,20 +17,9 @@ from contextlib import nullcontext
 from filelock import FileLock
 
 from storage.errors import InvalidInput
-from storage.workspace import Workspace
+from storage.workspace import Workspace, check_session_id
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TURN_ID_CHARS = 200
-
-
-def check_session_id(session_id: str) -> str:
-    """Return `session_id` if it is usable as a file name, else raise InvalidInput (the whole id must match:
-    `$` would let a trailing newline through into the file name)."""
-    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
-        raise InvalidInput(
-            f"session id {session_id!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    return session_id
 
 
 class TurnCounter:

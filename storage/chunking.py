@@ -43,7 +43,7 @@ from marko.ext.gfm import GFM
 from marko.parser import Parser
 from marko.source import Source
 
-from storage.model import Chunk
+from storage.model import Chunk, split_lines
 
 MAX_CHARS = 1500  # default chunk size in characters (tuned with the LoCoMo retrieval benchmark)
 TEXT_OVERLAP_LINES = 2  # lines repeated between consecutive chunks of plain text files
@@ -77,17 +77,6 @@ _SPECIAL = re.compile(
     r"|([*_])[ \t]*(?:\1[ \t]*){2,}$)"  # thematic break
 )
 
-
-def split_lines(text: str) -> list[str]:
-    """Lines of `text` as every Dreamflow tool numbers them: split on "\\n" only, a trailing CR dropped."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if "\r" in text:
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------- outline

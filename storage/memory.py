@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.workspace import (
     Workspace,
+    check_session_id,
     content_hash,
     fsync_folder,
     is_scratch_name,
@@ -50,6 +51,9 @@ RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10))
 MAX_COUNT = 10**9  # ceiling for limits and depths: far above any workspace, far below overflowing SQL or dates
 REWRITE_ATTEMPTS = 5  # re-reads when an outside writer changes a file between our read and our rename
 MAX_DAYS = 100_000  # ceiling for day counts (about 270 years back stays a valid date)
+READ_CHARS = 20_000  # default size of one `read` answer (about 5,000 tokens); the rest is paged by start_line
+READ_CHARS_MAX = 1_000_000  # the most one `read` answer may hold, whatever max_chars asks
+RECALL_MIN, RECALL_MAX = 50, 100_000  # token budgets `recall` takes
 
 
 class Memory:
@@ -302,26 +306,30 @@ class Memory:
 
     # ---- reading files -------------------------------------------------------------------------------
 
-    def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True) -> dict:
-        """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers."""
+    def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True,
+             max_chars: int = READ_CHARS) -> dict:
+        """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers. An
+        answer holds at most max_chars characters (whole lines): when more lines follow, `truncated` is true
+        and `next_start_line` says where to continue (a single longer line is cut, see `cut_line`)."""
         if any(n is not None and not isinstance(n, int) for n in (start_line, end_line)):
             raise InvalidInput("start_line and end_line must be integers")
+        _check_counts(READ_CHARS_MAX, max_chars=max_chars)
+        if max_chars < 1:
+            raise InvalidInput("max_chars must be at least 1")
         rel = self._file(path)
         data = self.ws.read_bytes(rel)
-        lines = self._decode(rel, data).removeprefix("\ufeff").splitlines()
+        lines = text_lines(rel, data)
         first = start_line or 1
         last = min(end_line or len(lines), len(lines))
         if first < 1 or (end_line is not None and end_line < first):
             raise InvalidInput(f"bad line range {start_line}..{end_line}: lines are 1-based and start <= end")
         if lines and first > len(lines):
             raise InvalidInput(f"start_line {first} is past the end of {rel} ({len(lines)} lines)")
-        shown = lines[first - 1 : last]
-        if numbered:
-            content = "".join(f"{n:>6}\t{line}\n" for n, line in enumerate(shown, first))
-        else:
-            content = "".join(line + "\n" for line in shown)
-        return {"path": rel, "start_line": first, "end_line": first + len(shown) - 1, "total_lines": len(lines),
-                "content": content, "hash": content_hash(data)}
+        content, shown, cut = _page(lines, first, last, numbered, max_chars)
+        end = first + shown - 1
+        return {"path": rel, "start_line": first, "end_line": end, "total_lines": len(lines),
+                "content": content, "hash": content_hash(data), "truncated": end < last,
+                "next_start_line": end + 1 if end < last else None, "cut_line": cut}
 
     def stat(self, path: str) -> dict:
         """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
@@ -368,11 +376,12 @@ class Memory:
                 "size": sum((self.ws.root / f).stat().st_size for f in files), "mtime": _iso(full.stat().st_mtime)}
 
     def list(self, prefix: str = "", recursive: bool = True, limit: int = 200,
-             sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None) -> dict:
+             sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None, offset: int = 0) -> dict:
         """List files under a folder or path prefix (recursive by default; folders end with `/` otherwise),
         by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`); a prefix
-        that matches nothing lists nothing."""
-        _check_counts(limit=limit)
+        that matches nothing lists nothing. At most `limit` entries: when more follow, `truncated` is true and
+        `next_offset` is the offset of the next page."""
+        _check_counts(limit=limit, offset=offset)
         _check_texts("extensions", extensions)
         wanted = {e.strip().lower().lstrip(".") for e in extensions or [] if e.strip().strip(".")}
         norm = "" if isinstance(prefix, str | None) and (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
@@ -392,14 +401,17 @@ class Memory:
             names = (e["path"] for e in everything)
         entries = []
         truncated = False
-        for rel in names:
+        for at, rel in enumerate(names):
+            if at < offset:
+                continue
             if len(entries) >= limit:
                 truncated = True
                 break
             entries.append(self._entry(rel))
         for entry in entries:
             entry.pop("mtime_ns", None)
-        return {"prefix": norm, "entries": entries, "truncated": truncated,
+        return {"prefix": norm, "entries": entries, "offset": offset, "truncated": truncated,
+                "next_offset": offset + len(entries) if truncated else None,
                 "skipped": [s for s in skipped if s["path"].startswith(start)]}
 
     def frontmatter_get(self, path: str) -> dict:
@@ -411,8 +423,9 @@ class Memory:
         return {"path": rel, "frontmatter": fm.meta, "error": fm.error}
 
     def tags(self, tag: str | None = None, limit: int = 100) -> list[dict]:
-        """Tags with file counts and date range; with `tag`, that tag's files. Tags are counted normalised
-        (case-folded, spaces as `_`: `New York` and `new york` are `new_york`); `memory_tags` counts too."""
+        """Tags with file counts and date range; with `tag`, that tag's files. Tags come from the `tags` and
+        `memory_tags` frontmatter keys and are counted normalised (case-folded, spaces as `_`: `New York` and
+        `new york` are `new_york`)."""
         from storage.model import normalize_tag
 
         _check_counts(limit=limit)
@@ -442,8 +455,8 @@ class Memory:
         return result
 
     def daily_list(self, date: str | None = None, limit: int = 30) -> dict:
-        """Days that have cards (newest first), or with `date` that day's cards with name and description (the
-        day folder's own .md files, not those in its sub-folders)."""
+        """Days that have daily cards (the notes of daily/DATE/, one per conversation or resource), newest
+        first; with `date`, that day's cards with name and description (not the files in its sub-folders)."""
         _check_counts(limit=limit)
         if date:
             day = _parse_date(date)
@@ -494,8 +507,9 @@ class Memory:
         per_file: int = 1,
         strict_dates: bool = False,
     ) -> list[dict]:
-        """Search memory: keyword (+ vector) hits fused by RRF, filtered, each with linked neighbours. A date
-        range keeps undated files (digest nodes) unless strict_dates; tags match any of them."""
+        """Search memory by keywords and meaning: the best matching passages (path, line range, text), one per
+        file unless per_file allows more, each with the files it links to and from. A date range keeps undated
+        files (digest nodes) unless strict_dates; tags match any of them."""
         from storage import search as _search
 
         _check_query(query)
@@ -510,6 +524,33 @@ class Memory:
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
                 include_archived=include_archived, per_file=per_file or None, strict_dates=strict_dates,
             )
+
+    def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
+               end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None) -> dict:
+        """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
+        files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
+        `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
+        (`withheld` counts the lines left out); use a new session id for a fresh context."""
+        from storage import recall as _recall
+
+        _check_query(query)
+        _check_counts(RECALL_MAX, budget=budget)
+        if budget < RECALL_MIN:
+            raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
+        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session)
+        _check_texts("tags", tags)
+        if session is not None:
+            check_session_id(session)
+        with self.db.session() as con:  # the index lock also serialises the session's record between processes
+            seen = _recall.given(self.ws, session) if session else set()
+            answer, keys = _recall.recall(
+                con, self.ws, query, budget, given=seen, vectors=self.vectors,
+                start_date=_search_date(start_date) if start_date else None,
+                end_date=_search_date(end_date) if end_date else None, tags=tags or None,
+                path_prefix=path_prefix or None)
+            if session:
+                _recall.remember(self.ws, session, keys)
+        return {**answer, "session": session}
 
     def node_search(self, query: str, limit: int = 20) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score), no chunk text."""
@@ -528,8 +569,9 @@ class Memory:
         predicate: str | None = None,
         limit: int = 200,
     ) -> dict:
-        """Walk the link graph from paths: nodes with name/description and directed edges (source -> target);
-        direction `out` and `in` are ReMe's names for forward and backward."""
+        """Walk the link graph from paths: the files reached (name, description, hops away) and the links
+        between them (source -> target); forward follows the links a file makes, backward finds the files that
+        link to it (`out` and `in` mean the same)."""
         from storage import search as _search
 
         _check_counts(depth=depth, limit=limit)
@@ -542,10 +584,17 @@ class Memory:
 
     # ---- graph governance ----------------------------------------------------------------------------
 
-    def doctor(self, fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180,
-               overlong_lines: int = 300) -> dict:
-        """Graph health report: broken links/anchors, orphan or source-less digest nodes, near-duplicates, bad
-        frontmatter, index drift; `fix` first re-indexes drifted files and retargets links to moved files."""
+    def doctor(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+        """Check memory health without changing anything: broken links and anchors, digest nodes nothing links
+        to or without sources, near-duplicates, malformed frontmatter, files the index has not caught up with."""
+        return self._doctor(False, dup_threshold, stale_days, overlong_lines)
+
+    def doctor_fix(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+        """Repair what is safe to repair mechanically, then report as doctor does: re-index files the index has
+        not caught up with, and point links to moved files at their new paths (this rewrites those links)."""
+        return self._doctor(True, dup_threshold, stale_days, overlong_lines)
+
+    def _doctor(self, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int) -> dict:
         from storage import doctor
 
         _check_counts(overlong_lines=overlong_lines)
@@ -592,8 +641,8 @@ class Memory:
             return index.stats(con)
 
     def optimize(self) -> dict:
-        """Compact the index now: drop stale search rows, re-sort postings (writes do it as they pile up) and
-        delete vectors of texts no chunk has any more."""
+        """Compact the search index now (writes do it as they pile up): drop the rows of replaced text and the
+        vectors no file uses any more. Never changes memory files."""
         from storage import index, vectors
 
         with self.db.session() as con:
@@ -683,10 +732,7 @@ class Memory:
         return self._decode(rel, self.ws.read_bytes(rel))
 
     def _decode(self, rel: str, data: bytes, errors: str = "replace") -> str:
-        if b"\x00" in data[:8192]:
-            raise Conflict(f"{rel} is a binary file; use download (CLI, HTTP) or its dreamflow:// resource (MCP) "
-                           "to get the bytes")
-        return data.decode("utf-8", errors=errors)
+        return decode(rel, data, errors)
 
     def _meta_and_body(self, rel: str, text: str) -> tuple[dict, str]:
         from storage.markdown import split_frontmatter
@@ -849,6 +895,40 @@ def day_page(day: str, cards: list[dict], existing: str | None) -> str:
     return existing.rstrip("\n") + "\n\n" + block + "\n"
 
 
+def decode(rel: str, data: bytes, errors: str = "replace") -> str:
+    """A file's bytes as text; a binary file (a NUL byte near the start) is a Conflict."""
+    if b"\x00" in data[:8192]:
+        raise Conflict(f"{rel} is a binary file; use download (CLI, HTTP) or its dreamflow:// resource (MCP) "
+                       "to get the bytes")
+    return data.decode("utf-8", errors=errors)
+
+
+def text_lines(rel: str, data: bytes) -> list[str]:
+    """A text file's lines as `read` shows them (BOM dropped) and search cites them (`split_lines`)."""
+    from storage.model import split_lines
+
+    return split_lines(decode(rel, data).removeprefix("\ufeff"))
+
+
+def _page(lines: list[str], first: int, last: int, numbered: bool, max_chars: int) -> tuple[str, int, dict | None]:
+    """(text, lines shown, cut) of lines first..last within max_chars: whole lines, at least one; a first line
+    longer than the page is cut (`cut`: {line, shown_chars, chars})."""
+    parts: list[str] = []
+    size = 0
+    for n in range(first, last + 1):
+        line = lines[n - 1]
+        part = f"{n:>6}\t{line}\n" if numbered else line + "\n"
+        if size + len(part) > max_chars:
+            if parts:
+                break
+            keep = max(0, max_chars - (len(part) - len(line)))
+            parts.append(f"{n:>6}\t{line[:keep]}\n" if numbered else line[:keep] + "\n")
+            return "".join(parts), 1, {"line": n, "shown_chars": keep, "chars": len(line)}
+        parts.append(part)
+        size += len(part)
+    return "".join(parts), len(parts), None
+
+
 def new_path_problem(rel: str) -> str | None:
     """Why the normalised path `rel` cannot be a new file or folder: a name that breaks on other systems or
     sync tools (`bad_name`), or `~/...` (a home folder is never meant: paths are workspace-relative); or None."""
@@ -957,7 +1037,9 @@ def _with_newline(text: str) -> str:
 
 
 def _line_count(text: str) -> int:
-    return len(text.splitlines())
+    from storage.model import split_lines
+
+    return len(split_lines(text))
 
 
 def _mime(rel: str) -> str:

@@ -1,4 +1,5 @@
-"""Plain data shared by the parser, the index and search: what a file is made of once read."""
+"""Plain data shared by the parser, the index and search: what a file is made of once read, and its line
+numbering (`split_lines`)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,15 @@ def normalize_tag(tag: str) -> str:
     """The form tags are counted and filtered by: case-folded, runs of whitespace as `_` (`New York` ->
     `new_york`); files keep their own spelling."""
     return "_".join(str(tag).casefold().split())
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of `text` as every Dreamflow tool numbers them: split on "\\n" only, a trailing CR dropped."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines

@@ -13,6 +13,7 @@ where a bound list becomes a join, and the Python client's per-value conversion 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
@@ -25,6 +26,7 @@ B = 0.75
 RRF_K = 60
 CANDIDATES = 50  # at least this many candidates from each list go into the fusion
 PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
+MORE_RANGES = 10  # a hit's `more`: at most this many of its file's other matching line ranges
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
 
 
@@ -104,6 +106,19 @@ def bm25(
     return con.execute(sql, params or None).fetchall()
 
 
+def term_weights(con: duckdb.DuckDBPyConnection, query: str) -> dict[str, float]:
+    """{query term: its inverse document frequency, as BM25 weighs it} (terms no chunk has: left out)."""
+    qterms = list(dict.fromkeys(terms(query)))
+    if not qterms:
+        return {}
+    n = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    rows = con.execute(
+        f"SELECT q.t, count(*) FROM (SELECT unnest({sql_literal(qterms)}::VARCHAR[]) AS t) q "
+        f"JOIN postings p ON p.term = hash(q.t) GROUP BY q.t"
+    ).fetchall()
+    return {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t, df in rows}
+
+
 def _file_filters(
     start_date: Any = None,
     end_date: Any = None,
@@ -176,7 +191,9 @@ def search(
     digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
     vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
     `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
-    as the `more` line ranges ([start, end], best first) of its last hit instead of taking result slots.
+    as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
+    result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
+    holding all the top candidates still leaves room for `limit` distinct files.
     Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
     text, name, description, date, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
     the hit's file, each with the neighbour's name and description).
@@ -186,14 +203,20 @@ def search(
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates)
     pool = max(CANDIDATES, 3 * limit)
     _prepare(vectors, con, query)
-    keyword = bm25(con, query, pool, filters, params)
-    if min_score is not None:
-        keyword = [(cid, s) for cid, s in keyword if s >= min_score]
-    semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)
-    fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
-    kept, more = _top_hits(con, fused, limit, per_file)
+    while True:  # a file with many matching chunks can fill the pool: widen it until `limit` files are found
+        keyword = bm25(con, query, pool, filters, params)
+        full = len(keyword) >= pool
+        if min_score is not None:
+            keyword = [(cid, s) for cid, s in keyword if s >= min_score]
+        semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
+        full = full or len(semantic) >= pool
+        fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
+        kept, more = _top_hits(con, fused, limit, per_file)
+        if len(kept) >= limit or not full:
+            break
+        pool *= 4
     if not kept:
         return []
     kw = {cid: (rank, s) for rank, (cid, s) in enumerate(keyword, 1)}
@@ -231,26 +254,29 @@ def _top_hits(
     last: dict[str, int] = {}  # path -> its last kept chunk id
     count: dict[str, int] = {}
     more: dict[int, list[list[int]]] = {}
-    step = 2 * limit
-    for at in range(0, len(fused), step):
-        if len(kept) >= limit:
-            break
+    at, step = 0, 2 * limit
+    while at < len(fused) and len(kept) < limit:
         batch = fused[at:at + step]  # file facts come later (_file_info): a join here would scan every chunk
-        rows = {r[0]: dict(zip(_HIT_COLUMNS, r)) for r in con.execute(
-            f"SELECT id, path, start_line, end_line, headings, text FROM chunks "
-            f"WHERE id IN ({_in_list(c for c, _ in batch)})"
+        at, step = at + step, 2 * step  # one file may hold many candidates: read on in growing batches
+        rows = {r[0]: r[1:] for r in con.execute(
+            f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(c for c, _ in batch)})"
         ).fetchall()}
         for cid, score in batch:
-            hit = rows.get(cid)
-            if hit is None:  # deleted since it was ranked
+            row = rows.get(cid)
+            if row is None:  # deleted since it was ranked
                 continue
-            path = hit["path"]
+            path, start, end = row
             if count.get(path, 0) < cap and len(kept) < limit:
-                kept.append((hit, score))
+                kept.append(({"chunk_id": cid, "path": path, "start_line": start, "end_line": end}, score))
                 count[path] = count.get(path, 0) + 1
                 last[path] = cid
-            elif path in last and capped:
-                more.setdefault(last[path], []).append([hit["start_line"], hit["end_line"]])
+            elif path in last and capped and len(more.get(last[path], ())) < MORE_RANGES:
+                more.setdefault(last[path], []).append([start, end])
+    texts = {r[0]: r[1:] for r in con.execute(
+        f"SELECT id, headings, text FROM chunks WHERE id IN ({_in_list(h['chunk_id'] for h, _ in kept)})"
+    ).fetchall()} if kept else {}
+    for hit, _ in kept:
+        hit["headings"], hit["text"] = texts[hit["chunk_id"]]
     return kept, more
 
 
@@ -270,7 +296,6 @@ def _vector_candidates(
     return [(int(cid), float(s)) for cid, s in found]
 
 
-_HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "headings", "text")
 _FILE_COLUMNS = ("name", "description", "date")
 
 
@@ -332,14 +357,18 @@ def node_search(
     filters, params = _file_filters(path_prefix="digest/")
     pool = max(CANDIDATES, 5 * limit)
     _prepare(vectors, con, query)
-    keyword = bm25(con, query, pool, filters, params)
-    semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
-    ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
-    if not ids:
-        return []
-    path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
-    fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
-                 (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
+    while True:  # a node with many matching chunks can fill the pool: widen it until `limit` nodes are found
+        keyword = bm25(con, query, pool, filters, params)
+        semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
+        ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
+        if not ids:
+            return []
+        path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
+        fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
+                     (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
+        if len(fused) >= limit or (len(keyword) < pool and len(semantic) < pool):
+            break
+        pool *= 4
     info = _file_info(con, [p for p, _ in fused])
     return [
         {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6)}

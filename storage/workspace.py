@@ -301,6 +301,19 @@ class Workspace:
         return sorted(removed)
 
 
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return `session_id` if it is usable as a file name (turns, recall), else raise InvalidInput (the whole
+    id must match: `$` would let a trailing newline through into the file name)."""
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
+        raise InvalidInput(
+            f"session id {session_id!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return session_id
+
+
 def is_utf8(text: str) -> bool:
     """False for text holding lone surrogates: how Python hands over a file name whose bytes are not UTF-8."""
     try:

@@ -17,6 +17,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
+from engine.client import read_all
 from engine.llm import LLM, LLMError, load_prompt
 from engine.prefect_env import run_logger
 from engine.toolbox import Toolbox, read_text
@@ -176,7 +177,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
 def summarise_resource(workspace: str, path: str, date: str) -> dict:
     """Write or update the card of resource `path` in `daily/<date>/`; unchanged content is skipped."""
     memory = memory_of(workspace)
-    raw = memory.read(path, numbered=False)["content"]
+    raw = read_all(memory, path)
     digest = checkpoints.content_hash(raw)
     seen = checkpoints.load(metadata_of(workspace), "resources").get(path, {})
     folder = f"daily/{date}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from engine.client import read_all
 from engine.turns import check_session_id
 from storage.errors import NotFound
 from storage.workspace import Workspace
@@ -152,7 +153,7 @@ class Pending:
 def read_records(memory, session_id: str) -> list[dict | None]:
     """Every non-blank line of the session jsonl, parsed (None for a line that is not a JSON object)."""
     try:
-        text = memory.read(dialog_path(session_id), numbered=False)["content"]
+        text = read_all(memory, dialog_path(session_id))
     except NotFound:
         return []
     return [_record(line) for line in text.splitlines() if line.strip()]

@@ -175,8 +175,9 @@ def _must_keep(path: str, expected: set[str], after: str) -> None:
 def doctor_report(workspace: str, fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180,
                   overlong_lines: int = 300) -> dict:
     """The graph health report (see storage/doctor.py), after mechanical repairs with `fix`."""
-    return memory_of(workspace).doctor(fix=fix, dup_threshold=dup_threshold, stale_days=stale_days,
-                                       overlong_lines=overlong_lines)
+    memory = memory_of(workspace)
+    check = memory.doctor_fix if fix else memory.doctor
+    return check(dup_threshold=dup_threshold, stale_days=stale_days, overlong_lines=overlong_lines)
 
 
 @task(cache_policy=NO_CACHE)

@@ -69,15 +69,27 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
         assert tool.description == op.help
         a = tool.annotations
         assert (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint) == (
-            not op.writes, op.writes and op.destructive, not op.writes or op.idempotent, False), op.name
+            not op.writes, op.writes and op.destructive,
+            not op.writes if op.idempotent is None else op.idempotent, False), op.name
         props = tool.input_schema["properties"]
         assert set(props) == {p.name for p in ops.parameters(op)}
         assert all(props[p.name].get("description") == (p.help or None) for p in ops.parameters(op))
         assert set(tool.input_schema.get("required", [])) == {p.name for p in ops.parameters(op) if p.required}
     assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
     assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint
-    assert full["doctor"].annotations.destructive_hint  # doctor fix rewrites links in files, like relink
+    # a check is read-only (hosts need not ask); its repair, which rewrites links as relink does, is destructive
+    assert full["doctor"].annotations.read_only_hint and not full["doctor"].annotations.destructive_hint
+    assert full["doctor_fix"].annotations.destructive_hint and not full["doctor_fix"].annotations.read_only_hint
+    assert "fix" not in full["doctor"].input_schema["properties"]
     assert full["job_status"].annotations.read_only_hint and not full["dream"].annotations.read_only_hint
+    dream = full["dream"].annotations
+    assert dream.destructive_hint and not dream.idempotent_hint  # rewrites digest nodes
+    assert full["auto_memory"].annotations.destructive_hint  # rewrites the session's card
+    assert not full["turn"].annotations.destructive_hint  # appends only
+    jargon = ("RRF", "ReMe", "BM25", "postings")  # words that mean nothing to a model calling the tool
+    for tool in full.values():
+        words = [tool.description] + [p.get("description", "") for p in tool.input_schema["properties"].values()]
+        assert not [w for w in jargon if any(w in text for text in words)], tool.name
     assert short["turn"].input_schema["required"] == ["session_id"]  # as POST /turn: compact needs no messages
     for tool in full.values():  # every parameter carries the shared help text, job tools' too
         assert tool.description and all(p.get("description") for p in tool.input_schema["properties"].values())
@@ -122,7 +134,17 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             assert found.structured_content[0]["path"] == "notes/ferry.md"
             assert found.content[0].text.startswith("notes/ferry.md:") and "7:30" in found.content[0].text
             read = await call(client, "read", path="notes/ferry.md", numbered=False)
-            assert "leaves at 7:30" in read.structured_content["content"] and "name: Ferry" in read.content[0].text
+            assert "leaves at 7:30" in read.content[0].text and "name: Ferry" in read.content[0].text
+            assert "content" not in read.structured_content  # the text once, not twice
+            assert read.structured_content["truncated"] is False and read.structured_content["total_lines"] == 5
+            recalled = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
+            again = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
+            elsewhere = await call(client, "recall", query="naxos ferry", budget=100, session="host-2")
+            assert recalled.content[0].text.startswith("[notes/ferry.md:5]\nThe ferry to Naxos leaves at 7:30.")
+            assert "text" not in recalled.structured_content and recalled.structured_content["tokens"] <= 100
+            assert recalled.structured_content["items"][0]["start_line"] == 5
+            assert again.structured_content["items"] == [] and "already given" in again.content[0].text
+            assert elsewhere.structured_content["items"] == recalled.structured_content["items"]
 
             conflict = await call(client, "edit", path="notes/ferry.md", old="8:15", new="9:00")
             escape = await call(client, "write", path="../outside.md", content="x")
@@ -156,6 +178,63 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
     assert text.startswith("---\nname: Ferry")
     for tb in (conflict, escape, metadata, unknown, dream):
         assert "Traceback" not in tb.content[0].text
+
+
+def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
+    from dreamflow.mcp_server import RESOURCE_CHARS, RESOURCE_LIMIT
+    from storage.memory import READ_CHARS
+
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    note = "".join(f"{i:06d} the ferry log of a very long summer, one line of many\n" for i in range(85_000))
+    assert len(note) > 5_000_000
+    (ws / "notes/huge.md").write_text(note)
+    for i in range(RESOURCE_LIMIT + 4):
+        (ws / f"notes/n{i:04d}.md").write_text("small\n")
+
+    async def session():
+        async with stdio(ws) as client:
+            first = await call(client, "read", path="notes/huge.md")
+            pages, at = [], 1
+            while at is not None:  # the most a page may hold is 1,000,000 characters
+                page = await call(client, "read", path="notes/huge.md", start_line=at, numbered=False,
+                                  max_chars=1_000_000)
+                pages.append(page.content[0].text)
+                at = page.structured_content["next_start_line"]
+            texts, uri = [], "dreamflow://notes/huge.md"
+            while uri:
+                text = (await client.read_resource(uri)).contents[0].text
+                body, _, marker = text.rstrip("\n").rpartition("\n")
+                uri = marker.rsplit(" ", 1)[-1].rstrip("]") if marker.startswith("[truncated") else None
+                texts.append(body + "\n" if uri else text)
+            listed, cursor, pages_listed = [], None, 0
+            while True:
+                answer = await client.list_resources(cursor=cursor)
+                listed += [r.name for r in answer.resources]
+                pages_listed += 1
+                cursor = answer.next_cursor
+                if cursor is None:
+                    break
+            with pytest.raises(MCPError, match="cursor"):
+                await client.list_resources(cursor="not-a-cursor")
+            page_one = await call(client, "list", prefix="notes", limit=3)
+            page_two = await call(client, "list", prefix="notes", limit=3, offset=3)
+            return first, pages, texts, listed, pages_listed, page_one, page_two
+
+    first, pages, texts, listed, pages_listed, page_one, page_two = anyio.run(session)
+    assert page_one.structured_content["next_offset"] == 3 and "continue at offset=3" in page_one.content[0].text
+    assert [e["path"] for e in page_one.structured_content["entries"] + page_two.structured_content["entries"]] == [
+        "notes/huge.md", *(f"notes/n{i:04d}.md" for i in range(5))]
+
+    text = first.content[0].text
+    assert len(text) < READ_CHARS + 300 and first.structured_content["truncated"] is True
+    assert "content" not in first.structured_content and len(json.dumps(first.structured_content)) < 1_000
+    assert text.rstrip().endswith(f"continue at start_line={first.structured_content['next_start_line']}]")
+    bodies = [p.split("\n", 1)[1] for p in pages]  # without the `path (lines a-b of n)` head
+    assert "".join(b.split("\n[truncated")[0].rstrip("\n") + "\n" for b in bodies) == note
+    assert all(len(p) < 1_000_300 for p in pages) and len(pages) == 6
+    assert "".join(texts) == note and all(len(t) <= RESOURCE_CHARS for t in texts) and len(texts) > 100
+    assert pages_listed == 2 and len(listed) == len(set(listed)) == RESOURCE_LIMIT + 5
 
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))

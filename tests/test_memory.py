@@ -155,6 +155,35 @@ def test_read_line_ranges_are_numbered(mem):
         mem.read("resource/blob.bin")
 
 
+def test_a_long_read_is_bounded_and_pages_to_the_end(mem):
+    from storage.memory import READ_CHARS
+
+    lines = [f"line {i} " + "x" * (i % 70) for i in range(1, 3001)]
+    mem.ws.write_text("notes/long.md", "\n".join(lines) + "\n")
+    first = mem.read("notes/long.md")
+    assert len(first["content"]) <= READ_CHARS and first["truncated"] is True
+    assert first["next_start_line"] == first["end_line"] + 1 and first["total_lines"] == 3000
+    pages, at = [], 1
+    while at is not None:
+        page = mem.read("notes/long.md", start_line=at, numbered=False, max_chars=7_000)
+        assert len(page["content"]) <= 7_000 and page["start_line"] == at
+        pages.append(page["content"])
+        at = page["next_start_line"]
+    assert "".join(pages) == "\n".join(lines) + "\n" and page["truncated"] is False and page["end_line"] == 3000
+    ranged = mem.read("notes/long.md", start_line=10, end_line=2000, max_chars=100)
+    assert ranged["truncated"] and ranged["end_line"] < 2000 and ranged["next_start_line"] == ranged["end_line"] + 1
+    mem.ws.write_text("notes/one-line.md", "y" * 50_000 + "\nafter\n")  # one line over the page: cut, marked
+    cut = mem.read("notes/one-line.md", numbered=False, max_chars=1_000)
+    assert cut["content"] == "y" * 999 + "\n" and cut["cut_line"] == {"line": 1, "shown_chars": 999, "chars": 50_000}
+    assert cut["next_start_line"] == 2 and mem.read("notes/one-line.md", start_line=2)["content"] == "     2\tafter\n"
+    from engine.client import read_all
+
+    assert read_all(mem, "notes/one-line.md") == "y" * 50_000 + "\nafter\n"  # jobs read whole files
+    assert read_all(mem, "notes/long.md") == "\n".join(lines) + "\n"
+    with pytest.raises(InvalidInput, match="max_chars"):
+        mem.read("notes/long.md", max_chars=10**7)
+
+
 # ---- links: move and delete ------------------------------------------------------------------------------
 
 def test_move_rewrites_inbound_links_keeping_anchors_aliases_predicates(mem):
@@ -312,7 +341,13 @@ def test_list_recursive_prefix_and_limit(mem):
     assert [(e["path"], e["type"]) for e in top] == [("digest/personal/", "folder"), ("digest/procedure/", "folder"),
                                                      ("digest/wiki/", "folder")]
     limited = mem.list("daily", limit=2)
-    assert len(limited["entries"]) == 2 and limited["truncated"] is True
+    assert len(limited["entries"]) == 2 and limited["truncated"] is True and limited["next_offset"] == 2
+    rest = mem.list("daily", limit=2, offset=limited["next_offset"])
+    assert [e["path"] for e in limited["entries"] + rest["entries"]] == everything[:3]
+    assert rest["truncated"] is False and rest["next_offset"] is None
+    newest = mem.list(sort="mtime", limit=3)
+    assert [e["path"] for e in newest["entries"] + mem.list(sort="mtime", limit=3, offset=3)["entries"]] == [
+        e["path"] for e in mem.list(sort="mtime")["entries"]]
 
 
 def test_reindex_rebuilds_from_files_with_progress(mem):

@@ -229,3 +229,36 @@ def test_per_file_caps_hits_of_one_file_and_lists_its_other_matches(con, ws):
     assert capped[1]["more"] == [] and capped[1]["path"] == "daily/2024-07-02/shop.md"
     assert [h["chunk_id"] for h in two if h["path"] == log] == [h["chunk_id"] for h in log_chunks[:2]]
     assert two[1]["more"] == [[h["start_line"], h["end_line"]] for h in log_chunks[2:]] and two[0]["more"] == []
+
+
+def test_limit_means_that_many_distinct_files_when_one_large_file_holds_all_top_candidates(con, ws):
+    from storage.search import CANDIDATES
+
+    # 400 chunks that each say "ferry schedule" three times outrank every other file's single mention
+    sections = "\n\n".join(f"## Day {n}\n\nFerry schedule, ferry schedule, ferry schedule {n}." + " pad" * 300
+                           for n in range(4 * CANDIDATES * 2))
+    ws.write_text("resource/ferry-log.md", note("Ferry log", sections))
+    for n in range(12):
+        ws.write_text(f"daily/2024-08-{n + 1:02d}/trip.md", note(f"Trip {n}", f"Took the ferry; the schedule {n} "
+                                                                 "was posted late." + " words" * 170))
+    with IndexDB(ws).session() as c:
+        index.reconcile(c, ws)
+        log_chunks = c.execute("SELECT count(*) FROM chunks WHERE path = 'resource/ferry-log.md'").fetchone()[0]
+        assert log_chunks > 3 * CANDIDATES
+        hits = search(c, "ferry schedule", limit=10, expand=0)
+    assert len(hits) == 10 and len(set(paths(hits))) == 10
+    assert hits[0]["path"] == "resource/ferry-log.md" and len(hits[0]["more"]) == 10  # bounded (MORE_RANGES)
+
+
+def test_node_search_finds_limit_nodes_when_one_long_node_holds_all_top_candidates(con, ws):
+    from storage.search import CANDIDATES
+
+    sections = "\n\n".join(f"## Part {n}\n\nLighthouse keeper, lighthouse keeper {n}." + " pad" * 300
+                           for n in range(6 * CANDIDATES))
+    ws.write_text("digest/wiki/lighthouse-log.md", note("Lighthouse log", sections))
+    for n in range(6):
+        ws.write_text(f"digest/wiki/keeper-{n}.md", note(f"Keeper {n}", "A lighthouse keeper." + " words" * 170))
+    with IndexDB(ws).session() as c:
+        index.reconcile(c, ws)
+        nodes = node_search(c, "lighthouse keeper", limit=5)
+    assert len(nodes) == 5 and nodes[0]["path"] == "digest/wiki/lighthouse-log.md"

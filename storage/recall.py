@@ -1,0 +1,221 @@
+"""`recall`: the best distinct evidence for a query, packed into a token budget, with citations, never giving
+a session what it was already given.
+
+Candidates are `search` hits (at most two passages per file). Each hit is narrowed to its lines that carry
+the query's rarer words (each query term weighted by its inverse document frequency, as keyword search
+weighs it), so a budget holds many sources rather than a few whole passages. A piece is cited as
+`path:start-end` (the line numbers of `read`) with the file's date, and packed greedily: every hit's best
+piece first, in search order, then the hits' other pieces, each only if it still fits. Tokens are estimated
+(`tokens`: about 4 characters of ASCII text per token, one per other character), conservatively for CJK.
+
+With a `session` id, the lines given are remembered in `metadata/recall/<session>.json` (by path and line
+text, so a line stays given when an edit moves it): a later recall of that session leaves them out and
+fills the budget with what is new. Bounded: the newest MAX_GIVEN lines per session, the MAX_SESSIONS most
+recently used sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from storage.errors import NotFound
+from storage.search import search, term_weights
+from storage.tokenize import terms
+from storage.workspace import Workspace, check_session_id
+
+PER_FILE = 2  # passages of one file among the candidates
+MAX_POOL = 400  # most search hits one recall looks through
+FOLLOW = 1  # non-blank lines kept after each matching line
+PIECE_TOKENS = 200  # most tokens of one piece (a longer one is cut)
+MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and line: packing stops below it
+MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
+MAX_SESSIONS = 1_000  # session files kept (the most recently used)
+FOLDER = "metadata/recall"
+
+
+def tokens(text: str) -> int:
+    """Estimated tokens of `text`: ASCII characters / 4 (rounded up) plus one per other character."""
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / 4) + len(text) - ascii_chars
+
+
+@dataclass
+class Piece:
+    path: str
+    lines: list[tuple[int, str]]  # (line number, text)
+    date: str | None
+    score: float  # the hit's fused search score
+    weight: float  # how much of the query its lines carry
+    rank: int  # the hit's place in the search results
+
+    @property
+    def start_line(self) -> int:
+        return self.lines[0][0]
+
+    @property
+    def end_line(self) -> int:
+        return self.lines[-1][0]
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.start_line}" + (f"-{self.end_line}" if self.end_line != self.start_line else "")
+        head = f"[{where}]" + (f" {self.date}" if self.date else "")
+        return head + "\n" + "\n".join(text for _, text in self.lines)
+
+
+def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: int, given: set[str] | None = None,
+           vectors: Any = None, **filters: Any) -> tuple[dict, list[str]]:
+    """(answer, keys of the lines it gives) for `query` within `budget` tokens, leaving out lines whose key is
+    in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). When what is left does
+    not fill the budget (a session given much already), the search goes deeper, up to MAX_POOL hits."""
+    given = given or set()
+    weights = term_weights(con, query)
+    pool = min(MAX_POOL, max(10, budget // 40))
+    while True:
+        hits = search(con, query, limit=pool, expand=0, vectors=vectors, per_file=PER_FILE, **filters)
+        chosen, used, withheld = _pack(ws, hits, weights, given, budget)
+        if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
+            break
+        pool = min(MAX_POOL, 4 * pool)
+    answer = "\n\n".join(text for _, text in chosen)
+    items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line, "date": p.date,
+              "score": p.score, "tokens": tokens(text)} for p, text in chosen]
+    keys = [line_key(p.path, text) for p, _ in chosen for _, text in p.lines]
+    return {"query": query, "budget": budget, "tokens": tokens(answer), "text": answer, "items": items,
+            "withheld": withheld}, keys
+
+
+def _pack(ws: Workspace, hits: list[dict], weights: dict[str, float], given: set[str],
+          budget: int) -> tuple[list[tuple[Piece, str]], int, int]:
+    """(pieces with their text, tokens used, lines withheld as given): every hit's best piece first, in
+    search order, then their other pieces, each if it still fits; in the answer a file's pieces stay together."""
+    files: dict[str, list[str]] = {}
+    firsts, rests = [], []
+    withheld = 0
+    for rank, hit in enumerate(hits):
+        pieces, held = _pieces(ws, hit, rank, weights, given, files)
+        withheld += held
+        firsts += pieces[:1]
+        rests += pieces[1:]
+    chosen: list[tuple[Piece, str]] = []
+    taken: dict[str, set[int]] = {}
+    used = 0
+    for piece in firsts + rests:
+        if budget - used < MIN_TOKENS:
+            break
+        if taken.get(piece.path, set()) & {n for n, _ in piece.lines}:
+            continue  # overlapping chunks of one file: said once
+        text = piece.render()
+        cost = tokens(text) + (1 if chosen else 0)  # the blank line between pieces: "\n\n" is 1 token
+        if used + cost > budget:
+            continue
+        chosen.append((piece, text))
+        taken.setdefault(piece.path, set()).update(n for n, _ in piece.lines)
+        used += cost
+    chosen.sort(key=lambda c: (c[0].rank, c[0].start_line))  # in search order, a file's pieces together
+    return chosen, used, withheld
+
+
+def _pieces(ws: Workspace, hit: dict, rank: int, weights: dict[str, float], given: set[str],
+            files: dict[str, list[str]]) -> tuple[list[Piece], int]:
+    """The pieces of one hit, best first, without lines in `given` (and how many lines that left out)."""
+    from storage.memory import text_lines
+
+    path = hit["path"]
+    if path not in files:
+        try:
+            files[path] = text_lines(path, ws.read_bytes(path))
+        except (NotFound, OSError, ValueError):  # gone or changed to something unreadable since it was indexed
+            files[path] = []
+    rows = [(n, files[path][n - 1]) for n in range(hit["start_line"], min(hit["end_line"], len(files[path])) + 1)]
+    fresh = [(n, text) for n, text in rows if text.strip() and line_key(path, text) not in given]
+    held = sum(1 for _, text in rows if text.strip()) - len(fresh)
+    scored = [(sum(weights.get(t, 0.0) for t in set(terms(text))), n, text) for n, text in rows if text.strip()]
+    best = max((s for s, _, _ in scored), default=0.0)
+    if best <= 0:  # matched by meaning, not by words: its first lines
+        return _grouped(path, fresh[:3], hit, rank, {})[:1], held
+    new = {n for n, _ in fresh}
+    scored = [(s, n, text) for s, n, text in scored if n in new]
+    picked = {n for s, n, _ in scored if s >= best / 2}
+    following = [n for n, _ in fresh]
+    for n in sorted(picked):  # each with the next line: in a dialogue the answer follows the question
+        later = [m for m in following if m > n][:FOLLOW]
+        picked.update(later)
+    chosen = [(n, text) for n, text in fresh if n in picked]
+    pieces = _grouped(path, chosen, hit, rank, {n: s for s, n, _ in scored})
+    pieces.sort(key=lambda p: -p.weight)
+    return pieces, held
+
+
+def _grouped(path: str, lines: list[tuple[int, str]], hit: dict, rank: int, score_of: dict[int, float]) -> list[Piece]:
+    """Pieces of `lines` (numbered, in order): lines at most one blank line apart go together, up to
+    PIECE_TOKENS a piece; a longer line is cut."""
+    groups: list[list[tuple[int, str]]] = []
+    size = 0
+    for n, text in lines:
+        text = _clip(text, PIECE_TOKENS)
+        cost = tokens(text) + 1
+        if groups and n - groups[-1][-1][0] <= 2 and size + cost <= PIECE_TOKENS:
+            groups[-1].append((n, text))
+            size += cost
+        else:
+            groups.append([(n, text)])
+            size = cost
+    return [Piece(path, group, hit.get("date"), hit["score"], max(score_of.get(n, 0.0) for n, _ in group), rank)
+            for group in groups]
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to about `limit` tokens, marked with […] when cut."""
+    if tokens(text) <= limit:
+        return text
+    keep, used = 0, 0.0
+    for ch in text:
+        used += 0.25 if ch.isascii() else 1
+        if used > limit - 2:
+            break
+        keep += 1
+    return text[:keep] + " […]"
+
+
+def line_key(path: str, text: str) -> str:
+    """What identifies a given line: its file and its text."""
+    return hashlib.blake2b(f"{path}\n{text}".encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+
+
+# ---- what each session was given --------------------------------------------------------------------------
+
+def given(ws: Workspace, session: str) -> set[str]:
+    """The line keys `session` was given (empty for a new session or an unreadable file)."""
+    try:
+        data = json.loads((ws.root / _file(session)).read_text(encoding="utf-8"))
+        return set(data.get("given", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def remember(ws: Workspace, session: str, keys: list[str]) -> None:
+    """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
+    past MAX_SESSIONS. Callers hold the index lock, which serialises this between processes."""
+    rel = _file(session)
+    try:
+        old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
+    except (OSError, ValueError, AttributeError):
+        old = []
+    if not keys:
+        return
+    merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
+    ws.write_text(rel, json.dumps({"session": session, "given": merged}))
+    folder = ws.root / FOLDER
+    sessions = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for stale in sessions[:max(0, len(sessions) - MAX_SESSIONS)]:
+        stale.unlink(missing_ok=True)
+
+
+def _file(session: str) -> str:
+    return f"{FOLDER}/{check_session_id(session)}.json"

@@ -1,0 +1,119 @@
+"""`recall` (evidence packed into a token budget, per-session memory of what was given) and the paging of
+bounded answers on the CLI and HTTP surfaces (MCP: tests/test_mcp.py)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_api import ApiServer
+
+from dreamflow.cli import cli
+from engine.client import RemoteMemory, read_all
+from engine.toolbox import Toolbox
+from storage import recall as recall_module
+from storage.errors import InvalidInput
+from storage.memory import Memory
+from storage.recall import tokens
+
+
+@pytest.fixture
+def mem(ws) -> Memory:
+    memory = Memory(ws.root)
+    for n in range(12):  # twelve days, each a long note with one line about the ferry among many others
+        body = "\n\n".join([f"# Day {n}", *(f"Line {i} of day {n}: we walked, ate and talked about the weather."
+                                             for i in range(40))])
+        body += f"\n\nThe ferry to Naxos left at {7 + n % 5}:30 on day {n}.\n"
+        ws.write_text(f"daily/2024-06-{n + 1:02d}/day.md", f"---\nname: Day {n}\ndescription: a day\n---\n{body}")
+    memory.reconcile()
+    return memory
+
+
+def cited_lines(mem, item):
+    page = mem.read(item["path"], start_line=item["start_line"], end_line=item["end_line"], numbered=False)
+    return page["content"].rstrip("\n")
+
+
+def test_recall_packs_distinct_cited_evidence_within_the_budget(mem):
+    answer = mem.recall("when did the ferry to Naxos leave", budget=300)
+    assert answer["tokens"] == tokens(answer["text"]) <= 300
+    paths = [item["path"] for item in answer["items"]]
+    assert len(paths) == len(set(paths)) >= 6  # many sources, not two whole passages
+    for item in answer["items"]:
+        head = f"[{item['path']}:{item['start_line']}" + (
+            f"-{item['end_line']}]" if item["end_line"] != item["start_line"] else "]")
+        block = answer["text"].split(head, 1)[1].split("\n\n[", 1)[0]
+        assert block.split("\n", 1)[1] == cited_lines(mem, item)  # the citation is the lines `read` shows
+        assert "ferry to Naxos" in block and item["date"] in block
+    whole = mem.search("when did the ferry to Naxos leave", limit=20, expand=0)
+    cut, used = [], 0  # search top-k cut to the same budget holds far fewer sources
+    for hit in whole:
+        used += tokens(hit["text"])
+        if used > 300:
+            break
+        cut.append(hit["path"])
+    assert len(set(paths)) > 2 * len(cut)
+
+
+def test_a_session_is_never_given_the_same_lines_twice_and_another_session_gets_them(mem, monkeypatch):
+    query = "when did the ferry to Naxos leave"
+    first = mem.recall(query, budget=120, session="chat-1")
+    second = mem.recall(query, budget=120, session="chat-1")
+    cited = lambda a: {(i["path"], i["start_line"], i["end_line"]) for i in a["items"]}  # noqa: E731
+    assert first["items"] and second["items"] and not cited(first) & cited(second)
+    assert second["withheld"] >= len(first["items"])
+    assert all("ferry" in block for block in second["text"].split("\n\n["))  # new evidence, not filler
+    other = mem.recall(query, budget=120, session="chat-2")
+    assert cited(other) == cited(first) and other["withheld"] == 0
+    assert cited(mem.recall(query, budget=120)) == cited(first)  # no session: nothing remembered
+    for _ in range(6):  # the session runs out of ferry lines: nothing is repeated, nothing made up
+        last = mem.recall(query, budget=120, session="chat-1")
+    assert last["items"] == [] and last["text"] == "" and last["tokens"] == 0
+    stored = json.loads((mem.ws.root / "metadata/recall/chat-1.json").read_text())
+    assert len(stored["given"]) == 12
+
+    monkeypatch.setattr(recall_module, "MAX_GIVEN", 3)
+    monkeypatch.setattr(recall_module, "MAX_SESSIONS", 2)
+    mem.recall(query, budget=400, session="chat-3")
+    assert len(json.loads((mem.ws.root / "metadata/recall/chat-3.json").read_text())["given"]) == 3
+    # the least recently given session (chat-2) went
+    assert sorted(p.name for p in (mem.ws.root / "metadata/recall").iterdir()) == ["chat-1.json", "chat-3.json"]
+
+
+@pytest.mark.parametrize("kwargs", [{"budget": 10}, {"budget": 10**7}, {"session": "../escape"}, {"query": " "}])
+def test_recall_refuses_bad_budgets_sessions_and_queries(ws, kwargs):
+    with pytest.raises(InvalidInput):
+        Memory(ws.root).recall(**{"query": "ferry", **kwargs})
+
+
+def test_recall_and_paging_on_the_cli_http_and_agent_tools(mem):
+    root = str(mem.ws.root)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["-w", root, "recall", "ferry to Naxos", "--budget", "100", "--session", "cli",
+                              "--json"])
+    assert out.exit_code == 0, out.output
+    answer = json.loads(out.output)
+    assert answer["tokens"] <= 100 and answer["items"] and answer["session"] == "cli"
+    page = json.loads(runner.invoke(cli, ["-w", root, "list", "daily", "--limit", "5", "--json"]).output)
+    rest = json.loads(runner.invoke(cli, ["-w", root, "list", "daily", "--limit", "100", "--offset",
+                                          str(page["next_offset"]), "--json"]).output)
+    assert page["truncated"] and len(page["entries"] + rest["entries"]) == 12 and not rest["truncated"]
+    shown = runner.invoke(cli, ["-w", root, "read", "daily/2024-06-01/day.md", "--max-chars", "300"])
+    assert shown.exit_code == 0 and "continue at --start-line" in shown.output
+
+    server = ApiServer(mem)
+    try:
+        remote = RemoteMemory(server.url)
+        assert remote.recall("ferry to Naxos", budget=100, session="cli")["items"] != answer["items"]  # same record
+        first = remote.list("daily", limit=5)
+        second = remote.list("daily", limit=5, offset=first["next_offset"])
+        assert [e["path"] for e in first["entries"] + second["entries"]] == [
+            e["path"] for e in mem.list("daily", limit=10)["entries"]]
+        read = remote.read("daily/2024-06-01/day.md", max_chars=500)
+        assert read["truncated"] and len(read["content"]) <= 500
+        assert read_all(remote, "daily/2024-06-01/day.md") == read_all(mem, "daily/2024-06-01/day.md")
+    finally:
+        server.stop()
+
+    tools = Toolbox(mem, mem.ws)
+    assert "recall" in {s["function"]["name"] for s in tools.schemas()}
+    assert tools.call("recall", {"query": "ferry", "budget": 80})["tokens"] <= 80
