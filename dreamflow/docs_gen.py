@@ -36,7 +36,10 @@ def render_all() -> dict[str, str]:
 def cli_reference() -> str:
     from dreamflow.cli import cli
 
-    root = click.Context(cli, info_name="dreamflow", terminal_width=WIDTH, max_content_width=WIDTH)
+    # The group's own context settings (`-h`): click caches a command's help option from the first context it
+    # sees, so a context without them would render differently after any earlier invocation in the process.
+    settings = {**cli.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    root = click.Context(cli, info_name="dreamflow", **settings)
     parts = [HEADER, "# Command line reference\n\n",
              "Every command takes `--json` for machine-readable output (an error is then a JSON object on stdout). "
              "Exit codes:\n\n", _exit_codes(), _help_block(cli, root)]
