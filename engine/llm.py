@@ -241,32 +241,34 @@ class LLM:
         return self._repaired(messages, choice, schema, kind, json_schema, check)
 
     def _repaired(self, messages, choice, schema: type[T], kind, json_schema, check) -> T:
-        content = choice.message.content or ""
-        try:
-            answer = self._parse(content, schema, choice)
-        except ValueError as first:
-            problem = str(first)
-        else:
-            refused = self._refusal(answer, check)
-            if refused is None:
-                self.usage.note(kind, "first_try")
-                return answer
-            problem = f"it breaks the rule `{refused[0]}`: {refused[1]}"
-        self.usage.note(kind, "repairs")
-        repair = messages + [{"role": "assistant", "content": content},
-                             {"role": "user", "content": repair_prompt(problem, shape_of(json_schema or
-                                                                                         response_schema(schema)))}]
-        choice = self._constrained(repair, schema, "repair", json_schema)
-        try:
-            answer = self._parse(choice.message.content or "", schema, choice)
-        except ValueError as second:
-            raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {second}") \
-                from None
-        refused = self._refusal(answer, check)
-        if refused is not None:
-            raise AnswerRefused(f"the model's answer was refused after one repair, rule `{refused[0]}`: "
-                                f"{refused[1]}", refused[0])
-        return answer
+        """The answer of `choice`, after at most one repair turn for its form (not valid JSON for `schema`)
+        and one for its content (a rule `check` names); failing a second time is an error."""
+        shape = shape_of(json_schema or response_schema(schema))
+        repaired: set[str] = set()
+        while True:
+            content = choice.message.content or ""
+            try:
+                answer = self._parse(content, schema, choice)
+            except ValueError as exc:
+                if "form" in repaired:
+                    raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {exc}") \
+                        from None
+                problem, why = str(exc), "form"
+            else:
+                refused = self._refusal(answer, check)
+                if refused is None:
+                    if not repaired:
+                        self.usage.note(kind, "first_try")
+                    return answer
+                if "content" in repaired:
+                    raise AnswerRefused(f"the model's answer was refused after one repair, rule `{refused[0]}`: "
+                                        f"{refused[1]}", refused[0])
+                problem, why = f"it breaks the rule `{refused[0]}`: {refused[1]}", "content"
+            repaired.add(why)
+            self.usage.note(kind, "repairs")
+            messages = messages + [{"role": "assistant", "content": content},
+                                   {"role": "user", "content": repair_prompt(problem, shape)}]
+            choice = self._constrained(messages, schema, "repair", json_schema)
 
     def _refusal(self, answer, check: Check | None) -> tuple[str, str] | None:
         refused = check(answer) if check else None

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, field_validator
 from engine.llm import LLM, LLMError, load_prompt
 from engine.prefect_env import run_logger
 from engine.toolbox import Toolbox, read_text
+from engine.usage import charged
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from tasks import checkpoints, dialog, quality, usage
@@ -178,9 +179,10 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
         _existing_section(memory, current),
         f"New messages:\n<messages>\n{dialog.transcript(records)}\n</messages>",
     ]))
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card",
-                                   kept=read_text(memory, current) or "" if current else "",
-                                   dialog_text=dialog.transcript(records))
+    with charged(llm.usage):  # a refused card cost tokens too: the flow publishes them
+        draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card",
+                                       kept=read_text(memory, current) or "" if current else "",
+                                       dialog_text=dialog.transcript(records))
     identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
     card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
     run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
@@ -206,8 +208,9 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
         _existing_section(memory, current),
         f"The resource:\n<resource>\n{resource_text(raw, path)}\n</resource>",
     ])
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
-                                   "resource", kept=read_text(memory, current) or "" if current else "")
+    with charged(llm.usage):
+        draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
+                                       "resource", kept=read_text(memory, current) or "" if current else "")
     card = save_card(memory, str(PurePosixPath(current).parent) if current else folder, current, draft_path,
                      draft, {"source_resource": link}, with_tools)
     return {"path": card["path"], "action": "created" if card["created"] else "updated",

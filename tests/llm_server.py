@@ -242,3 +242,10 @@ def json_reply(obj: Any, **kwargs) -> Reply:
 def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:
     """A reply that calls one tool."""
     return Reply(tool_calls=[call(name, arguments)], **kwargs)
+
+
+def copy_shown(body: dict) -> Reply:
+    """What a small model does with a repair turn (a `responder`): answer with the JSON object the turn shows,
+    copied (the last `{...}` line of its last message)."""
+    shown = body["messages"][-1]["content"]
+    return Reply(content=shown[shown.rindex("\n{") + 1:] if "\n{" in shown else shown)
