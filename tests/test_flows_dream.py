@@ -120,7 +120,7 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     llm.on(unit_route("badjson"), Reply(content="{broken"), Reply(content="still not json"))
     llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=8))
     llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
-                                              "content": "Rewritten without its link."}))
+                                              "content": "Dropper node, rewritten without its link."}))
 
     state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
 
