@@ -458,7 +458,7 @@ def extract_json(text: str) -> Any:
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
             continue
     raise ValueError("the reply contains no JSON object")
 

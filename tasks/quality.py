@@ -36,14 +36,14 @@ RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "
 # the tags the jobs wrap material in, and a placeholder of the shape a repair turn shows (`<string>`)
 _MARKUP = re.compile(r"</?(?:file|node|card|messages|resource)\b[^>\n]*>", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"^\s*<[^<>\n]{1,80}>\s*$")
-_TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|</?tool_call>|<function=|\[TOOL_CALLS\]", re.DOTALL)
+_TEMPLATE = re.compile(r"\{\{[^{}\n]{0,200}\}\}|\{%[^{}\n]{0,200}%\}|</?tool_call>|<function=|\[TOOL_CALLS\]")
 _FRONTMATTER_KEYS = ("name", "description", "session_id", "source_conversation", "source_resource", "updated",
                      "tags", "date", "merged_from", "split_from", "split_into")
 _PASTED = re.compile(r"^---[ \t]*\n(?:.*\n){0,30}?(?:" + "|".join(_FRONTMATTER_KEYS) + r")[ \t]*:.*\n"
                      r"(?:.*\n){0,30}?---[ \t]*$", re.MULTILINE)
 _SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
 _NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
-_LINK = re.compile(r"\[\[([^\]|]*)(?:\|([^\]]*))?\]\]")
+_LINK = re.compile(r"\[\[([^\[\]|\n]{0,500})(?:\|([^\[\]\n]{0,500}))?\]\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORDS = re.compile(r"\w+")
 

@@ -132,3 +132,14 @@ def test_the_shape_has_placeholders_only():
     assert shape == {"name": "<string>", "content": "<string>"}
     assert check(shape["name"], shape["content"], CARD)[0] == "markup"
 
+
+
+def test_pathological_bodies_are_judged_quickly():
+    """A reply of 30,000 brackets or braces (a repetition loop cut at max_tokens) is judged in well under a
+    second each, never backtracks for minutes, and never raises."""
+    import time
+
+    for body in ("[[" * 15_000, "{{" * 15_000, '{"a":' * 6_000, "---\n" * 7_500, "<" * 30_000, "[[a|" * 7_500):
+        started = time.perf_counter()
+        check("n", body, CARD)
+        assert time.perf_counter() - started < 3
