@@ -103,7 +103,9 @@ def build_workspace(root: Path):
 
 
 def rows(usage: dict) -> list[str]:
-    """The per-kind table of one job's usage."""
+    """The per-kind table of one job's usage, and what the content checks refused."""
+    from tasks.usage import gates_line
+
     lines = [f"  {'kind':<10} {'calls':>5} {'valid 1st':>9} {'repairs':>7} {'failures':>8} {'prompt tok':>10} "
              f"{'compl. tok':>10} {'seconds':>8}"]
     for kind, k in sorted(usage["kinds"].items()):
@@ -112,7 +114,13 @@ def rows(usage: dict) -> list[str]:
                      f"{k['prompt_tokens']:>10} {k['completion_tokens']:>10} {k['seconds']:>8.2f}")
     lines.append(f"  {'total':<10} {usage['calls']:>5} {'':>9} {'':>7} {'':>8} {usage['prompt_tokens']:>10} "
                  f"{usage['completion_tokens']:>10} {usage['seconds']:>8.2f}")
-    return lines
+    return lines + [f"  {gates_line(usage)}"]
+
+
+def show(memory, path: str) -> str:
+    """A written card or node as the benchmark prints it, to judge its content by hand."""
+    text = memory.read(path, numbered=False)["content"]
+    return f"  --- {path}\n" + "\n".join(f"  | {line}" for line in text.splitlines()[:30])
 
 
 def main() -> None:
@@ -159,9 +167,12 @@ def main() -> None:
             seconds = time.perf_counter() - started
             if isinstance(card, BaseException):
                 print(f"auto-memory FAILED after {seconds:.1f} s: {card}")
+                if getattr(card, "usage", None):
+                    print("\n".join(rows(card.usage)))
             else:
                 print(f"auto-memory: card {card['card']} in {seconds:.1f} s (incl. Prefect start)")
                 print("\n".join(rows(card["usage"])))
+                print(show(memory, card["card"]))
             started = time.perf_counter()
             state = auto_dream(date=DAY, scan_days=1, max_units=args.max_units, workspace=str(ws),
                                return_state=True)
@@ -181,6 +192,8 @@ def main() -> None:
                 cited = {p for n in nodes for p in DAILY if f"[[{p}]]" in memory.read(n, numbered=False)["content"]}
                 print(f"  nodes cite {len(cited)} of {len(DAILY)} daily files; invented paths cited: "
                       f"{sum('trip.md' in memory.read(n, numbered=False)['content'] for n in nodes)}")
+                for node in nodes:
+                    print(show(memory, node))
         print(f"learned about the endpoint: {learned(settings.llm_base_url, settings.llm_model)}")
     finally:
         if server is not None:

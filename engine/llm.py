@@ -11,7 +11,10 @@ local models:
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
 - the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
   tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
-- usage (tokens, seconds, first-try answers, repairs, failures) is counted per call kind.
+- a job may pass `check(answer) -> (rule, message) | None`, its content rules (tasks/quality.py): a refused
+  answer gets the same one repair turn, naming the rule; the repair turn shows the answer's shape with
+  placeholders (never an example a model could copy as memory);
+- usage (tokens, seconds, first-try answers, repairs, failures, refusals per rule) is counted per call kind.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from urllib.parse import urlparse
 
 import openai
@@ -32,12 +35,13 @@ from pydantic import BaseModel, ValidationError
 
 from engine.settings import Settings
 from engine.usage import Usage
-from storage.errors import DreamflowError, InvalidInput
+from storage.errors import DreamflowError, InvalidInput, JobFailed
 
 if TYPE_CHECKING:
     from engine.toolbox import Toolbox
 
 T = TypeVar("T", bound=BaseModel)
+Check = Callable[[Any], "tuple[str, str] | None"]  # an answer -> (rule, message) when refused, else None
 
 JSON_MODES = ("json_schema", "json_object", "none")  # DREAMFLOW_LLM_JSON's forced modes
 # the fallback chain, strongest first: json_object first with the schema (llama.cpp's `schema` key), then
@@ -58,6 +62,15 @@ class LLMError(DreamflowError):
 
     exit_code = 7
     http_status = 502
+
+
+class AnswerRefused(JobFailed, LLMError):
+    """The model's answer broke a content rule again after the repair turn naming it: nothing was written,
+    the unit fails and its input is left for a retry (a planned failure, exit code 9)."""
+
+    def __init__(self, message: str, rule: str):
+        super().__init__(message)
+        self.rule = rule
 
 
 class LLMRejected(LLMError):
@@ -149,14 +162,14 @@ class LLM:
         return self._complete(messages, kind, tools=tools).message
 
     def structured(self, messages: list[dict], schema: type[T], kind: str = "structured",
-                   json_schema: dict | None = None, example: dict | None = None) -> T:
+                   json_schema: dict | None = None, check: Check | None = None) -> T:
         """Ask for a JSON answer matching `schema`, constrained by `json_schema` (default: built from
-        `schema`) where the endpoint allows; one repair attempt (showing `example`) on an invalid answer,
-        then `LLMError`."""
-        return self._counted(kind, lambda: self._answer(messages, schema, kind, json_schema, example))
+        `schema`) where the endpoint allows; one repair attempt (showing the shape) on an invalid answer or
+        one `check` refuses, then `LLMError` (`AnswerRefused` for a refusal)."""
+        return self._counted(kind, lambda: self._answer(messages, schema, kind, json_schema, check))
 
     def agent(self, messages: list[dict], schema: type[T], toolbox: Toolbox | None = None, kind: str = "agent",
-              max_steps: int = 8, json_schema: dict | None = None, example: dict | None = None) -> T:
+              max_steps: int = 8, json_schema: dict | None = None, check: Check | None = None) -> T:
         """Bounded tool-calling loop: run the model's tool calls until it answers with JSON for `schema`.
 
         `messages` must already hold the context the job needs: without tools (`DREAMFLOW_LLM_TOOLS=off`, or
@@ -165,9 +178,9 @@ class LLM:
         and fail the caller. After `max_steps` model calls without an answer: `LLMError`.
         """
         if toolbox is None or not self._tools_wanted():
-            return self.structured(messages, schema, kind, json_schema, example)
+            return self.structured(messages, schema, kind, json_schema, check)
         return self._counted(kind, lambda: self._loop(messages, schema, toolbox, kind, max_steps, json_schema,
-                                                       example))
+                                                       check))
 
     # -- internals --------------------------------------------------------------------------------------
     def _counted(self, kind: str, run):
@@ -182,7 +195,7 @@ class LLM:
         mode = self.settings.llm_tools
         return mode == "on" or (mode == "auto" and learned(*self.endpoint).get("tools", True))
 
-    def _loop(self, messages, schema, toolbox, kind, max_steps, json_schema, example):
+    def _loop(self, messages, schema, toolbox, kind, max_steps, json_schema, check):
         asked = messages
         messages = with_tools_note(messages, toolbox.write_scope)
         tools = toolbox.schemas()
@@ -194,7 +207,7 @@ class LLM:
                 if not auto:
                     raise
                 self._no_tools(f"it refused a request with tools ({exc})")
-                return self._answer(asked, schema, kind, json_schema, example)
+                return self._answer(asked, schema, kind, json_schema, check)
             message = choice.message
             calls = message.tool_calls or []
             if calls:
@@ -204,10 +217,10 @@ class LLM:
                 continue
             written = text_tool_call(message.content or "")
             if written is None:
-                return self._repaired(messages, choice, schema, kind, json_schema, example)
+                return self._repaired(messages, choice, schema, kind, json_schema, check)
             if auto and not learned(*self.endpoint).get("tools"):
                 self._no_tools(f"it wrote a call of the tool {written[0]!r} as text")
-                return self._answer(asked, schema, kind, json_schema, example)
+                return self._answer(asked, schema, kind, json_schema, check)
             result = toolbox.call(*written)  # tools are known to work here: run the text call, guarded as ever
             messages = messages + [
                 {"role": "assistant", "content": message.content or ""},
@@ -223,27 +236,45 @@ class LLM:
             _log("warning", "LLM %s: %s; the agent jobs now ask without tools (context in the prompt)",
                  self.model, reason)
 
-    def _answer(self, messages, schema, kind, json_schema, example):
+    def _answer(self, messages, schema, kind, json_schema, check):
         choice = self._constrained(messages, schema, kind, json_schema)
-        return self._repaired(messages, choice, schema, kind, json_schema, example)
+        return self._repaired(messages, choice, schema, kind, json_schema, check)
 
-    def _repaired(self, messages, choice, schema: type[T], kind, json_schema, example) -> T:
-        content = choice.message.content or ""
-        try:
-            answer = self._parse(content, schema, choice)
-        except ValueError as first:
+    def _repaired(self, messages, choice, schema: type[T], kind, json_schema, check) -> T:
+        """The answer of `choice`, after at most one repair turn for its form (not valid JSON for `schema`)
+        and one for its content (a rule `check` names); failing a second time is an error."""
+        shape = shape_of(json_schema or response_schema(schema))
+        repaired: set[str] = set()
+        while True:
+            content = choice.message.content or ""
+            try:
+                answer = self._parse(content, schema, choice)
+            except ValueError as exc:
+                if "form" in repaired:
+                    raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {exc}") \
+                        from None
+                problem, why = str(exc), "form"
+            else:
+                refused = self._refusal(answer, check)
+                if refused is None:
+                    if not repaired:
+                        self.usage.note(kind, "first_try")
+                    return answer
+                if "content" in repaired:
+                    raise AnswerRefused(f"the model's answer was refused after one repair, rule `{refused[0]}`: "
+                                        f"{refused[1]}", refused[0])
+                problem, why = f"it breaks the rule `{refused[0]}`: {refused[1]}", "content"
+            repaired.add(why)
             self.usage.note(kind, "repairs")
-            repair = messages + [{"role": "assistant", "content": content},
-                                 {"role": "user", "content": repair_prompt(first, example or example_of(schema))}]
-        else:
-            self.usage.note(kind, "first_try")
-            return answer
-        choice = self._constrained(repair, schema, "repair", json_schema)
-        try:
-            return self._parse(choice.message.content or "", schema, choice)
-        except ValueError as second:
-            raise LLMError(f"the model's answer is not valid {schema.__name__} after one repair: {second}") \
-                from None
+            messages = messages + [{"role": "assistant", "content": content},
+                                   {"role": "user", "content": repair_prompt(problem, shape)}]
+            choice = self._constrained(messages, schema, "repair", json_schema)
+
+    def _refusal(self, answer, check: Check | None) -> tuple[str, str] | None:
+        refused = check(answer) if check else None
+        if refused is not None:
+            self.usage.gate(refused[0])
+        return refused
 
     def _parse(self, content: str, schema: type[T], choice) -> T:
         written = text_tool_call(content)
@@ -446,7 +477,7 @@ def extract_json(text: str) -> Any:
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
             continue
     raise ValueError("the reply contains no JSON object")
 
@@ -508,36 +539,40 @@ def parse_model(text: str, schema: type[T]) -> T:
         raise ValueError(problems) from None
 
 
-def example_of(schema: type[BaseModel]) -> dict:
-    """A short valid answer for `schema`: its `EXAMPLE` class attribute, else one drawn from its JSON schema."""
-    example = getattr(schema, "EXAMPLE", None)
-    if isinstance(example, dict):
-        return example
-    json_schema = schema.model_json_schema()
-    return _sample(json_schema, json_schema.get("$defs", {}))
+def shape_of(schema: dict) -> Any:
+    """The shape of a reply for a JSON `schema`, with placeholders for values (`"<string>"`,
+    `"<one of: A, B>"`): what a repair turn shows instead of an example, so nothing in it can be copied as
+    memory (the content checks refuse placeholders)."""
+    return _shape(schema, schema.get("$defs", {}))
 
 
-_SAMPLES = {"string": "...", "integer": 1, "number": 1.0, "boolean": True, "array": [], "null": None}
-
-
-def _sample(node: dict, defs: dict) -> Any:
+def _shape(node: dict, defs: dict) -> Any:
     if "$ref" in node:
-        return _sample(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return _shape(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
     if node.get("enum"):
-        return node["enum"][0]
-    if "anyOf" in node:
-        return _sample(next((n for n in node["anyOf"] if n.get("type") != "null"), node["anyOf"][0]), defs)
-    if node.get("type") == "object":
-        return {name: _sample(prop, defs) for name, prop in node.get("properties", {}).items()}
-    return _SAMPLES.get(node.get("type"), "...")
+        values = [str(v) for v in node["enum"]]
+        return f"<one of: {', '.join(values[:8])}{', ...' if len(values) > 8 else ''}>"
+    options = node.get("anyOf") or ([{**node, "type": t} for t in node["type"]] if isinstance(node.get("type"), list)
+                                    else None)
+    if options:
+        real = [n for n in options if n.get("type") != "null"]
+        shape = _shape(real[0], defs) if real else None
+        nullable = len(real) < len(options)
+        return f"{shape[:-1]} or null>" if nullable and isinstance(shape, str) and shape.endswith(">") else shape
+    kind = node.get("type")
+    if kind == "object":
+        return {name: _shape(prop, defs) for name, prop in node.get("properties", {}).items()}
+    if kind == "array":
+        return [_shape(node.get("items") or {}, defs)]
+    return None if kind == "null" else f"<{kind or 'value'}>"
 
 
-def repair_prompt(error: Exception, example: dict) -> str:
-    """The repair turn: what was wrong, and a short valid example (not the raw schema, which small models
-    echo back)."""
+def repair_prompt(problem: str, shape: Any) -> str:
+    """The repair turn: what was wrong, and the answer's shape with placeholders (not the raw schema, which
+    small models echo back, and not an example, which they copy)."""
     return (
-        f"Your previous answer could not be used: {error}.\n"
-        "Reply again with only one JSON object (no prose, no code fence). This example shows the shape only; "
-        "its values are made up, use your own from the material:\n"
-        + json.dumps(example, ensure_ascii=False)
+        f"Your previous answer could not be used: {problem}.\n"
+        "Reply again with only one JSON object (no prose, no code fence) of this shape, each <...> replaced "
+        "by your own value taken from the material above:\n"
+        + json.dumps(shape, ensure_ascii=False)
     )

@@ -4,6 +4,8 @@ A `Toolbox` offers the read tools plus the write tools, and checks every write b
 must pass the job's `can_write` (e.g. integrate: under `digest/`; auto_memory: its own card), and an optional
 `guard(path, before, after)` may reject the change (the dream's link-drop guard). A rejected path is returned
 to the model as a tool error; a guard rejection is fatal (`WriteRejected` propagates and fails the unit).
+The toolbox remembers what its read tools returned (`seen`, material the answer may draw on) and each
+written file as it was before (`undo` puts them back when the job refuses the answer).
 Tools never touch `metadata/`, outside files (upload/download), deletions or moves.
 """
 
@@ -50,6 +52,8 @@ class Toolbox:
         self.write_scope = write_scope
         self.guard = guard
         self.written: list[str] = []
+        self.seen: list[str] = []
+        self._before: dict[str, str | None] = {}
         self._names = READ_TOOLS + WRITE_TOOLS
 
     def schemas(self) -> list[dict]:
@@ -70,7 +74,8 @@ class Toolbox:
             if name == "read":  # a page that fits the tool result (it says where to continue)
                 args.setdefault("max_chars", READ_PAGE)
             if name in WRITE_TOOLS:
-                self._check_write(name, args)
+                path = self._check_write(name, args)
+                self._before.setdefault(path, read_text(self.memory, path))
             result = getattr(self.memory, ops.BY_NAME[name].method_name)(**args)
         except WriteRejected:
             raise
@@ -78,23 +83,40 @@ class Toolbox:
             return {"error": f"{type(exc).__name__}: {exc}"}
         if name in WRITE_TOOLS and isinstance(result, dict) and result.get("path"):
             self.written.append(result["path"])
-        return _cut(result)
+        result = _cut(result)
+        if name in READ_TOOLS:
+            self.seen.append(json.dumps(result, ensure_ascii=False, default=str))
+        return result
 
-    def _check_write(self, name: str, args: dict) -> None:
+    def before(self, path: str) -> str | None:
+        """The text `path` had before the tools first wrote it (None: it did not exist, or was not written)."""
+        return self._before.get(path)
+
+    def undo(self) -> None:
+        """Put every file the tools wrote back as it was (a new one is deleted)."""
+        for path, text in reversed(list(self._before.items())):
+            if text is None:
+                if read_text(self.memory, path) is not None:
+                    self.memory.delete(path)
+            else:
+                self.memory.write(path, text)
+        self._before.clear()
+
+    def _check_write(self, name: str, args: dict) -> str:
+        """The normalised path of an allowed write (raises when the job may not write it)."""
         path = str(args.get("path") or "")
         if path and not PurePosixPath(path).suffix and (
                 name in ("write", "create") or not os.path.lexists(self.ws.resolve(path))):
             path += ".md"  # the path rule Memory applies (a suffix-less path means <path>.md)
         if not path or not self.can_write(self.ws.normalize(path)):
             raise _Refused(f"this job may only write {self.write_scope}; {path or 'no path'} is not allowed")
-        if self.guard is None:
-            return
-        before = read_text(self.memory, path)
-        if before is None:
-            return
-        after = predict(name, before, args)
-        if after is not None:
-            self.guard(path, before, after)
+        path = self.ws.normalize(path)
+        before = read_text(self.memory, path) if self.guard is not None else None
+        if before is not None:
+            after = predict(name, before, args)
+            if after is not None:
+                self.guard(path, before, after)
+        return path
 
 
 class _Refused(DreamflowError):

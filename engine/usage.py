@@ -16,6 +16,7 @@ class Usage:
 
     `seconds` is wall time inside calls. Each kind also counts `answers` asked for, `first_try` (valid without
     repair), `repairs` and `failures` (no usable answer); repair calls' tokens count under kind `repair`.
+    `gates` counts the answers each content rule refused (tasks/quality.py), a repair refused again too.
     """
 
     calls: int = 0
@@ -24,6 +25,7 @@ class Usage:
     total_tokens: int = 0
     seconds: float = 0.0
     kinds: dict[str, dict] = field(default_factory=dict)
+    gates: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: Usage | dict | None) -> Usage:
         """Add another Usage (or its dict form) to this one, in place; returns self."""
@@ -36,6 +38,8 @@ class Usage:
             mine = self._kind(kind)
             for key in TOTALS + OUTCOMES:
                 mine[key] += counts.get(key) or 0
+        for rule, count in (data.get("gates") or {}).items():
+            self.gates[rule] = self.gates.get(rule, 0) + (count or 0)
         return self
 
     def record(self, kind: str, seconds: float, response_usage: Any = None) -> None:
@@ -47,6 +51,10 @@ class Usage:
     def note(self, kind: str, outcome: str) -> None:
         """Count one outcome (`answers`, `first_try`, `repairs`, `failures`) of `kind`."""
         self._kind(kind)[outcome] += 1
+
+    def gate(self, rule: str) -> None:
+        """Count one answer refused by the content rule `rule`."""
+        self.gates[rule] = self.gates.get(rule, 0) + 1
 
     def _kind(self, kind: str) -> dict:
         return self.kinds.setdefault(kind, dict.fromkeys(TOTALS + OUTCOMES, 0))

@@ -16,7 +16,8 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     """Append `messages` (if any) to session/dialog/<session_id>.jsonl, then summarise every record not yet
     summarised into the session's card of the day (`date`, else the latest message's day, else today).
 
-    The per-session checkpoint moves only after the card is written, so a failed run is redone by the next.
+    The per-session checkpoint moves only after the card is written, so a failed run (e.g. a card the
+    content checks refused: `AnswerRefused`, exit 9) is redone by the next.
     """
     require_llm()
     root = workspace_root(workspace)
@@ -30,7 +31,11 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
                 mark_summarised(root, session_id, todo["end"], None)
             return {"session_id": session_id, "skipped": "no new messages", "records": todo["total"]}
         day = date or todo["latest_date"] or today()
-        card = summarise_session(root, session_id, todo["records"], day, hint)
+        try:
+            card = summarise_session(root, session_id, todo["records"], day, hint)
+        except Exception as exc:  # e.g. the card was refused (exit 9): its calls and refusals are still logged
+            publish_usage(root, "auto-memory", f"session {session_id}", getattr(exc, "usage", None))
+            raise
         refresh_day(root, day)
         mark_summarised(root, session_id, todo["end"], card["path"])
     publish_usage(root, "auto-memory", f"session {session_id}", card["usage"])

@@ -21,7 +21,11 @@ def auto_resource(path: str, workspace: str | None = None) -> dict:
     if skip:
         return {"resource": path, "skipped": skip}
     day = path_date(path) or today()
-    card = summarise_resource(root, path, day) if exists else remove_resource_card(root, path, day)
+    try:
+        card = summarise_resource(root, path, day) if exists else remove_resource_card(root, path, day)
+    except Exception as exc:  # e.g. the card was refused (exit 9): nothing checkpointed, its usage logged
+        publish_usage(root, "auto-resource", path, getattr(exc, "usage", None))
+        raise
     if card["action"] in ("created", "updated", "deleted"):
         refresh_day(root, path_date(card["path"]) or day)
     record_resource(root, path, card)

@@ -8,6 +8,7 @@ Problems (each a list of rows; any row makes the report not ok):
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
 - `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
+- `same_names`: one node file name in two or more buckets (`digest/personal/x.md` and `digest/wiki/x.md`)
 - `bad_frontmatter`: files whose YAML frontmatter does not parse, or holds a bad value (e.g. `date: 2024-13-45`)
 - `drift`: files added, changed or deleted behind the index's back
 - `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
@@ -43,8 +44,8 @@ from storage.tokenize import terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, read_regular
 
-PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "bad_frontmatter",
-            "drift", "special_files")
+PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
+            "bad_frontmatter", "drift", "special_files")
 NOTES = ("moved", "stale", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
@@ -66,6 +67,7 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["orphans"] = _orphans(con, scan.disk)
     report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
     report["near_duplicates"] = _near_duplicates(con, nodes, dup_threshold)
+    report["same_names"] = same_names(nodes)
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift
     report["special_files"] = scan.special
@@ -111,6 +113,8 @@ def describe(key: str, row: dict) -> str:
         return f"`{row['source']}:{row['line']}` → `{row['target']}{anchor}`{extra}"
     if key == "near_duplicates":
         return f"`{row['paths'][0]}` ≈ `{row['paths'][1]}` ({row['score']})"
+    if key == "same_names":
+        return " = ".join(f"`{p}`" for p in row["paths"])
     if key == "moved":
         return f"`{row['from']}` → `{row['to']}`"
     detail = (row.get("reason") or row.get("error") or row.get("state") or row.get("kind") or row.get("updated")
@@ -262,6 +266,14 @@ def _digest_nodes(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
 
 def _stem_name(path: str) -> str:
     return re.sub(r"[-_]+", " ", path.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+
+
+def same_names(nodes: list[dict]) -> list[dict]:
+    """`{name, paths}` for each node file name (`x.md`) found in more than one bucket (`digest/<bucket>/`)."""
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for node in nodes:
+        by_name[node["path"].rsplit("/", 1)[-1]].append(node["path"])
+    return [{"name": name, "paths": paths} for name, paths in sorted(by_name.items()) if len(paths) > 1]
 
 
 def _orphans(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:

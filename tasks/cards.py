@@ -3,6 +3,8 @@
 A card is found again by an identity key in its frontmatter (`session_id` or `source_resource`). The agent
 drafts it (`CardDraft`) and may write only that card with its tools; the file name comes from the validated
 `name` (sanitised, de-duplicated), and a better name renames the card with `move`, which retargets links.
+Every draft passes the content checks (tasks/quality.py) before it is written; a refused one (after its
+repair turn) fails the job with nothing written, its tool writes undone.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import html
 import re
 import unicodedata
 from pathlib import PurePosixPath
-from typing import ClassVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -21,9 +22,10 @@ from engine.client import read_all
 from engine.llm import LLM, LLMError, load_prompt
 from engine.prefect_env import run_logger
 from engine.toolbox import Toolbox, read_text
+from engine.usage import charged
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
-from tasks import checkpoints, dialog, usage
+from tasks import checkpoints, dialog, quality, usage
 from tasks.context import memory_of, metadata_of
 
 MAX_RESOURCE_CHARS = 40_000
@@ -36,9 +38,6 @@ class CardDraft(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=1_000)
     content: str | None = Field(default=None, max_length=30_000)
-
-    EXAMPLE: ClassVar[dict] = {"name": "Piano lessons for Sam", "description": "When Sam's lessons are.",
-                               "content": "# Piano lessons\n\n- Sam has lessons on Tuesdays."}
 
     @field_validator("name")
     @classmethod
@@ -109,13 +108,28 @@ def save_card(memory, folder: str, current: str | None, draft_path: str, draft: 
 
 
 def draft_card(llm: LLM, memory, workspace: str, prompt: str, material: str, draft_path: str,
-               kind: str) -> tuple[CardDraft, bool]:
+               kind: str, kept: str = "", dialog_text: str | None = None) -> tuple[CardDraft, bool]:
     """Run the card agent: it may read memory and write only `draft_path` (with tools off it answers from
-    the material alone and the caller writes the card). Returns (draft, wrote_with_tools)."""
+    the material alone and the caller writes the card). The draft must pass the content checks against the
+    material (plus what its tools read), the card it updates (`kept`) and, for a session, the dialog it
+    must not copy. Returns (draft, wrote_with_tools); on failure the tools' writes are undone."""
     toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p == draft_path,
                       write_scope=f"the card {draft_path}")
-    messages = [{"role": "system", "content": load_prompt(prompt)}, {"role": "user", "content": material}]
-    draft = llm.agent(messages, CardDraft, toolbox, kind)
+    system = load_prompt(prompt)
+
+    def judge(draft: CardDraft):
+        body = draft.content
+        if body is None:
+            body = (read_text(memory, draft_path) if draft_path in toolbox.written else None) or ""
+        seen = quality.Material("\n".join([material, *toolbox.seen]), kept, system, dialog_text)
+        return quality.check(draft.name, body, seen)
+
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": material}]
+    try:
+        draft = llm.agent(messages, CardDraft, toolbox, kind, check=judge)
+    except Exception:
+        toolbox.undo()
+        raise
     return draft, draft_path in toolbox.written
 
 
@@ -166,7 +180,10 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
         _existing_section(memory, current),
         f"New messages:\n<messages>\n{dialog.transcript(records)}\n</messages>",
     ]))
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card")
+    with charged(llm.usage):  # a refused card cost tokens too: the flow publishes them
+        draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card",
+                                       kept=read_text(memory, current) or "" if current else "",
+                                       dialog_text=dialog.transcript(records))
     identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
     card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
     run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
@@ -192,8 +209,9 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
         _existing_section(memory, current),
         f"The resource:\n<resource>\n{resource_text(raw, path)}\n</resource>",
     ])
-    draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
-                                   "resource")
+    with charged(llm.usage):
+        draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
+                                       "resource", kept=read_text(memory, current) or "" if current else "")
     card = save_card(memory, str(PurePosixPath(current).parent) if current else folder, current, draft_path,
                      draft, {"source_resource": link}, with_tools)
     return {"path": card["path"], "action": "created" if card["created"] else "updated",

@@ -16,7 +16,8 @@ import re
 import threading
 from datetime import date as Date
 from datetime import datetime, timedelta, timezone
-from typing import ClassVar, Literal
+from pathlib import PurePosixPath
+from typing import Literal
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
@@ -29,8 +30,8 @@ from engine.usage import Usage, charged
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
 from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
-from tasks import checkpoints, usage
-from tasks.cards import slugify, unique_path, unwrap_link
+from tasks import checkpoints, quality, usage
+from tasks.cards import slugify, unwrap_link
 from tasks.context import memory_of, metadata_of
 
 BUCKETS = ("personal", "procedure", "wiki")
@@ -74,11 +75,6 @@ class Extraction(BaseModel):
     units: list[Unit] = Field(default_factory=list, max_length=MAX_UNITS)
     topics: list[TopicCandidate] = Field(default_factory=list, max_length=10)
 
-    EXAMPLE: ClassVar[dict] = {
-        "units": [{"name": "Sam's piano lessons", "bucket": "personal",
-                   "summary": "Sam takes piano lessons on Tuesdays since March.", "paths": []}],
-        "topics": []}
-
 
 class Decision(BaseModel):
     """The integrate agent's answer: which action on which node, and the node's new body (optional for
@@ -89,10 +85,6 @@ class Decision(BaseModel):
     name: str | None = Field(default=None, max_length=200)
     description: str | None = Field(default=None, max_length=1_000)
     content: str | None = Field(default=None, max_length=20_000)
-
-    EXAMPLE: ClassVar[dict] = {"action": "CREATE", "target": None, "name": "Sam's piano lessons",
-                               "description": "When and where Sam learns the piano.",
-                               "content": "Sam takes piano lessons on Tuesdays.\n\n## Sources\n\n- ..."}
 
     @field_validator("action", mode="before")
     @classmethod
@@ -155,12 +147,6 @@ def extraction_schema(max_units: int, sent: list[str]) -> dict:
     for name in ("Unit", "TopicCandidate"):
         schema["$defs"][name]["properties"]["paths"]["items"]["enum"] = list(sent)
     return schema
-
-
-def extraction_example(sent: list[str]) -> dict:
-    """The repair turn's example, citing a file that was really sent."""
-    unit = {**Extraction.EXAMPLE["units"][0], "paths": sent[:1]}
-    return {**Extraction.EXAMPLE, "units": [unit]}
 
 
 def clean_units(extraction: Extraction, sent: list[str], max_units: int) -> tuple[list[Unit], list[str]]:
@@ -267,9 +253,15 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
     target = (decision.target or "").strip().removeprefix("[[").removesuffix("]]")
     before = read_text(memory, target) if target.startswith("digest/") else None
     if decision.action == "CREATE":
-        if not _digest_node(target) or (before is not None and target not in wrote):
-            name = decision.name or unit["name"]
-            target, before = unique_path(memory, f"digest/{unit['bucket']}", slugify(name, "node")), None
+        if target not in wrote:  # a node its tools wrote is this unit's own
+            named = [target] if before is not None else []
+            if _digest_node(target):
+                named += _named(memory, PurePosixPath(target).stem, target.split("/")[1])
+            stem = slugify(decision.name or unit["name"], "node")
+            named += _named(memory, stem, unit["bucket"])
+            if named:
+                return _create_over(memory, unit, decision, date, named[0])
+            target = target if _digest_node(target) else f"digest/{unit['bucket']}/{stem}.md"
     elif not target.startswith("digest/"):
         raise LLMError(f"{decision.action} needs an existing digest node as target, got {target!r}")
     elif before is None:
@@ -288,6 +280,41 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
     name = decision.name or (None if before is not None else unit["name"])
     memory.write(target, body, name=name, description=decision.description, metadata={"updated": date})
     return {"action": decision.action, "target": target}
+
+
+def judge_decision(memory, unit: dict, decision: Decision, toolbox: Toolbox, material: quality.Material):
+    """The content checks on what a decision writes (the body it gives or its tools wrote, and the node's
+    name), against the unit's sources, the listed nodes, what its tools read and the node it updates."""
+    target = unwrap_link(decision.target)
+    body = decision.content
+    if body is None and target in toolbox.written:
+        body = read_text(memory, target)
+    if body is None and decision.action == "CREATE":
+        body = ""  # a new node needs a body: refused as empty
+    kept = toolbox.before(target) if target in toolbox.written else \
+        read_text(memory, target) if _digest_node(target) else None
+    name = decision.name or (unit["name"] if decision.action == "CREATE" else None)
+    seen = quality.Material("\n".join([material.sources, *toolbox.seen]), kept or "", material.instructions)
+    return quality.check(name, body, seen)
+
+
+def _named(memory, stem: str, bucket: str) -> list[str]:
+    """The live nodes named `stem` (`digest/<bucket>/<stem>.md`), the unit's own bucket first."""
+    order = [bucket, *(b for b in BUCKETS if b != bucket)]
+    return [p for p in (f"digest/{b}/{stem}.md" for b in order) if read_text(memory, p) is not None]
+
+
+def _create_over(memory, unit: dict, decision: Decision, date: str, existing: str) -> dict:
+    """A CREATE naming an existing node is decided as an update of it, never a second node (`x-2.md`): a
+    REFINE when the new body keeps every link of the node, else a CORROBORATE (the unit's sources added)."""
+    update = decision.model_copy(update={"action": "REFINE", "target": existing})
+    body = split_frontmatter(decision.content or "").body.strip("\n")
+    before = read_text(memory, existing) or ""
+    if not body or link_targets(before) - link_targets(body):
+        update = decision.model_copy(update={"action": "CORROBORATE", "target": existing, "content": None,
+                                             "name": None, "description": None})
+    run_logger().info("%s: CREATE names the existing node %s: %s instead", unit["name"], existing, update.action)
+    return _apply(memory, unit, update, date, [])
 
 
 def _digest_node(path: str) -> bool:
@@ -311,8 +338,7 @@ def extract(workspace: str, date: str, scan_days: int, max_units: int, hint: str
     llm = LLM.from_settings()
     material, sent = extract_material(texts, sorted(changed), max_units, hint, date)
     messages = [{"role": "system", "content": load_prompt("extract")}, {"role": "user", "content": material}]
-    extraction = llm.structured(messages, Extraction, "extract", json_schema=extraction_schema(max_units, sent),
-                                example=extraction_example(sent))
+    extraction = llm.structured(messages, Extraction, "extract", json_schema=extraction_schema(max_units, sent))
     units, deferred = clean_units(extraction, sent, max_units)
     result.update(
         hashes={p: changed[p] for p in sent},
@@ -335,11 +361,22 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
     sources = {p: (read_text(memory, p) or "")[:MAX_NODE_CHARS] for p in unit["paths"]}
     toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p.startswith("digest/"),
                       write_scope="under digest/", guard=link_guard)
-    messages = [{"role": "system", "content": load_prompt("integrate")},
+    system = load_prompt("integrate")
+    grounds = [*sources.values(), *nodes.values(), *(f"{c.get('name')}. {c.get('description')}" for c in candidates)]
+
+    def judge(decision: Decision):
+        return judge_decision(memory, unit, decision, toolbox, quality.Material("\n".join(grounds), "", system))
+
+    messages = [{"role": "system", "content": system},
                 {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
     with charged(llm.usage):  # failed calls cost tokens too: finish counts them
-        decision = llm.agent(messages, Decision, toolbox, "integrate", json_schema=decision_schema(candidates))
-        outcome = apply_decision(memory, unit, decision, date, toolbox.written)
+        try:
+            decision = llm.agent(messages, Decision, toolbox, "integrate", json_schema=decision_schema(candidates),
+                                 check=judge)
+            outcome = apply_decision(memory, unit, decision, date, toolbox.written)
+        except Exception:
+            toolbox.undo()
+            raise
     run_logger().info("%s: %s %s", unit["name"], outcome["action"], outcome["target"])
     return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
 

@@ -10,7 +10,7 @@ an outcome `{item, status: done|skipped, detail, changed, deleted}`; a failed ta
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
@@ -23,7 +23,7 @@ from engine.usage import Usage, charged
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
-from tasks import checkpoints, usage
+from tasks import checkpoints, quality, usage
 from tasks.cards import slugify, unique_path
 from tasks.context import memory_of, metadata_of
 from tasks.dream import link_guard
@@ -61,18 +61,11 @@ class LinkChoice(BaseModel):
 class LinkJudgement(BaseModel):
     links: list[LinkChoice] = Field(default_factory=list, max_length=50)
 
-    EXAMPLE: ClassVar[dict] = {"links": [{"target": "digest/wiki/piano.md", "old": "her piano", "new":
-                                          "her [[digest/wiki/piano.md|piano]]", "reason": "Same instrument.",
-                                          "predicate": None}]}
-
 
 class MergedNode(BaseModel):
     content: str = Field(min_length=1)
     name: str | None = None
     description: str | None = None
-
-    EXAMPLE: ClassVar[dict] = {"name": "Piano lessons", "description": "Sam's lessons.",
-                               "content": "Sam has lessons on Tuesdays.\n\n## Sources\n\n- ..."}
 
 
 class Part(BaseModel):
@@ -90,10 +83,6 @@ class Part(BaseModel):
 class SplitPlan(BaseModel):
     overview: str = Field(min_length=1)
     parts: list[Part] = Field(min_length=2, max_length=20)
-
-    EXAMPLE: ClassVar[dict] = {"overview": "Sam's music.", "parts": [
-        {"name": "Piano", "description": "Lessons.", "content": "Tuesdays.", "sources": []},
-        {"name": "Choir", "description": "Rehearsals.", "content": "Fridays.", "sources": []}]}
 
 
 # ---- plain functions -----------------------------------------------------------------------------------
@@ -150,6 +139,14 @@ def collect(states: list, items: list[str]) -> tuple[list[dict], list[dict]]:
             failures.append({"item": item, "error": str(error) if isinstance(error, BaseException)
                              else (state.message or "failed"), "usage": getattr(error, "usage", None)})
     return outcomes, failures
+
+
+def judge_split(plan: SplitPlan, material: quality.Material) -> tuple[str, str] | None:
+    """The content checks on a split's overview and every part (name and body), against the original."""
+    found = quality.check(None, plan.overview, material)
+    for part in plan.parts:
+        found = found or quality.check(part.name, part.content, material)
+    return found
 
 
 def mining_material(path: str, text: str, candidates: list[dict]) -> str:
@@ -277,10 +274,13 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
         return outcome(item, "skipped", "malformed frontmatter")
     llm = LLM.from_settings()
     with charged(llm.usage):
-        messages = [{"role": "system", "content": load_prompt("merge")},
+        system = load_prompt("merge")
+        messages = [{"role": "system", "content": system},
                     {"role": "user", "content": f'<node path="{survivor}">\n{kept[:MAX_NODE_CHARS]}\n</node>\n\n'
                                                 f'<node path="{victim}">\n{gone[:MAX_NODE_CHARS]}\n</node>'}]
-        merged = llm.structured(messages, MergedNode, "merge")
+        both = quality.Material(f"{kept}\n{gone}", instructions=system)
+        merged = llm.structured(messages, MergedNode, "merge",
+                                check=lambda m: quality.check(m.name, m.content, both))
         meta = {k: v for k, v in gone_fm.meta.items() if k not in kept_fm.meta and k not in ("name", "description")}
         meta["merged_from"] = list(dict.fromkeys(
             [*_as_list(kept_fm.meta.get("merged_from")), victim, *_as_list(gone_fm.meta.get("merged_from"))]))
@@ -311,9 +311,11 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     text, fm = node
     llm = LLM.from_settings()
     with charged(llm.usage):
-        messages = [{"role": "system", "content": load_prompt("split").replace("{max_parts}", str(max_parts))},
+        system = load_prompt("split").replace("{max_parts}", str(max_parts))
+        messages = [{"role": "system", "content": system},
                     {"role": "user", "content": f'<node path="{path}">\n{text[:MAX_NODE_CHARS]}\n</node>'}]
-        plan = llm.structured(messages, SplitPlan, "split")
+        plan = llm.structured(messages, SplitPlan, "split",
+                              check=lambda p: judge_split(p, quality.Material(text, instructions=system)))
         parts = plan.parts[:max_parts]
         folder = path.rsplit("/", 1)[0]
         part_paths: list[str] = []

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
@@ -23,8 +21,6 @@ class Pick(BaseModel):
 
 class Selection(BaseModel):
     topics: list[Pick] = Field(default_factory=list, max_length=20)
-
-    EXAMPLE: ClassVar[dict] = {"topics": [{"title": "Sam's piano recital", "reason": "It is next week."}]}
 
 
 def selection_schema(candidates: list[interests.Topic], count: int) -> dict:
@@ -45,8 +41,7 @@ def choose(llm: LLM | None, candidates: list[interests.Topic], recent: list[str]
                 {"role": "user", "content": f"Pick {count}.\nRecent topics:\n"
                  + "\n".join(f"- {t}" for t in recent) + f"\nCandidates:\n{listing}"}]
     try:
-        picked = llm.structured(messages, Selection, "topics", json_schema=selection_schema(candidates, count),
-                                example={"topics": [{"title": candidates[0].title, "reason": "..."}]}).topics
+        picked = llm.structured(messages, Selection, "topics", json_schema=selection_schema(candidates, count)).topics
     except LLMError as exc:
         run_logger().warning("topic selection fell back to the first candidates: %s", exc)
         return candidates[:count]

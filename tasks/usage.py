@@ -28,7 +28,16 @@ def table(usage: dict | None) -> list[str]:
                      f"| {k['prompt_tokens']} | {k['completion_tokens']} | {k['seconds']} |")
     lines.append(f"| **total** | {usage['calls']} | | | | {usage['prompt_tokens']} | {usage['completion_tokens']} "
                  f"| {usage['seconds']} |")
-    return lines
+    return lines + ["", gates_line(usage)]
+
+
+def gates_line(usage: dict | None) -> str:
+    """What the content checks refused: `Content checks (...) refused: ungrounded 2, markup 1.` (or none)."""
+    from tasks.quality import RULES
+
+    gates = (usage or {}).get("gates") or {}
+    refused = ", ".join(f"{rule} {gates[rule]}" for rule in sorted(gates, key=lambda r: (RULES + (r,)).index(r)))
+    return f"Content checks ({', '.join(RULES)}) refused: {refused or 'none'}."
 
 
 def record(workspace: str, job: str, usage: dict | None, run_id: str | None = None) -> dict:

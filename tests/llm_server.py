@@ -242,3 +242,35 @@ def json_reply(obj: Any, **kwargs) -> Reply:
 def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:
     """A reply that calls one tool."""
     return Reply(tool_calls=[call(name, arguments)], **kwargs)
+
+
+def copy_shown(body: dict) -> Reply:
+    """What a small model does with a repair turn (a `responder`): answer with the JSON object the turn shows,
+    copied (the last `{...}` line of its last message)."""
+    shown = body["messages"][-1]["content"]
+    return Reply(content=shown[shown.rindex("\n{") + 1:] if "\n{" in shown else shown)
+
+
+# What the repair turns showed before they showed only the answer's shape: the 7-day run's cards and nodes.
+FORMER_EXAMPLES = {
+    "card": {"name": "Piano lessons for Sam", "description": "When Sam's lessons are.",
+             "content": "# Piano lessons\n\n- Sam has lessons on Tuesdays."},
+    "decision": {"action": "CREATE", "target": None, "name": "Sam's piano lessons",
+                 "description": "When and where Sam learns the piano.",
+                 "content": "Sam takes piano lessons on Tuesdays.\n\n## Sources\n\n- ..."},
+    "merged": {"name": "Piano lessons", "description": "Sam's lessons.",
+               "content": "Sam has lessons on Tuesdays.\n\n## Sources\n\n- ..."},
+}
+PROSE = "Sure! Here is a summary of what was said, with the important points highlighted for you."
+
+
+def misbehave(server: LLMServer, match: str, copied: str | None = None) -> None:
+    """Script the small model of the 7-day run for requests matching `match`: prose first, then the repair
+    turn's example copied: `copied` names one of `FORMER_EXAMPLES` (what was shown before), None copies what
+    the repair turn shows now."""
+    if copied is None:
+        server.on(match, Reply(content=PROSE))
+        server.responder = copy_shown
+    else:
+        example = json.dumps(FORMER_EXAMPLES[copied])
+        server.on(match, Reply(content=PROSE), Reply(content=example), Reply(content=example))

@@ -203,3 +203,11 @@ def test_doctor_cli_table_json_and_exit_code(mem):
     assert [r["path"] for r in report["orphans"]] == ["digest/wiki/lonely.md"]
     table = runner.invoke(cli, ["-w", str(mem.ws.root), "doctor"])
     assert table.exit_code == 1 and "digest/wiki/lonely.md" in table.output and "orphans" in table.output
+
+
+def test_one_node_name_in_two_buckets_is_a_finding(mem):
+    node(mem, "digest/personal/tea.md", "I drink green tea every morning.\n" + sources(CARD), "Tea habit")
+    report = check(mem)
+    assert report["same_names"] == [{"name": "tea.md", "paths": ["digest/personal/tea.md", "digest/wiki/tea.md"]}]
+    assert report["ok"] is False and report["counts"]["same_names"] == 1
+    assert doctor.describe("same_names", report["same_names"][0]) == "`digest/personal/tea.md` = `digest/wiki/tea.md`"

@@ -10,7 +10,8 @@ from flows.auto_memory import auto_memory
 from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
-from llm_server import Reply, json_reply, tool_reply
+from engine.llm import AnswerRefused
+from llm_server import Reply, json_reply, misbehave, tool_reply
 from storage import vectors
 from storage.db import IndexDB
 from engine.llm import LLMError
@@ -229,3 +230,64 @@ def test_auto_memory_never_takes_a_text_tool_call_for_the_card(prefect_harness, 
     assert kinds["card"]["calls"] == 2 and kinds["card"]["first_try"] == 1
     entry = usage.recent(str(ws.root))[0]
     assert entry["job"] == "auto-memory" and entry["calls"] == 2 and entry["run_id"]
+
+
+# ---- quality gates: what a small model copies is never written ------------------------------------------------
+
+@pytest.mark.parametrize("copied", [None, "card"])
+def test_auto_memory_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
+    """Prose first, then the example copied (what the repair turn shows now, or the former example): the card
+    is refused, nothing is written, the run fails with exit 9 and the next run summarises the same turns."""
+    misbehave(llm, CARD, copied)
+    messages = [msg("My sister Ana moved from Lisbon to Porto", 9), msg("Is she still at the bakery?", 9, "assistant")]
+    state = auto_memory(session_id="s1", workspace=str(ws.root), messages=messages, return_state=True)
+
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, AnswerRefused) and error.exit_code == 9 and "rule `" in str(error)
+    assert not ws.exists(f"daily/{DAY}") or memory.list(f"daily/{DAY}")["entries"] == []
+    assert checkpoints.load(ws, "sessions/s1") == {}
+    logged = usage.recent(str(ws.root))[0]
+    assert logged["job"] == "auto-memory" and sum(logged["gates"].values()) >= 1
+    assert "Content checks" in read_artifact("auto-memory-usage")
+
+    llm.reset()
+    llm.on(CARD, json_reply({"name": "Ana moved to Porto", "description": "Ana's move",
+                             "content": "- Ana moved from Lisbon to Porto."}))
+    done = auto_memory(session_id="s1", workspace=str(ws.root))
+    assert done["summarised"] == [0, 2] and "Porto" in text(memory, done["card"])
+    assert done["usage"]["gates"] == {}
+
+
+@pytest.mark.parametrize("copied", [None, "card"])
+def test_auto_resource_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
+    res = f"resource/{DAY}/recipe.md"
+    ws.write_text(res, "# Pancakes\n\n200 g flour, 2 eggs, 300 ml milk.")
+    misbehave(llm, RESOURCE, copied)
+    state = auto_resource(path=res, workspace=str(ws.root), return_state=True)
+
+    assert state.is_failed() and state.result(raise_on_failure=False).exit_code == 9
+    assert not ws.exists(f"daily/{DAY}") or memory.list(f"daily/{DAY}")["entries"] == []
+    assert res not in checkpoints.load(ws, "resources")
+
+    llm.reset()
+    llm.on(RESOURCE, json_reply({"name": "Pancake recipe", "description": "Pancakes", "content": "- 200 g flour"}))
+    assert auto_resource(path=res, workspace=str(ws.root))["action"] == "created"
+
+
+def test_a_tool_written_card_that_is_refused_is_undone(prefect_harness, llm, memory, ws):
+    draft = f"daily/{DAY}/session-s5.md"
+    llm.on(CARD, tool_reply("write", {"path": draft, "content": "{{daily_list(date=2024-05-08)}}"}),
+           json_reply({"name": "daily_list", "description": "d", "content": None}),
+           json_reply({"name": "daily_list", "description": "d", "content": None}))
+    state = auto_memory(session_id="s5", workspace=str(ws.root), messages=[msg("Ana moved to Porto", 9)],
+                        return_state=True)
+    assert state.is_failed() and not ws.exists(draft)
+    assert "rule `tool`" in llm.requests[-1]["messages"][-1]["content"]
+
+
+def read_artifact(key: str) -> str:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return next(a.data for a in client.read_latest_artifacts() if a.key == key)

@@ -4,7 +4,7 @@ import pytest
 
 from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
-from llm_server import Reply, json_reply, tool_reply
+from llm_server import Reply, json_reply, misbehave, tool_reply
 from storage.memory import Memory
 from tasks import checkpoints, usage
 from tasks.dream import UnitsFailed
@@ -120,7 +120,7 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     llm.on(unit_route("badjson"), Reply(content="{broken"), Reply(content="still not json"))
     llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=8))
     llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
-                                              "content": "Rewritten without its link."}))
+                                              "content": "Dropper node, rewritten without its link."}))
 
     state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
 
@@ -253,3 +253,65 @@ def test_without_candidates_the_only_action_is_create(prefect_harness, llm, ws, 
     assert summary["actions"][0]["target"] == "digest/personal/piano-lessons.md"
     decision = llm.requests[1]["response_format"]["json_schema"]["schema"]["properties"]
     assert decision["action"]["enum"] == ["CREATE"] and decision["target"] == {"type": "null"}
+
+
+# ---- quality gates and node names ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("copied", [None, "decision"])
+def test_integrate_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
+    """Prose first, then the example copied: the unit fails, no node is written, the dream ends Failed (exit 9)
+    and the next run sends the unit's file again."""
+    ana = f"daily/{DAY}/call-with-ana.md"
+    unit = {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.", "paths": [ana]}
+    llm.on(EXTRACT, json_reply({"units": [unit]}))
+    misbehave(llm, unit_route("Ana lives in Lisbon"), copied)
+    nodes = {e["path"] for e in memory.list("digest", recursive=True)["entries"]}
+
+    state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
+
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, UnitsFailed) and error.exit_code == 9
+    assert [f["name"] for f in error.summary["failed"]] == ["Ana lives in Lisbon"]
+    assert {e["path"] for e in memory.list("digest", recursive=True)["entries"]} == nodes
+    assert ana not in dream_files(ws)
+    if copied:
+        assert "rule `ungrounded`" in error.summary["failed"][0]["error"]
+        assert error.summary["usage"]["gates"] == {"ungrounded": 2}
+        assert "ungrounded 2" in read_artifact(f"dream-{DAY}")
+
+    llm.reset()
+    llm.on(EXTRACT, json_reply({"units": [unit]}))
+    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
+        "action": "CREATE", "name": "Ana", "content": "Ana moved to Lisbon and works at a bakery."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert ana in user_message(llm.requests[0]) and summary["actions"][0]["target"] == "digest/personal/ana.md"
+    assert ana in dream_files(ws)
+
+
+def test_a_create_naming_an_existing_node_updates_it(prefect_harness, llm, memory, ws, monkeypatch):
+    """No `portugal-2.md`, and no second `portugal.md` in another bucket: a CREATE named after an existing
+    node becomes a REFINE of it when its body keeps the node's links, else a CORROBORATE (sources added)."""
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    ana, dough = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
+    llm.on(unit_route("Lisbon"), json_reply({"action": "CREATE", "name": "Portugal",
+                                             "content": "Ana moved to Lisbon, in Portugal."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert summary["actions"][0]["action"] == "REFINE" and summary["actions"][0]["target"] == "digest/wiki/portugal.md"
+    assert "Ana moved to Lisbon" in text(memory, "digest/wiki/portugal.md")
+    assert [e["path"] for e in memory.list("digest", recursive=True)["entries"] if e["type"] == "file"] == [
+        "digest/wiki/portugal.md"]
+
+    memory.write("digest/wiki/portugal.md", "Portugal, see [[digest/wiki/lisbon.md]].", name="Portugal")
+    memory.write(dough, "Ana bakes in Portugal now.", name="Sourdough")
+    llm.reset()
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Bakes", "bucket": "wiki", "summary": "Ana bakes in Portugal.", "paths": [dough]}]}))
+    llm.on(unit_route("Bakes"), json_reply({"action": "CREATE", "target": "digest/wiki/portugal.md",
+                                            "name": "Portugal", "content": "Ana bakes in Portugal."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert summary["actions"][0]["action"] == "CORROBORATE"  # the new body would drop the node's link
+    node = text(memory, "digest/wiki/portugal.md")
+    assert "[[digest/wiki/lisbon.md]]" in node and f"[[{dough}]]" in node and not ws.exists("digest/wiki/portugal-2.md")

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from dreamflow.cli import cli
 from flows.governance import archive, doctor, link_mine, merge, split
-from llm_server import Reply, json_reply, text_of
+from llm_server import Reply, json_reply, misbehave, text_of
 from storage.markdown import parse_links, split_frontmatter
 from storage.memory import Memory
 from tasks import usage
@@ -335,3 +335,39 @@ def test_merge_and_doctor_run_through_the_service_api(prefect_harness, llm, mem,
     finally:
         server.stop()
         os.remove(ws.resolve("metadata/service.json"))
+
+
+# ---- quality gates: what a small model copies is never written ------------------------------------------------
+
+@pytest.mark.parametrize("copied", [None, "merged"])
+def test_merge_never_writes_the_repair_turns_example(prefect_harness, llm, mem, ws, duplicates, copied):
+    survivor, victim = duplicates
+    before = snapshot(mem)
+    misbehave(llm, "Fold the second node", copied)
+    state = merge(pairs=[[survivor, victim]], workspace=str(ws.root), return_state=True)
+    assert state.is_failed()
+    summary = state.result(raise_on_failure=False).summary
+    assert summary["failed"][0]["item"] == f"{victim} → {survivor}" and sum(summary["usage"]["gates"].values())
+    assert snapshot(mem) == before
+
+
+def test_split_never_writes_the_repair_turns_example(prefect_harness, llm, mem, ws):
+    japan, kyoto = "digest/wiki/japan.md", "daily/2024-04-01/kyoto.md"
+    mem.write(kyoto, "Temples.\n", name="Kyoto")
+    mem.write(japan, "# Japan\n\nKyoto temples and Tokyo ramen.\n" + sources(("2024-04-01: Kyoto day", kyoto)),
+              name="Japan trip")
+    before = snapshot(mem)
+    misbehave(llm, "Break it into focused nodes")  # the shape copied: one placeholder part, not a plan
+    state = split(paths=[japan], workspace=str(ws.root), return_state=True)
+    assert state.is_failed() and snapshot(mem) == before
+
+    llm.reset()  # the prompt's wrapper pasted as a part (the 1.5B model's node body), twice
+    wrapped = {"overview": "Kyoto and Tokyo.", "parts": [
+        {"name": "Kyoto temples", "content": f'<node path="{japan}">\nKyoto temples.\n</node>', "sources": []},
+        {"name": "Tokyo ramen", "content": "Tokyo ramen.", "sources": []}]}
+    llm.on("Break it into focused nodes", json_reply(wrapped), json_reply(wrapped))
+    state = split(paths=[japan], workspace=str(ws.root), return_state=True)
+    assert state.is_failed()
+    summary = state.result(raise_on_failure=False).summary
+    assert "rule `markup`" in summary["failed"][0]["error"] and summary["usage"]["gates"] == {"markup": 2}
+    assert snapshot(mem) == before

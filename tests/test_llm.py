@@ -49,8 +49,9 @@ def test_invalid_json_gets_one_repair(llm):
     assert model.structured([{"role": "user", "content": "x"}], Answer).name == "c"
     repair = llm.requests[1]["messages"]
     assert repair[-2] == {"role": "assistant", "content": "not json at all"}
-    # a short valid example, not the raw schema (small models echo a schema back)
-    assert '{"name": "...", "count": 1}' in repair[-1]["content"] and "properties" not in repair[-1]["content"]
+    # the shape with placeholders: not the raw schema (small models echo it back), not an example (they copy it)
+    assert '{"name": "<string>", "count": "<integer>"}' in repair[-1]["content"]
+    assert "properties" not in repair[-1]["content"]
     assert model.usage.calls == 2
     kinds = model.usage.kinds
     assert (kinds["structured"]["answers"], kinds["structured"]["repairs"], kinds["repair"]["calls"]) == (1, 1, 1)

@@ -1,0 +1,207 @@
+"""Content checks on what a model writes (cards, digest nodes, merged and split nodes): pure functions, one
+per rule, each returning `(rule, message)` when the text breaks it, else None. The jobs run `check` on every
+answer before anything is written; a refused answer gets one repair turn naming the rule (engine/llm.py),
+then the unit fails and its input stays unconsumed.
+
+Thresholds (chosen so that no good answer of the test suite is refused; README "Quality gates"):
+- a sentence or a name is judged for grounding only with at least `MIN_TERMS` distinct terms (stemmed words
+  without stopwords, as search indexes them); it is `ungrounded` when none of them occurs in the material;
+- a card is a `copy` of its dialog when at least `COPY_SHARE` of its `SHINGLE`-word runs (at least
+  `COPY_MIN_SHINGLES` of them, i.e. a card of 8+ words) occur verbatim in the dialog and not in the card
+  it updates;
+- a text echoes the `instructions` when at least `ECHO_SHARE` of its word runs (at least 2) come from the
+  request's own text (system prompt, repair turn) and not from the material.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine import ops
+from engine.llm import text_tool_call
+from storage.markdown import split_frontmatter
+from storage.tokenize import terms
+
+MIN_TERMS = 3
+SHINGLE = 5
+COPY_SHARE = 0.6
+COPY_MIN_SHINGLES = 4
+ECHO_SHARE = 0.5
+
+Finding = tuple[str, str]
+RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "ungrounded",
+         "duplicate_sources")
+
+# the tags the jobs wrap material in, and a placeholder of the shape a repair turn shows (`<string>`)
+_MARKUP = re.compile(r"</?(?:file|node|card|messages|resource)\b[^>\n]*>", re.IGNORECASE)
+_PLACEHOLDER = re.compile(r"^\s*<[^<>\n]{1,80}>\s*$")
+_TEMPLATE = re.compile(r"\{\{[^{}\n]{0,200}\}\}|\{%[^{}\n]{0,200}%\}|</?tool_call>|<function=|\[TOOL_CALLS\]")
+_FRONTMATTER_KEYS = ("name", "description", "session_id", "source_conversation", "source_resource", "updated",
+                     "tags", "date", "merged_from", "split_from", "split_into")
+_PASTED = re.compile(r"^---[ \t]*\n(?:.*\n){0,30}?(?:" + "|".join(_FRONTMATTER_KEYS) + r")[ \t]*:.*\n"
+                     r"(?:.*\n){0,30}?---[ \t]*$", re.MULTILINE)
+_SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
+_NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
+_LINK = re.compile(r"\[\[([^\[\]|\n]{0,500})(?:\|([^\[\]\n]{0,500}))?\]\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORDS = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Material:
+    """What a model's text is judged against: `sources` it may draw on (dialog, resource, source files,
+    nodes), the `kept` text it updates (may stay as it was), the request's own `instructions`, and for a
+    session card the `dialog` it must not copy."""
+
+    sources: str
+    kept: str = ""
+    instructions: str = ""
+    dialog: str | None = None
+
+
+# ---- one function per rule ------------------------------------------------------------------------------
+
+def empty(body: str) -> Finding | None:
+    """Nothing but headings, blank lines and a `## Sources` section."""
+    prose = [line for line in _without_sources(body).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not prose:
+        return "empty", "the body has no text (only headings or sources); write what the material says"
+    return None
+
+
+def markup(text: str) -> Finding | None:
+    """The prompt's own wrappers (`<file path=...>`, `<messages>`...) or a placeholder of the answer's shape."""
+    found = _MARKUP.search(text)
+    if found:
+        return "markup", f"it contains the prompt's markup {found.group(0)!r}; write plain Markdown"
+    if _PLACEHOLDER.match(text):
+        return "markup", f"{text.strip()!r} is a placeholder of the answer's shape, not content"
+    return None
+
+
+def frontmatter(body: str) -> Finding | None:
+    """A frontmatter block pasted into the body (a leading one is the system's to strip)."""
+    rest = split_frontmatter(body).body
+    if _PASTED.search(rest):
+        return "frontmatter", "the body contains a pasted frontmatter block (---, name: ...); leave it out"
+    return None
+
+
+def template(text: str) -> Finding | None:
+    """Template or tool-call syntax: `{{daily_list(date=...)}}`, `{% ... %}`, `<tool_call>`."""
+    found = _TEMPLATE.search(text)
+    if found:
+        return "template", f"it contains template or tool-call syntax {found.group(0)[:60]!r}; write the content"
+    return None
+
+
+def tool(name: str, body: str = "") -> Finding | None:
+    """A name that is a tool's, or a body that calls a tool (`daily_list(...)`, a JSON tool call)."""
+    names = set(ops.BY_NAME)
+    if re.sub(r"[\s-]+", "_", name.strip().lower()) in names:
+        return "tool", f"{name!r} is the name of a tool, not of what the material says"
+    for word in re.finditer(r"\b([a-z]+(?:_[a-z]+)*)\(|\b([a-z]+_[a-z_]+)\b", body):
+        called = word.group(1) or word.group(2)
+        if called in names:
+            return "tool", f"it names the tool {called!r}; memory holds what the material says, not tool calls"
+    if body and text_tool_call(body) is not None:
+        return "tool", "it is a tool call written as text, not content"
+    return None
+
+
+def instructions(text: str, material: Material) -> Finding | None:
+    """Text taken from the request's own instructions rather than from the material."""
+    mine = _shingles(text, 4)
+    if not mine or not material.instructions:
+        return None
+    echoed = (mine & _shingles(material.instructions, 4)) - _shingles(material.sources + "\n" + material.kept, 4)
+    if len(echoed) >= 2 and len(echoed) >= ECHO_SHARE * len(mine):
+        return "instructions", "it repeats the instructions instead of saying what the material says"
+    return None
+
+
+def copy(body: str, material: Material) -> Finding | None:
+    """A card that is mostly the dialog copied verbatim."""
+    if material.dialog is None:
+        return None
+    mine = _shingles(body, SHINGLE) - _shingles(material.kept, SHINGLE)
+    if len(mine) < COPY_MIN_SHINGLES:
+        return None
+    copied = mine & _shingles(material.dialog, SHINGLE)
+    if len(copied) >= COPY_SHARE * len(mine):
+        return "copy", (f"{len(copied) * 100 // len(mine)}% of it is the dialog copied word for word; summarise "
+                        "what matters in your own words")
+    return None
+
+
+def ungrounded(text: str, material: Material) -> Finding | None:
+    """A sentence (or name) of `MIN_TERMS`+ terms none of which occurs in the material."""
+    known = set(terms(material.sources + "\n" + material.kept))
+    for sentence in _sentences(text):
+        words = set(terms(sentence))
+        if len(words) >= MIN_TERMS and not words & known:
+            return "ungrounded", (f"{sentence.strip()[:120]!r} shares no word with the material; write only what "
+                                  "the material says")
+    return None
+
+
+def duplicate_sources(body: str) -> Finding | None:
+    """The same line twice in the `## Sources` section."""
+    seen = set()
+    for line in _sources_section(body).splitlines():
+        key = " ".join(line.split()).lower()
+        if key in seen and key.strip("-* "):
+            return "duplicate_sources", f"the source line {line.strip()[:120]!r} appears twice; list each once"
+        seen.add(key)
+    return None
+
+
+# ---- composed --------------------------------------------------------------------------------------------
+
+def check(name: str | None, body: str | None, material: Material) -> Finding | None:
+    """The first rule a written name and body break (None: both may be written). A None body is not
+    judged (the node keeps its text); a None name neither."""
+    if name is not None:
+        for finding in (markup(name), template(name), tool(name), ungrounded(name, material)):
+            if finding:
+                return finding
+    if body is None:
+        return None
+    text = split_frontmatter(body).body
+    for finding in (empty(text), markup(body), frontmatter(body), template(body), tool("", body),
+                    instructions(text, material), copy(text, material), ungrounded(_without_sources(text), material),
+                    duplicate_sources(text)):
+        if finding:
+            return finding
+    return None
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+def _sources_section(body: str) -> str:
+    match = _SOURCES.search(body)
+    if not match:
+        return ""
+    following = _NEXT_SECTION.search(body, match.end())
+    return body[match.end():following.start() if following else len(body)]
+
+
+def _without_sources(body: str) -> str:
+    section = _sources_section(body)
+    match = _SOURCES.search(body)
+    return body if not match else body[:match.start()] + body[match.end() + len(section):]
+
+
+def _plain(text: str) -> str:
+    """Text with wikilinks reduced to their alias (a link's path is not content)."""
+    return _LINK.sub(lambda m: m.group(2) or "", text)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(_plain(text)) if s.strip()]
+
+
+def _shingles(text: str, size: int) -> set[tuple[str, ...]]:
+    words = _WORDS.findall(_plain(text).lower())
+    return {tuple(words[i:i + size]) for i in range(len(words) - size + 1)}
