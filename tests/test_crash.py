@@ -54,7 +54,7 @@ def test_moves_killed_while_the_index_closes_leave_every_next_command_working(te
         assert mem.index_stats()["files"] == LINKING + 1
         assert len({link["source"] for link in mem.stat(DST)["links_in"]}) == LINKING
         mem.move(DST, SRC)
-        assert mem.doctor(fix=True)["broken_links"] == []
+        assert mem.doctor_fix()["broken_links"] == []
         assert [h["path"] for h in mem.search("line three")][:1] == [SRC]
         assert dangling(root) == 0 and not list((root / "metadata" / "journal").glob("*.json"))
         shutil.rmtree(root)

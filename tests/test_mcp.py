@@ -417,7 +417,9 @@ def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
 
     assert names == list(DEFAULT_TOOLS)
     assert found.structured_content[0]["path"] == "mcp/http-note.md"
-    assert read.structured_content == svc.memory.read("mcp/http-note.md", numbered=False)  # the API's JSON
+    api = svc.memory.read("mcp/http-note.md", numbered=False)  # the API's JSON, its text carried by the text block
+    assert read.structured_content == {k: v for k, v in api.items() if k != "content"}
+    assert api["content"] in read.content[0].text
     assert conflict.is_error and conflict.structured_content["error"]["type"] == "Conflict"
     assert escape.is_error and escape.structured_content["error"]["type"] == "PathError"
     assert turn.structured_content["turns"] == 1  # counted by the service's turn counter
