@@ -78,17 +78,7 @@ class LLMRejected(LLMError):
     know."""
 
 
-# ---- prompts and settings ------------------------------------------------------------------------------
-
-def load_prompt(name: str) -> str:
-    """The system prompt `flows/prompts/<name>.md`."""
-    import flows
-
-    path = Path(flows.__file__).parent / "prompts" / f"{name}.md"
-    if not path.is_file():
-        raise FileNotFoundError(f"no prompt flows/prompts/{name}.md")
-    return path.read_text(encoding="utf-8")
-
+# ---- settings ------------------------------------------------------------------------------
 
 def require_llm(settings: Settings | None = None) -> Settings:
     """Return the settings if an LLM is configured (and its modes are known), else raise a clear error."""

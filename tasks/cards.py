@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
 from engine.client import read_all
-from engine.llm import LLM, LLMError, load_prompt
+from engine.llm import LLM, LLMError
 from engine.prefect_env import run_logger
 from engine.toolbox import Toolbox, read_text
 from engine.usage import charged
@@ -27,6 +27,7 @@ from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from tasks import checkpoints, dialog, quality, usage
 from tasks.context import memory_of, metadata_of
+from tasks.prompts import load_prompt
 
 MAX_RESOURCE_CHARS = 40_000
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}

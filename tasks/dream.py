@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import LLM, LLMError, load_prompt, response_schema
+from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
 from engine.usage import Usage, charged
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
@@ -33,6 +33,7 @@ from storage.markdown import parse_links, split_frontmatter
 from tasks import checkpoints, quality, usage
 from tasks.cards import slugify, unwrap_link
 from tasks.context import memory_of, metadata_of
+from tasks.prompts import load_prompt
 
 BUCKETS = ("personal", "procedure", "wiki")
 MAX_FILE_CHARS = 8_000      # per daily file in the extract prompt

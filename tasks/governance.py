@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import LLM, load_prompt, response_schema
+from engine.llm import LLM, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
 from engine.usage import Usage, charged
 from storage.doctor import describe
@@ -27,6 +27,7 @@ from tasks import checkpoints, quality, usage
 from tasks.cards import slugify, unique_path
 from tasks.context import memory_of, metadata_of
 from tasks.dream import link_guard
+from tasks.prompts import load_prompt
 
 MAX_NODE_CHARS = 12_000   # node text shown to the model
 CHECKPOINT = "link-mine"  # metadata/checkpoints/link-mine.json: {files: {path: "size:mtime"}}

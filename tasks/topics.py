@@ -7,11 +7,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from engine.llm import LLM, LLMError, load_prompt, response_schema
+from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
 from engine.settings import Settings
 from tasks import interests
 from tasks.context import memory_of
+from tasks.prompts import load_prompt
 
 
 class Pick(BaseModel):

@@ -7,10 +7,11 @@ import pytest
 from pydantic import BaseModel, Field
 
 from engine.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, extract_json, is_strict, learned,
-                        load_prompt, parse_model, response_format, response_schema, text_tool_call)
+                        parse_model, response_format, response_schema, text_tool_call)
 from engine.settings import Settings
 from engine.toolbox import Toolbox
 from llm_server import format_type, tool_reply
+from tasks.prompts import load_prompt
 from storage.memory import Memory
 
 
