@@ -55,6 +55,20 @@ def session_date(text: str) -> dt.datetime:
     return dt.datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
 
 
+def build_workspace(data: str, workspace: str | None, prefix: str) -> tuple[Path, Workspace, dict, dict]:
+    """Every `conv-*.json` of `data` written into one workspace (`workspace`, or a new temp folder named
+    `prefix`...): (root, ws, conversations by id, turn lines by path)."""
+    root = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix=prefix))
+    ws = Workspace(root)
+    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(data, "conv-*.json")))}
+    if not convs:
+        sys.exit(f"no conv-*.json in {data}")
+    turn_lines: dict = {}
+    for conv_id, conv in convs.items():
+        turn_lines |= write_conversation(ws, conv_id, conv)
+    return root, ws, convs, turn_lines
+
+
 def write_conversation(ws: Workspace, conv_id: str, data: dict) -> dict[str, dict[str, int]]:
     """Write one note per session; return {path: {dia_id: line}} for turn-level scoring."""
     speakers = f"{data['speaker_a']} and {data['speaker_b']}"
@@ -178,14 +192,7 @@ def main() -> None:
                         help="search each question within its conversation only (tag filter; secondary protocol)")
     args = parser.parse_args()
 
-    root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="locomo-"))
-    ws = Workspace(root)
-    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(args.data, "conv-*.json")))}
-    if not convs:
-        sys.exit(f"no conv-*.json in {args.data}")
-    turn_lines: dict = {}
-    for conv_id, data in convs.items():
-        turn_lines |= write_conversation(ws, conv_id, data)
+    root, ws, convs, turn_lines = build_workspace(args.data, args.workspace, "locomo-")
     size = sum((ws.root / rel).stat().st_size for rel in turn_lines)
     with IndexDB(ws).session() as con:  # first open builds the index; time a full reindex on top
         t0 = time.perf_counter()

@@ -18,11 +18,7 @@ inside a cited range; sources = distinct files cited; tokens = tokens used.
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.locomo import (  # noqa: E402
     DEFAULT_DATA,
+    build_workspace,
     evidence_sessions,
     questions,
     session_of,
-    write_conversation,
 )
 from storage import index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
@@ -105,14 +101,7 @@ def main() -> None:
     parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
     parser.add_argument("--questions", type=int, help="only the first N questions (a quick look)")
     args = parser.parse_args()
-    root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="locomo-recall-"))
-    ws = Workspace(root)
-    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(args.data, "conv-*.json")))}
-    if not convs:
-        sys.exit(f"no conv-*.json in {args.data}")
-    turn_lines: dict = {}
-    for conv_id, data in convs.items():
-        turn_lines |= write_conversation(ws, conv_id, data)
+    root, ws, convs, turn_lines = build_workspace(args.data, args.workspace, "locomo-recall-")
     with IndexDB(ws).session() as con:
         built = index.rebuild(con, ws)
     print(f"workspace {root}: {built['files']} files, {built['chunks']} chunks; keyword search, no embedder")
