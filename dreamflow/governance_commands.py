@@ -30,13 +30,21 @@ def _json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
 
 
+def _doctor_options(fn):
+    """The options `doctor` and `doctor-fix` share (the report's thresholds, --json, --no-wait)."""
+    for option in reversed((
+        click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3]."),
+        click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`."),
+        click.option("--overlong-lines", type=COUNT, default=300, show_default=True,
+                     help="Lines from which a node is overlong."),
+        _json_option, no_wait_option)):
+        fn = option(fn)
+    return fn
+
+
 @click.command("doctor")
 @click.option("--fix", is_flag=True, help="Re-index drifted files and retarget links to moved files first.")
-@click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3].")
-@click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`.")
-@click.option("--overlong-lines", type=COUNT, default=300, show_default=True, help="Lines from which a node is overlong.")
-@_json_option
-@no_wait_option
+@_doctor_options
 @click.pass_obj
 def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int, as_json: bool,
            no_wait: bool) -> None:
@@ -68,11 +76,7 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
 
 
 @click.command("doctor-fix")
-@click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3].")
-@click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`.")
-@click.option("--overlong-lines", type=COUNT, default=300, show_default=True, help="Lines from which a node is overlong.")
-@_json_option
-@no_wait_option
+@_doctor_options
 @click.pass_context
 def doctor_fix(ctx, **options) -> None:
     """Repair what is safe to repair mechanically, then check: the same as `doctor --fix`."""
