@@ -33,10 +33,12 @@ class Target:
 
     # -- job tools (public methods: each becomes an MCP tool; docstrings are the tool descriptions)
 
-    def turn(self, session_id: str, messages: list[dict[str, Any]] | None = None, compact: bool = False) -> dict:
+    def turn(self, session_id: str, messages: list[dict[str, Any]] | None = None, compact: bool = False,
+             turn_id: str | None = None) -> dict:
         """Remember a conversation turn: the messages are appended to session/dialog/<session_id>.jsonl at once;
-        every N turns (or with `compact`, also without messages) auto_memory summarises the session."""
-        return self.record_turn(session_id, messages or [], compact)
+        every N turns (or with `compact`, also without messages) auto_memory summarises the session. A turn sent
+        again with the same `turn_id` (a retry) is counted once and its messages are not appended twice."""
+        return self.record_turn(session_id, messages or [], compact, turn_id)
 
     def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
               topic_count: int = 3, topic_diversity_days: int = 7) -> dict:
@@ -70,7 +72,7 @@ class Target:
         """A workspace file's bytes (what resources serve), by the same path rules as `read`."""
         return self.memory().download_content(path)[1]  # (workspace path, bytes)
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
         raise NotImplementedError
 
     def launch(self, flow: str, parameters: dict) -> dict:
@@ -120,8 +122,8 @@ class ServiceTarget(Target):
     def memory(self):
         return self.service.memory
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
-        return self.service.record_turn(session_id, messages, compact)
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
+        return self.service.record_turn(session_id, messages, compact, turn_id)
 
     def launch(self, flow: str, parameters: dict) -> dict:
         return self.service.launch(flow, parameters)
@@ -164,13 +166,13 @@ class WorkspaceTarget(Target):
             self._local = local_memory(self.root)
         return self._local
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool) -> dict:
+    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
         remote = self.remote()
         if remote is not None:
-            return remote.turn(session_id, messages, compact)
+            return remote.turn(session_id, messages, compact, turn_id)
         from dreamflow.service import record_turn  # in-process: counted; a due run waits for the service
 
-        return record_turn(self.root, session_id, messages, compact)
+        return record_turn(self.root, session_id, messages, compact, turn_id)
 
     def launch(self, flow: str, parameters: dict) -> dict:
         return self._service("start a run").launch(flow, parameters)

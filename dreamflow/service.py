@@ -653,6 +653,8 @@ def register(cli) -> None:
     """Add `start`, `status` and `turn` to the `dreamflow` command group."""
     import click
 
+    from engine.ops import PARAM_HELP
+
     @cli.command("start")
     @click.option("--host", default="127.0.0.1", show_default=True, help="Interface the HTTP API listens on.")
     @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port of the HTTP API.")
@@ -695,9 +697,11 @@ def register(cli) -> None:
     @click.option("--messages", default=None, metavar="JSON",
                   help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
     @click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
+    @click.option("--turn-id", default=None, help=PARAM_HELP["turn_id"])
     @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
     @click.pass_obj
-    def turn_command(obj, session_id: str, messages: str | None, compact: bool, as_json: bool) -> None:
+    def turn_command(obj, session_id: str, messages: str | None, compact: bool, turn_id: str | None,
+                     as_json: bool) -> None:
         """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
 
         The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
@@ -710,7 +714,7 @@ def register(cli) -> None:
         try:
             text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
             parsed = _parse_messages(text, compact)
-            result = record_turn(Path(obj.workspace), session_id, parsed, compact)
+            result = record_turn(Path(obj.workspace), session_id, parsed, compact, turn_id)
         except json.JSONDecodeError as exc:
             fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
         except DreamflowError as exc:

@@ -120,3 +120,26 @@ def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
     assert rest["appended"] == 1 and rest["turns"] == 1  # no user message: the end of a turn, not a new one
     assert [r["id"] for r in dialog()] == ["u1", "a1", "a2", "a3"]
     assert record(ws.root, "s", [{"role": "user", "content": "Thanks"}])["turns"] == 2  # without ids: as before
+
+
+def test_the_mcp_turn_tool_and_the_cli_take_turn_id_too(ws):
+    """The same retry as above through the MCP target (`dreamflow mcp`, no service) and `dreamflow turn`."""
+    import os
+    import subprocess
+    import sys
+
+    from dreamflow.mcp_targets import WorkspaceTarget
+
+    target = WorkspaceTarget(ws.root)
+    prompt = [{"role": "user", "content": "Which ferry?", "id": "u1"}]
+    assert target.turn("m", prompt, turn_id="u1")["turns"] == 1
+    again = target.turn("m", prompt, turn_id="u1")
+    assert again["appended"] == 0 and again["turns"] == 1
+
+    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
+    args = [sys.executable, "-m", "dreamflow", "--workspace", str(ws.root), "turn", "--session-id", "c",
+            "--messages", json.dumps([{"role": "user", "content": "Which tram?", "id": "u2"}]), "--turn-id", "u2",
+            "--json"]
+    first, second = (json.loads(subprocess.run(args, env=env, capture_output=True, text=True, check=True,
+                                               timeout=120).stdout) for _ in range(2))
+    assert (first["turns"], first["appended"]) == (1, 1) and (second["turns"], second["appended"]) == (1, 0)
