@@ -41,9 +41,11 @@ _FRONTMATTER_KEYS = ("name", "description", "session_id", "source_conversation",
                      "tags", "date", "merged_from", "split_from", "split_into")
 _PASTED = re.compile(r"^---[ \t]*\n(?:.*\n){0,30}?(?:" + "|".join(_FRONTMATTER_KEYS) + r")[ \t]*:.*\n"
                      r"(?:.*\n){0,30}?---[ \t]*$", re.MULTILINE)
-_SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
+_SOURCES = re.compile(r"^#{1,6}[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)  # any level: models vary it
 _NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
 _LINK = re.compile(r"\[\[([^\[\]|\n]{0,500})(?:\|([^\[\]\n]{0,500}))?\]\]")
+_MD_LINK = re.compile(r"\[([^\[\]\n]{0,500})\]\(([^()\n]{0,500})\)")
+_LETTER = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORDS = re.compile(r"\w+")
 
@@ -63,8 +65,9 @@ class Material:
 # ---- one function per rule ------------------------------------------------------------------------------
 
 def empty(body: str) -> Finding | None:
-    """Nothing but headings, blank lines and a `## Sources` section."""
-    prose = [line for line in _without_sources(body).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    """Nothing but headings, blank lines, links to files and Sources sections (a heading `Sources` of any level)."""
+    prose = [line for line in _without_sources(body).splitlines()
+             if not line.lstrip().startswith("#") and _LETTER.search(_without_file_links(line))]
     if not prose:
         return "empty", "the body has no text (only headings or sources); write what the material says"
     return None
@@ -188,9 +191,21 @@ def _sources_section(body: str) -> str:
 
 
 def _without_sources(body: str) -> str:
-    section = _sources_section(body)
-    match = _SOURCES.search(body)
-    return body if not match else body[:match.start()] + body[match.end() + len(section):]
+    """The body without its Sources sections (every one: a model may write two)."""
+    while (match := _SOURCES.search(body)) is not None:
+        section = _sources_section(body)
+        body = body[:match.start()] + body[match.end() + len(section):]
+    return body
+
+
+def _without_file_links(line: str) -> str:
+    """A line without the links that only name a file: wikilinks keep their alias, Markdown links their text
+    unless that text is a path too."""
+    return _MD_LINK.sub(lambda m: "" if _is_path(m.group(1)) else m.group(1), _plain(line))
+
+
+def _is_path(text: str) -> bool:
+    return not text.strip() or "/" in text or text.strip().lower().endswith((".md", ".jsonl"))
 
 
 def _plain(text: str) -> str:

@@ -28,6 +28,14 @@ def test_empty_body():
     assert check("Ana", "", CARD)[0] == "empty"
 
 
+def test_a_body_of_file_links_under_any_sources_heading_is_empty():
+    """What Qwen2.5-Coder-1.5B wrote as a REFINE of a node: its fact gone, a link list under `# Sources`."""
+    written = ("# Sources\n- [daily/2024-05-08/ana.md](daily/2024-05-08/ana.md)\n\n## Sources\n\n"
+               "- 2024-05-08: Ana moved to Porto ([[daily/2024-05-08/ana.md]]).\n")
+    assert check("Ana", written, CARD)[0] == "empty"
+    assert check("Ana", "See [the call](daily/2024-05-08/ana.md): Ana moved to Porto.\n", CARD) is None
+
+
 def test_markup_and_placeholders():
     wrapped = '<file path="daily/2024-05-08/ana.md">\nAna moved to Porto.\n</file>'
     assert check("Ana", wrapped, CARD)[0] == "markup"
