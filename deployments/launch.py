@@ -14,8 +14,10 @@ from storage.errors import InvalidInput, NotFound
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
-def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None) -> dict:
-    """Create a run of `flow`'s deployment and return at once: `{id, name, deployment, state, ui_url}`.
+def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key: str | None = None,
+           tags: list[str] | None = None) -> dict:
+    """Create a run of `flow`'s deployment (with `tags` besides the deployment's) and return at once:
+    `{id, name, deployment, state, ui_url}`.
 
     Raises KeyError for an unknown flow; Prefect errors (API down) propagate.
     """
@@ -28,6 +30,7 @@ def launch(flow: str, parameters: dict[str, Any] | None = None, idempotency_key:
         timeout=0,
         as_subflow=False,
         idempotency_key=idempotency_key,
+        tags=tags,
     )
     return {"id": str(run.id), "name": run.name, "deployment": deployment.launch_name,
             "state": run.state.name if run.state else None, "ui_url": run_url(str(run.id))}
@@ -66,6 +69,14 @@ def run_status(run_id: str) -> dict:
         "error": error,
         "ui_url": run_url(str(run.id)),
     }
+
+
+def run_parameters(run_id: str) -> dict:
+    """The parameters a flow run was started with."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return dict(_read_run(client, run_id).parameters or {})
 
 
 def run_logs(run_id: str, offset: int = 0, limit: int = 200) -> list[dict]:
@@ -173,12 +184,13 @@ def flush_events(timeout: float = 5.0) -> None:
     EventsWorker.drain_all(timeout=timeout)
 
 
-def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10) -> list[dict]:
+def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10,
+         tag: str | None = None) -> list[dict]:
     """Runs of `flow`'s deployments (scheduled and manual), newest first: `{id, name, deployment, state,
     parameters, ..._time}`.
 
     `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
-    filters by state type (e.g. ["COMPLETED", "FAILED"]).
+    filters by state type (e.g. ["COMPLETED", "FAILED"]); `tag` keeps runs with that tag (`workspace:NAME`).
     """
     from prefect import get_client
     from prefect.client.schemas.filters import (
@@ -190,6 +202,7 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
         FlowRunFilterStartTime,
         FlowRunFilterState,
         FlowRunFilterStateType,
+        FlowRunFilterTags,
     )
     from prefect.client.schemas.sorting import FlowRunSort
 
@@ -199,11 +212,13 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
         run_filter.start_time = FlowRunFilterStartTime(is_null_=not started)
     if states:
         run_filter.state = FlowRunFilterState(type=FlowRunFilterStateType(any_=states))
+    if tag:
+        run_filter.tags = FlowRunFilterTags(all_=[tag])
     with get_client(sync_client=True) as client:
         names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(
+            deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
                 any_=[name.split("/", 1)[1] for name in deployment.full_names])),
             flow_run_filter=run_filter,
             sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
@@ -225,8 +240,9 @@ def _deployment_names(client) -> dict:
     return names
 
 
-def active_runs(limit: int = 20) -> list[dict]:
-    """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out)."""
+def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
+    """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out); `tag`:
+    only runs with that tag too (`workspace:NAME`)."""
     from datetime import datetime, timezone
 
     from prefect import get_client
@@ -243,7 +259,7 @@ def active_runs(limit: int = 20) -> list[dict]:
         names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                tags=FlowRunFilterTags(all_=["dreamflow"]),
+                tags=FlowRunFilterTags(all_=["dreamflow", *([tag] if tag else [])]),
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["SCHEDULED", "PENDING", "RUNNING"])),
                 expected_start_time=FlowRunFilterExpectedStartTime(before_=datetime.now(timezone.utc)),
             ),

@@ -107,6 +107,16 @@ DEPLOYMENTS: dict[str, Deployment] = {
 }
 
 
+def llm_warning(settings: Settings, where: str) -> str | None:
+    """What `start` and `status` say when no LLM is configured: which jobs need one and what to set `where`."""
+    if settings.llm_configured:
+        return None
+    jobs = ", ".join(d.flow_name for d in DEPLOYMENTS.values() if d.needs_llm)
+    return (f"no LLM configured: {jobs} need one and fail until DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL "
+            f"(and DREAMFLOW_LLM_API_KEY if the endpoint wants a key) are set {where}; files, search and the "
+            "index work without it")
+
+
 def resource_id(workspace: str, path: str) -> str:
     """The Prefect resource id of a workspace file: one trigger bucket per file."""
     return f"{RESOURCE_PREFIX}{workspace.rstrip('/')}/{path}"
@@ -198,28 +208,52 @@ def resource_trigger():
     )
 
 
-def build(settings: Settings | None = None) -> list:
-    """The RunnerDeployments to serve."""
+def build(settings: Settings | None = None, served: list[str] | None = None) -> list:
+    """The RunnerDeployments to serve. Scheduled flows get one deployment per served workspace (`served`,
+    default `DREAMFLOW_SERVED` as the service sets it, its default workspace first): `nightly` for the first,
+    `nightly-<name>` for the others, each with the workspace's name as parameter and tag (`workspace:NAME`),
+    its own cron and timezone from the registry, else the service's cron moved 7 minutes per workspace."""
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
+    from engine.registry import Registry
+
     settings = settings or Settings()
-    tz = settings.timezone or local_timezone()
+    served = served if served is not None else [n for n in os.environ.get("DREAMFLOW_SERVED", "").split(",") if n]
+    entries = Registry.load().entries if served else {}
     schedules = crons(settings)
     deployments = []
     for flow, d in DEPLOYMENTS.items():
         kwargs: dict = {"name": d.name, "description": d.description, "tags": ["dreamflow"],
                         "entrypoint_type": EntrypointType.MODULE_PATH}
-        if flow in schedules:
-            kwargs["schedules"] = [Cron(schedules[flow], timezone=tz)]
         if flow == "auto_resource":
             kwargs["triggers"] = [resource_trigger()]
-        deployments.append(load_flow(flow).to_deployment(**kwargs))
+        if flow in schedules:
+            for i, name in enumerate(served or [None]):
+                own = entries[name].settings if name in entries else {}
+                cron = own.get(f"{'dream' if flow == 'auto_dream' else flow}_cron") or staggered(schedules[flow], i)
+                tz = own.get("timezone") or settings.timezone or local_timezone()
+                each = {**kwargs, "schedules": [Cron(cron, timezone=tz)]}
+                if name is not None:
+                    each.update(name=d.name if i == 0 else f"{d.name}-{name}", parameters={"workspace": name},
+                                tags=["dreamflow", f"workspace:{name}"])
+                deployments.append(load_flow(flow).to_deployment(**each))
+        else:
+            deployments.append(load_flow(flow).to_deployment(**kwargs))
         if d.manual:  # the same flow without its schedule, for runs started by hand
-            kwargs.pop("schedules", None)
             kwargs.update(name="manual", description=d.description.replace("(nightly)", "(started by hand)"))
             deployments.append(load_flow(flow).to_deployment(**kwargs))
     return deployments
+
+
+def staggered(cron: str, index: int, step: int = 7) -> str:
+    """`cron` moved `index * step` minutes later when it is a plain daily `M H * * *`, so the nightly jobs of
+    many workspaces do not all start at once; any other form is kept."""
+    parts = cron.split()
+    if index == 0 or len(parts) != 5 or not (parts[0].isdigit() and parts[1].isdigit()) or parts[2:] != ["*"] * 3:
+        return cron
+    total = int(parts[1]) * 60 + int(parts[0]) + index * step
+    return f"{total % 60} {total // 60 % 24} * * *"
 
 
 def main() -> None:

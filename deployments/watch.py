@@ -117,6 +117,7 @@ class WorkspaceWatcher(FileSystemEventHandler):
         max_wait: float = 0.5,
         resource_quiet: float = 1.0,
         resource_max_wait: float = 10.0,
+        observer=None,
     ):
         self.ws = ws
         self._changes = Debouncer(on_change, quiet, max_wait, name="dreamflow-index-watch")
@@ -125,17 +126,22 @@ class WorkspaceWatcher(FileSystemEventHandler):
             if on_resource
             else None
         )
-        self._observer = Observer()
-        self._observer.schedule(self, str(ws.root), recursive=True)
+        self._own_observer = observer is None  # else one observer shared by many workspaces, started by its owner
+        self._observer = Observer() if observer is None else observer
+        self._watch = self._observer.schedule(self, str(ws.root), recursive=True)
 
     def start(self) -> WorkspaceWatcher:
-        self._observer.start()
+        if self._own_observer:
+            self._observer.start()
         return self
 
     def stop(self) -> None:
         """Stop watching and flush what is pending."""
-        self._observer.stop()
-        self._observer.join(timeout=10)
+        if self._own_observer:
+            self._observer.stop()
+            self._observer.join(timeout=10)
+        else:
+            self._observer.unschedule(self._watch)
         self._changes.stop()
         if self._resources:
             self._resources.stop()

@@ -12,14 +12,16 @@ status and health.
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
-- When a token is given (`DREAMFLOW_API_TOKEN`), every route, docs included, requires `Authorization: Bearer`.
+- Workspaces (dreamflow/access.py, engine/scoped.py): every route also lives under `/workspaces/<name>/`;
+  unscoped routes mean the service's default workspace; `GET /workspaces` lists those the caller may use.
+  Once a token is configured (`DREAMFLOW_API_TOKEN`, `dreamflow token create`), every route, docs included,
+  requires `Authorization: Bearer`; a workspace the token does not grant answers as if it did not exist.
 - In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, state-changing requests a
   page of another site could send (foreign `Origin`, a form or `text/plain` body without proof of a script)
   get 403, bodies over `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
 
 import base64
-import hmac
 import inspect
 import os
 import typing
@@ -34,10 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
+from dreamflow.access import Access, grant_of, workspace_of
 from dreamflow.http_guard import RequestGuard, allowed_hosts
-from engine import ops
+from engine import ops, scoped
+from engine.grants import Tokens
 from engine.settings import Settings
-from storage.errors import DreamflowError, InvalidInput
+from storage.errors import DreamflowError, InvalidInput, NotFound
 
 
 class TurnRequest(BaseModel):
@@ -116,8 +120,9 @@ class ErrorResponse(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description} for status, description in (
         (400, "Bad input or path"), (401, "Missing or wrong bearer token"),
-        (403, "Cross-site request: a foreign Origin, or a form/text body without X-Dreamflow-Request"),
-        (404, "No such file or route"),
+        (403, "Cross-site request (a foreign Origin, or a form/text body without X-Dreamflow-Request), or a "
+              "change with a read-only token"),
+        (404, "No such file, route or workspace"),
         (409, "Conflict, e.g. the destination exists"), (413, "Request body over DREAMFLOW_MAX_BODY_BYTES"),
         (421, "Host header not a name this service answers to"), (422, "Malformed request"),
         (502, "LLM answer unusable"),
@@ -130,53 +135,100 @@ def error_body(exc: DreamflowError) -> dict:
     return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
-def create_app(memory, token: str | None = None, service=None, host: str = "127.0.0.1",
+class SingleWorkspace:
+    """A catalog (engine/scoped.py) of one memory, for an API without the service."""
+
+    default_name = "default"
+
+    def __init__(self, memory):
+        self._memory = memory
+
+    def names(self) -> list[str]:
+        return [self.default_name]
+
+    def serves(self, name: str) -> bool:
+        return name == self.default_name
+
+    def memory(self, name: str):
+        if name != self.default_name:
+            raise NotFound(f"no workspace {name!r}")
+        return self._memory
+
+    def reads(self, name: str) -> list[str]:
+        return []
+
+    def root(self, name: str):
+        return self.memory(name).ws.root
+
+
+def create_app(memory=None, token: str | None = None, service=None, host: str = "127.0.0.1",
                settings: Settings | None = None) -> FastAPI:
-    """The API over `memory` (a `Memory`); `service` (a running `dreamflow.service.Service`) adds turns,
-    flow launches, status and `/mcp`. With `token`, every request needs `Authorization: Bearer <token>`. `host`:
-    the interface it is served on (its name is accepted in `Host`, with `settings.allowed_hosts`)."""
+    """The API over the workspaces of `service` (a running `dreamflow.service.Service`: also turns, flow
+    launches, status and `/mcp`), or over `memory` alone (a `Memory`). `token` is the admin token; tokens from
+    `dreamflow token create` are checked too. `host`: the interface it is served on (its name is accepted in
+    `Host`, with `settings.allowed_hosts`)."""
     from fastapi_offline import FastAPIOffline
 
     settings = settings or Settings()
+    catalog = service.hosts if service is not None else SingleWorkspace(memory)
     mcp = _mcp_mount(service) if service is not None else None
     app = FastAPIOffline(  # /docs and /redoc with Swagger UI and ReDoc served from the package, no CDN
         title="Dreamflow",
         version=__version__,
-        description="File-native long-term memory for AI agents. Paths are workspace-relative.",
+        description="File-native long-term memory for AI agents. Paths are workspace-relative. Every route also "
+                    "exists under `/workspaces/{name}/` for a named workspace; unscoped routes use the default one.",
         responses=ERROR_RESPONSES,
         lifespan=mcp.lifespan if mcp is not None else None,
     )
     _add_error_handlers(app)
-    if token:
-        _require_token(app, token)
 
     @app.get("/health", tags=["service"])
-    def health() -> dict[str, Any]:
-        """Liveness: the workspace, the pid, and whether start-up (Prefect, runner) has finished."""
-        return {"ok": True, "workspace": str(memory.ws.root), "pid": os.getpid(),
-                "ready": service.ready.is_set() if service is not None else True}
+    def health(request: Request) -> dict[str, Any]:
+        """Liveness: the pid, whether start-up (Prefect, runner) has finished, the workspaces the caller may use
+        (and, for the admin, the default workspace's folder)."""
+        grant = grant_of(request)
+        answer = {"ok": True, "pid": os.getpid(), "ready": service.ready.is_set() if service is not None else True,
+                  "workspaces": scoped.visible(catalog, grant)}
+        if grant.admin:
+            answer["workspace"] = str(catalog.root(catalog.default_name))
+        return answer
+
+    @app.get("/workspaces", tags=["service"])
+    def workspaces(request: Request) -> list[dict[str, Any]]:
+        """The workspaces the caller may use: name, whether it is the default, what its searches also read,
+        whether the caller may change it (and, for the admin, its folder)."""
+        return scoped.list_workspaces(catalog, grant_of(request))
 
     @app.post("/proactive", tags=["memory: reads"])
-    def proactive(request: ProactiveRequest = Body(default_factory=ProactiveRequest)) -> dict[str, Any]:
+    def proactive(request: Request,
+                  body: ProactiveRequest = Body(default_factory=ProactiveRequest)) -> dict[str, Any]:
         """The topics to bring up proactively on a day, from the dream's `daily/<date>/interests.yaml`
         (`skipped` when the day has none). `POST /flows/proactive` runs the same as a Prefect flow."""
         from tasks.context import check_date, today
         from tasks.interests import proactive_topics
 
-        day = check_date(request.date) if request.date else today()
-        return proactive_topics(memory, day, request.include_content)
+        _, memory = _open(catalog, request, writes=False)
+        day = check_date(body.date) if body.date else today()
+        return proactive_topics(memory, day, body.include_content)
 
+    on_write = service.changed if service is not None else None
     for op in ops.OPS:
         if not op.host_paths:
-            _add_op_route(app, memory, op, on_write=service.changed if service is not None and op.writes else None)
-    _add_transfer_routes(app, memory, on_write=service.changed if service is not None else None)
+            _add_op_route(app, catalog, op, on_write=on_write if op.writes else None)
+    _add_transfer_routes(app, catalog, on_write=on_write)
     if service is not None:
         _add_service_routes(app, service)
     if mcp is not None:
         app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.add_middleware(Access, tokens=Tokens(token))
     app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
                        max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check
     return app
+
+
+def _open(catalog, request: Request, writes: bool):
+    """(name, memory) of the workspace the request is for, after the grant check."""
+    return scoped.open_scoped(catalog, grant_of(request), workspace_of(request), writes)
 
 
 def _mcp_mount(service):
@@ -186,22 +238,6 @@ def _mcp_mount(service):
 
     return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host,
                      max_sessions=service.settings.mcp_max_sessions)
-
-
-def _require_token(app: FastAPI, token: str) -> None:
-    expected = token.encode()
-
-    @app.middleware("http")
-    async def check_token(request: Request, call_next):
-        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-        # the scheme is case-insensitive (RFC 7235): some clients send `bearer`
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-            message = "missing or wrong bearer token: send 'Authorization: Bearer $DREAMFLOW_API_TOKEN'"
-            return JSONResponse(
-                {"error": {"type": "Unauthorized", "message": message, "exit_code": 8}},
-                status_code=401, headers={"WWW-Authenticate": "Bearer"},
-            )
-        return await call_next(request)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -243,18 +279,20 @@ def _strict(model: type[BaseModel]) -> type[BaseModel]:
     return type(model.__name__, (model,), {"__doc__": model.__doc__, "model_config": ConfigDict(extra="forbid")})
 
 
-def _add_op_route(app: FastAPI, memory, op: ops.Op, on_write=None) -> None:
+def _add_op_route(app: FastAPI, catalog, op: ops.Op, on_write=None) -> None:
     model = _strict(ops.request_model(op))
-    method = getattr(memory, op.method_name)
 
-    def endpoint(request: model = Body(default_factory=model)):  # type: ignore[valid-type]
-        result = method(**request.model_dump(exclude_unset=True))
+    def endpoint(http_request: Request, request: model = Body(default_factory=model)):  # type: ignore[valid-type]
+        grant = grant_of(http_request)
+        name = workspace_of(http_request) or scoped.default_for(catalog, grant)
+        result = scoped.call(catalog, grant, name, op, request.model_dump(exclude_unset=True))
         if on_write is not None:
-            on_write()
+            on_write(name)
         return result
 
     endpoint.__name__ = op.name
     endpoint.__signature__ = inspect.Signature([
+        inspect.Parameter("http_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
         inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=model,
                           default=Body(default_factory=model) if not _required(op) else Body(...)),
     ])
@@ -290,7 +328,7 @@ class UploadResult(BaseModel):
     bytes: int
 
 
-def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
+def _add_transfer_routes(app: FastAPI, catalog, on_write=None) -> None:
     """`/ops/upload` and `/ops/download` with the bytes in the request and the answer (never a server path)."""
     upload_schema = UploadRequest.model_json_schema()
     form_schema = {"type": "object", "required": ["file"], "properties": {
@@ -304,6 +342,7 @@ def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
     async def upload(request: Request):
         """Store uploaded bytes as resource/[DATE/]NAME: a JSON body `{content (base64), name, date?,
         overwrite?}` or a multipart form (`file`, optional `name`, `date`, `overwrite`)."""
+        workspace, memory = _open(catalog, request, writes=True)
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
             form = await request.form()
             part = form.get("file")
@@ -325,15 +364,16 @@ def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
             name, date, overwrite = fields.name, fields.date, fields.overwrite
         result = await run_in_threadpool(memory.upload_content, data, name, date=date, overwrite=overwrite)
         if on_write is not None:
-            on_write()
+            on_write(workspace)
         return result
 
     @app.post("/ops/download", tags=["memory: reads"], response_class=Response,
               summary="The bytes of a workspace file",
               responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"}})
-    def download(request: DownloadRequest) -> Response:
+    def download(http_request: Request, request: DownloadRequest) -> Response:
         """Answer with the bytes of a workspace file (`Content-Disposition` carries its name, `X-Dreamflow-Path`
         its workspace path, URL-quoted)."""
+        _, memory = _open(catalog, http_request, writes=False)
         rel, data = memory.download_content(request.path)
         return Response(data, media_type="application/octet-stream", headers={
             "Content-Disposition": f"attachment; filename*=UTF-8''{quote(rel.rsplit('/', 1)[-1])}",
@@ -341,33 +381,39 @@ def _add_transfer_routes(app: FastAPI, memory, on_write=None) -> None:
 
 
 def _required(op: ops.Op) -> bool:
-    return any(p.required for p in ops.parameters(op))
+    return any(p.required for p in ops.surface_parameters(op))
 
 
 def _add_service_routes(app: FastAPI, service) -> None:
     from deployments.serve import DEPLOYMENTS, flow_parameters_model
 
+    catalog = service.hosts
+
     @app.post("/turn", tags=["service"], response_model=TurnResult)
-    def turn(request: TurnRequest):
+    def turn(http_request: Request, request: TurnRequest):
         """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
         auto_memory summarises the session's new messages."""
-        return service.record_turn(request.session_id, request.messages, request.compact, request.turn_id)
+        name, _ = _open(catalog, http_request, writes=True)
+        return service.record_turn(request.session_id, request.messages, request.compact, request.turn_id,
+                                   workspace=name)
 
     @app.get("/status", tags=["service"])
-    def status() -> dict[str, Any]:
-        """What runs, index size, turn counters, last and next dream, runs in progress."""
-        return service.status()
+    def status(request: Request) -> dict[str, Any]:
+        """What runs, the workspace's index size, turn counters, last and next dream, runs in progress."""
+        name, _ = _open(catalog, request, writes=False)
+        return service.status(name, admin=grant_of(request).admin)
 
     @app.get("/flows/runs/{run_id}", tags=["flows"], response_model=FlowRunStatus)
-    def run_status(run_id: str):
+    def run_status(request: Request, run_id: str):
         """A flow run's state, parameters and UI link; `summary` is the flow's result once it has finished
         (also for a run that ended Failed because units failed)."""
-        return service.run_status(run_id)
+        return service.run_status(run_id, visible=grant_of(request).sees)
 
     @app.get("/flows/runs/{run_id}/logs", tags=["flows"], response_model=list[FlowRunLog])
-    def run_logs(run_id: str, offset: int = Query(0, ge=0, description="Skip this many log lines")):
+    def run_logs(request: Request, run_id: str,
+                 offset: int = Query(0, ge=0, description="Skip this many log lines")):
         """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
-        return service.run_logs(run_id, offset)
+        return service.run_logs(run_id, offset, visible=grant_of(request).sees)
 
     for flow, deployment in DEPLOYMENTS.items():
         _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))
@@ -376,11 +422,13 @@ def _add_service_routes(app: FastAPI, service) -> None:
 def _add_flow_route(app: FastAPI, service, flow: str, deployment, model: type[BaseModel]) -> None:
     model = _strict(model)
 
-    def launch(parameters: model = Body(default_factory=model)):  # type: ignore[valid-type]
-        return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"))
+    def launch(request: Request, parameters: model = Body(default_factory=model)):  # type: ignore[valid-type]
+        name, _ = _open(service.hosts, request, writes=True)
+        return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
 
     launch.__name__ = f"launch_{flow}"
     launch.__signature__ = inspect.Signature([
+        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
         inspect.Parameter("parameters", inspect.Parameter.KEYWORD_ONLY, annotation=model,
                           default=Body(default_factory=model)),
     ])

@@ -23,26 +23,54 @@ import click
 from dreamflow import __version__
 from engine import ops
 from engine.client import open_memory
-from engine.settings import Settings
 from storage.errors import DreamflowError, from_os_error
 
 # Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
 # prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
 EXTENSIONS: list[str] = [
-    "dreamflow.service", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
-    "dreamflow.mcp_server", "dreamflow.hooks", "dreamflow.import_command",
+    "dreamflow.service_commands", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
+    "dreamflow.mcp_server", "dreamflow.hooks", "dreamflow.import_command", "dreamflow.workspace_commands",
 ]
 
 
 @dataclass
 class CliContext:
-    """What every command receives as `ctx.obj` (`@click.pass_obj`): the workspace and a way to open it."""
+    """What every command receives as `ctx.obj` (`@click.pass_obj`): the workspace and a way to open it.
 
-    workspace: Path
+    `workspace_arg` is what `--workspace` said (a registered name or a folder; None: the default);
+    `workspace` its folder and `name` its name, resolved on first use (engine.registry.resolve)."""
+
+    workspace_arg: str | None
+    _resolved: tuple[str, Path] | None = None
+
+    def _resolve(self) -> tuple[str, Path]:
+        if self._resolved is None:
+            from engine.registry import resolve
+
+            try:
+                self._resolved = resolve(self.workspace_arg)
+            except DreamflowError as exc:
+                fail(exc)
+        return self._resolved
+
+    @property
+    def workspace(self) -> Path:
+        return self._resolve()[1]
+
+    @property
+    def name(self) -> str:
+        return self._resolve()[0]
 
     def memory(self):
         """Through the running service when there is one, else in this process (engine.client)."""
         return open_memory(self.workspace)
+
+    def across(self, op: ops.Op, kwargs: dict[str, Any]):
+        """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`)."""
+        from engine import scoped
+        from engine.grants import ADMIN
+
+        return scoped.call(scoped.LocalCatalog(self.name, self.workspace), ADMIN, self.name, op, kwargs)
 
 
 class OperationsGroup(click.Group):
@@ -82,12 +110,14 @@ class OperationsGroup(click.Group):
 
 @click.group(cls=OperationsGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
-    "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=lambda: Settings().workspace,
-    show_default="$DREAMFLOW_WORKSPACE or ./.dreamflow", help="Workspace folder (created on first use).",
+    "--workspace", "-w", default=None, metavar="NAME|DIR",
+    show_default="$DREAMFLOW_WORKSPACE, the registered workspace of this folder, the registry's default, or "
+                 "./.dreamflow",
+    help="A registered workspace (`dreamflow workspace list`) or a folder (created on first use).",
 )
 @click.version_option(__version__, prog_name="dreamflow")
 @click.pass_context
-def cli(ctx: click.Context, workspace: Path) -> None:
+def cli(ctx: click.Context, workspace: str | None) -> None:
     """Dreamflow: file-native long-term memory for AI agents.
 
     Every PATH is relative to the workspace. Add --json to any command for machine-readable output.
@@ -108,7 +138,7 @@ def _whole_short_help(cmd: click.Command) -> None:
 
 def build_command(op: ops.Op) -> click.Command:
     """A click command for `op`: positional args and options from the Memory signature, plus --json."""
-    params: list[click.Parameter] = [_click_param(op, p) for p in ops.parameters(op)]
+    params: list[click.Parameter] = [_click_param(op, p) for p in ops.surface_parameters(op)]
     if op.body:
         params.append(click.Option(["--file", "body_file"], type=click.File("r", encoding="utf-8"),
                                    help=f"Read {op.body} from this file ('-' for stdin)."))
@@ -123,14 +153,17 @@ def build_command(op: ops.Op) -> click.Command:
             if body is not None:
                 kwargs[op.body] = body
         try:
-            method = getattr(obj.memory(), op.method_name)
-            if "progress" in inspect.signature(method).parameters and not as_json:
-                from dreamflow import render
-
-                with render.progress(op.cli_name) as bar:
-                    result = method(**kwargs, progress=bar)
+            if op.across:
+                result = obj.across(op, kwargs)
             else:
-                result = method(**kwargs)
+                method = getattr(obj.memory(), op.method_name)
+                if "progress" in inspect.signature(method).parameters and not as_json:
+                    from dreamflow import render
+
+                    with render.progress(op.cli_name) as bar:
+                        result = method(**kwargs, progress=bar)
+                else:
+                    result = method(**kwargs)
         except DreamflowError as exc:
             fail(exc, as_json)
         except OSError as exc:  # permissions, a full disk, a file where a folder should be: no traceback

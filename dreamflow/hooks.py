@@ -9,6 +9,10 @@ summarises the session every N turns as for any other caller; `PreCompact` and `
 transcript behind its events, so the end of a turn may come with the next delivery: it is appended then
 without counting another turn (a turn with no user message is never counted).
 
+Which workspace: `--workspace` when given, else the registered workspace whose `folders` hold the session's
+`cwd` (`dreamflow workspace add web-app DIR --folder ~/src/web-app`), else the registry's default: each
+repository gets its own memory (`session_workspace`).
+
 What is kept: the main conversation's user prompts (a slash command as `/name args`) and assistant text (and
 tool calls, their long arguments cut). Dropped: tool results, thinking, base64 images (tasks/dialog.py filters
 as for every turn), sidechains (subagents), meta records (a slash command's expanded body), local-command
@@ -293,7 +297,7 @@ class Delivery:
     def record(self, turn: Turn, end: int) -> None:
         """Record the turn (idempotent: ids as in the module docstring), then checkpoint the transcript up
         to `end`. A turn the receiving side refuses as invalid is reported and passed over, not retried forever."""
-        from dreamflow.service import record_turn
+        from dreamflow.service_commands import record_turn
         from storage.errors import InvalidInput
 
         messages = [{"role": m["role"], "content": m["content"], "created_at": m["created_at"], "id": m["uuid"]}
@@ -323,7 +327,7 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     """Record the new turns of the payload's transcript: `{session_id, event, appended, turns, results,
     unreadable, too_long, refused, left}` (`results`: what each record_turn call answered; `left`: transcript
     bytes left for the next delivery)."""
-    from dreamflow.service import record_turn
+    from dreamflow.service_commands import record_turn
     from engine.turns import check_session_id
     from storage.errors import InvalidInput
     from storage.workspace import Workspace
@@ -352,6 +356,16 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     return {**summary, "appended": sum(r["appended"] for r in delivery.results), "turns": delivery.turns,
             "results": delivery.results, "unreadable": delivery.unreadable, "too_long": delivery.too_long,
             "refused": delivery.refused, "left": delivery.left}
+
+
+def session_workspace(given: str | None, payload: dict) -> Path:
+    """The workspace a session's turns go to: `--workspace` or `DREAMFLOW_WORKSPACE` when given, else the
+    registered workspace whose `folders` hold the session's `cwd` (one memory per repository), else the
+    registry's default (engine.registry.resolve)."""
+    from engine.registry import resolve
+
+    cwd = payload.get("cwd")
+    return resolve(given, cwd=cwd if isinstance(cwd, str) and cwd else None)[1]
 
 
 def _index_held(ws):
@@ -407,7 +421,7 @@ def register(cli) -> None:
             payload = json.loads(text or "{}")
             if not isinstance(payload, dict):
                 raise ValueError("the hook input is not a JSON object")
-            result = capture(Path(obj.workspace), payload)
+            result = capture(session_workspace(obj.workspace_arg, payload), payload)
         except Exception as exc:  # never fail the host: say what went wrong and carry on
             print(f"dreamflow hook claude-code: {type(exc).__name__}: {exc}", file=sys.stderr)
             return

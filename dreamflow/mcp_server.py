@@ -9,10 +9,14 @@ One server definition (`build_server`), two transports:
 
 Tools are generated from `engine.ops.OPS` (names, descriptions, parameters and their help text as on the CLI
 and API; annotations from each Op's read-only / destructive / idempotent facts, `openWorldHint` false) plus
-the job tools of `mcp_targets.Target`; so a new operation is a tool with no code here. `DEFAULT_TOOLS` is
+the job tools of `mcp_targets.Target`; so a new operation is a tool with no code here. Every tool but
+`workspaces` takes an optional `workspace` (a name the `workspaces` tool lists; default: the connection's,
+`dreamflow mcp --workspace NAME` or the `/workspaces/NAME/mcp` URL), checked against the caller's grant (the
+bearer token on `/mcp`; the local user on stdio may use every registered workspace). `DEFAULT_TOOLS` is
 the short set agents get; `--tools all` (or `DREAMFLOW_MCP_TOOLS=all` for the service) adds every other
 operation. `upload`/`download` take paths of the server's own file system and are never tools.
 
+Resources are the connection's default workspace; `?workspace=NAME` in a URI reads another one.
 A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content,
 without the field the text already carries in full (`mcp_text.AS_TEXT`: a page of text travels once; a list
 is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow only
@@ -41,11 +45,12 @@ from urllib.parse import quote, unquote
 from dreamflow import __version__, mcp_text
 from dreamflow.mcp_targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
-from storage.errors import DreamflowError, InvalidInput, from_os_error
+from engine.grants import ADMIN, Grant
+from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
     "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get",
-    "daily_list", "node_search", "turn", "dream", "job_status",
+    "daily_list", "node_search", "turn", "dream", "job_status", "workspaces",
 )
 TOOL_SETS = ("default", "all")
 RESOURCE_LIMIT = 1000  # files per resources/list page (nextCursor gives the next one)
@@ -77,21 +82,26 @@ def tools(tool_set: str = "default") -> dict[str, Tool]:
     if tool_set not in TOOL_SETS:
         raise InvalidInput(f"unknown tool set {tool_set!r}: use one of {', '.join(TOOL_SETS)}")
     found: dict[str, Tool] = {}
+    scope = (WORKSPACE_PARAM,)
     for op in ops.OPS:
         if not op.host_paths:  # upload/download name the server's own files: never a tool
-            found[op.name] = Tool(op.name, op.help, ops.parameters(op), op.hints, _op_call(op), op.writes)
+            found[op.name] = Tool(op.name, op.help, ops.surface_parameters(op) + scope, op.hints, _op_call(op),
+                                  op.writes)
     for name in JOB_TOOLS:
         method = getattr(Target, name)
         hints = {**JOB_HINTS[name], "openWorldHint": False}
-        found[name] = Tool(name, _doc(method), ops.function_parameters(method), hints, _job_call(name),
-                           not hints["readOnlyHint"])
+        params = ops.function_parameters(method) + (scope if name != "workspaces" else ())
+        found[name] = Tool(name, _doc(method), params, hints, _job_call(name), not hints["readOnlyHint"])
     if tool_set == "all":
         return found
     return {name: found[name] for name in DEFAULT_TOOLS}
 
 
+WORKSPACE_PARAM = ops.Param("workspace", str | None, None, ops.PARAM_HELP["workspace"])
+
+
 def _op_call(op: ops.Op) -> Callable[[Target, dict], Any]:
-    return lambda target, args: getattr(target.memory(), op.method_name)(**args)
+    return lambda target, args: target.call_op(op, args)
 
 
 def _job_call(name: str) -> Callable[[Target, dict], Any]:
@@ -107,10 +117,26 @@ def _doc(fn) -> str:
 class Dispatcher:
     """Validates and runs tool calls against a target; builds the tool list and argument models once."""
 
-    def __init__(self, target: Target, tool_set: str = "default"):
+    def __init__(self, target: Target, tool_set: str = "default", over_http: bool = False):
         self.target = target
         self.tools = tools(tool_set)
+        self.over_http = over_http
         self._models: dict[str, Any] = {}
+
+    def caller(self, ctx) -> tuple[Grant | None, str | None]:
+        """(grant, default workspace) of a request: over HTTP from the request scope (dreamflow/access.py;
+        None when missing), on stdio the local user's."""
+        if not self.over_http:
+            return ADMIN, None
+        from dreamflow.access import GRANT, WORKSPACE
+
+        scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+        return scope.get(GRANT), scope.get(WORKSPACE)
+
+    def bound(self, grant: Grant | None, workspace: str | None) -> Target:
+        if grant is None:
+            raise NotFound("no workspace: the request carried no valid token")
+        return self.target.scoped(grant, workspace)
 
     def model(self, tool: Tool):
         """The strict pydantic model of a tool's arguments (unknown arguments are refused, as on the API)."""
@@ -124,8 +150,10 @@ class Dispatcher:
     def input_schema(self, tool: Tool) -> dict:
         return ops.json_schema(self.model(tool))
 
-    def call(self, name: str, arguments: dict | None) -> tuple[Any, DreamflowError | None]:
-        """(result, None) or (None, the Dreamflow error to report as a tool error). Runs in a worker thread."""
+    def call(self, name: str, arguments: dict | None, grant: Grant | None = ADMIN,
+             workspace: str | None = None) -> tuple[Any, DreamflowError | None]:
+        """(result, None) or (None, the Dreamflow error to report as a tool error) of a call by `grant` (None:
+        an unauthenticated caller, refused) in the connection's default `workspace`. Runs in a worker thread."""
         from pydantic import ValidationError
 
         tool = self.tools.get(name)
@@ -136,7 +164,10 @@ class Dispatcher:
                 args = self.model(tool).model_validate(arguments or {}).model_dump(exclude_unset=True)
             except ValidationError as exc:
                 raise ops.invalid_arguments(exc.errors()) from None
-            result = call_retrying(self.target, lambda: tool.call(self.target, args))
+            if grant is None:
+                raise NotFound("no workspace: the request carried no valid token")
+            target = self.target.scoped(grant, args.pop("workspace", None) or workspace)
+            result = call_retrying(target, lambda: tool.call(target, args))
         except DreamflowError as exc:
             return None, exc
         except OSError as exc:  # permissions, a full disk: the CLI's message, no traceback
@@ -145,7 +176,7 @@ class Dispatcher:
             log.exception("tool %s failed", name)
             return None, DreamflowError(f"internal error: {type(exc).__name__}: {exc}")
         if tool.writes:
-            self.target.changed()
+            target.changed()
         return result, None
 
 
@@ -182,7 +213,9 @@ def build_server(dispatcher: Dispatcher):
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        result, error = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments)
+        grant, workspace = dispatcher.caller(ctx)
+        result, error = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments, grant,
+                                                       workspace)
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
                                         structured_content=error_object(error), is_error=True)
@@ -197,8 +230,13 @@ def build_server(dispatcher: Dispatcher):
             offset = _cursor_offset(params.cursor if params is not None else None)
         except InvalidInput as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        listing = await anyio.to_thread.run_sync(
-            lambda: dispatcher.target.memory().list("", recursive=True, limit=RESOURCE_LIMIT, offset=offset))
+        grant, workspace = dispatcher.caller(ctx)
+        try:
+            target = dispatcher.bound(grant, workspace)
+            listing = await anyio.to_thread.run_sync(lambda: target.open(writes=False)[1].list(
+                "", recursive=True, limit=RESOURCE_LIMIT, offset=offset))
+        except DreamflowError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         following = listing.get("next_offset")
         return types.ListResourcesResult(resources=[
             types.Resource(name=e["path"], uri=resource_uri(e["path"]), mime_type=_mime(e["path"]), size=e.get("size"))
@@ -207,8 +245,9 @@ def build_server(dispatcher: Dispatcher):
 
     async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-            name="workspace file", uri_template=URI_PREFIX + "{+path}{?start_line}",
-            description=f"A workspace file by its workspace-relative path (read-only; metadata/ is not readable). "
+            name="workspace file", uri_template=URI_PREFIX + "{+path}{?workspace,start_line}",
+            description=f"A workspace file by its workspace-relative path (read-only; metadata/ is not readable), "
+                        f"of the connection's workspace or the one `workspace` names. "
                         f"Text over {RESOURCE_CHARS:,} characters comes in pages of whole lines, each ending with "
                         f"a line saying which URI (`?start_line=N`) continues it",
         )])
@@ -217,11 +256,13 @@ def build_server(dispatcher: Dispatcher):
         uri = str(params.uri)
         if not uri.startswith(URI_PREFIX):
             raise MCPError(types.INVALID_PARAMS, f"not a Dreamflow resource: {uri} (expected {URI_PREFIX}<path>)")
+        grant, workspace = dispatcher.caller(ctx)
         try:
-            path, start_line = _resource_address(uri[len(URI_PREFIX):])
-        except InvalidInput as exc:
+            path, start_line, named = _resource_address(uri[len(URI_PREFIX):])
+            target = dispatcher.bound(grant, named or workspace)
+        except DreamflowError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        page, data, error = await anyio.to_thread.run_sync(_read_any, dispatcher.target, path, start_line)
+        page, data, error = await anyio.to_thread.run_sync(_read_any, target, path, start_line)
         if error is not None:
             raise MCPError(types.INVALID_PARAMS, str(error))
         if page is not None:  # a page of a long text
@@ -255,32 +296,39 @@ def _read_any(target: Target, path: str, start_line: int | None):
 
     try:
         try:
-            page = call_retrying(target, lambda: target.memory().read(
+            page = call_retrying(target, lambda: target.open(writes=False)[1].read(
                 path, start_line=start_line, numbered=False, max_chars=RESOURCE_CHARS))
         except Conflict:  # binary: its bytes, as a blob
             page = None
         if page is not None and (page["truncated"] or page["cut_line"] or start_line is not None):
             notes = mcp_text.read_notes(page)
             if page["truncated"]:  # the marker names the URI that continues, not the tool's parameter
+                scope = f"workspace={quote(target.workspace)}&" if target.workspace else ""
                 notes[-1] = (f"[truncated: lines {page['start_line']}-{page['end_line']} of {page['total_lines']} "
-                             f"shown; continue at {resource_uri(page['path'])}?start_line={page['next_start_line']}]")
+                             f"shown; continue at {resource_uri(page['path'])}?{scope}"
+                             f"start_line={page['next_start_line']}]")
             return page["content"] + "".join(f"{note}\n" for note in notes), None, None
         return None, call_retrying(target, lambda: target.file_bytes(path)), None
     except DreamflowError as exc:
         return None, None, exc
 
 
-def _resource_address(address: str) -> tuple[str, int | None]:
-    """(workspace path, start_line or None) of a resource URI's part after `dreamflow://` (`?start_line=N`
-    asks for a page; a `?` inside a path is percent-encoded, see `resource_uri`)."""
+def _resource_address(address: str) -> tuple[str, int | None, str | None]:
+    """(workspace path, start_line or None, workspace or None) of a resource URI's part after `dreamflow://`
+    (`?start_line=N` asks for a page, `?workspace=NAME` another workspace; a `?` inside a path is
+    percent-encoded, see `resource_uri`)."""
     path, _, query = address.partition("?")
-    start_line = None
+    start_line = workspace = None
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")
-        if key != "start_line" or not value.isdigit() or int(value) < 1:
-            raise InvalidInput(f"unknown resource query {pair!r}: only start_line=N (N >= 1) pages a long file")
-        start_line = int(value)
-    return unquote(path), start_line
+        if key == "workspace" and value:
+            workspace = unquote(value)
+        elif key == "start_line" and value.isdigit() and int(value) >= 1:
+            start_line = int(value)
+        else:
+            raise InvalidInput(f"unknown resource query {pair!r}: start_line=N (N >= 1) pages a long file, "
+                               "workspace=NAME names a workspace")
+    return unquote(path), start_line, workspace
 
 
 def _cursor_offset(cursor: str | None) -> int:
@@ -314,8 +362,9 @@ def _mime(path: str, binary: bool = False) -> str:
 
 # ---- transports --------------------------------------------------------------------------------------------
 
-def serve_stdio(workspace: Path, tool_set: str = "default") -> None:
-    """Serve the workspace over stdin/stdout until the host closes stdin."""
+def serve_stdio(workspace: str | Path | None, tool_set: str = "default") -> None:
+    """Serve memory over stdin/stdout until the host closes stdin; `workspace` (a name or folder, None: the
+    default) is the connection's default workspace."""
     import anyio
     from mcp.server.stdio import stdio_server
 
@@ -438,7 +487,7 @@ class HttpMount:
                 allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
-        self.server = build_server(Dispatcher(target, tool_set))
+        self.server = build_server(Dispatcher(target, tool_set, over_http=True))
         # JSON answers rather than an SSE stream per request: the tools never stream or ask the client back,
         # and a plain JSON body is a shorter round trip (benchmarks/mcp.py)
         self.sessions = EvictingSessionManager(app=self.server, security_settings=security, json_response=True,
@@ -458,12 +507,14 @@ def register(cli) -> None:
     @cli.command("mcp")
     @click.option("--tools", "tool_set", type=click.Choice(TOOL_SETS), default="default", show_default=True,
                   help="Tool set: the short one for agents, or every memory operation.")
+    @click.option("--workspace", "-w", "workspace", default=None, metavar="NAME|DIR",
+                  help="The connection's default workspace (tools may name any registered one).")
     @click.pass_obj
-    def mcp_command(obj, tool_set: str) -> None:
+    def mcp_command(obj, tool_set: str, workspace: str | None) -> None:
         """Serve the workspace's memory to an agent host over MCP (stdio).
 
         Hosts (Claude Code, Claude Desktop, Cursor, Codex) spawn this command. Calls go to the running
         service (`dreamflow start`) when there is one, else run in this process; several hosts may run it on
         one workspace at once. The service itself serves the same tools over HTTP at /mcp.
         """
-        serve_stdio(Path(obj.workspace), tool_set)
+        serve_stdio(workspace or obj.workspace_arg, tool_set)

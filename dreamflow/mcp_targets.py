@@ -1,23 +1,29 @@
-"""Where MCP tool calls go: the memory to call, and the job tools (turn, dream, auto_memory, job_status).
+"""Where MCP tool calls go: the workspaces to call, and the job tools (turn, dream, auto_memory, job_status).
 
 `Target` declares the job tools once (their signatures and docstrings become MCP tool schemas, like the
-`Memory` methods do for the operations) on top of four primitives a concrete target supplies:
+`Memory` methods do for the operations). A call runs on `target.scoped(grant, workspace)`: the caller's grant
+(engine/grants.py) and the workspace it names (None: the connection's default). A concrete target is a catalog
+of workspaces (engine/scoped.py) plus the job primitives:
 
-- `ServiceTarget`: inside `dreamflow start` (the `/mcp` mount): the service's own memory, turn counter and
-  Prefect launches.
-- `WorkspaceTarget`: the stdio server (`dreamflow mcp`). On every call it looks for the workspace's running
-  service (metadata/service.json, a file read and a pid check) and forwards to it, so it never fights the
-  service for the DuckDB file, and a service started later takes over at once. Without a service it works
-  in this process with short index sessions; turns are recorded and counted (their auto_memory run starts
-  when the service does), while dream, auto_memory and job_status need the service and say so.
+- `ServiceTarget`: inside `dreamflow start` (the `/mcp` mount): the service's workspaces, turn counters and
+  Prefect launches; the grant comes from the request's bearer token.
+- `WorkspaceTarget`: the stdio server (`dreamflow mcp --workspace NAME`), run by the local user (every
+  registered workspace). On every call it looks for the workspace's running service (metadata/service.json, a
+  file read and a pid check) and forwards to it, so it never fights the service for the DuckDB file, and a
+  service started later takes over at once. Without a service it works in this process with short index
+  sessions; turns are recorded and counted (their auto_memory run starts when the service does), while dream,
+  auto_memory and job_status need the service and say so.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from typing import Any
 
+from engine import scoped
+from engine.grants import ADMIN, Grant
 from storage.errors import DreamflowError, IndexBusy
 
 
@@ -29,7 +35,17 @@ class ServiceNeeded(DreamflowError):
 
 
 class Target:
-    """The job tools, built on `memory()`, `record_turn`, `launch` and `run_status` of a subclass."""
+    """The job tools, built on the catalog and the `_turn`, `_launch` and `_run_status` primitives of a subclass."""
+
+    grant: Grant = ADMIN
+    workspace: str | None = None  # the workspace the current call names (None: the default)
+    default_name: str = "default"
+
+    def scoped(self, grant: Grant, workspace: str | None) -> Target:
+        """This target for one call: with the caller's grant and the workspace it names."""
+        bound = copy.copy(self)
+        bound.grant, bound.workspace = grant, workspace or self.workspace
+        return bound
 
     # -- job tools (public methods: each becomes an MCP tool; docstrings are the tool descriptions)
 
@@ -38,7 +54,8 @@ class Target:
         """Remember a conversation turn: the messages are appended to session/dialog/<session_id>.jsonl at once;
         every N turns (or with `compact`, also without messages) auto_memory summarises the session. A turn sent
         again with the same `turn_id` (a retry) is counted once and its messages are not appended twice."""
-        return self.record_turn(session_id, messages or [], compact, turn_id)
+        name, _ = self.open(writes=True)
+        return self._turn(name, session_id, messages or [], compact, turn_id)
 
     def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
               topic_count: int = 3, topic_diversity_days: int = 7) -> dict:
@@ -47,7 +64,8 @@ class Target:
         _check_date(date)
         params = {"date": date, "hint": hint, "scan_days": scan_days, "max_units": max_units,
                   "topic_count": topic_count, "topic_diversity_days": topic_diversity_days}
-        return self.launch("auto_dream", {k: v for k, v in params.items() if v is not None})
+        name, _ = self.open(writes=True)
+        return self._launch(name, "auto_dream", {k: v for k, v in params.items() if v is not None})
 
     def auto_memory(self, session_id: str, date: str | None = None, hint: str | None = None) -> dict:
         """Start an auto_memory run: summarise the session's not-yet-summarised turns into its daily card now.
@@ -57,29 +75,30 @@ class Target:
         check_session_id(session_id)
         _check_date(date)
         params = {"session_id": session_id, "date": date, "hint": hint}
-        return self.launch("auto_memory", {k: v for k, v in params.items() if v is not None})
+        name, _ = self.open(writes=True)
+        return self._launch(name, "auto_memory", {k: v for k, v in params.items() if v is not None})
 
     def job_status(self, run_id: str) -> dict:
         """State of a dream or auto_memory run (Prefect state, message, summary, link to the Prefect UI)."""
-        return self.run_status(run_id)
+        return self._run_status(run_id)
 
-    # -- primitives
+    def workspaces(self) -> list[dict]:
+        """The workspaces this connection may use: name, whether it is the default, which others its searches
+        also read, whether it may be changed. Pass a name as `workspace` to any tool."""
+        return scoped.list_workspaces(self, self.grant)
 
-    def memory(self):
-        raise NotImplementedError
+    # -- calls
+
+    def open(self, writes: bool):
+        """(name, memory) of the call's workspace, after the grant check."""
+        return scoped.open_scoped(self, self.grant, self.workspace, writes)
+
+    def call_op(self, op, args: dict) -> Any:
+        return scoped.call(self, self.grant, self.workspace, op, args)
 
     def file_bytes(self, path: str) -> bytes:
         """A workspace file's bytes (what resources serve), by the same path rules as `read`."""
-        return self.memory().download_content(path)[1]  # (workspace path, bytes)
-
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
-        raise NotImplementedError
-
-    def launch(self, flow: str, parameters: dict) -> dict:
-        raise NotImplementedError
-
-    def run_status(self, run_id: str) -> dict:
-        raise NotImplementedError
+        return self.open(writes=False)[1].download_content(path)[1]  # (workspace path, bytes)
 
     def changed(self) -> None:
         """Called after a writing operation (the service embeds new chunks soon)."""
@@ -92,6 +111,29 @@ class Target:
         """After a refused connection to the service: `call()` again without it, or raise LookupError."""
         raise LookupError
 
+    # -- catalog and primitives of a concrete target
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def serves(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def reads(self, name: str) -> list[str]:
+        raise NotImplementedError
+
+    def memory(self, name: str):
+        raise NotImplementedError
+
+    def _turn(self, name: str, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
+        raise NotImplementedError
+
+    def _launch(self, name: str, flow: str, parameters: dict) -> dict:
+        raise NotImplementedError
+
+    def _run_status(self, run_id: str) -> dict:
+        raise NotImplementedError
+
 
 def _check_date(date: str | None) -> None:
     """Refuse a malformed date now, as a tool error, rather than in a run that fails later."""
@@ -101,15 +143,16 @@ def _check_date(date: str | None) -> None:
         check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
 
 
-JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status")
+JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status", "workspaces")
 # What a host may assume about each job tool (MCP annotations besides openWorldHint, which is always false):
 # turn only appends to the session's dialog; dream rewrites digest nodes and auto_memory the session's card
-# (both LLM-written, so neither is idempotent); job_status only reads.
+# (both LLM-written, so neither is idempotent); job_status and workspaces only read.
 JOB_HINTS: dict[str, dict[str, bool]] = {
     "turn": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
     "dream": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     "auto_memory": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     "job_status": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
+    "workspaces": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
 }
 
 
@@ -119,66 +162,105 @@ class ServiceTarget(Target):
     def __init__(self, service):
         self.service = service
 
-    def memory(self):
-        return self.service.memory
+    @property
+    def default_name(self) -> str:
+        return self.service.hosts.default_name
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
-        return self.service.record_turn(session_id, messages, compact, turn_id)
+    def names(self) -> list[str]:
+        return self.service.hosts.names()
 
-    def launch(self, flow: str, parameters: dict) -> dict:
-        return self.service.launch(flow, parameters)
+    def serves(self, name: str) -> bool:
+        return self.service.hosts.serves(name)
 
-    def run_status(self, run_id: str) -> dict:
-        return self.service.run_status(run_id)
+    def reads(self, name: str) -> list[str]:
+        return self.service.hosts.reads(name)
+
+    def memory(self, name: str):
+        return self.service.hosts.memory(name)
+
+    def root(self, name: str) -> Path:
+        return self.service.hosts.root(name)
+
+    def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
+        return self.service.record_turn(session_id, messages, compact, turn_id, workspace=name)
+
+    def _launch(self, name: str, flow: str, parameters: dict) -> dict:
+        return self.service.launch(flow, parameters, workspace=name)
+
+    def _run_status(self, run_id: str) -> dict:
+        return self.service.run_status(run_id, visible=self.grant.sees)
 
     def changed(self) -> None:
-        self.service.changed()
+        self.service.changed(self.workspace or scoped.default_for(self, self.grant))
 
 
 class WorkspaceTarget(Target):
-    """Calls from a stdio server: through the workspace's running service when there is one, else here."""
+    """Calls from a stdio server: through each workspace's running service when there is one, else here."""
 
-    def __init__(self, workspace: str | Path):
-        self.root = Path(workspace)
-        self._remote = None
-        self._local = None
+    def __init__(self, default: str | Path | None = None):
+        from engine.registry import Registry, resolve
+
+        self.registry = Registry.load()
+        self.default_name, self.default_root = resolve(str(default) if default is not None else None,
+                                               registry=self.registry)
+        self._remote: dict[str, Any] = {}
+        self._local: dict[str, Any] = {}
         self._bypass = threading.local()  # `active` while a call runs here because the service refused it
 
-    def remote(self):
-        """The service's `RemoteMemory`, or None when no service runs for the workspace."""
+    def _root(self, name: str) -> Path:
+        return self.default_root if name == self.default_name else self.registry.get(name).path
+
+    def root(self, name: str) -> Path:
+        return self._root(name)
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([self.default_name, *self.registry.entries]))
+
+    def serves(self, name: str) -> bool:
+        return name == self.default_name or name in self.registry.entries
+
+    def reads(self, name: str) -> list[str]:
+        entry = self.registry.entries.get(name)
+        return list(entry.reads) if entry else []
+
+    def remote(self, name: str | None = None):
+        """The `RemoteMemory` of the workspace's running service, or None when no service runs for it."""
         from engine.client import RemoteMemory, service_info
         from engine.settings import Settings
 
-        info = service_info(self.root)
+        name = name or self.workspace or self.default_name
+        info = service_info(self._root(name))
         if info is None or getattr(self._bypass, "active", False):
             return None
-        if self._remote is None or self._remote.url != info["url"].rstrip("/"):
-            self._remote = RemoteMemory(info["url"], token=Settings().api_token)
-        return self._remote
+        remote = self._remote.get(name)
+        if remote is None or remote.url != info["url"].rstrip("/"):
+            remote = self._remote[name] = RemoteMemory(info["url"], token=Settings().api_token,
+                                                       workspace=info.get("name"), root=self._root(name))
+        return remote
 
-    def memory(self):
-        remote = self.remote()
+    def memory(self, name: str):
+        remote = self.remote(name)
         if remote is not None:
             return remote
-        if self._local is None:
+        if name not in self._local:
             from engine.client import local_memory
 
-            self._local = local_memory(self.root)
-        return self._local
+            self._local[name] = local_memory(self._root(name))
+        return self._local[name]
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
-        remote = self.remote()
+    def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
+        remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.service import record_turn  # in-process: counted; a due run waits for the service
+        from dreamflow.service_commands import record_turn  # in-process: counted; a due run waits for the service
 
-        return record_turn(self.root, session_id, messages, compact, turn_id)
+        return record_turn(self._root(name), session_id, messages, compact, turn_id)
 
-    def launch(self, flow: str, parameters: dict) -> dict:
-        return self._service("start a run").launch(flow, parameters)
+    def _launch(self, name: str, flow: str, parameters: dict) -> dict:
+        return self._service(name, "start a run").launch(flow, parameters)
 
-    def run_status(self, run_id: str) -> dict:
-        return self._service("report a run").run_status(run_id)
+    def _run_status(self, run_id: str) -> dict:
+        return self._service(self.workspace or self.default_name, "report a run").run_status(run_id)
 
     def retry_elsewhere(self) -> bool:
         return self.remote() is not None  # the service started while we waited for the index lock
@@ -193,11 +275,11 @@ class WorkspaceTarget(Target):
         finally:
             self._bypass.active = False
 
-    def _service(self, what: str):
-        remote = self.remote()
+    def _service(self, name: str, what: str):
+        remote = self.remote(name)
         if remote is None:
-            raise ServiceNeeded(f"no Dreamflow service runs for {self.root}: start it with "
-                                f"`dreamflow --workspace {self.root} start` to {what}")
+            raise ServiceNeeded(f"no Dreamflow service runs for {self._root(name)}: start it with "
+                                f"`dreamflow --workspace {self._root(name)} start` to {what}")
         return remote
 
 

@@ -26,9 +26,13 @@ SERVICE_FILE = "metadata/service.json"
 
 
 def open_memory(workspace: str | os.PathLike[str] | None = None):
-    """The memory of `workspace` (default: `DREAMFLOW_WORKSPACE`): through the running service if there is
-    one, else in this process."""
-    root = Path(workspace if workspace is not None else Settings().workspace)
+    """The memory of the workspace folder `workspace` (default: `DREAMFLOW_WORKSPACE` or the registry's choice,
+    engine.registry.resolve): through the running service if there is one, else in this process."""
+    if workspace is None:
+        from engine.registry import resolve
+
+        workspace = resolve()[1]
+    root = Path(workspace)
     remote = connect(root)
     return remote if remote is not None else local_memory(root)
 
@@ -82,7 +86,7 @@ def connect(workspace: str | os.PathLike[str]) -> RemoteMemory | None:
     info = service_info(workspace)
     if info is None:
         return None
-    remote = RemoteMemory(info["url"], token=Settings().api_token)
+    remote = RemoteMemory(info["url"], token=Settings().api_token, workspace=info.get("name"), root=Path(workspace))
     try:
         remote.health()
     except ServiceUnavailable:  # a stale file whose pid was reused, or a service shutting down
@@ -110,19 +114,24 @@ class RemoteError(DreamflowError):
 
 class RemoteMemory:
     """The running service's memory over HTTP: each `Memory` operation is a method with the same signature
-    (callback parameters such as `progress` left out) posting to `/ops/<name>`; plus `turn`, `launch`,
-    `status` and `health`. One keep-alive connection per thread."""
+    (callback parameters such as `progress` left out; `workspaces` added where an operation reads across
+    workspaces) posting to `/workspaces/<workspace>/ops/<name>` (`/ops/<name>`: the service's default); plus
+    `turn`, `launch`, `status` and `health`. One keep-alive connection per thread."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0):
+    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0, workspace: str | None = None,
+                 root: Path | None = None):
         parts = urlsplit(url)
         self.url = url.rstrip("/")
+        self.workspace = workspace  # the served workspace's name; None: the service's default
+        self.scope = f"/workspaces/{quote(workspace, safe='')}" if workspace else ""
+        self.root = root  # the workspace's folder when it is on this machine (downloads never land in its metadata/)
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
         self._token = token
         self._timeout = timeout
         self._local = threading.local()
 
     def __repr__(self) -> str:
-        return f"RemoteMemory({self.url!r})"
+        return f"RemoteMemory({self.url!r}, workspace={self.workspace!r})"
 
     def __getattr__(self, name: str):
         from engine import ops
@@ -143,7 +152,7 @@ class RemoteMemory:
         data, source_name = read_source(source)
         payload = {"content": base64.b64encode(data).decode("ascii"), "name": name or source_name,
                    "date": date, "overwrite": overwrite}
-        result = self.request("POST", "/ops/upload", payload)
+        result = self.request("POST", f"{self.scope}/ops/upload", payload)
         return {**result, "source": str(Path(source).expanduser().resolve())}
 
     def download(self, path: str, dest: str, overwrite: bool = False) -> dict:
@@ -151,12 +160,12 @@ class RemoteMemory:
         from storage.outside import save
 
         rel, data = self.download_content(path)
-        out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, Path(self.health()["workspace"]))
+        out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, self.root)
         return {"path": rel, "dest": str(out.resolve()), "bytes": len(data)}
 
     def download_content(self, path: str) -> tuple[str, bytes]:
         """(workspace path, bytes) of a file of the service's workspace, as `Memory.download_content`."""
-        data, headers = self.request("POST", "/ops/download", {"path": path}, raw=True)
+        data, headers = self.request("POST", f"{self.scope}/ops/download", {"path": path}, raw=True)
         return unquote(headers.get("X-Dreamflow-Path") or path), data
 
     # -- routes beyond the operations
@@ -166,16 +175,16 @@ class RemoteMemory:
 
     def status(self) -> dict:
         """What the service runs, index size, turn counters, last/next dream, runs in progress."""
-        return self.request("GET", "/status")
+        return self.request("GET", f"{self.scope}/status")
 
     def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None) -> dict:
         """Record a conversation turn (the service counts it and launches auto_memory when due)."""
         body = {"session_id": session_id, "messages": messages, "compact": compact}
-        return self.request("POST", "/turn", {**body, "turn_id": turn_id} if turn_id is not None else body)
+        return self.request("POST", f"{self.scope}/turn", {**body, "turn_id": turn_id} if turn_id is not None else body)
 
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
         """Start a run of a flow's deployment: `{id, name, deployment, state}`."""
-        return self.request("POST", f"/flows/{flow}", parameters or {})
+        return self.request("POST", f"{self.scope}/flows/{flow}", parameters or {})
 
     def run_status(self, run_id: str) -> dict:
         """A flow run's state and, once finished, its summary (`GET /flows/runs/{run_id}`)."""
@@ -236,13 +245,13 @@ def _remote_method(remote: RemoteMemory, op):
     """A callable with the signature of `Memory.<op>` (without self/callbacks) that calls the service."""
     from engine import ops
 
-    params = ops.parameters(op)
+    params = ops.surface_parameters(op)
     signature = inspect.Signature([
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.annotation)
         for p in params
     ])
     def call(*args, **kwargs):
-        return remote.request("POST", f"/ops/{op.name}", dict(signature.bind(*args, **kwargs).arguments))
+        return remote.request("POST", f"{remote.scope}/ops/{op.name}", dict(signature.bind(*args, **kwargs).arguments))
 
     call.__name__ = op.method_name
     call.__doc__ = op.help

@@ -34,6 +34,7 @@ class Op:
                                     # answers the same (default: reads yes, writes no)
     bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
                                    # method instead (bytes in or out); agent tools and MCP never offer it
+    across: bool = False  # may read several workspaces at once (surfaces add `workspaces`, engine/scoped.py)
 
     @property
     def host_paths(self) -> bool:
@@ -94,10 +95,10 @@ OPS: tuple[Op, ...] = (
     Op("daily_list", writes=False, args=("date",)),
     Op("daily_reindex", writes=True, args=("date",), idempotent=True),
     # search and graph
-    Op("search", writes=False, args=("query",)),
+    Op("search", writes=False, args=("query",), across=True),
     Op("recall", writes=False, args=("query",), idempotent=False),  # records what a session was given under
     # metadata/ (derived state, never memory files), so a repeat answers with what is new
-    Op("node_search", writes=False, args=("query",)),
+    Op("node_search", writes=False, args=("query",), across=True),
     Op("traverse", writes=False, args=("paths",)),
     # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/governance_commands.py)
     Op("doctor", writes=False),
@@ -179,6 +180,10 @@ PARAM_HELP: dict[str, str] = {
     "topic_count": "New topics to pick for the day",
     "topic_diversity_days": "Avoid topics of this many previous days",
     "run_id": "Id of a flow run, as returned when it was started",
+    # workspaces (engine/registry.py, engine/scoped.py)
+    "workspace": "Workspace to use, by name (the `workspaces` tool lists them); default: the connection's",
+    "workspaces": "Workspaces to search, by name (several allowed; hits merged by score, each naming its "
+                  "workspace); default: this workspace and the ones it declares it reads",
 }
 
 
@@ -202,6 +207,15 @@ def parameters(op: Op) -> tuple[Param, ...]:
     return function_parameters(_memory_method(op))
 
 
+@cache
+def surface_parameters(op: Op) -> tuple[Param, ...]:
+    """What the surfaces (CLI, HTTP, MCP, the remote client) take: the Memory parameters, plus `workspaces`
+    for an operation that reads across workspaces."""
+    if not op.across:
+        return parameters(op)
+    return (*parameters(op), Param("workspaces", list[str] | None, None, PARAM_HELP["workspaces"]))
+
+
 def function_parameters(fn) -> tuple[Param, ...]:
     """Parameters of any function as the surfaces see them (help from `PARAM_HELP`); `self` and callables
     are left out."""
@@ -216,7 +230,7 @@ def function_parameters(fn) -> tuple[Param, ...]:
 
 def request_model(op: Op):
     """A pydantic model of the operation's parameters (imported lazily: not on the CLI path)."""
-    return params_model(op.name, op.help, parameters(op))
+    return params_model(op.name, op.help, surface_parameters(op))
 
 
 def params_model(name: str, doc: str, params: tuple[Param, ...], config=None):
@@ -273,7 +287,8 @@ def invalid_arguments(errors: list[dict]) -> InvalidInput:
 
 def tool_schema(op: Op) -> dict:
     """`{name, description, parameters}` with a JSON schema of the parameters, for agent tools."""
-    return {"name": op.name, "description": op.help, "parameters": json_schema(request_model(op))}
+    model = params_model(op.name, op.help, parameters(op))  # a job's own workspace only: no `workspaces`
+    return {"name": op.name, "description": op.help, "parameters": json_schema(model)}
 
 
 def tool_schemas(writes: bool | None = None):

@@ -9,6 +9,10 @@ from pathlib import Path
 from storage.errors import InvalidInput
 
 
+DEFAULT_PORT = 8420  # the service's HTTP API
+DEFAULT_PREFECT_PORT = 4200  # the Prefect server (and UI) the service starts
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
@@ -27,15 +31,23 @@ def _num(kind: type, name: str, default: str | None = None):
 
 
 def dreamflow_home() -> Path:
-    """Per-user state outside any repo (Prefect server DB, logs): `DREAMFLOW_HOME` or `~/.dreamflow`."""
-    return Path(_env("DREAMFLOW_HOME", str(Path.home() / ".dreamflow"))).expanduser()
+    """Dreamflow's own folder, never a workspace (workspace registry, tokens, Prefect server DB, logs):
+    `DREAMFLOW_HOME`, else `$XDG_STATE_HOME/dreamflow` (default `~/.local/state/dreamflow`). Not `~/.dreamflow`:
+    that is the default workspace `./.dreamflow` of anyone working in their home folder."""
+    state = _env("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(_env("DREAMFLOW_HOME", str(Path(state) / "dreamflow"))).expanduser()
+
+
+def _admin_token() -> str | None:
+    from engine.grants import admin_token
+
+    return admin_token()
 
 
 @dataclass
 class Settings:
     """Every knob in one place. Environment variables are named `DREAMFLOW_<FIELD>` in upper case."""
 
-    workspace: Path = field(default_factory=lambda: Path(_env("DREAMFLOW_WORKSPACE", ".dreamflow")))
     llm_base_url: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_BASE_URL"))
     llm_api_key: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_API_KEY"))
     llm_model: str | None = field(default_factory=lambda: _env("DREAMFLOW_LLM_MODEL"))
@@ -60,7 +72,8 @@ class Settings:
     vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
     vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
-    api_token: str | None = field(default_factory=lambda: _env("DREAMFLOW_API_TOKEN"))
+    # the admin token; else the one `dreamflow token create` kept in $DREAMFLOW_HOME/admin-token (engine/grants.py)
+    api_token: str | None = field(default_factory=lambda: _admin_token())
     # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
     max_body_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_BODY_BYTES", str(32 << 20)))
     allowed_hosts: list[str] = field(default_factory=lambda: [
@@ -82,6 +95,8 @@ class Settings:
     mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
     # open /mcp sessions; at the cap a new one ends the least recently used idle one (~40 KB each)
     mcp_max_sessions: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MCP_MAX_SESSIONS", "1000"))
+    # indexes a service keeps open between calls; the least recently used of more is closed (dreamflow/hosting.py)
+    max_open_indexes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_OPEN_INDEXES", "16"))
 
     @property
     def llm_configured(self) -> bool:

@@ -184,6 +184,10 @@ class IndexDB:
             if state.depth == 0:
                 self._close()
 
+    def hold(self) -> None:
+        """Keep the connection (and the lock) open between sessions from now on, until `close`."""
+        self._state.keep_open = True
+
     def add_cache(self, cache) -> None:
         """Call `cache.forget()` whenever this process re-creates the index (cached chunk ids are then stale)."""
         self._state.caches.add(cache)

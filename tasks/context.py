@@ -6,19 +6,67 @@ Tasks take the workspace as a plain path string (so Prefect can record and hash 
 
 from __future__ import annotations
 
+import os
 from datetime import date
-from pathlib import Path
 
 from engine.client import open_memory
 from engine.job_memory import JobMemory
-from engine.settings import Settings
-from storage.errors import InvalidInput
+from storage.errors import InvalidInput, NotFound
 from storage.workspace import Workspace
 
 
 def workspace_root(workspace: str | None = None) -> str:
-    """Absolute path of `workspace` (default `DREAMFLOW_WORKSPACE`), the form flows pass to their tasks."""
-    return str(Path(workspace if workspace else Settings().workspace).expanduser().resolve())
+    """Absolute folder of the workspace a job is for, the form flows pass to their tasks; tags the running flow
+    run `workspace:NAME` (the Prefect UI filters by it).
+
+    `workspace` is a registered name, `default` (the unregistered default folder of the runner's service), or
+    None (the default, engine.registry.resolve). A run of a deployment takes a name, or the folder of a workspace
+    a running service serves (an unregistered one, launched by its service): never any other folder, so no
+    caller can make a runner open an arbitrary folder. Any folder is accepted for flows called in-process (the
+    CLI, tests).
+    """
+    from engine.client import service_info
+    from engine.registry import NAME_RE, resolve, resolve_name
+
+    if workspace and NAME_RE.match(workspace):
+        try:
+            root = resolve_name(workspace)
+        except NotFound:
+            if _deployment_run():
+                raise
+        else:
+            _tag_run(workspace)
+            return str(root)
+    name, root = resolve(workspace, cwd="")
+    if workspace and _deployment_run() and service_info(root) is None:
+        raise InvalidInput(f"a deployment run takes a workspace name, not {workspace!r} (`dreamflow workspace "
+                           "list` shows the names)")
+    _tag_run(name)
+    return str(root)
+
+
+def _deployment_run() -> bool:
+    from prefect.runtime import deployment
+
+    return deployment.id is not None
+
+
+def _tag_run(name: str) -> None:
+    """Add `workspace:NAME` to the current flow run's tags (runs from schedules and triggers lack it)."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    tag = f"workspace:{name}"
+    if run is None or tag in (run.tags or []) or not os.environ.get("PREFECT_API_URL"):
+        return
+    from prefect import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(run.id, tags=[*(run.tags or []), tag])
+    except Exception:  # a label only: never fail the job over it
+        pass
 
 
 def memory_of(workspace: str):

@@ -28,6 +28,10 @@ import tempfile  # noqa: E402
 from engine import prefect_env  # noqa: E402
 from llm_server import LLMServer  # noqa: E402
 
+# Dreamflow's own folder (workspace registry, tokens) is a temp folder for the test session, never the user's.
+os.environ["DREAMFLOW_HOME"] = tempfile.mkdtemp(prefix="dreamflow-test-home-")
+atexit.register(shutil.rmtree, os.environ["DREAMFLOW_HOME"], True)
+
 # Prefect's home (its DB and persisted task results) goes to a temp folder for the test session, never ~/.prefect.
 if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-")

@@ -61,7 +61,7 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
 
     assert list(short) == list(DEFAULT_TOOLS)
     assert set(full) == {op.name for op in ops.OPS} - {"upload", "download"} | {"turn", "dream", "auto_memory",
-                                                                                 "job_status"}
+                                                                                 "job_status", "workspaces"}
     for op in ops.OPS:
         if op.name not in full:
             continue
@@ -72,8 +72,9 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
             not op.writes, op.writes and op.destructive,
             not op.writes if op.idempotent is None else op.idempotent, False), op.name
         props = tool.input_schema["properties"]
-        assert set(props) == {p.name for p in ops.parameters(op)}
-        assert all(props[p.name].get("description") == (p.help or None) for p in ops.parameters(op))
+        assert set(props) == {p.name for p in ops.surface_parameters(op)} | {"workspace"}  # every tool names one
+        assert all(props[p.name].get("description") == (p.help or None) for p in ops.surface_parameters(op))
+        assert props["workspace"]["description"] == ops.PARAM_HELP["workspace"]
         assert set(tool.input_schema.get("required", [])) == {p.name for p in ops.parameters(op) if p.required}
     assert full["delete"].annotations.destructive_hint and full["write"].annotations.destructive_hint
     assert not full["append"].annotations.destructive_hint and full["search"].annotations.read_only_hint

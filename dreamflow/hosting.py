@@ -1,0 +1,259 @@
+"""The workspaces one `dreamflow start` serves: each with its own index, watcher, turn counter and vectors.
+
+`Hosts` is the service's catalog (engine/scoped.py): the default workspace (`--workspace NAME|DIR`) plus every
+registered one (engine/registry.py), re-read when the registry file changes, so `dreamflow workspace add`
+takes effect without a restart. A workspace another running service owns (its `metadata/service.lock` is
+taken) is skipped with a warning: one owner per workspace. At most `DREAMFLOW_MAX_OPEN_INDEXES` indexes stay
+open between calls (least recently used closed; the next call reopens it), so 100 workspaces do not mean
+100 open DuckDB files. One watchdog observer watches every folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.client import SERVICE_FILE
+from engine.registry import UNREGISTERED, Entry, Registry
+from engine.settings import Settings
+from storage.errors import DreamflowError, NotFound
+from storage.workspace import Workspace
+
+BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
+
+
+class WorkspaceOwned(DreamflowError):
+    """Another running service owns the workspace (one owner per workspace)."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class Hosted:
+    """One served workspace (`name`, folder `ws`): its index, watcher, turn counter and vector backfill."""
+
+    def __init__(self, name: str, ws: Workspace, entry: Entry | None, settings: Settings):
+        self.name, self.ws, self.entry, self.settings = name, ws, entry, settings
+        self.memory = None
+        self.turns = None
+        self.watcher = None
+        self.backfiller = None
+        self._lock = None
+
+    @property
+    def reads(self) -> list[str]:
+        return list(self.entry.reads) if self.entry else []
+
+    def claim(self) -> bool:
+        """Take the workspace's service lock; False when another service owns it."""
+        from filelock import FileLock, Timeout
+
+        self._lock = FileLock(str(self.ws.metadata / "service.lock"))
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            self._lock = None
+            return False
+        return True
+
+    def open(self, observer, on_resources: Callable[[str, list[str]], None]) -> None:
+        from deployments.watch import WorkspaceWatcher
+        from engine import semantic
+        from engine.client import local_memory
+        from engine.turns import TurnCounter
+
+        self.memory = local_memory(self.ws.root, keep_open=True)
+        self.backfiller = semantic.attach(self.memory, long_running=True, settings=self.settings)
+        self.turns = TurnCounter(self.ws, self.settings.turns_per_summary)
+        self.watcher = WorkspaceWatcher(self.ws, self.index_changes, lambda paths: on_resources(self.name, paths),
+                                        observer=observer).start()
+
+    def changed(self) -> None:
+        """Files changed through the API or the watcher: embed new chunks soon."""
+        if self.backfiller is not None:
+            self.backfiller.notify()
+
+    def index_changes(self, paths: list[str | None]) -> None:
+        """Watcher callback: re-index changed files; a `None` (folder moved or deleted) or a bulk change
+        reconciles the whole index in one batched transaction instead."""
+        from storage import index
+
+        with self.memory.db.session() as con:
+            if None in paths or len(paths) > BULK_CHANGES:
+                index.reconcile(con, self.ws)
+            else:
+                for rel in paths:
+                    index.index_file(con, self.ws, rel)
+        self.changed()
+
+    def write_service_file(self, info: dict) -> None:
+        self.ws.write_text(SERVICE_FILE, json.dumps({**info, "workspace": str(self.ws.root), "name": self.name},
+                                                    indent=2))
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()  # index what is pending, emit pending resource events
+        try:
+            info = json.loads((self.ws.root / SERVICE_FILE).read_text(encoding="utf-8"))
+            if info.get("pid") == os.getpid():
+                (self.ws.root / SERVICE_FILE).unlink(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+        if self.backfiller is not None:
+            self.backfiller.stop()
+        if self.memory is not None:
+            self.memory.db.close()
+        if self._lock is not None and self._lock.is_locked:
+            self._lock.release()
+
+
+class Hosts:
+    """Every workspace the service serves, by name (the catalog `engine.scoped` and the API use)."""
+
+    def __init__(self, default: str | Path, settings: Settings, say: Callable[[str], None],
+                 only: list[str] | None = None):
+        from engine.registry import resolve
+
+        self.settings, self.say, self.only = settings, say, list(only or [])
+        self.registry = Registry.load()
+        self.default_name, self._default_root = resolve(str(default), cwd="", registry=self.registry)
+        self.hosted: dict[str, Hosted] = {}
+        self.skipped: dict[str, str] = {}  # name -> why it is not served here
+        self._stamp = self._registry_stamp()
+        self._recent: OrderedDict[str, None] = OrderedDict()  # indexes held open, least recently used first
+        self._guard = threading.RLock()
+        self._observer = None
+        self._on_resources: Callable[[str, list[str]], None] = lambda name, paths: None
+        self._service_info: dict = {}
+
+    # -- the catalog
+
+    def names(self) -> list[str]:
+        return list(self.hosted)
+
+    def serves(self, name: str) -> bool:
+        return name in self.hosted
+
+    def get(self, name: str) -> Hosted:
+        try:
+            return self.hosted[name]
+        except KeyError:
+            raise NotFound(f"no workspace {name!r}") from None
+
+    def memory(self, name: str):
+        hosted = self.get(name)
+        self._touch(hosted)
+        return hosted.memory
+
+    def reads(self, name: str) -> list[str]:
+        return self.get(name).reads
+
+    def root(self, name: str) -> Path:
+        return self.get(name).ws.root
+
+    @property
+    def default(self) -> Hosted:
+        return self.hosted[self.default_name]
+
+    # -- lifecycle
+
+    def open(self, on_resources: Callable[[str, list[str]], None]) -> None:
+        """Claim and open the default workspace (an error when another service owns it) and the registered ones."""
+        from watchdog.observers import Observer
+
+        from engine.client import service_info
+
+        self._on_resources = on_resources
+        self._observer = Observer()
+        self._observer.start()
+        default = Hosted(self.default_name, Workspace(self._default_root),
+                         self.registry.entries.get(self.default_name), self.settings)
+        if not default.claim():
+            info = service_info(default.ws.root) or {}
+            raise WorkspaceOwned(f"a Dreamflow service already runs for {default.ws.root}"
+                               + (f" (pid {info['pid']}, {info['url']})" if info else ""))
+        self._add(default)
+        self.refresh(force=True)
+
+    def _add(self, hosted: Hosted) -> None:
+        hosted.open(self._observer, self._on_resources)
+        with self._guard:
+            self.hosted[hosted.name] = hosted
+        self._touch(hosted)
+        if self._service_info:
+            hosted.write_service_file(self._service_info)
+
+    def refresh(self, force: bool = False) -> list[Hosted]:
+        """Serve workspaces added to the registry since the last look and stop serving removed ones; returns the
+        newly served ones."""
+        stamp = self._registry_stamp()
+        if not force and stamp == self._stamp:
+            return []
+        self._stamp = stamp
+        try:
+            self.registry = Registry.load()
+        except Exception as exc:  # a half-edited file: keep serving what runs, say why once
+            self.say(f"WARNING: the workspace registry cannot be read ({exc}); still serving {', '.join(self.hosted)}")
+            return []
+        added = []
+        for entry in self.registry.entries.values():
+            if entry.name in self.hosted or (self.only and entry.name not in self.only):
+                if entry.name in self.hosted:
+                    self.hosted[entry.name].entry = entry  # `reads` and settings may have changed
+                continue
+            if entry.path == self.default.ws.root:
+                continue
+            hosted = Hosted(entry.name, Workspace(entry.path), entry, self.settings)
+            if not hosted.claim():
+                if self.skipped.get(entry.name) != "owned":
+                    self.say(f"Workspace   {entry.name}: another Dreamflow service owns {entry.path}; not served here")
+                self.skipped[entry.name] = "owned"
+                continue
+            self.skipped.pop(entry.name, None)
+            self._add(hosted)
+            added.append(hosted)
+        for name in [n for n in self.hosted if n != self.default_name and n not in self.registry.entries]:
+            with self._guard:
+                gone = self.hosted.pop(name)
+                self._recent.pop(name, None)
+            gone.close()
+            self.say(f"Workspace   {name}: removed from the registry; no longer served (its files stay)")
+        return added
+
+    def publish(self, info: dict) -> None:
+        """Write `metadata/service.json` into every served workspace (and those served later)."""
+        self._service_info = info
+        for hosted in list(self.hosted.values()):
+            hosted.write_service_file(info)
+
+    def close(self) -> None:
+        for hosted in list(self.hosted.values()):
+            hosted.close()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=10)
+
+    # -- bounded open indexes
+
+    def _touch(self, hosted: Hosted) -> None:
+        limit = max(1, self.settings.max_open_indexes)
+        with self._guard:
+            self._recent.pop(hosted.name, None)
+            self._recent[hosted.name] = None
+            hosted.memory.db.hold()
+            while len(self._recent) > limit:
+                name, _ = self._recent.popitem(last=False)
+                if name in self.hosted:
+                    self.hosted[name].memory.db.close()  # reopened by its next call
+
+    def _registry_stamp(self):
+        try:
+            st = self.registry.path.stat()
+            return st.st_mtime_ns, st.st_size
+        except OSError:
+            return None
+

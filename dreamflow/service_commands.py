@@ -1,0 +1,233 @@
+"""`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service.py).
+
+`record_turn` and `current_status` work with or without a running service (through it when it runs), so the
+stdio MCP server and the Claude Code hook use them too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from deployments.serve import llm_warning
+from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
+from storage.errors import DreamflowError
+
+
+def register(cli) -> None:
+    """Add `start`, `status` and `turn` to the `dreamflow` command group."""
+    import click
+
+    from engine.ops import PARAM_HELP
+
+    @cli.command("start")
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Interface the HTTP API listens on.")
+    @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port of the HTTP API.")
+    @click.option("--prefect-api", default=None, metavar="URL",
+                  help="Use this running Prefect API (or $PREFECT_API_URL) instead of starting a Prefect server.")
+    @click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
+                  help="Port of the Prefect server (and UI) the service starts.")
+    @click.option("--runner/--no-runner", default=True, show_default=True,
+                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see docs/service.md).")
+    @click.option("--serve", "only", multiple=True, metavar="NAME",
+                  help="Serve only these registered workspaces besides the default one (repeatable; default: all "
+                       "that no other service owns).")
+    @click.pass_obj
+    def start_command(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool,
+                      only: tuple[str, ...]) -> None:
+        """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.
+
+        Serves the workspace (--workspace) and every registered one (`dreamflow workspace add`), each with its own
+        index. Runs in the foreground until Ctrl-C or SIGTERM. Starts a Prefect server (database under
+        $DREAMFLOW_HOME, default ~/.local/state/dreamflow) unless --prefect-api or PREFECT_API_URL names one.
+        """
+        from dreamflow.service import Options, start
+
+        options = Options(obj.workspace, host=host, port=port, prefect_api=prefect_api,
+                          prefect_port=prefect_port, runner=runner, only=list(only))
+        sys.exit(start(options))
+
+    @cli.command("status")
+    @click.option("--verbose", "-v", is_flag=True, help="Also pids, log files and the index's internal counters.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+    @click.pass_obj
+    def status_command(obj, verbose: bool, as_json: bool) -> None:
+        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
+        from dreamflow.cli import fail
+
+        try:
+            status = current_status(obj.workspace)
+        except DreamflowError as exc:
+            fail(exc, as_json)
+        if as_json:
+            click.echo(json.dumps(status, indent=2, ensure_ascii=False, default=str))
+        else:
+            click.echo(format_status(status, verbose))
+
+    @cli.command("turn")
+    @click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
+    @click.option("--messages", default=None, metavar="JSON",
+                  help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
+    @click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
+    @click.option("--turn-id", default=None, help=PARAM_HELP["turn_id"])
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+    @click.pass_obj
+    def turn_command(obj, session_id: str, messages: str | None, compact: bool, turn_id: str | None,
+                     as_json: bool) -> None:
+        """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
+
+        The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
+        counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
+        when the service does.
+        """
+        from dreamflow.cli import fail
+        from storage.errors import InvalidInput
+
+        try:
+            text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
+            parsed = _parse_messages(text, compact)
+            result = record_turn(obj.workspace, session_id, parsed, compact, turn_id)
+        except json.JSONDecodeError as exc:
+            fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
+        except DreamflowError as exc:
+            fail(exc, as_json)
+        if as_json:
+            click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        else:
+            click.echo(format_turn(result))
+
+
+def _parse_messages(text: str, compact: bool) -> list[dict]:
+    if not text.strip():
+        return []
+    value = json.loads(text)
+    return [value] if isinstance(value, dict) else value
+
+
+def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False,
+                turn_id: str | None = None) -> dict:
+    """Record a turn through the running service, or in this process (counted; the run waits for the service);
+    `turn_id` as in `engine.turns.record_turn`."""
+    from engine.client import connect, local_memory
+    from engine.turns import TurnCounter
+    from engine.turns import record_turn as record
+    from tasks.dialog import append_messages
+
+    remote = connect(workspace)
+    if remote is not None:
+        return remote.turn(session_id, messages, compact, turn_id)
+    memory = local_memory(workspace)
+    counter = TurnCounter(memory.ws, Settings().turns_per_summary)
+    return record(counter, lambda s, m: append_messages(memory, s, m), None, session_id, messages, compact, turn_id)
+
+
+def current_status(workspace: Path) -> dict:
+    """The running service's status, or what can be known without it (index, turn counters)."""
+    from engine.client import connect, local_memory
+    from engine.turns import TurnCounter
+    from tasks import checkpoints, usage
+
+    remote = connect(workspace)
+    if remote is not None:
+        return {"running": True, **remote.status()}
+    memory = local_memory(workspace)
+    dream = checkpoints.load(memory.ws, "dream").get("last_run")  # what the last dream recorded (any process)
+    warning = llm_warning(Settings(), "in this shell (jobs run here without the service)")
+    return {
+        "running": False,
+        "service": {"workspace": str(memory.ws.root)},
+        "last_dream": dream and {"start_time": dream.get("at"), "state": (
+            f"of {dream.get('date')}: {dream.get('units', 0)} units, {dream.get('failed', 0)} failed")},
+        "index": memory.index_stats(),
+        "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
+        "usage": usage.summary(str(memory.ws.root)),
+        "warnings": [warning] if warning else [],
+        "logs": str(dreamflow_home() / "logs"),
+    }
+
+
+def format_status(status: dict, verbose: bool = False) -> str:
+    """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
+    svc, index = status.get("service", {}), status.get("index", {})
+    lines = [f"Workspace   {svc.get('workspace')}"]
+    if not status.get("running"):
+        lines.append("Service     not running (start it with `dreamflow start`)")
+    else:
+        lines.append(f"Service     running for {_duration(svc.get('uptime_s') or 0)}"
+                     + (f", pid {svc.get('pid')}" if verbose else ""))
+        lines.append(f"API         {svc.get('url')}   (docs: {svc.get('url')}/docs)")
+        lines.append(f"Prefect UI  {svc.get('ui')}")
+        children = status.get("children", [])
+        trouble = [c for c in children if not c["running"] or c["restarts"]]
+        if verbose or trouble:
+            for child in children if verbose else trouble:
+                state = "running" if child["running"] else "STOPPED"
+                lines.append(f"  {child['name']:<14} {state}, {child['restarts']} restart(s)"
+                             + (f", pid {child['pid']}, log {child['log']}" if verbose or trouble else ""))
+    for warning in status.get("warnings", []):
+        lines.append(f"Warning     {warning}")
+    if status.get("logs"):
+        lines.append(f"Logs        {status['logs']}" + ("   (a job run's log: in the Prefect UI)"
+                                                          if status.get("running") else ""))
+    if verbose:
+        lines.append("Index       " + ", ".join(f"{k} {v}" for k, v in index.items() if isinstance(v, (int, float))))
+    else:
+        text = f"{index.get('files', 0)} files, {index.get('chunks', 0)} chunks, {index.get('links', 0)} links"
+        if index.get("files_with_errors"):
+            text += f", {index['files_with_errors']} files could not be parsed (indexed as text)"
+        lines.append(f"Index       {text}")
+    vectors = status.get("vectors")
+    if vectors and vectors.get("configured"):
+        lines.append(f"Vectors     {vectors.get('embedded', 0)} of {vectors.get('texts', 0)} chunk texts embedded "
+                     f"({vectors['configured']})" + (f"; error: {vectors['error']}" if vectors.get("error") else ""))
+    if "last_dream" in status:
+        dream = status["last_dream"]
+        lines.append(f"Last dream  {dream['start_time']} ({dream['state']})" if dream else "Last dream  none yet")
+    if status.get("next_dream"):
+        lines.append(f"Next dream  {status['next_dream']['expected_start_time']}")
+    sessions = status.get("turns", {}).get("sessions", {})
+    waiting = {s: e["pending"] for s, e in sessions.items() if e.get("pending")}
+    lines.append(f"Turns       {sum(waiting.values())} turn(s) waiting for a summary"
+                 + (f" in {len(waiting)} session(s)" if waiting else "")
+                 + (f"; {len(sessions)} session(s) counted" if verbose else ""))
+    spent = status.get("usage")
+    if spent and spent["runs"]:
+        total = spent["total"]
+        lines.append(f"LLM usage   last {len(spent['runs'])} run(s): {total['calls']} calls, "
+                     f"{total['total_tokens']} tokens, {total['seconds']} s in calls")
+        for run in spent["runs"][:5]:
+            lines.append(f"  {run['at']}  {run['job']:<14} {run['calls']} calls, {run['total_tokens']} tokens, "
+                         f"{run['seconds']} s")
+    for run in status.get("active_runs", []):
+        lines.append(f"Running     {run['deployment']} run {run['name']}: {run['state']}")
+    if status.get("prefect_error"):
+        lines.append(f"Prefect     unavailable: {status['prefect_error']}")
+    if verbose and status.get("running"):
+        lines.append(f"Prefect API {svc.get('prefect_api')}")
+        if "watcher" in status:
+            lines.append(f"Watcher     {'idle' if status['watcher'].get('idle') else 'busy'}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def format_turn(result: dict) -> str:
+    """People's view of a recorded turn."""
+    text = (f"Recorded {result['appended']} message(s) for session {result['session_id']} "
+            f"(turn {result['turns']}; {result['pending']} waiting, auto_memory every {result['every']})")
+    if result.get("launched"):
+        text += f"\nauto_memory run started: {result['launched']}"
+        if result.get("ui_url"):
+            text += f"\nfollow it in the Prefect UI: {result['ui_url']}"
+    if result.get("launch_error"):
+        text += f"\nauto_memory could not start ({result['launch_error']}); the next turn retries"
+    if result.get("waiting"):
+        text += f"\n{result['waiting']}"
+    return text
