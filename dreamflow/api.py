@@ -39,7 +39,7 @@ from dreamflow import __version__
 from dreamflow.access import Access, grant_of, workspace_of
 from dreamflow.http_guard import RequestGuard, allowed_hosts
 from engine import ops, scoped
-from engine.grants import Tokens
+from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
 from storage.errors import DreamflowError, InvalidInput, NotFound
 
@@ -151,7 +151,7 @@ class SingleWorkspace:
 
     def memory(self, name: str):
         if name != self.default_name:
-            raise NotFound(f"no workspace {name!r}")
+            raise NotFound(UNKNOWN_WORKSPACE)
         return self._memory
 
     def reads(self, name: str) -> list[str]:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.client import SERVICE_FILE
+from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import UNREGISTERED, Entry, Registry
 from engine.settings import Settings
 from storage.errors import DreamflowError, NotFound
@@ -142,7 +143,7 @@ class Hosts:
         try:
             return self.hosted[name]
         except KeyError:
-            raise NotFound(f"no workspace {name!r}") from None
+            raise NotFound(UNKNOWN_WORKSPACE) from None
 
     def memory(self, name: str):
         hosted = self.get(name)

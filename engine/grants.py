@@ -22,6 +22,8 @@ from storage.errors import DreamflowError, InvalidInput, NotFound
 
 FILE = "tokens.json"
 ADMIN_FILE = "admin-token"
+# what naming a workspace that does not exist, or one the caller may not use, answers (the same, naming nothing)
+UNKNOWN_WORKSPACE = "no such workspace (`workspaces` lists the ones you may use)"
 PREFIX = "dft_"  # tokens look like dft_<43 url-safe characters>, so a leaked one is easy to recognise
 
 
@@ -51,7 +53,7 @@ class Grant:
         """NotFound for a workspace outside the grant (the same answer as for one that does not exist);
         Forbidden for a write with a read-only grant."""
         if not self.sees(workspace):
-            raise NotFound(f"no workspace {workspace!r}")
+            raise NotFound(UNKNOWN_WORKSPACE)
         if writes and self.read_only:
             raise Forbidden(f"this token ({self.name}) may only read workspace {workspace!r}")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.grants import Grant
+from engine.grants import UNKNOWN_WORKSPACE, Grant
 from storage.errors import NotFound
 
 def default_for(catalog, grant: Grant) -> str:
@@ -34,7 +34,7 @@ def open_scoped(catalog, grant: Grant, name: str | None, writes: bool):
     name = name or default_for(catalog, grant)
     grant.check(name, writes)
     if not catalog.serves(name):
-        raise NotFound(f"no workspace {name!r}")
+        raise NotFound(UNKNOWN_WORKSPACE)
     return name, catalog.memory(name)
 
 
@@ -74,11 +74,11 @@ def search_across(catalog, grant: Grant, name: str | None, op_name: str, args: d
         for other in names:
             grant.check(other, False)
             if not catalog.serves(other):
-                raise NotFound(f"no workspace {other!r}")
+                raise NotFound(UNKNOWN_WORKSPACE)
     else:
         grant.check(name, False)
         if not catalog.serves(name):
-            raise NotFound(f"no workspace {name!r}")
+            raise NotFound(UNKNOWN_WORKSPACE)
         names = [name] + [r for r in catalog.reads(name) if r != name and grant.sees(r) and catalog.serves(r)]
     limit = args.get("limit", 10 if op_name == "search" else 20)
     hits: list[dict] = []

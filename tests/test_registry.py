@@ -1,0 +1,184 @@
+"""Named workspaces without the service: the registry and its commands, `--workspace NAME`, declared sharing in
+search, tokens, the Claude Code hook picking the workspace by the session's folder, and Dreamflow's own folder
+never being a workspace (engine/registry.py, engine/scoped.py, engine/grants.py)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from service_harness import DREAMFLOW
+from test_hooks import FIXTURE, SESSION, dialog
+
+from engine.registry import Registry, resolve
+from storage.errors import InvalidInput
+
+
+def run(*args, env: dict, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([DREAMFLOW, *args], capture_output=True, text=True, timeout=60, env=env, cwd=cwd,
+                          input=stdin)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """An environment with its own Dreamflow folder (registry, tokens) and no workspace set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE", "DREAMFLOW_API_TOKEN")}
+    env.update(DREAMFLOW_HOME=str(tmp_path / "home"), DREAMFLOW_EMBEDDER="none")
+    return env
+
+
+def registered(tmp_path, env) -> dict[str, Path]:
+    """personal, web (reads personal, sessions under src/web) and api, each with a note of its own."""
+    folders = {name: tmp_path / name for name in ("personal", "web", "api")}
+    assert run("workspace", "add", "personal", str(folders["personal"]), "--default", env=env).returncode == 0
+    assert run("workspace", "add", "web", str(folders["web"]), "--reads", "personal",
+               "--folder", str(tmp_path / "src/web"), env=env).returncode == 0
+    assert run("workspace", "add", "api", str(folders["api"]), env=env).returncode == 0
+    notes = {"personal": "I take my coffee as an oat flat white.",
+             "web": "The web app builds with vite; the coffee machine is in room 4.",
+             "api": "The api answers in 40 ms; coffee orders go through it."}
+    for name, text in notes.items():
+        done = run("--workspace", name, "write", f"digest/wiki/{name}-note.md", "--content", text, env=env)
+        assert done.returncode == 0, done.stderr
+    return folders
+
+
+def hits(done: subprocess.CompletedProcess) -> list[tuple[str, str]]:
+    assert done.returncode == 0, done.stderr
+    return [(h["workspace"], h["path"]) for h in json.loads(done.stdout)]
+
+
+def test_registry_commands_name_folders_and_remove_never_deletes_files(tmp_path, home):
+    folders = registered(tmp_path, home)
+    listed = json.loads(run("workspace", "list", "--json", env=home).stdout)
+    assert [(w["name"], w["path"], w["default"]) for w in listed] == [
+        ("api", str(folders["api"]), False), ("personal", str(folders["personal"]), True),
+        ("web", str(folders["web"]), False)]
+    text = (tmp_path / "home/workspaces.yaml").read_text()
+    assert "reads:\n    - personal" in text or "reads: [personal]" in text, text  # a file people can edit
+
+    gone = run("workspace", "remove", "web", "--json", env=home)
+    assert gone.returncode == 0 and json.loads(gone.stdout)["removed"] == "web"
+    assert (folders["web"] / "digest/wiki/web-note.md").is_file(), "remove must never delete a workspace's files"
+    assert [w["name"] for w in json.loads(run("workspace", "list", "--json", env=home).stdout)] == ["api", "personal"]
+
+
+def test_overlapping_folders_and_bad_names_are_refused(tmp_path, home):
+    registered(tmp_path, home)
+    for args, why in [(["inner", str(tmp_path / "web/sub")], "overlaps workspace 'web'"),
+                      (["outer", str(tmp_path)], "overlap"),
+                      (["state", str(tmp_path / "home/x")], "Dreamflow's own folder"),
+                      (["Bad Name", str(tmp_path / "x")], "must be 1-63 lower-case"),
+                      (["loop", str(tmp_path / "loop"), "--reads", "nobody"], "no workspace 'nobody'")]:
+        done = run("workspace", "add", *args, env=home)
+        assert done.returncode != 0 and why in " ".join(done.stderr.split()), (args, done.stderr)
+    assert len(Registry.load(tmp_path / "home/workspaces.yaml").entries) == 3
+
+
+def test_a_hand_edited_registry_is_read_and_a_broken_one_is_a_clear_error(tmp_path, home):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/workspaces.yaml").write_text(
+        f"default: notes\nworkspaces:\n  notes: {tmp_path / 'notes'}\n"
+        f"  work:\n    path: {tmp_path / 'work'}\n    reads: [notes]\n    timezone: Europe/Lisbon\n")
+    registry = Registry.load(tmp_path / "home/workspaces.yaml")
+    assert registry.default == "notes" and registry.entries["work"].reads == ["notes"]
+    assert registry.entries["work"].settings == {"timezone": "Europe/Lisbon"}
+    assert run("write", "digest/a.md", "--content", "default goes to notes", env=home).returncode == 0
+    assert (tmp_path / "notes/digest/a.md").is_file()
+
+    (tmp_path / "home/workspaces.yaml").write_text("workspaces:\n  notes:\n    path: /x\n    colour: red\n")
+    done = run("list", env=home)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == InvalidInput.exit_code and "unknown keys colour" in said and "Traceback" not in said
+
+
+def test_workspace_by_name_by_folder_by_cwd_and_by_environment(tmp_path, home):
+    folders = registered(tmp_path, home)
+    registry = Registry.load(tmp_path / "home/workspaces.yaml")
+    assert resolve("web", registry=registry) == ("web", folders["web"])
+    assert resolve(str(folders["api"]), registry=registry) == ("api", folders["api"])  # a registered folder
+    assert resolve(str(tmp_path / "loose"), registry=registry) == ("default", tmp_path / "loose")
+    (tmp_path / "src/web/pkg").mkdir(parents=True)
+    assert resolve(None, cwd=tmp_path / "src/web/pkg", registry=registry) == ("web", folders["web"])
+    assert resolve(None, cwd=tmp_path, registry=registry) == ("personal", folders["personal"])  # the default
+
+    here = run("read", "digest/wiki/web-note.md", "--json", env=home, cwd=tmp_path / "src/web/pkg")
+    assert here.returncode == 0 and "vite" in json.loads(here.stdout)["content"]
+    named = run("read", "digest/wiki/api-note.md", "--json", env={**home, "DREAMFLOW_WORKSPACE": "api"})
+    assert named.returncode == 0 and "40 ms" in json.loads(named.stdout)["content"]
+
+
+def test_searches_read_declared_workspaces_and_nothing_else(tmp_path, home):
+    registered(tmp_path, home)
+    # web declares it reads personal: its searches find both, each hit naming its workspace, never api's
+    assert sorted(hits(run("--workspace", "web", "search", "coffee", "--json", env=home))) == [
+        ("personal", "digest/wiki/personal-note.md"), ("web", "digest/wiki/web-note.md")]
+    # personal reads nothing: only its own
+    assert hits(run("--workspace", "personal", "search", "coffee", "--json", env=home)) == [
+        ("personal", "digest/wiki/personal-note.md")]
+    # on purpose: several named at once, merged by score; the limit holds across them
+    chosen = hits(run("--workspace", "web", "search", "coffee", "--workspaces", "api", "--workspaces", "web",
+                      "--json", env=home))
+    assert sorted(chosen) == [("api", "digest/wiki/api-note.md"), ("web", "digest/wiki/web-note.md")]
+    assert len(hits(run("search", "coffee", "--workspaces", "api", "--workspaces", "web", "--workspaces",
+                        "personal", "--limit", "2", "--json", env=home))) == 2
+    unknown = run("search", "coffee", "--workspaces", "nope", "--json", env=home)
+    assert unknown.returncode == 3 and json.loads(unknown.stdout)["error"]["type"] == "NotFound"
+    # writes go to exactly one workspace
+    assert run("--workspace", "web", "write", "digest/wiki/new.md", "--content", "x", env=home).returncode == 0
+    assert (tmp_path / "web/digest/wiki/new.md").is_file() and not (tmp_path / "personal/digest/wiki/new.md").exists()
+
+
+def test_tokens_are_printed_once_stored_as_hashes_and_revocable(tmp_path, home):
+    registered(tmp_path, home)
+    made = run("token", "create", "--name", "laptop", "--workspace", "web", "--read-only", "--json", env=home)
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(made.stdout)["token"]
+    stored = (tmp_path / "home/tokens.json").read_text()
+    assert secret not in stored and "laptop" in stored
+    assert oct((tmp_path / "home/tokens.json").stat().st_mode & 0o777) == "0o600"
+    admin = tmp_path / "home/admin-token"  # without DREAMFLOW_API_TOKEN this machine's CLI gets an admin token
+    assert admin.is_file() and oct(admin.stat().st_mode & 0o777) == "0o600"
+    listed = json.loads(run("token", "list", "--json", env=home).stdout)
+    assert listed == [{"name": "laptop", "workspaces": ["web"], "read_only": True, "created": listed[0]["created"]}]
+    assert run("token", "create", "--name", "x", "--workspace", "nope", env=home).returncode == 3
+    assert run("token", "revoke", "laptop", env=home).returncode == 0
+    assert json.loads(run("token", "list", "--json", env=home).stdout) == []
+
+
+def test_the_hook_sends_each_repository_session_to_its_workspace(tmp_path, home):
+    folders = registered(tmp_path, home)
+    (tmp_path / "src/web").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    for session, cwd in (("web-session", tmp_path / "src/web"), ("other-session", tmp_path / "elsewhere")):
+        transcript = tmp_path / f"{session}.jsonl"
+        transcript.write_text(FIXTURE.read_text().replace(SESSION, session).replace("/home/ana/trip-planner", str(cwd)))
+        payload = {"session_id": session, "transcript_path": str(transcript), "cwd": str(cwd),
+                   "hook_event_name": "Stop"}
+        done = run("hook", "claude-code", "--verbose", env=home, cwd=tmp_path, stdin=json.dumps(payload))
+        assert done.returncode == 0 and "message(s)" in done.stderr, done.stderr
+    assert dialog(folders["web"], "web-session") and not dialog(folders["personal"], "web-session")
+    assert dialog(folders["personal"], "other-session") and not dialog(folders["web"], "other-session")
+    assert not dialog(folders["api"], "web-session") and not dialog(folders["api"], "other-session")
+
+
+def test_dreamflow_home_and_a_workspace_never_share_a_folder(tmp_path, home, monkeypatch):
+    # a new user in their home folder: the default workspace ./.dreamflow is not where Dreamflow keeps Prefect
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {k: v for k, v in home.items() if k not in ("DREAMFLOW_HOME", "XDG_STATE_HOME")}
+    env["HOME"] = str(user)
+    done = run("write", "daily/2024-01-01/a.md", "--content", "hello", env=env, cwd=user)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(run("status", "--json", env=env, cwd=user).stdout)
+    assert status["service"]["workspace"] == str(user / ".dreamflow")
+    assert not status["logs"].startswith(str(user / ".dreamflow"))
+    # an explicit overlap is refused with a clear error, before anything is indexed
+    clash = {**env, "DREAMFLOW_HOME": str(user / ".dreamflow")}
+    refused = run("search", "server", env=clash, cwd=user)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == InvalidInput.exit_code and "overlap" in said and "DREAMFLOW_HOME" in said, said
+    monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "w/state"))
+    with pytest.raises(InvalidInput, match="overlap"):
+        resolve(str(tmp_path / "w"))
