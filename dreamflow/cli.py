@@ -66,7 +66,11 @@ class CliContext:
         return open_memory(self.workspace)
 
     def across(self, op: ops.Op, kwargs: dict[str, Any]):
-        """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`)."""
+        """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`): the
+        running service decides what the caller's token may read; without one, this machine's registry."""
+        memory = self.memory()
+        if getattr(memory, "workspace", None) is not None:  # a RemoteMemory: the service resolves the rest
+            return getattr(memory, op.method_name)(**kwargs)
         from engine import scoped
         from engine.grants import ADMIN
 

@@ -1,0 +1,268 @@
+"""Hard boundaries between workspaces on the real service: 3 workspaces x 4 tokens (admin, one read-write, one
+read-only, one granting two) x every HTTP route, every MCP tool and resource, job start and status, and the CLI
+through the service. Each call is allowed or denied exactly as granted, and a scan of every answer finds no
+name, folder, file or text of a workspace the token does not grant. Declared sharing (alpha reads gamma)
+returns hits of the shared workspace only to a token that also grants it."""
+
+import json
+import os
+import subprocess
+
+import anyio
+import httpx
+import pytest
+from service_harness import DREAMFLOW, RunningService
+
+from engine import ops
+from engine.grants import UNKNOWN_WORKSPACE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+ADMIN = "admin-secret-for-isolation"
+NAMES = ("wsalpha1", "wsbeta2", "wsgamma3")
+MARK = {"wsalpha1": "quokkaalpha", "wsbeta2": "quokkabeta", "wsgamma3": "quokkagamma"}
+QUERY = "lives here"  # in every workspace's page: a hit shows which workspaces a search read
+# token -> (workspaces it grants, read-only)
+TOKENS = {"admin": (set(NAMES), False), "a": ({"wsalpha1"}, False), "b": ({"wsbeta2"}, True),
+          "ab": ({"wsalpha1", "wsbeta2"}, False)}
+
+# Arguments of every operation, per caller (`{m}` a page of the workspace, `{t}` the token's scratch name).
+ARGS = {
+    "read": {"path": "digest/wiki/{m}-page.md"},
+    "write": {"path": "daily/2024-01-01/{t}.md", "content": "scratch"},
+    "create": {"path": "daily/2024-01-02/{t}.md", "content": "scratch"},
+    "edit": {"path": "daily/2024-01-01/{t}.md", "old": "scratch", "new": "scratch", "replace_all": True},
+    "append": {"path": "daily/2024-01-01/{t}.md", "content": "more"},
+    "prepend": {"path": "daily/2024-01-01/{t}.md", "content": "before"},
+    "delete": {"path": "daily/2024-01-02/{t}.md"},
+    "move": {"src": "daily/2024-01-03/{t}-none.md", "dst": "daily/2024-01-03/{t}-moved.md"},
+    "stat": {"path": "digest/wiki/{m}-page.md"},
+    "list": {"prefix": "digest"},
+    "frontmatter_get": {"path": "digest/wiki/{m}-page.md"},
+    "frontmatter_update": {"path": "daily/2024-01-01/{t}.md", "metadata": {"seen": 1}},
+    "frontmatter_delete_keys": {"path": "daily/2024-01-01/{t}.md", "keys": ["seen"]},
+    "tags": {},
+    "daily_list": {},
+    "daily_reindex": {"date": "2024-01-01"},
+    "search": {"query": QUERY},
+    "recall": {"query": QUERY, "session": "iso-{t}"},
+    "node_search": {"query": QUERY},
+    "traverse": {"paths": ["digest/wiki/{m}-page.md"]},
+    "doctor": {},
+    "doctor_fix": {},
+    "relink": {"target": "digest/none.md", "new_target": "digest/none2.md"},
+    "reindex": {},
+    "reconcile": {},
+    "index_stats": {},
+    "optimize": {},
+}
+
+
+def args_for(op: str, workspace: str, token: str) -> dict:
+    text = json.dumps(ARGS[op]).replace("{m}", MARK[workspace]).replace("{t}", f"scratch-{token}")
+    return json.loads(text)
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory):
+    """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders)."""
+    root = tmp_path_factory.mktemp("isolation")
+    env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE",)}
+    env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none", DREAMFLOW_API_TOKEN=ADMIN)
+    folders = {"wsgamma3": root / "gamma-store", "wsbeta2": root / "beta-store", "wsalpha1": root / "ws"}
+    for name, folder in folders.items():
+        extra = ["--reads", "wsgamma3"] if name == "wsalpha1" else []
+        assert subprocess.run([DREAMFLOW, "workspace", "add", name, str(folder), *extra], env=env,
+                              capture_output=True).returncode == 0
+        page = folder / f"digest/wiki/{MARK[name]}-page.md"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
+    secrets = {"admin": ADMIN}
+    for token, (granted, read_only) in TOKENS.items():
+        if token == "admin":
+            continue
+        made = subprocess.run([DREAMFLOW, "token", "create", "--name", f"tok-{token}", "--json",
+                               *[f"--workspace={w}" for w in sorted(granted)], *(["--read-only"] * read_only)],
+                              env=env, capture_output=True, text=True)
+        secrets[token] = json.loads(made.stdout)["token"]
+    service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
+    try:
+        yield service, secrets, folders
+    finally:
+        service.stop()
+
+
+def forbidden_strings(token: str, folders: dict) -> list[str]:
+    """Everything that would betray a workspace the token does not grant."""
+    found = []
+    for name in NAMES:
+        if name not in TOKENS[token][0]:
+            found += [name, str(folders[name]), MARK[name]]
+    return found
+
+
+def expect(token: str, workspace: str, writes: bool) -> str:
+    granted, read_only = TOKENS[token]
+    if workspace not in granted:
+        return "hidden"
+    return "refused" if writes and read_only else "allowed"
+
+
+def outcome(status: int, body) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    if status == 404 and error and error.get("message") == UNKNOWN_WORKSPACE:
+        return "hidden"
+    if status == 403 and error and error.get("type") == "Forbidden":
+        return "refused"
+    assert status != 401, body
+    return "allowed"
+
+
+class Checker:
+    """Collects every answer a token got and fails on any forbidden string in any of them."""
+
+    def __init__(self, token: str, folders: dict):
+        self.token, self.bad, self.answers = token, forbidden_strings(token, folders), 0
+
+    def scan(self, what: str, text: str) -> None:
+        self.answers += 1
+        leaked = [s for s in self.bad if s in text]
+        assert not leaked, f"{what} answered token {self.token} with {leaked}: {text[:500]}"
+
+
+def test_every_http_route_allows_hides_or_refuses_exactly_as_granted(isolated):
+    service, secrets, folders = isolated
+    runs = {name: httpx.post(f"{service.url}/workspaces/{name}/flows/reindex", json={}, headers=service.headers,
+                             timeout=60).json()["id"] for name in NAMES}
+    for token in TOKENS:
+        check = Checker(token, folders)
+        client = httpx.Client(base_url=service.url, timeout=60, headers={"Authorization": f"Bearer {secrets[token]}"})
+        with client:
+            for name in NAMES:
+                base = f"/workspaces/{name}"
+                for op in ops.OPS:
+                    if op.host_paths:
+                        continue
+                    resp = client.post(f"{base}/ops/{op.name}", json=args_for(op.name, name, token))
+                    check.scan(f"{op.name} on {name}", resp.text)
+                    assert outcome(resp.status_code, resp.json()) == expect(token, name, op.writes), \
+                        (token, name, op.name, resp.status_code, resp.text[:300])
+                calls = [
+                    ("POST", "/ops/upload", {"content": "aGVsbG8=", "name": f"up-{token}.txt", "overwrite": True}, True),
+                    ("POST", "/ops/download", {"path": f"digest/wiki/{MARK[name]}-page.md"}, False),
+                    ("POST", "/turn", {"session_id": f"iso-{token}", "messages": [{"role": "user", "content": "hi"}]},
+                     True),
+                    ("GET", "/status", None, False),
+                    ("POST", "/proactive", {}, False),
+                    ("POST", "/flows/reindex", {}, True),
+                ]
+                for method, path, body, writes in calls:
+                    resp = client.request(method, base + path, json=body)
+                    check.scan(f"{path} on {name}", resp.text)
+                    parsed = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+                    assert outcome(resp.status_code, parsed) == expect(token, name, writes), \
+                        (token, name, path, resp.status_code, resp.text[:300])
+                for path in (f"/flows/runs/{runs[name]}", f"/flows/runs/{runs[name]}/logs"):
+                    resp = client.get(path)
+                    check.scan(path, resp.text)
+                    visible = name in TOKENS[token][0]
+                    assert (resp.status_code == 200) == visible, (token, name, path, resp.status_code, resp.text)
+                    if not visible:
+                        assert resp.json()["error"]["message"] == f"no flow run {runs[name]}"
+            for path in ("/health", "/workspaces", "/status", "/openapi.json"):
+                resp = client.get(path)
+                check.scan(path, resp.text)
+                assert resp.status_code == 200, (token, path, resp.text)
+            listed = {w["name"] for w in client.get("/workspaces").json()}
+            assert listed == TOKENS[token][0]
+            # unscoped: the default workspace (alpha) when granted, else the token's first
+            search = client.post("/ops/search", json={"query": QUERY}).json()
+            check.scan("/ops/search", json.dumps(search))
+            shared = {"wsalpha1", "wsgamma3"} if token == "admin" else ({"wsalpha1"} & TOKENS[token][0] or {"wsbeta2"})
+            assert {hit["workspace"] for hit in search} == shared, (token, search)
+        assert check.answers == 3 * (sum(not op.host_paths for op in ops.OPS) + 8) + 5  # nothing skipped
+
+
+def test_unknown_and_missing_tokens_are_refused_and_prefect_stays_behind_the_admin(isolated):
+    service, secrets, _ = isolated
+    for headers in ({}, {"Authorization": "Bearer dft_not-a-token"}, {"Authorization": "Basic abc"}):
+        for path in ("/health", "/workspaces/wsalpha1/ops/list", "/mcp"):
+            resp = httpx.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={})
+            assert resp.status_code == 401, (path, headers, resp.text)
+            assert "wsalpha1" not in resp.text and "quokka" not in resp.text
+    for token in ("a", "b", "ab"):  # a workspace token is no Prefect credential
+        resp = httpx.get(f"{service.prefect_api}/flows/", auth=("dreamflow", secrets[token]), timeout=20)
+        assert resp.status_code == 401, "Prefect's API must stay behind the admin credentials"
+
+
+async def _mcp_calls(url: str, secret: str, token: str, folders: dict) -> int:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    check = Checker(token, folders)
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                listed = await session.call_tool("workspaces", {})
+                check.scan("workspaces", listed.content[0].text)
+                rows = listed.structured_content
+                rows = rows["results"] if isinstance(rows, dict) else rows  # a list, wrapped for older protocols
+                assert {w["name"] for w in rows} == TOKENS[token][0]
+                for name in NAMES:
+                    for tool, tool_args in [*((op.name, args_for(op.name, name, token)) for op in ops.OPS
+                                              if op.name in tools),
+                                            ("turn", {"session_id": f"mcp-{token}"}),
+                                            ("dream", {}), ("auto_memory", {"session_id": f"mcp-{token}"})]:
+                        result = await session.call_tool(tool, {**tool_args, "workspace": name})
+                        text = result.content[0].text
+                        check.scan(f"{tool} on {name}", text + json.dumps(result.structured_content))
+                        writes = not tools[tool].annotations.read_only_hint
+                        if result.is_error and text == UNKNOWN_WORKSPACE:
+                            got = "hidden"
+                        elif result.is_error and "may only read" in text:
+                            got = "refused"
+                        else:
+                            got = "allowed"
+                        assert got == expect(token, name, writes), (token, name, tool, text[:300])
+                    for uri in (f"dreamflow://digest/wiki/{MARK[name]}-page.md?workspace={name}",):
+                        try:
+                            page = await session.read_resource(uri)
+                        except Exception as exc:  # the SDK raises the server's error
+                            check.scan(uri, str(exc))
+                            assert name not in TOKENS[token][0] and UNKNOWN_WORKSPACE in str(exc), (token, exc)
+                        else:
+                            check.scan(uri, page.contents[0].text)
+                            assert name in TOKENS[token][0] and MARK[name] in page.contents[0].text
+                resources = await session.list_resources()
+                check.scan("resources/list", json.dumps([str(r.uri) for r in resources.resources]))
+                templates = await session.list_resource_templates()
+                check.scan("resources/templates/list", templates.model_dump_json())
+    return check.answers
+
+
+def test_every_mcp_tool_and_resource_allows_hides_or_refuses_exactly_as_granted(isolated):
+    service, secrets, folders = isolated
+    for token in TOKENS:
+        answers = anyio.run(_mcp_calls, f"{service.url}/mcp", secrets[token], token, folders)
+        assert answers > 3 * 20
+
+
+def test_the_cli_through_the_service_sees_only_what_its_token_grants(isolated):
+    service, secrets, folders = isolated
+    for token in ("a", "b"):
+        check = Checker(token, folders)
+        env = {**service.env, "DREAMFLOW_API_TOKEN": secrets[token]}
+        for name in NAMES:
+            for args, writes in ((["search", QUERY, "--json"], False),
+                                 (["write", f"daily/2024-02-01/cli-{token}.md", "--content", "x", "--json"], True)):
+                done = subprocess.run([DREAMFLOW, "--workspace", str(folders[name]), *args], env=env,
+                                      capture_output=True, text=True, timeout=60)
+                check.scan(f"cli {args[0]} on {name}", done.stdout + done.stderr)
+                body = json.loads(done.stdout)
+                want = expect(token, name, writes)
+                if want == "allowed":
+                    assert done.returncode == 0, (token, name, args, done.stdout)
+                else:
+                    assert body["error"]["type"] == ("NotFound" if want == "hidden" else "Forbidden"), body
