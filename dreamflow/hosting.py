@@ -249,7 +249,7 @@ class Hosts:
             while len(self._recent) > limit:
                 name, _ = self._recent.popitem(last=False)
                 if name in self.hosted:
-                    self.hosted[name].memory.db.close()  # reopened by its next call
+                    self.hosted[name].memory.db.release()  # reopened by its next call
 
     def _registry_stamp(self):
         try:

@@ -185,8 +185,20 @@ class IndexDB:
                 self._close()
 
     def hold(self) -> None:
-        """Keep the connection (and the lock) open between sessions from now on, until `close`."""
+        """Keep the connection (and the lock) open between sessions from now on, until `close` or `release`."""
         self._state.keep_open = True
+
+    def release(self) -> None:
+        """Stop keeping the connection open between sessions, without waiting: closed now when idle, else when
+        the running session ends (a long reindex never holds up whoever calls this)."""
+        state = self._state
+        state.keep_open = False
+        if state.thread_lock.acquire(blocking=False):
+            try:
+                if state.depth == 0 and not state.keep_open:
+                    self._close()
+            finally:
+                state.thread_lock.release()
 
     def add_cache(self, cache) -> None:
         """Call `cache.forget()` whenever this process re-creates the index (cached chunk ids are then stale)."""

@@ -1,0 +1,101 @@
+"""The workspaces one service serves (dreamflow/hosting.py), in this process: each its own index and watcher,
+at most `max_open_indexes` indexes open between calls, the registry re-read while running, one owner each."""
+
+import threading
+import time
+
+import pytest
+
+from dreamflow.hosting import Hosts, WorkspaceOwned
+from engine.registry import Registry
+from engine.settings import Settings
+from storage.db import IndexDB
+from storage.workspace import Workspace
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")
+    reg = Registry.load()
+    for i in range(4):
+        root = tmp_path / f"w{i}"
+        reg.add(f"w{i}", root)
+        page = root / "digest/wiki/page.md"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"# Page {i}\n\nmarker{i} is only in w{i}.\n")
+    reg.save()
+    return reg
+
+
+def open_count(hosts: Hosts) -> int:
+    return sum(h.memory.db._state.con is not None for h in hosts.hosted.values())
+
+
+def test_every_registered_workspace_is_served_with_at_most_the_cap_of_open_indexes(registry, tmp_path):
+    hosts = Hosts("w0", Settings(max_open_indexes=2), say=lambda text: None)
+    hosts.open(lambda name, paths: None)
+    try:
+        assert hosts.names() == ["w0", "w1", "w2", "w3"] and hosts.default_name == "w0"
+        for _ in range(2):
+            for i in range(4):
+                memory = hosts.memory(f"w{i}")
+                memory.reconcile()
+                assert [h["path"] for h in memory.search(f"marker{i}")] == ["digest/wiki/page.md"]
+                assert not any(memory.search(f"marker{j}") for j in range(4) if j != i)
+                assert open_count(hosts) <= 2
+        # a change on disk reaches its own index through the shared watcher
+        (tmp_path / "w3/daily/2024-01-01").mkdir(parents=True)
+        (tmp_path / "w3/daily/2024-01-01/new.md").write_text("# New\n\nfreshword lands in w3.\n")
+        deadline = time.monotonic() + 20
+        while not hosts.memory("w3").search("freshword") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert hosts.memory("w3").search("freshword") and not hosts.memory("w2").search("freshword")
+    finally:
+        hosts.close()
+
+
+def test_releasing_an_index_never_waits_for_its_running_session(registry, tmp_path):
+    db = IndexDB(Workspace(tmp_path / "w1"), keep_open=True)
+    inside, leave = threading.Event(), threading.Event()
+
+    def long_session():
+        with db.session():
+            inside.set()
+            leave.wait(10)
+
+    worker = threading.Thread(target=long_session)
+    worker.start()
+    inside.wait(10)
+    started = time.monotonic()
+    db.release()
+    assert time.monotonic() - started < 1, "release must not wait for a running session"
+    leave.set()
+    worker.join(10)
+    assert db._state.con is None, "the session's end closes what was released"
+
+
+def test_the_registry_is_re_read_while_serving_and_an_owned_workspace_is_left_alone(registry, tmp_path):
+    first = Hosts("w0", Settings(), say=lambda text: None, only=["w1"])
+    first.open(lambda name, paths: None)
+    said = []
+    second = Hosts("w2", Settings(), say=said.append)
+    try:
+        assert first.names() == ["w0", "w1"]
+        second.open(lambda name, paths: None)
+        assert second.names() == ["w2", "w3"], "w0 and w1 are owned by the first"
+        assert any("another Dreamflow service owns" in line for line in said)
+        with pytest.raises(WorkspaceOwned):
+            Hosts("w1", Settings(), say=lambda text: None).open(lambda name, paths: None)
+
+        reg = Registry.load()
+        reg.add("w4", tmp_path / "w4")
+        reg.remove("w3")
+        time.sleep(0.01)
+        reg.save()
+        added = second.refresh()
+        assert [h.name for h in added] == ["w4"] and second.names() == ["w2", "w4"]
+        assert (tmp_path / "w3/digest/wiki/page.md").is_file(), "no longer served, never deleted"
+    finally:
+        second.close()
+        first.close()
