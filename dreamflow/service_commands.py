@@ -151,6 +151,9 @@ def format_status(status: dict, verbose: bool = False) -> str:
     """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
     svc, index = status.get("service", {}), status.get("index", {})
     lines = [f"Workspace   {svc.get('workspace')}"]
+    served = svc.get("workspaces") or {}
+    if len(served) > 1:
+        lines.append(f"Serving     {len(served)} workspaces: {', '.join(served)}")
     if not status.get("running"):
         lines.append("Service     not running (start it with `dreamflow start`)")
     else:
