@@ -85,7 +85,7 @@ class RunningService:
 
     @classmethod
     def start(cls, root: Path, llm=None, turns: int = 10, prefect_api: str | None = None, runner: bool = True,
-              token: str | None = None, env: dict | None = None, timeout: float = 150) -> RunningService:
+              token: str | None = None, env: dict | None = None, timeout: float = 300) -> RunningService:
         extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
         env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
                    DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1")
@@ -107,7 +107,7 @@ class RunningService:
         service.launch(timeout)
         return service
 
-    def launch(self, timeout: float = 150) -> None:
+    def launch(self, timeout: float = 300) -> None:
         """Start the process (again, after a stop or kill) and wait until it is ready."""
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
