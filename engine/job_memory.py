@@ -1,5 +1,7 @@
 """The memory jobs write through: every operation as usual, but a job (a flow task or an agent tool call)
-may put at most `DREAMFLOW_MAX_WRITE_CHARS` characters (default 100,000) into a card or node in one call.
+may put at most `DREAMFLOW_MAX_WRITE_CHARS` characters (default 100,000) into a card or node in one call, and
+its searches read its own workspace only (never the ones it declares it reads: a job links and cites within
+one workspace).
 
 LLM output is bounded twice: the LLM client caps reply tokens, and this caps what a job may write with it,
 so a runaway answer cannot leave a 30 MB card. A write over the cap is refused (`TooLarge`, nothing written):
@@ -45,6 +47,9 @@ class JobMemory:
 
     def __getattr__(self, name: str):
         attr = getattr(self.memory, name)
+        own = getattr(self.memory, "workspace", None)  # a RemoteMemory's workspace name
+        if own and name in ops.BY_NAME and ops.BY_NAME[name].across:
+            return lambda *args, **kwargs: attr(*args, **{"workspaces": [own], **kwargs})  # a job's own only
         if name not in TEXT_PARAMS:
             return attr
         names = [p.name for p in ops.parameters(ops.BY_NAME[name])]

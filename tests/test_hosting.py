@@ -99,3 +99,4 @@ def test_the_registry_is_re_read_while_serving_and_an_owned_workspace_is_left_al
     finally:
         second.close()
         first.close()
+

@@ -266,3 +266,13 @@ def test_the_cli_through_the_service_sees_only_what_its_token_grants(isolated):
                     assert done.returncode == 0, (token, name, args, done.stdout)
                 else:
                     assert body["error"]["type"] == ("NotFound" if want == "hidden" else "Forbidden"), body
+
+
+def test_jobs_search_their_own_workspace_only_while_agents_get_the_declared_sharing(isolated):
+    from engine.client import RemoteMemory
+    from engine.job_memory import JobMemory
+
+    service, _, _ = isolated
+    remote = RemoteMemory(service.url, token=ADMIN, workspace="wsalpha1")
+    assert {hit["workspace"] for hit in remote.search(QUERY)} == {"wsalpha1", "wsgamma3"}  # alpha reads gamma
+    assert {hit["workspace"] for hit in JobMemory(remote).search(QUERY)} == {"wsalpha1"}  # a job links within one
