@@ -160,8 +160,17 @@ class RemoteMemory:
         from storage.outside import save
 
         rel, data = self.download_content(path)
-        out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, self.root)
+        out = save(data, dest, rel.rsplit("/", 1)[-1], overwrite, self._served_root())
         return {"path": rel, "dest": str(out.resolve()), "bytes": len(data)}
+
+    def _served_root(self) -> Path | None:
+        """The workspace's folder (to keep downloads out of its metadata/): known from service.json, else what
+        the service tells an admin caller (`GET /workspaces`); None when it tells nothing."""
+        if self.root is None:
+            rows = self.request("GET", "/workspaces")
+            row = next((r for r in rows if (r["name"] == self.workspace if self.workspace else r["default"])), None)
+            self.root = Path(row["path"]) if row and row.get("path") else None
+        return self.root
 
     def download_content(self, path: str) -> tuple[str, bytes]:
         """(workspace path, bytes) of a file of the service's workspace, as `Memory.download_content`."""

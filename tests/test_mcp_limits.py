@@ -29,12 +29,15 @@ class MountServer(ThreadedServer):
         from starlette.applications import Starlette
         from starlette.routing import Route
 
+        from dreamflow.access import Access
         from dreamflow.mcp_server import HttpMount
         from dreamflow.mcp_targets import WorkspaceTarget
+        from engine.grants import Tokens
 
         self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
-        super().__init__(Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
-                                   lifespan=self.mount.lifespan))
+        app = Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
+                        lifespan=self.mount.lifespan)
+        super().__init__(Access(app, Tokens(None)))  # the grant every request carries, as in the service
         self.url += "/mcp"
 
 
