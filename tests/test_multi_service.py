@@ -4,7 +4,9 @@ registry, `--prefect-api URL --no-runner --serve NAME`, each with its own admin 
 each workspace's owning service over HTTP with one token granting both workspaces.
 
 Real processes on loopback: a Prefect server, two services, a worker and its flow-run subprocesses, the scripted
-LLM server.
+LLM server. Plus the fast checks of what such a set-up relies on: a deployment run that names no workspace is
+refused (never `./.dreamflow` of the worker's folder), and a service of another machine sharing a workspace folder
+is found through its service.json.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 from llm_server import json_reply, text_of
 from service_harness import PrefectServer, RunningService, stop_process, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = "2024-07-01"
@@ -58,6 +61,17 @@ def lock_holders(path: Path) -> set[int]:
     return holders
 
 
+def worker_deployments(folder: Path, workdir: Path) -> Path:
+    """prefect.yaml with only auto-dream's deployments (deploying all 13 takes minutes on a busy machine), their
+    flow runs working in `workdir`."""
+    config = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    config["deployments"] = [d for d in config["deployments"] if d["entrypoint"] == "flows.auto_dream.auto_dream"]
+    config["pull"][0]["prefect.deployments.steps.set_working_directory"]["directory"] = str(workdir)
+    path = folder / "prefect.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def prefect_cli(*args, env: dict, timeout: float = 180) -> str:
     done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -65,6 +79,7 @@ def prefect_cli(*args, env: dict, timeout: float = 180) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads who holds the index lock from /proc/locks")
 def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(tmp_path, llm_server, monkeypatch):
     started = time.monotonic()
@@ -83,12 +98,16 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
     worker_token = grants.create("worker", list(PLAN))
 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DREAMFLOW_"))}
+    # a user's shell at the project root, as docs/service.md says, without DREAMFLOW_WORKSPACE: two services
     shell = {**base, "PREFECT_API_URL": prefect.api, "PREFECT_HOME": str(tmp_path / "cli-prefect"),
-             "PWD": str(ROOT), "DO_NOT_TRACK": "1"}  # a user's shell at the project root, as docs/service.md says
+             "DREAMFLOW_TIMEZONE": "UTC", "DO_NOT_TRACK": "1"}
+    workdir = tmp_path / "worker-cwd"
+    workdir.mkdir()
 
     def deploy() -> None:
         prefect_cli("work-pool", "create", "dreamflow", "--type", "process", env=shell)
-        prefect_cli("--no-prompt", "deploy", "--all", env=shell)
+        prefect_cli("--no-prompt", "deploy", "--all", "--prefect-file", str(worker_deployments(tmp_path, workdir)),
+                    env=shell)
         print(f"deployed at {time.monotonic() - started:.1f} s")
 
     def service(name: str) -> RunningService:
@@ -126,9 +145,14 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
             stem, _, _, note, _ = PLAN[name]
             svc.memory.write(f"daily/{DAY}/{stem}.md", content=f"# {stem.title()}\n\n{note}\n")
             runs[name] = svc.memory.launch("auto_dream", {"date": DAY, "scan_days": 1})["id"]
+        # the nightly deployment as prefect.yaml declares it, deployed without DREAMFLOW_WORKSPACE: no workspace
+        alpha = services["alpha"]
+        nightly = alpha.prefect("POST", f"/deployments/{alpha.deployment('auto-dream/nightly')['id']}/create_flow_run",
+                                {})["id"]
 
         def finished():
             states = {name: services[name].memory.run_status(run) for name, run in runs.items()}
+            states["nightly"] = alpha.memory.run_status(nightly)
             return states if all(s["state_type"] in FINAL for s in states.values()) else None
 
         try:
@@ -136,6 +160,9 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
         except AssertionError:
             raise AssertionError(f"worker log:\n{worker_log.read_text(errors='replace')[-4000:]}") from None
 
+        assert states["nightly"]["state_type"] == "FAILED", states["nightly"]
+        assert "this run names no workspace" in states["nightly"]["message"], states["nightly"]
+        assert not list(workdir.iterdir()), "a run without a workspace made one in the worker's folder"
         for name, svc in services.items():
             other = next(n for n in PLAN if n != name)
             status = states[name]
@@ -160,3 +187,47 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
         for svc in services.values():
             svc.stop()
         prefect.stop()
+
+
+def test_a_deployment_run_naming_no_workspace_is_refused_not_given_the_workers_folder(tmp_path, monkeypatch):
+    from engine.registry import Registry
+    from storage.errors import InvalidInput
+    from tasks.context import workspace_root
+
+    monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "5f2ad41c-0000-4000-8000-000000000001")  # a worker's run
+    monkeypatch.setenv("DREAMFLOW_WORKSPACE", "")  # prefect.yaml's `{{ $DREAMFLOW_WORKSPACE }}`, deployed unset
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput, match="this run names no workspace"):
+        workspace_root(None)
+    assert not (tmp_path / ".dreamflow").exists()
+
+    registry = Registry.load()
+    registry.add("alpha", tmp_path / "alpha")
+    registry.save()
+    assert workspace_root("alpha") == str(tmp_path / "alpha")  # a name: what services launch
+    monkeypatch.setenv("DREAMFLOW_WORKSPACE", "alpha")
+    assert workspace_root(None) == str(tmp_path / "alpha")  # deployed with DREAMFLOW_WORKSPACE=alpha
+    monkeypatch.setenv("DREAMFLOW_WORKSPACE", "")
+    registry.default = "alpha"
+    registry.save()
+    assert workspace_root(None) == str(tmp_path / "alpha")  # the registry's default
+
+
+def test_a_service_of_another_machine_sharing_the_folder_is_found_by_its_service_file(tmp_path):
+    import json
+    import socket
+
+    from dreamflow.service import advertised_host
+    from engine.client import service_info
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process of this machine has
+    (tmp_path / "metadata").mkdir()
+    info = {"url": "http://memory-host:8420", "pid": gone.pid, "name": "alpha"}
+    for host, found in (("memory-host", True), (socket.gethostname(), False), (None, False)):
+        written = {**info, "host": host} if host else info  # no host: a file of an older service
+        (tmp_path / "metadata/service.json").write_text(json.dumps(written))
+        assert (service_info(tmp_path) is not None) is found, host
+    # a service on all interfaces gives clients this machine's name, not 0.0.0.0
+    assert advertised_host("0.0.0.0") == socket.gethostname() and advertised_host("127.0.0.1") == "127.0.0.1"
