@@ -104,40 +104,40 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
     workdir = tmp_path / "worker-cwd"
     workdir.mkdir()
 
-    def deploy() -> None:
+    worker_log = tmp_path / "worker.log"
+    worker_env = {**base, "PREFECT_API_URL": prefect.api, "PREFECT_HOME": str(tmp_path / "worker-prefect"),
+                  "PREFECT_WORKER_QUERY_SECONDS": "1", "DO_NOT_TRACK": "1",
+                  "DREAMFLOW_HOME": str(home), "DREAMFLOW_API_TOKEN": worker_token,
+                  "DREAMFLOW_LLM_BASE_URL": llm_server.base_url, "DREAMFLOW_LLM_MODEL": llm_server.model,
+                  "DREAMFLOW_LLM_API_KEY": "test-key", "DREAMFLOW_LLM_TIMEOUT": "20", "DREAMFLOW_LLM_MAX_RETRIES": "0",
+                  "DREAMFLOW_LOCK_TIMEOUT": "1"}  # a flow run opening an index itself would fail at once
+
+    def deploy_and_start_worker() -> subprocess.Popen:
+        prefect.wait()
         prefect_cli("work-pool", "create", "dreamflow", "--type", "process", env=shell)
         prefect_cli("--no-prompt", "deploy", "--all", "--prefect-file", str(worker_deployments(tmp_path, workdir)),
                     env=shell)
-        print(f"deployed at {time.monotonic() - started:.1f} s")
+        with open(worker_log, "ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", "dreamflow"],
+                                    cwd=ROOT, env=worker_env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
 
-    def service(name: str) -> RunningService:
+    def service(name: str) -> RunningService:  # waits for the Prefect server itself (it boots meanwhile)
         return RunningService.start(tmp_path / name, prefect_api=prefect.api, runner=False,
                                     token=f"admin-of-{name}", env={"DREAMFLOW_HOME": str(home)}, serve=(name,))
 
-    prefect.wait()
-    print(f"\nprefect up at {time.monotonic() - started:.1f} s")
     services: dict[str, RunningService] = {}
     worker = None
     try:
         with ThreadPoolExecutor(3) as pool:
-            deployed = pool.submit(deploy)
+            deployed = pool.submit(deploy_and_start_worker)
             futures = {name: pool.submit(service, name) for name in PLAN}
-            for name, future in futures.items():
-                services[name] = future.result()
-            deployed.result()
-        print(f"services up at {time.monotonic() - started:.1f} s")
-        worker_log = tmp_path / "worker.log"
-        with open(worker_log, "ab") as log:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "worker", "start", "--pool", "dreamflow"], cwd=ROOT, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT,
-                env={**base, "PREFECT_API_URL": prefect.api, "PREFECT_HOME": str(tmp_path / "worker-prefect"),
-                     "PREFECT_WORKER_QUERY_SECONDS": "1", "DO_NOT_TRACK": "1",
-                     "DREAMFLOW_HOME": str(home), "DREAMFLOW_API_TOKEN": worker_token,
-                     "DREAMFLOW_LLM_BASE_URL": llm_server.base_url, "DREAMFLOW_LLM_MODEL": llm_server.model,
-                     "DREAMFLOW_LLM_API_KEY": "test-key", "DREAMFLOW_LLM_TIMEOUT": "20",
-                     "DREAMFLOW_LLM_MAX_RETRIES": "0",
-                     "DREAMFLOW_LOCK_TIMEOUT": "1"})  # a flow run opening an index itself would fail at once
+        # all have finished: keep what started (so `finally` stops it), then raise what failed
+        services.update({name: f.result() for name, f in futures.items() if f.exception() is None})
+        worker = deployed.result() if deployed.exception() is None else None
+        for future in (deployed, *futures.values()):
+            future.result()
+        print(f"\nservices, deployments and worker up at {time.monotonic() - started:.1f} s")
 
         script_llm(llm_server)
         runs = {}
@@ -183,7 +183,7 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
         print(f"\ntwo services + worker, two dreams: {time.monotonic() - started:.1f} s")
     finally:
         if worker is not None:
-            stop_process(worker, timeout=10)
+            stop_process(worker, timeout=3)  # its runs are over; it may not exit on one SIGTERM
         for svc in services.values():
             svc.stop()
         prefect.stop()
