@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DAY = "2024-07-01"
 EXTRACT = "You consolidate a person's memory"
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-# workspace -> (its daily file, the unit the scripted LLM extracts from it, the node the unit creates)
+# workspace -> (its daily file's stem, the unit the scripted LLM extracts, the node it creates, the note, the node)
 PLAN = {
     "alpha": ("oslo", "Oslo move", "Ana in Oslo", "Ana moved to Oslo in June.", "Ana lives in Oslo since June."),
     "beta": ("kyoto", "Kyoto trip", "Ben in Kyoto", "Ben spent April in Kyoto.", "Ben spent April in Kyoto."),
@@ -98,7 +98,7 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
     worker_token = grants.create("worker", list(PLAN))
 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DREAMFLOW_"))}
-    # a user's shell at the project root, as docs/service.md says, without DREAMFLOW_WORKSPACE: two services
+    # a user's shell at the project root, as docs/service.md says, without DREAMFLOW_WORKSPACE (two services)
     shell = {**base, "PREFECT_API_URL": prefect.api, "PREFECT_HOME": str(tmp_path / "cli-prefect"),
              "DREAMFLOW_TIMEZONE": "UTC", "DO_NOT_TRACK": "1"}
     workdir = tmp_path / "worker-cwd"
