@@ -143,6 +143,14 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         conn.close()
 
 
+def advertised_host(bound: str) -> str:
+    """The host name `service.json` gives clients: the bound address, or this machine's name when bound to all
+    interfaces (a worker on another machine sharing the workspace folder connects to it)."""
+    from dreamflow.http_guard import ALL_INTERFACES
+
+    return socket.gethostname() if bound in ALL_INTERFACES else bound
+
+
 # ---- the service -----------------------------------------------------------------------------------------
 
 @dataclass
@@ -176,7 +184,7 @@ class Service:
         self.ready = threading.Event()  # everything started (the API answers before: see start())
         self.prefect_ready = threading.Event()
         self.started_at = time.time()
-        self.url = f"http://{options.host}:{options.port}"
+        self.url = f"http://{advertised_host(options.host)}:{options.port}"
         self.prefect_api: str | None = None
         self.prefect_auth: str | None = None  # basic-auth string of the Prefect server started here, if any
         self.ui_url: str | None = None
@@ -469,6 +477,7 @@ class Service:
         return {
             "url": self.url,
             "pid": os.getpid(),
+            "host": socket.gethostname(),  # the pid is checked only on this machine (engine.client.service_info)
             "token_required": bool(self.settings.api_token),
             "prefect_api": self.prefect_api,
             "prefect_auth": bool(self.prefect_auth),

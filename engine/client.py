@@ -13,6 +13,7 @@ import base64
 import inspect
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,16 @@ def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
 
 
 def service_info(workspace: str | os.PathLike[str]) -> dict | None:
-    """`metadata/service.json` of the workspace when it names a live process, else None."""
+    """`metadata/service.json` of the workspace when it names a live process, else None. The pid is checked
+    only for a service of this machine (`host`); one of another machine sharing the folder is asked instead
+    (`connect`: its health)."""
     try:
         info = json.loads((Path(workspace) / SERVICE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not pid_alive(info["pid"]):
+    if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+        return None
+    if info.get("host", socket.gethostname()) == socket.gethostname() and not pid_alive(info["pid"]):
         return None
     return info
 

@@ -22,11 +22,13 @@ def workspace_root(workspace: str | None = None) -> str:
     `workspace` is a registered name, `default` (the unregistered default folder of the runner's service), or
     None (the default, engine.registry.resolve). A run of a deployment takes a name, or the folder of a workspace
     a running service serves (an unregistered one, launched by its service): never any other folder, so no
-    caller can make a runner open an arbitrary folder. Any folder is accepted for flows called in-process (the
-    CLI, tests).
+    caller can make a runner open an arbitrary folder. A deployment run naming no workspace, with neither
+    `DREAMFLOW_WORKSPACE` nor a registry default, is refused rather than given `./.dreamflow` of the worker's
+    folder (what `prefect deploy` of prefect.yaml without DREAMFLOW_WORKSPACE would do). Any folder is accepted
+    for flows called in-process (the CLI, tests).
     """
     from engine.client import service_info
-    from engine.registry import NAME_RE, resolve, resolve_name
+    from engine.registry import NAME_RE, Registry, resolve, resolve_name
 
     if workspace and NAME_RE.match(workspace):
         try:
@@ -37,7 +39,13 @@ def workspace_root(workspace: str | None = None) -> str:
         else:
             _tag_run(workspace)
             return str(root)
-    name, root = resolve(workspace, cwd="")
+    registry = Registry.load()
+    if not workspace and not os.environ.get("DREAMFLOW_WORKSPACE") and not registry.default and _deployment_run():
+        raise InvalidInput("this run names no workspace: give it a `workspace` parameter (a deployment schedule's "
+                           "`parameters: {workspace: NAME}`), set DREAMFLOW_WORKSPACE for the runner or worker "
+                           "(`prefect deploy` puts it into the job), or make a default with `dreamflow workspace "
+                           "default NAME`")
+    name, root = resolve(workspace, cwd="", registry=registry)
     if workspace and _deployment_run() and service_info(root) is None:
         raise InvalidInput(f"a deployment run takes a workspace name, not {workspace!r} (`dreamflow workspace "
                            "list` shows the names)")

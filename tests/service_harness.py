@@ -85,7 +85,8 @@ class RunningService:
 
     @classmethod
     def start(cls, root: Path, llm=None, turns: int = 10, prefect_api: str | None = None, runner: bool = True,
-              token: str | None = None, env: dict | None = None, timeout: float = 300) -> RunningService:
+              token: str | None = None, env: dict | None = None, timeout: float = 300,
+              serve: tuple[str, ...] = ()) -> RunningService:
         extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
         env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
                    DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1")
@@ -103,6 +104,8 @@ class RunningService:
             args += ["--prefect-port", str(free_port())]
         if not runner:
             args.append("--no-runner")
+        for name in serve:
+            args += ["--serve", name]
         service = cls(root, env, args, token)
         service.launch(timeout)
         return service
@@ -181,3 +184,51 @@ class RunningService:
             "deployments": {"id": {"any_": [deployment["id"]]}},
             "sort": "EXPECTED_START_TIME_ASC", "limit": 200,
         })
+
+
+class PrefectServer:
+    """`prefect server start` on a free loopback port, its database under `root/prefect` (`api`, `stop()`): one
+    Prefect server that several services (`--prefect-api`) and workers share."""
+
+    def __init__(self, root: Path):
+        from engine.prefect_env import DEFAULTS
+
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        self.env.update(DEFAULTS, PREFECT_HOME=str(root / "prefect"), PREFECT_SERVER_LOGGING_LEVEL="WARNING")
+        self.log_path = root / f"prefect-{self.port}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait(self, timeout: float = 150) -> PrefectServer:
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prefect server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                return httpx.get(f"{self.api}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(healthy, timeout, f"the Prefect server to answer (log: {self.log_path})", interval=0.3)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, timeout: float = 30) -> None:
+        stop_process(self.proc, timeout)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds (a `prefect worker` may not exit on one SIGTERM)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
