@@ -323,8 +323,8 @@ from tasks.context import RESULTS  # noqa: E402
 
 
 def holding(folder, needle: str) -> list[str]:
-    """Files under `folder` holding `needle`, as written or inside a Prefect result record (JSON whose
-    `result` is a base64 pickle)."""
+    """Files under `folder` holding `needle`, as written or inside a persisted Prefect result: a record (JSON
+    whose `result` is a base64 pickle, a task's) or a bare base64 pickle (a flow's)."""
     import base64
     import json
     from pathlib import Path
@@ -334,10 +334,12 @@ def holding(folder, needle: str) -> list[str]:
         data = path.read_bytes()
         blobs = [data]
         try:
-            record = json.loads(data)
-            blobs.append(base64.b64decode(record["result"]))
+            blobs.append(base64.b64decode(json.loads(data)["result"]))
         except Exception:  # not a result record
-            pass
+            try:
+                blobs.append(base64.b64decode(data))
+            except ValueError:
+                pass
         if any(needle.encode() in blob for blob in blobs):
             found.append(str(path))
     return found
@@ -371,7 +373,7 @@ def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflo
         for home in homes:
             assert holding(home, f"Bees {name}") == [], f"{name}'s results outside its workspace"
         assert len(holding(ws.root / RESULTS, secret)) == 1  # the extraction
-        assert len(holding(ws.root / RESULTS, f"Bees {name}")) == 3  # the extraction, the unit, the summary
+        assert len(holding(ws.root / RESULTS, f"Bees {name}")) == 3  # + the unit, the summary
         other = next(o for o in secrets.values() if o[0] is not ws)
         assert holding(other[0].root / RESULTS, secret) == []  # one runner, two workspaces: each keeps its own
         summary = run_status(run_id)["summary"]  # read back from the workspace, as the service does
