@@ -1,12 +1,18 @@
 """auto_dream end to end: real Prefect flow runs (test harness), the scripted LLM server, a real workspace."""
 
+import os
+
 import pytest
 
+from deployments.launch import run_status
 from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, misbehave, tool_reply
+from results_scan import holding
 from storage.memory import Memory
+from storage.workspace import Workspace
 from tasks import checkpoints, usage
+from tasks.context import RESULTS
 from tasks.dream import UnitsFailed
 
 EXTRACT = "You consolidate a person's memory"
@@ -319,40 +325,9 @@ def test_a_create_naming_an_existing_node_updates_it(prefect_harness, llm, memor
 
 # ---- persisted results stay in their workspace ------------------------------------------------------------
 
-from tasks.context import RESULTS  # noqa: E402
-
-
-def holding(folder, needle: str) -> list[str]:
-    """Files under `folder` holding `needle`, as written or inside a persisted Prefect result: a record (JSON
-    whose `result` is a base64 pickle, a task's) or a bare base64 pickle (a flow's)."""
-    import base64
-    import json
-    from pathlib import Path
-
-    found = []
-    for path in (p for p in Path(folder).rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        blobs = [data]
-        try:
-            blobs.append(base64.b64decode(json.loads(data)["result"]))
-        except Exception:  # not a result record
-            try:
-                blobs.append(base64.b64decode(data))
-            except ValueError:
-                pass
-        if any(needle.encode() in blob for blob in blobs):
-            found.append(str(path))
-    return found
-
-
 def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path):
     """Everything a dream persists (the extraction, each unit, the run's summary) lands in its workspace's
     metadata/, never in Prefect's or Dreamflow's home; two workspaces keep their own; the summary reads back."""
-    import os
-
-    from deployments.launch import run_status
-    from storage.workspace import Workspace
-
     secrets = {}
     for name in ("alpha", "beta"):
         ws = Workspace(tmp_path / name)
