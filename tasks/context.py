@@ -22,7 +22,7 @@ RESULTS = "metadata/prefect-results"  # a flow run's persisted results, in the w
 def workspace_root(workspace: str | None = None) -> str:
     """Absolute folder of the workspace a job is for, the form flows pass to their tasks; tags the running flow
     run `workspace:NAME` (the Prefect UI filters by it) and keeps its persisted results in the workspace
-    (`keep_results_in`).
+    (`keep_results_in`): flows call it first, so that even an early failure's record is the workspace's.
 
     `workspace` is a registered name, `default` (the unregistered default folder of the runner's service), or
     None (the default, engine.registry.resolve). A run of a deployment takes a name, or the folder of a workspace
