@@ -350,7 +350,7 @@ def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflo
         assert len(holding(ws.root / RESULTS, secret)) == 1  # the extraction
         assert len(holding(ws.root / RESULTS, f"Bees {name}")) == 3  # + the unit, the summary
         other = next(o for o in secrets.values() if o[0] is not ws)
-        assert holding(other[0].root / RESULTS, secret) == []  # one runner, two workspaces: each keeps its own
+        assert holding(other[0].root / RESULTS, secret) == []  # two workspaces, one process: each keeps its own
         summary = run_status(run_id)["summary"]  # read back from the workspace, as the service does
         assert summary["actions"] == [{"unit": "u1", "name": f"Bees {name}", "action": "CREATE",
                                        "target": f"digest/personal/bees-{name}.md"}]
