@@ -35,7 +35,8 @@ DEFAULTS = {
 
 
 def prefect_home() -> str:
-    """Where Prefect keeps its database and persisted task results: `<dreamflow home>/prefect`."""
+    """Where Prefect keeps its database: `<dreamflow home>/prefect` (a flow run's persisted results go to its
+    workspace instead: tasks.context.keep_results_in)."""
     return str(dreamflow_home() / "prefect")
 
 

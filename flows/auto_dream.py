@@ -20,8 +20,8 @@ def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int 
     """Consolidate the daily files changed in the `scan_days` days ending at `date` (default today) into
     digest nodes, one unit per node, and write the day's interests. Ends Failed when any unit failed; those
     units' files stay un-checkpointed, and a retry of the run re-runs only them."""
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     date = check_date(date) if date else today()
     extracted = extract(root, date, scan_days, max_units, hint)
     futures = integrate.map(unmapped(root), extracted["units"], unmapped(date))

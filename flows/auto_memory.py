@@ -19,8 +19,8 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     The per-session checkpoint moves only after the card is written, so a failed run (e.g. a card the
     content checks refused: `AnswerRefused`, exit 9) is redone by the next.
     """
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     date = check_date(date) if date else None
     if messages:
         record_messages(root, session_id, messages)

@@ -15,8 +15,8 @@ from tasks.context import today, workspace_root
 def auto_resource(path: str, workspace: str | None = None) -> dict:
     """Write or update the card of text resource `path` in its date's daily folder (root-level resources:
     today); a deleted resource's card is removed; then the day index page is refreshed."""
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     path, exists, skip = check_resource(root, path)
     if skip:
         return {"resource": path, "skipped": skip}

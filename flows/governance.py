@@ -35,8 +35,8 @@ def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: in
 def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: int = 8,
               workspace: str | None = None) -> dict:
     """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     queue = mining_queue(root, paths, max_nodes)
     futures = mine_links.map(unmapped(root), queue["paths"], unmapped(candidates))
     outcomes, failures = collect(futures, queue["paths"])
@@ -48,8 +48,8 @@ def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: i
 def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshold: float | None = None,
           workspace: str | None = None) -> dict:
     """Fold each [survivor, victim] pair (default: the doctor's near-duplicates) into its survivor."""
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     if pairs is None:
         pairs = [d["paths"] for d in doctor_report(root, dup_threshold=dup_threshold)["near_duplicates"]]
     pairs = pairs[:max_pairs]
@@ -63,8 +63,8 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
 def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = 300,
           workspace: str | None = None) -> dict:
     """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
-    require_llm()
     root = workspace_root(workspace)
+    require_llm()
     if paths is None:
         paths = [n["path"] for n in doctor_report(root, overlong_lines=overlong_lines)["overlong"]]
     paths = paths[:max_nodes]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import date
+from pathlib import Path
 
 from engine.client import open_memory
 from engine.job_memory import JobMemory
@@ -15,9 +16,13 @@ from storage.errors import InvalidInput, NotFound
 from storage.workspace import Workspace
 
 
+RESULTS = "metadata/prefect-results"  # a flow run's persisted results, in the workspace it is for
+
+
 def workspace_root(workspace: str | None = None) -> str:
     """Absolute folder of the workspace a job is for, the form flows pass to their tasks; tags the running flow
-    run `workspace:NAME` (the Prefect UI filters by it).
+    run `workspace:NAME` (the Prefect UI filters by it) and keeps its persisted results in the workspace
+    (`keep_results_in`): flows call it first, so that even an early failure's record is the workspace's.
 
     `workspace` is a registered name, `default` (the unregistered default folder of the runner's service), or
     None (the default, engine.registry.resolve). A run of a deployment takes a name, or the folder of a workspace
@@ -38,6 +43,7 @@ def workspace_root(workspace: str | None = None) -> str:
                 raise
         else:
             _tag_run(workspace)
+            keep_results_in(str(root))
             return str(root)
     registry = Registry.load()
     if not workspace and not os.environ.get("DREAMFLOW_WORKSPACE") and not registry.default and _deployment_run():
@@ -50,7 +56,27 @@ def workspace_root(workspace: str | None = None) -> str:
         raise InvalidInput(f"a deployment run takes a workspace name, not {workspace!r} (`dreamflow workspace "
                            "list` shows the names)")
     _tag_run(name)
+    keep_results_in(str(root))
     return str(root)
+
+
+def keep_results_in(root: str) -> None:
+    """Persist the running flow's results from now on under `<root>/metadata/prefect-results/`: its tasks'
+    (the cache a Retry reuses) and its own return value (the summary the service reads back), so no memory
+    text lands in Prefect's home.
+
+    Prefect picks a flow's result store before its body runs, from settings that cannot name a workspace; so
+    the run context's store gets an unsaved `LocalFileSystem` instead. Tasks take their store from that context
+    when they start, the engine persists the flow's return value with it, and a result written to an unsaved
+    local block records its absolute path, which any process on this machine reads back.
+    """
+    from prefect.context import FlowRunContext
+    from prefect.filesystems import LocalFileSystem
+
+    context = FlowRunContext.get()
+    if context is not None:
+        storage = LocalFileSystem(basepath=str(Path(root) / RESULTS))
+        context.result_store = context.result_store.model_copy(update={"result_storage": storage})
 
 
 def _deployment_run() -> bool:

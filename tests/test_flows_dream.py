@@ -1,12 +1,18 @@
 """auto_dream end to end: real Prefect flow runs (test harness), the scripted LLM server, a real workspace."""
 
+import os
+
 import pytest
 
+from deployments.launch import run_status
 from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, misbehave, tool_reply
+from results_scan import holding
 from storage.memory import Memory
+from storage.workspace import Workspace
 from tasks import checkpoints, usage
+from tasks.context import RESULTS
 from tasks.dream import UnitsFailed
 
 EXTRACT = "You consolidate a person's memory"
@@ -315,3 +321,38 @@ def test_a_create_naming_an_existing_node_updates_it(prefect_harness, llm, memor
     assert summary["actions"][0]["action"] == "CORROBORATE"  # the new body would drop the node's link
     node = text(memory, "digest/wiki/portugal.md")
     assert "[[digest/wiki/lisbon.md]]" in node and f"[[{dough}]]" in node and not ws.exists("digest/wiki/portugal-2.md")
+
+
+# ---- persisted results stay in their workspace ------------------------------------------------------------
+
+def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path):
+    """Everything a dream persists (the extraction, each unit, the run's summary) lands in its workspace's
+    metadata/, never in Prefect's or Dreamflow's home; two workspaces keep their own; the summary reads back."""
+    secrets = {}
+    for name in ("alpha", "beta"):
+        ws = Workspace(tmp_path / name)
+        secret = f"{name} keeps bees on the roof of the quartz-heron-{name} building"
+        Memory(ws.root).write(f"daily/{DAY}/bees.md", f"Notes: {secret}.", name="Bees")
+        llm.on(EXTRACT, json_reply({"units": [{"name": f"Bees {name}", "bucket": "personal",
+                                               "summary": f"{secret}.", "paths": [f"daily/{DAY}/bees.md"]}]}))
+        llm.on(unit_route(f"Bees {name}"), json_reply({"action": "CREATE", "name": f"Bees {name}",
+                                                       "content": f"{secret}, since May."}))
+        state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
+        assert state.is_completed()
+        secrets[name] = (ws, secret, str(state.state_details.flow_run_id))
+
+    homes = [os.environ["PREFECT_HOME"], os.environ["DREAMFLOW_HOME"]]  # this process's: results only
+    for name, (ws, secret, run_id) in secrets.items():
+        for home in [*homes, dreamflow_service.home]:  # also the Prefect server's database (runs, logs, artifacts)
+            assert holding(home, secret) == [], f"{name}'s memory text outside its workspace"
+        for home in homes:
+            assert holding(home, f"Bees {name}") == [], f"{name}'s results outside its workspace"
+        assert len(holding(ws.root / RESULTS, secret)) == 1  # the extraction
+        assert len(holding(ws.root / RESULTS, f"Bees {name}")) == 3  # + the unit, the summary
+        other = next(o for o in secrets.values() if o[0] is not ws)
+        assert holding(other[0].root / RESULTS, secret) == []  # two workspaces, one process: each keeps its own
+        summary = run_status(run_id)["summary"]  # read back from the workspace, as the service does
+        assert summary["actions"] == [{"unit": "u1", "name": f"Bees {name}", "action": "CREATE",
+                                       "target": f"digest/personal/bees-{name}.md"}]
+        hits = {h["path"] for h in Memory(ws.root).search(secret)}  # never indexed as memory
+        assert hits and not any(p.startswith("metadata/") for p in hits)

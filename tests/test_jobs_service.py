@@ -12,9 +12,11 @@ import subprocess
 import httpx
 import pytest
 from llm_server import Reply, json_reply, text_of
+from results_scan import holding
 from service_harness import DREAMFLOW, wait_for
 
 from deployments.serve import DEPLOYMENTS
+from tasks.context import RESULTS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,6 +88,11 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert svc.memory.read("digest/personal/sea-kayak.md")["content"]
     status = httpx.get(f"{svc.url}/flows/runs/{run['id']}").json()
     assert status["state"] == "Completed" and status["summary"]["failed"] == []
+    # the run's results (the extraction the retry reused, the units, the summaries read above) are the workspace's:
+    # none in the service's home, neither in Prefect's result storage nor in its database
+    results = svc.workspace / RESULTS
+    assert holding(results, "Ana lives in Oslo.") and len(holding(results, "Kayak")) >= 3
+    assert holding(svc.home, "Ana lives in Oslo.") == [] and holding(svc.home / "prefect/storage", "Kayak") == []
 
 
 def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, llm_server):
