@@ -35,6 +35,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -129,7 +130,11 @@ def prepare(base: Path, n: int, notes: int, jobs: int, reuse: bool) -> dict[str,
     manifest = base / "manifest.json"
     wanted = {"workspaces": n, "notes": notes}
     if reuse and manifest.exists() and json.loads(manifest.read_text()) == wanted:
-        print(f"reusing the workspaces under {base}")
+        print(f"reusing the workspaces under {base} (Prefect databases and logs of earlier runs removed)")
+        for state in (base / "multi/home/prefect", base / "multi/home/logs", base / "single/home"):
+            shutil.rmtree(state, ignore_errors=True)
+        for log in (*base.glob("multi/service-*.log"), *base.glob("single/service-*.log")):
+            log.unlink()
         return folders
     shutil.rmtree(base / "multi", ignore_errors=True)
     shutil.rmtree(base / "single", ignore_errors=True)
@@ -172,18 +177,54 @@ def resident(svc: RunningService, label: str) -> None:
           + ", ".join(f"{c['name']} {rss_mb(c['pid']):.0f} MB" for c in children))
 
 
-def reconcile_seconds(svc: RunningService) -> tuple[int, float]:
-    """(workspaces, total seconds) of the start-up reconciles the service logged (`Index NAME up to date (...; X s)`)."""
-    found = re.findall(r"^Index.*up to date \(.*; ([0-9.]+) s\)$", svc.log_path.read_text(errors="replace"), re.M)
-    return len(found), sum(map(float, found))
+class LogClock(threading.Thread):
+    """When each line of a starting service's log (the newest `service-*.log` under `root`) appeared, in
+    seconds after `started`."""
+
+    def __init__(self, root: Path, started: float):
+        super().__init__(daemon=True)
+        self.root, self.started, self.before = root, started, set(root.glob("service-*.log"))
+        self.lines: list[tuple[float, str]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        path, offset, partial = None, 0, ""
+        while not self.done.wait(0.1):
+            path = path or next(iter(set(self.root.glob("service-*.log")) - self.before), None)
+            if path is None:
+                continue
+            with open(path, errors="replace") as log:
+                log.seek(offset)
+                text = partial + log.read()
+                offset = log.tell()
+            *complete, partial = text.split("\n")
+            now = time.perf_counter() - self.started
+            self.lines += [(now, row) for row in complete]
+
+    def at(self, prefix: str, last: bool = False) -> float:
+        times = [t for t, row in self.lines if row.startswith(prefix)]
+        return (times[-1] if last else times[0]) if times else float("nan")
 
 
-def start(root: Path, label: str, env: dict) -> RunningService:
+def start(root: Path, label: str, env: dict, services: list[RunningService]) -> RunningService:
+    """Start a service (added to `services`, which the caller stops); print launch -> ready and its phases
+    (from the times its log lines appeared)."""
     started = time.perf_counter()
-    svc = RunningService.start(root, env=env, timeout=900)
+    clock = LogClock(root, started)
+    clock.start()
+    try:
+        svc = RunningService.start(root, env=env, timeout=900)
+        services.append(svc)
+    finally:
+        clock.done.set()
+        clock.join()
     took = time.perf_counter() - started
-    count, seconds = reconcile_seconds(svc)
-    print(f"{label:<40} launch -> /health ready {took:6.1f} s   ({count} start-up reconciles: {seconds:.1f} s)")
+    found = re.findall(r"^Index.*up to date \(.*; ([0-9.]+) s\)$", svc.log_path.read_text(errors="replace"), re.M)
+    deployments = svc.prefect("POST", "/deployments/count")
+    print(f"{label:<40} launch -> /health ready {took:6.1f} s: workspaces open + API up {clock.at('API '):.1f} s, "
+          f"{len(found)} start-up reconciles done {clock.at('Index', last=True):.1f} s "
+          f"(their sum {sum(map(float, found)):.1f} s), Prefect up + runner's {deployments} deployments "
+          f"registered {clock.at('Prefect UI'):.1f} s")
     return svc
 
 
@@ -224,12 +265,10 @@ def main() -> None:
     services: list[RunningService] = []
     try:
         names = list(prepare(base, args.workspaces, args.notes, args.jobs, args.reuse))
-        multi = start(base / "multi", f"multi service ({args.workspaces} workspaces)", env)
-        services.append(multi)
+        multi = start(base / "multi", f"multi service ({args.workspaces} workspaces)", env, services)
         time.sleep(3)
         resident(multi, "multi, after start")
-        single = start(base / "single", "single-workspace service", env)
-        services.append(single)
+        single = start(base / "single", "single-workspace service", env, services)
         time.sleep(3)
         resident(single, "single, after start")
         if args.embedder != "none":  # wait for the background backfill of the measured workspaces
