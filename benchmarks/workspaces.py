@@ -10,8 +10,9 @@ English stopwords, words every workspace shares and words only that workspace us
 with its own Prefect server and runner:
 
 - the multi-workspace service over all N (w00 is its default, the others registered): launch -> `/health`
-  ready, the sum of its start-up reconciles (from its log), RSS of the service and of its children after start
-  and after the searches, open file descriptors;
+  ready and its phases (when its log lines appear: workspaces open and API up, start-up reconciles done,
+  Prefect up and the runner's deployments registered), RSS of the service and, separately, of its children
+  after start and after the searches, open file descriptors;
 - a single-workspace service over a copy of w01 (same files, same index) in another home, started next.
 
 Then, over HTTP with the product's client (`RemoteMemory`, one keep-alive connection each), warm searches
@@ -300,7 +301,7 @@ def main() -> None:
 
         clients = {name: RemoteMemory(multi.url, workspace=name) for name in names}
         per_ws = {name: queries(i, args.queries, seed=2) for i, name in enumerate(names)}
-        for label, cycle in ((f"round-robin over all {len(names)} (> cap {cap})", names),
+        for label, cycle in ((f"round-robin over all {len(names)} ({'>' if len(names) > cap else '<='} cap {cap})", names),
                              (f"round-robin over {min(cap, len(names))} (= cap)", names[:cap])):
             for name in cycle:  # untimed: the first call of this cycle
                 timed(clients[name], per_ws[name][0])
