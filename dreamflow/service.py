@@ -398,14 +398,20 @@ class Service:
         self._wait_for_deployments(runner)
 
     def _wait_for_deployments(self, runner: Child) -> None:
-        """Block until the runner has registered the deployments, so launches right after start work."""
-        deadline = time.monotonic() + 90
+        """Block until the runner has registered the deployments, so launches right after start work. It
+        registers them one by one, each scheduled flow once per served workspace: 90 s, plus 2 s for each
+        deployment of a workspace after the first (50 workspaces took over 90 s on a loaded machine)."""
+        from deployments.serve import crons
+
+        allowed = 90 + 2 * len(crons(self.settings)) * (len(self.hosts.names()) - 1)
+        deadline = time.monotonic() + allowed
         while not self._deployments_registered():
             if runner.exit_code() is not None:
                 raise ServiceError(f"the runner exited with code {runner.exit_code()} while starting. "
                                    f"Last lines of {runner.log_path}:\n{runner.tail()}")
             if time.monotonic() > deadline:
-                raise ServiceError(f"the runner did not register its deployments within 90 s (log: {runner.log_path})")
+                raise ServiceError(f"the runner did not register its deployments within {allowed} s "
+                                   f"(log: {runner.log_path})")
             if self.stopping.wait(0.5):
                 raise KeyboardInterrupt
 
