@@ -247,6 +247,8 @@ class Service:
         self.say(f"Logs        {self.home / 'logs'}   (a job run's log: in the Prefect UI)")
         self._check_install()
         for hosted in list(self.hosts.hosted.values()):
+            if self.stopping.is_set():  # Ctrl-C while many workspaces catch up: stop now
+                raise KeyboardInterrupt
             self._reconcile(hosted)
         self._wait_for_prefect()
         if opts.runner:

@@ -15,7 +15,6 @@ from engine.job_memory import JobMemory
 from storage.errors import InvalidInput, NotFound
 from storage.workspace import Workspace
 
-
 RESULTS = "metadata/prefect-results"  # a flow run's persisted results, in the workspace it is for
 
 
@@ -42,9 +41,7 @@ def workspace_root(workspace: str | None = None) -> str:
             if _deployment_run():
                 raise
         else:
-            _tag_run(workspace)
-            keep_results_in(str(root))
-            return str(root)
+            return _bound(workspace, root)
     registry = Registry.load()
     if not workspace and not os.environ.get("DREAMFLOW_WORKSPACE") and not registry.default and _deployment_run():
         raise InvalidInput("this run names no workspace: give it a `workspace` parameter (a deployment schedule's "
@@ -55,6 +52,11 @@ def workspace_root(workspace: str | None = None) -> str:
     if workspace and _deployment_run() and service_info(root) is None:
         raise InvalidInput(f"a deployment run takes a workspace name, not {workspace!r} (`dreamflow workspace "
                            "list` shows the names)")
+    return _bound(name, root)
+
+
+def _bound(name: str, root: Path) -> str:
+    """The running flow, for workspace `name` in folder `root`: tagged, its results kept there."""
     _tag_run(name)
     keep_results_in(str(root))
     return str(root)
