@@ -54,7 +54,8 @@ def _exit_codes() -> str:
 
     from storage.errors import DreamflowError
 
-    for module in ("engine.llm", "engine.toolbox", "engine.client", "dreamflow.mcp_targets", "dreamflow.service"):
+    for module in ("engine.llm", "engine.toolbox", "engine.client", "engine.grants", "dreamflow.mcp_targets",
+                   "dreamflow.service", "dreamflow.hosting"):
         importlib.import_module(module)  # the modules that declare errors of their own
     by_code: dict[int, list[type]] = {}
     stack = list(DreamflowError.__subclasses__())
