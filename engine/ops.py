@@ -148,6 +148,9 @@ PARAM_HELP: dict[str, str] = {
                "what it was given before is not repeated",
     "min_score": "Drop keyword matches whose raw keyword score is below this (typically 1-20; longer queries "
                  "score higher)",
+    "min_relevance": "Drop keyword matches whose score is below this share of the query's total term weight "
+                     "(0-2; about 1 when a match carries the whole query, 0.5 keeps most questions about this "
+                     "memory and drops most about something else)",
     "start_date": "Dated files from this day on (YYYY-MM-DD); undated files stay in unless strict_dates",
     "end_date": "Dated files up to this day (YYYY-MM-DD); undated files stay in unless strict_dates",
     "tags": "Only files with any of these tags (compared case-folded, spaces as _)",
