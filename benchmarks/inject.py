@@ -3,11 +3,11 @@
 Each LoCoMo conversation is its own workspace (one memory per project, as routing by `cwd` gives), built as
 benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none`). Printed:
 
-- usefulness: every question of categories 1-4 asked as a prompt, in order, in one Claude Code session per
-  conversation, with the hook's recall (`min_score`, `min_relevance` from the settings, the session's record
-  so nothing is given twice), at several budgets: share of prompts that inject something; share whose evidence
-  sessions are cited in what this prompt injected (averaged over their evidence sessions); the same over
-  everything the session was given so far (what its context holds); tokens injected per prompt;
+- usefulness: every question of categories 1-4 asked as a prompt with the hook's recall (`min_score`,
+  `min_relevance` from the settings) at several budgets, each in a fresh session, and all of a conversation's
+  questions in order in one session (the session's record: nothing given twice, so a later prompt gets only
+  what is new): share of prompts that inject something; share of their evidence sessions cited in what the
+  prompt injected (averaged over prompts); tokens injected per prompt;
 - quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
   conversations (a sample) and small talk; share that inject nothing;
 - latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON) for
@@ -42,7 +42,7 @@ from dreamflow import hook_context  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 from storage import index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
-from storage.recall import line_key, recall  # noqa: E402
+from storage.recall import recall  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
 SMALL_TALK = [
@@ -67,29 +67,27 @@ def build(data: Path) -> dict[str, tuple[Workspace, dict]]:
     return built
 
 
-def usefulness(built: dict, budgets: list[int], s: Settings) -> dict[int, dict]:
-    """Per budget: prompts, injecting, evidence share (this prompt / session so far), tokens per prompt."""
+def usefulness(built: dict, budgets: list[int], s: Settings) -> dict[tuple[int, str], dict]:
+    """Per (budget, "fresh" | "one session"): prompts, injecting, evidence share, tokens injected."""
     convs = {cid: conv for cid, (_, conv) in built.items()}
     out = {}
     for budget in budgets:
-        row = {"prompts": 0, "injecting": 0, "now": 0.0, "so_far": 0.0, "tokens": 0}
-        for cid, (ws, _) in built.items():
-            given: set[str] = set()
-            cited_so_far: set[tuple[str, int]] = set()
-            with IndexDB(ws).session() as con:
-                for qc, qa, evidence in questions({cid: convs[cid]}):
-                    answer, keys = recall(con, ws, qa["question"], hook_context._fit(budget), given=given,
-                                          min_score=s.inject_min_score, min_relevance=s.inject_min_relevance)
-                    given.update(keys)
-                    cited = {session_of(item["path"]) for item in answer["items"]}
-                    cited_so_far |= cited
-                    wanted = evidence_sessions(qc, evidence)
-                    row["prompts"] += 1
-                    row["injecting"] += bool(answer["items"])
-                    row["now"] += len(wanted & cited) / len(wanted)
-                    row["so_far"] += len(wanted & cited_so_far) / len(wanted)
-                    row["tokens"] += answer["tokens"]
-        out[budget] = row
+        for mode in ("fresh", "one session"):
+            row = out[(budget, mode)] = {"prompts": 0, "injecting": 0, "evidence": 0.0, "tokens": 0}
+            for cid, (ws, _) in built.items():
+                given: set[str] = set()
+                with IndexDB(ws).session() as con:
+                    for qc, qa, evidence in questions({cid: convs[cid]}):
+                        answer, keys = recall(con, ws, qa["question"], hook_context._fit(budget), given=given,
+                                              min_score=s.inject_min_score, min_relevance=s.inject_min_relevance)
+                        if mode == "one session":
+                            given.update(keys)
+                        cited = {session_of(item["path"]) for item in answer["items"]}
+                        wanted = evidence_sessions(qc, evidence)
+                        row["prompts"] += 1
+                        row["injecting"] += bool(answer["items"])
+                        row["evidence"] += len(wanted & cited) / len(wanted)
+                        row["tokens"] += answer["tokens"]
     return out
 
 
@@ -162,12 +160,13 @@ def main() -> None:
     print(f"{len(built)} workspaces (one per conversation), keyword only; min_score {s.inject_min_score}, "
           f"min_relevance {s.inject_min_relevance}; built in {time.perf_counter() - started:.0f} s")
     print()
-    print("| budget (tokens) | prompts | inject something | evidence sessions in this prompt's injection | "
-          "in the session's injections so far | tokens injected per prompt |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for budget, r in usefulness(built, budgets, s).items():
+    print("| budget (tokens) | sessions | prompts | inject something | evidence sessions cited | "
+          "tokens injected per prompt |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for (budget, mode), r in usefulness(built, budgets, s).items():
         n = r["prompts"]
-        print(f"| {budget:,} | {n} | {r['injecting'] / n:.3f} | {r['now'] / n:.3f} | {r['so_far'] / n:.3f} | "
+        label = "a fresh one per prompt" if mode == "fresh" else "one per conversation"
+        print(f"| {budget:,} | {label} | {n} | {r['injecting'] / n:.3f} | {r['evidence'] / n:.3f} | "
               f"{r['tokens'] / n:,.0f} |")
     print()
     print("| prompts with nothing relevant | prompts | inject nothing |")

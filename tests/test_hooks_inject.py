@@ -193,3 +193,19 @@ def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
     assert done.returncode == 0 and "Casa do Largo" in json.loads(lines)["hookSpecificOutput"]["additionalContext"]
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
     assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
+
+
+@pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
+def test_a_prompt_through_the_running_service(dreamflow_service):
+    svc = dreamflow_service
+    svc.memory.write("daily/2024-06-02/porto-ferry.md", "# Porto\n\nThe Douro ferry to Afurada leaves at 09:40 "
+                       "from Cais da Estiva.\n", name="Porto ferry", description="Day trip")
+    session = "inject-through-service"
+    text = injected(hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH),
+                    "UserPromptSubmit")
+    assert text is not None and "09:40" in text and "[daily/2024-06-02/porto-ferry.md:" in text
+    assert (svc.workspace / f"metadata/recall/{session}.json").exists()  # the service kept the session's record
+    again = hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH)
+    assert injected(again, "UserPromptSubmit") is None
+    begun = injected(hook(start(session=session), svc.workspace), "SessionStart")
+    assert begun is not None and "[daily/2024-06-02/porto-ferry.md:" in begun
