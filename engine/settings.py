@@ -93,8 +93,9 @@ class Settings:
     # a transcript line longer than this is skipped and reported (a pasted screenshot is a few MB)
     hook_max_line_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_LINE_BYTES", str(8 << 20)))
     # what `dreamflow hook claude-code` puts before the agent (dreamflow/hook_context.py): each event on/off,
-    # tokens per prompt and per session start, the least keyword score and share of the prompt's term weight a
-    # match needs to be injected (docs/benchmarks.md: measured on LoCoMo), seconds allowed per answer
+    # tokens per prompt and per session start, the least keyword score and share of the prompt's term weight
+    # a match must reach for a prompt to get anything (docs/benchmarks.md: measured on LoCoMo), seconds allowed
+    # per answer
     inject_prompt: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_PROMPT"))
     inject_start: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_START"))
     inject_prompt_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_PROMPT_TOKENS", "600"))

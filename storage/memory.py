@@ -532,8 +532,7 @@ class Memory:
         files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
         `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
         (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score` and/or
-        `min_relevance`, only keyword matches that score that high (none by meaning alone): nothing when nothing
-        is that relevant."""
+        `min_relevance`, nothing unless something new comes from a keyword match scoring that high."""
         from storage import recall as _recall
 
         _check_query(query)

@@ -67,10 +67,10 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
            **filters: Any) -> tuple[dict, list[str]]:
     """(answer, keys of the lines it gives) for `query` within `budget` tokens, leaving out lines whose key is
     in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score` or
-    `min_relevance`, only hits whose keyword (BM25) score reaches `min_score` and `min_relevance` times the
-    query's weight (`query_weight`): a hit found by meaning alone is left out too, so an answer with nothing
-    that relevant is empty. When what is left does not fill the budget (a session given much already), the
-    search goes deeper, up to MAX_POOL hits."""
+    `min_relevance`, the answer is empty unless a piece it gives comes from a hit whose keyword (BM25) score
+    reaches `min_score` and `min_relevance` times the query's weight (`query_weight`): evidence only when there
+    is something that relevant not given before (then the budget is filled as without them). When what is left does not fill the budget (a
+    session given much already), the search goes deeper, up to MAX_POOL hits."""
     given = given or set()
     weights = term_weights(con, query)
     floor = None
@@ -78,13 +78,13 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
         floor = max(min_score or 0.0, (min_relevance or 0.0) * query_weight(con, query, weights))
     pool = min(MAX_POOL, max(10, budget // 40))
     while True:
-        hits = search(con, query, limit=pool, expand=0, vectors=vectors, per_file=PER_FILE, min_score=floor, **filters)
-        if floor is not None:
-            hits = [hit for hit in hits if hit["bm25"] is not None]
+        hits = search(con, query, limit=pool, expand=0, vectors=vectors, per_file=PER_FILE, **filters)
         chosen, used, withheld = _pack(ws, hits, weights, given, budget)
         if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
             break
         pool = min(MAX_POOL, 4 * pool)
+    if floor is not None and not any((hits[p.rank]["bm25"] or 0.0) >= floor for p, _ in chosen):
+        chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = "\n\n".join(text for _, text in chosen)
     items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line, "date": p.date,
               "score": p.score, "tokens": tokens(text)} for p, text in chosen]
