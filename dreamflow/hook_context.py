@@ -3,8 +3,8 @@
 `UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/recall.py) within
 `inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
 something new in it comes from a keyword match scoring at least `inject_min_score` and `inject_min_relevance`
-times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected. `SessionStart`
-(input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
+times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected.
+`SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
 each as its name, description and first lines, within `inject_start_tokens`. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.

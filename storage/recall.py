@@ -69,8 +69,8 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score` or
     `min_relevance`, the answer is empty unless a piece it gives comes from a hit whose keyword (BM25) score
     reaches `min_score` and `min_relevance` times the query's weight (`query_weight`): evidence only when there
-    is something that relevant not given before (then the budget is filled as without them). When what is left does not fill the budget (a
-    session given much already), the search goes deeper, up to MAX_POOL hits."""
+    is something that relevant not given before (then the budget is filled as without them). When what is left
+    does not fill the budget (a session given much already), the search goes deeper, up to MAX_POOL hits."""
     given = given or set()
     weights = term_weights(con, query)
     floor = None

@@ -25,6 +25,7 @@ from storage.workspace import Workspace
 pytestmark = pytest.mark.timeout(120)
 
 CWD = "/home/ana/trip-planner"
+TRANSCRIPTS = "/home/ana/.claude/projects/-home-ana-trip-planner"
 ANY_MATCH = {"DREAMFLOW_INJECT_MIN_SCORE": "0", "DREAMFLOW_INJECT_MIN_RELEVANCE": "0"}  # any keyword match is injected
 CARD = """# Lisbon with Ana
 
@@ -37,13 +38,13 @@ Tram 28E goes from Baixa up to Alfama.
 
 def prompt(text: str, session: str = SESSION, cwd: str = CWD) -> dict:
     """UserPromptSubmit's input as Claude Code sends it."""
-    return {"session_id": session, "transcript_path": f"/home/ana/.claude/projects/-home-ana-trip-planner/{session}.jsonl",
+    return {"session_id": session, "transcript_path": f"{TRANSCRIPTS}/{session}.jsonl",
             "cwd": cwd, "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": text}
 
 
 def start(source: str = "startup", session: str = SESSION, cwd: str = CWD) -> dict:
     """SessionStart's input as Claude Code sends it."""
-    return {"session_id": session, "transcript_path": f"/home/ana/.claude/projects/-home-ana-trip-planner/{session}.jsonl",
+    return {"session_id": session, "transcript_path": f"{TRANSCRIPTS}/{session}.jsonl",
             "cwd": cwd, "hook_event_name": "SessionStart", "source": source}
 
 
@@ -101,7 +102,8 @@ def test_a_prompt_gets_cited_recall_once_per_session(trip):
     again = hook(prompt("Which hotel did Ana book in Alfama, and for how much?"), trip)
     assert injected(again, "UserPromptSubmit") is None  # the session has it already: nothing repeated
 
-    other = injected(hook(prompt("Which hotel did Ana book in Alfama, and for how much?", session="another-session"), trip), "UserPromptSubmit")
+    other = injected(hook(prompt("Which hotel did Ana book in Alfama, and for how much?", session="another-session"),
+                          trip), "UserPromptSubmit")
     assert other is not None and "Casa do Largo" in other  # another session was given nothing yet
 
 
