@@ -15,7 +15,7 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   (`hook_context.context`), in-process and, with `--service`, through a running `dreamflow start`.
 
     DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
-                                                        [--service]
+                                                        [--service] [--latency-only]
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--budgets", default="300,600,1200", help="prompt budgets in tokens, comma-separated")
     parser.add_argument("--latency", type=int, default=30, help="prompts timed per setting (0: none)")
     parser.add_argument("--service", action="store_true", help="also time the hooks through `dreamflow start`")
+    parser.add_argument("--latency-only", action="store_true", help="skip the usefulness and quiet tables")
     args = parser.parse_args()
     s = Settings()
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -159,6 +160,8 @@ def main() -> None:
     built = build(Path(args.data))
     print(f"{len(built)} workspaces (one per conversation), keyword only; min_score {s.inject_min_score}, "
           f"min_relevance {s.inject_min_relevance}; built in {time.perf_counter() - started:.0f} s")
+    if args.latency_only:
+        return timing(built, args)
     print()
     print("| budget (tokens) | sessions | prompts | inject something | evidence sessions cited | "
           "tokens injected per prompt |")
@@ -173,6 +176,11 @@ def main() -> None:
     print("|---|---:|---:|")
     for kind, (n, silent) in quiet(built, s.inject_prompt_tokens, s).items():
         print(f"| {kind} | {n} | {silent / n:.3f} |")
+    timing(built, args)
+
+
+def timing(built: dict, args: argparse.Namespace) -> None:
+    """The latency table (in-process; with --service also through a running service)."""
     if not args.latency:
         return
     cid, (ws, conv) = next(iter(built.items()))
