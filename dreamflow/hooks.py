@@ -1,4 +1,5 @@
-"""`dreamflow hook claude-code`: capture Claude Code conversations from its hooks, without the agent's help.
+"""`dreamflow hook claude-code`: capture Claude Code conversations from its hooks, without the agent's help
+(and, on `SessionStart` and `UserPromptSubmit`, put memory before the agent: dreamflow/hook_context.py).
 
 Claude Code runs the command on `Stop`, `PreCompact` and `SessionEnd` with a JSON object on stdin
 (`session_id`, `transcript_path`, `hook_event_name`, ...). The transcript is the session's JSONL file, one
@@ -401,15 +402,18 @@ def register(cli) -> None:
     """Add the `hook` group to the `dreamflow` command group."""
     import click
 
+    from dreamflow import hook_context
+
     @cli.group("hook")
     def hook() -> None:
-        """Capture conversations from agent hosts' hooks (see docs/agents.md)."""
+        """Capture conversations from agent hosts' hooks and put memory before the agent (see docs/agents.md)."""
 
     @hook.command("claude-code")
     @click.option("--verbose", "-v", is_flag=True, help="Print what was captured on stderr.")
     @click.pass_obj
     def claude_code(obj, verbose: bool) -> None:
-        """Claude Code hook (Stop, PreCompact, SessionEnd): record the transcript's new turns.
+        """Claude Code hook: Stop, PreCompact, SessionEnd record the transcript's new turns; SessionStart and
+        UserPromptSubmit print memory for the agent's context (a digest; recall for the prompt).
 
         Reads the hook's JSON from stdin. Always exits 0, so memory trouble never interrupts the session;
         problems are reported on stderr (Claude Code shows them in its debug log).
@@ -421,9 +425,19 @@ def register(cli) -> None:
             payload = json.loads(text or "{}")
             if not isinstance(payload, dict):
                 raise ValueError("the hook input is not a JSON object")
-            result = capture(session_workspace(obj.workspace_arg, payload), payload)
+            event = payload.get("hook_event_name")
+            if event in hook_context.EVENTS:
+                injected = hook_context.context(session_workspace(obj.workspace_arg, payload), payload)
+            else:
+                result = capture(session_workspace(obj.workspace_arg, payload), payload)
         except Exception as exc:  # never fail the host: say what went wrong and carry on
             print(f"dreamflow hook claude-code: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return
+        if event in hook_context.EVENTS:
+            if injected:
+                print(json.dumps(hook_context.answer(event, injected), ensure_ascii=False))
+            if verbose:
+                print(f"dreamflow hook claude-code: {event}: {len(injected or '')} characters injected", file=sys.stderr)
             return
         said = f"dreamflow hook claude-code: {result['event']} {result['session_id']}"
         skipped = [f"{n} {what}" for n, what in ((result["too_long"], "line(s) over DREAMFLOW_HOOK_MAX_LINE_BYTES"),

@@ -86,12 +86,14 @@ def service_info(workspace: str | os.PathLike[str]) -> dict | None:
     return info
 
 
-def connect(workspace: str | os.PathLike[str]) -> RemoteMemory | None:
-    """A `RemoteMemory` for the workspace's running service, or None when no service answers."""
+def connect(workspace: str | os.PathLike[str], timeout: float = 600.0) -> RemoteMemory | None:
+    """A `RemoteMemory` for the workspace's running service (waiting at most `timeout` seconds for each
+    answer), or None when no service answers."""
     info = service_info(workspace)
     if info is None:
         return None
-    remote = RemoteMemory(info["url"], token=Settings().api_token, workspace=info.get("name"), root=Path(workspace))
+    remote = RemoteMemory(info["url"], token=Settings().api_token, workspace=info.get("name"), root=Path(workspace),
+                          timeout=timeout)
     try:
         remote.health()
     except ServiceUnavailable:  # a stale file whose pid was reused, or a service shutting down

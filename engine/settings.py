@@ -30,6 +30,11 @@ def _num(kind: type, name: str, default: str | None = None):
         raise InvalidInput(f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
 
 
+def _switch(name: str) -> bool:
+    """An on/off setting that is on unless set to 0, false, no or off."""
+    return (_env(name) or "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def dreamflow_home() -> Path:
     """Dreamflow's own folder, never a workspace (workspace registry, tokens, Prefect server DB, logs):
     `DREAMFLOW_HOME`, else `$XDG_STATE_HOME/dreamflow` (default `~/.local/state/dreamflow`). Not `~/.dreamflow`:
@@ -87,6 +92,17 @@ class Settings:
     hook_max_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_BYTES", str(64 << 20)))
     # a transcript line longer than this is skipped and reported (a pasted screenshot is a few MB)
     hook_max_line_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_LINE_BYTES", str(8 << 20)))
+    # what `dreamflow hook claude-code` puts before the agent (dreamflow/hook_context.py): each event on/off,
+    # tokens per prompt and per session start, the least keyword score and share of the prompt's term weight
+    # a match must reach for a prompt to get anything (docs/benchmarks.md: measured on LoCoMo), seconds allowed
+    # per answer
+    inject_prompt: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_PROMPT"))
+    inject_start: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_START"))
+    inject_prompt_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_PROMPT_TOKENS", "600"))
+    inject_start_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_START_TOKENS", "800"))
+    inject_min_score: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_MIN_SCORE", "4"))
+    inject_min_relevance: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_MIN_RELEVANCE", "0.5"))
+    inject_timeout: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_TIMEOUT", "3"))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))
     doctor_cron: str | None = field(default_factory=lambda: _env("DREAMFLOW_DOCTOR_CRON"))  # unset: no schedule

@@ -526,11 +526,13 @@ class Memory:
             )
 
     def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
-               end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None) -> dict:
+               end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None,
+               min_score: float | None = None, min_relevance: float | None = None) -> dict:
         """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
         files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
         `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
-        (`withheld` counts the lines left out); use a new session id for a fresh context."""
+        (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score` and/or
+        `min_relevance`, nothing unless something new comes from a keyword match scoring that high."""
         from storage import recall as _recall
 
         _check_query(query)
@@ -547,7 +549,8 @@ class Memory:
                 con, self.ws, query, budget, given=seen, vectors=self.vectors,
                 start_date=_search_date(start_date) if start_date else None,
                 end_date=_search_date(end_date) if end_date else None, tags=tags or None,
-                path_prefix=path_prefix or None)
+                path_prefix=path_prefix or None, min_score=min_score,
+                min_relevance=min_relevance)
             if session:
                 _recall.remember(self.ws, session, keys)
         return {**answer, "session": session}

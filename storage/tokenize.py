@@ -4,10 +4,13 @@ English (and other Latin-script) words are lowercased, stopwords dropped and Sno
 PyStemmer; numbers are kept as they are. CJK runs (Chinese, Japanese kana, Korean Hangul) have no spaces
 between words, so each run becomes overlapping character bigrams (a one-character run becomes that
 character), which finds Chinese words without a dictionary.
+
+`tokens` estimates what a text takes in a model's context (recall's budgets, what the hooks inject).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
@@ -91,3 +94,10 @@ def _mixed_terms(text: str) -> list[str]:
         else:
             out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
     return out
+
+
+def tokens(text: str) -> int:
+    """Estimated model tokens of `text`: ASCII characters / 4 (rounded up) plus one per other character
+    (conservative for CJK)."""
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / 4) + len(text) - ascii_chars

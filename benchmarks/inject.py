@@ -1,0 +1,207 @@
+"""What the Claude Code hooks inject (dreamflow/hook_context.py), on LoCoMo: useful, quiet when irrelevant, fast.
+
+Each LoCoMo conversation is its own workspace (one memory per project, as routing by `cwd` gives), built as
+benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none`). Printed:
+
+- usefulness: every question of categories 1-4 asked as a prompt with the hook's recall (`min_score`,
+  `min_relevance` from the settings) at several budgets, each in a fresh session, and all of a conversation's
+  questions in order in one session (the session's record: nothing given twice, so a later prompt gets only
+  what is new): share of prompts that inject something; share of their evidence sessions cited in what the
+  prompt injected (averaged over prompts); tokens injected per prompt;
+- quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
+  conversations (a sample) and small talk; share that inject nothing;
+- latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON) for
+  UserPromptSubmit and SessionStart, and the hook's own answer time inside a process
+  (`hook_context.context`), in-process and, with `--service`, through a running `dreamflow start`.
+
+    DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
+                                                        [--service] [--latency-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
+
+from benchmarks.locomo import DEFAULT_DATA, evidence_sessions, questions, session_of, write_conversation  # noqa: E402
+from benchmarks.service import pct  # noqa: E402
+from service_harness import DREAMFLOW  # noqa: E402
+from dreamflow import hook_context  # noqa: E402
+from engine.settings import Settings  # noqa: E402
+from storage import index  # noqa: E402
+from storage.db import IndexDB  # noqa: E402
+from storage.recall import recall  # noqa: E402
+from storage.workspace import Workspace  # noqa: E402
+
+SMALL_TALK = [
+    "hi", "thanks!", "ok, go ahead", "looks good to me", "run the tests please", "commit and push",
+    "fix the typo in line 3", "can you explain this error?", "why is the build failing?", "what's up",
+    "rename this function to parse_args", "add a docstring here", "make it faster", "undo that",
+    "show me the diff", "continue", "yes", "no, the other file", "write a unit test for it", "good night",
+]
+OTHERS_PER_WORKSPACE = 150  # questions of the other conversations asked in each workspace
+
+
+def build(data: Path) -> dict[str, tuple[Workspace, dict]]:
+    """{conversation id: (its own indexed workspace, the conversation)}."""
+    built = {}
+    for path in sorted(data.glob("conv-*.json")):
+        conv = json.loads(path.read_text())
+        ws = Workspace(Path(tempfile.mkdtemp(prefix=f"inject-{path.stem}-")) / "ws")  # the service harness's layout
+        write_conversation(ws, path.stem, conv)
+        with IndexDB(ws).session() as con:
+            index.rebuild(con, ws)
+        built[path.stem] = (ws, conv)
+    return built
+
+
+def usefulness(built: dict, budgets: list[int], s: Settings) -> dict[tuple[int, str], dict]:
+    """Per (budget, "fresh" | "one session"): prompts, injecting, evidence share, tokens injected."""
+    convs = {cid: conv for cid, (_, conv) in built.items()}
+    out = {}
+    for budget in budgets:
+        for mode in ("fresh", "one session"):
+            row = out[(budget, mode)] = {"prompts": 0, "injecting": 0, "evidence": 0.0, "tokens": 0}
+            for cid, (ws, _) in built.items():
+                given: set[str] = set()
+                with IndexDB(ws).session() as con:
+                    for qc, qa, evidence in questions({cid: convs[cid]}):
+                        answer, keys = recall(con, ws, qa["question"], hook_context._fit(budget), given=given,
+                                              min_score=s.inject_min_score, min_relevance=s.inject_min_relevance)
+                        if mode == "one session":
+                            given.update(keys)
+                        cited = {session_of(item["path"]) for item in answer["items"]}
+                        wanted = evidence_sessions(qc, evidence)
+                        row["prompts"] += 1
+                        row["injecting"] += bool(answer["items"])
+                        row["evidence"] += len(wanted & cited) / len(wanted)
+                        row["tokens"] += answer["tokens"]
+    return out
+
+
+def quiet(built: dict, budget: int, s: Settings) -> dict[str, tuple[int, int]]:
+    """{kind: (prompts, prompts that injected nothing)} for other conversations' questions and small talk."""
+    convs = {cid: conv for cid, (_, conv) in built.items()}
+    rng = random.Random(7)
+    counts = {"other conversations' questions": [0, 0], "small talk": [0, 0]}
+    for cid, (ws, _) in built.items():
+        others = [qa["question"] for qc, qa, _ in questions(convs) if qc != cid]
+        asked = [("other conversations' questions", q) for q in rng.sample(others, OTHERS_PER_WORKSPACE)]
+        asked += [("small talk", q) for q in SMALL_TALK]
+        with IndexDB(ws).session() as con:
+            for kind, prompt in asked:
+                answer, _ = recall(con, ws, prompt, hook_context._fit(budget), min_score=s.inject_min_score,
+                                   min_relevance=s.inject_min_relevance)
+                counts[kind][0] += 1
+                counts[kind][1] += not answer["items"]
+    return {k: (n, silent) for k, (n, silent) in counts.items()}
+
+
+def payloads(conv: dict, n: int) -> list[dict]:
+    """n UserPromptSubmit inputs (the conversation's questions, one session) and SessionStart inputs."""
+    qs = [qa["question"] for qa in conv["qa"]][:n]
+    base = {"transcript_path": "/tmp/none.jsonl", "cwd": "/tmp", "permission_mode": "default"}
+    prompts = [{**base, "session_id": f"latency-{time.time_ns()}", "hook_event_name": "UserPromptSubmit",
+                "prompt": q} for q in qs]
+    starts = [{**base, "session_id": f"start-{i}", "hook_event_name": "SessionStart", "source": "startup"}
+              for i in range(max(3, n // 3))]
+    return prompts + starts
+
+
+def latency(ws: Workspace, conv: dict, n: int) -> dict[str, dict[str, list[float]]]:
+    """{event: {"process": wall seconds of `dreamflow hook claude-code`, "answer": hook_context.context}}."""
+    times: dict[str, dict[str, list[float]]] = {}
+    for payload in payloads(conv, n):
+        started = time.perf_counter()
+        done = subprocess.run([DREAMFLOW, "--workspace", str(ws.root), "hook", "claude-code"],
+                              input=json.dumps(payload), capture_output=True, text=True, timeout=120)
+        wall = time.perf_counter() - started
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        started = time.perf_counter()
+        hook_context.context(ws.root, {**payload, "session_id": payload["session_id"] + "-b"})
+        answer = time.perf_counter() - started
+        event = times.setdefault(payload["hook_event_name"], {"process": [], "answer": []})
+        event["process"].append(wall)
+        event["answer"].append(answer)
+    return times
+
+
+def show_latency(label: str, times: dict) -> None:
+    for event, kinds in times.items():
+        for kind, values in kinds.items():
+            what = "process (fresh `dreamflow hook claude-code`)" if kind == "process" else "answer inside the process"
+            print(f"| {label} | {event} | {what} | {len(values)} | {statistics.median(values) * 1000:.0f} | "
+                  f"{pct(values, 95) * 1000:.0f} | {max(values) * 1000:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
+    parser.add_argument("--budgets", default="300,600,1200", help="prompt budgets in tokens, comma-separated")
+    parser.add_argument("--latency", type=int, default=30, help="prompts timed per setting (0: none)")
+    parser.add_argument("--service", action="store_true", help="also time the hooks through `dreamflow start`")
+    parser.add_argument("--latency-only", action="store_true", help="skip the usefulness and quiet tables")
+    args = parser.parse_args()
+    s = Settings()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    started = time.perf_counter()
+    built = build(Path(args.data))
+    print(f"{len(built)} workspaces (one per conversation), keyword only; min_score {s.inject_min_score}, "
+          f"min_relevance {s.inject_min_relevance}; built in {time.perf_counter() - started:.0f} s")
+    if args.latency_only:
+        return timing(built, args)
+    print()
+    print("| budget (tokens) | sessions | prompts | inject something | evidence sessions cited | "
+          "tokens injected per prompt |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for (budget, mode), r in usefulness(built, budgets, s).items():
+        n = r["prompts"]
+        label = "a fresh one per prompt" if mode == "fresh" else "one per conversation"
+        print(f"| {budget:,} | {label} | {n} | {r['injecting'] / n:.3f} | {r['evidence'] / n:.3f} | "
+              f"{r['tokens'] / n:,.0f} |")
+    print()
+    print("| prompts with nothing relevant | prompts | inject nothing |")
+    print("|---|---:|---:|")
+    for kind, (n, silent) in quiet(built, s.inject_prompt_tokens, s).items():
+        print(f"| {kind} | {n} | {silent / n:.3f} |")
+    timing(built, args)
+
+
+def timing(built: dict, args: argparse.Namespace) -> None:
+    """The latency table (in-process; with --service also through a running service)."""
+    if not args.latency:
+        return
+    cid, (ws, conv) = next(iter(built.items()))
+    print()
+    print(f"latency on {cid} ({sum(1 for _ in ws.root.rglob('*.md'))} notes); load average {os.getloadavg()[0]:.1f}")
+    print()
+    print("| where | event | measured | n | p50 ms | p95 ms | max ms |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    show_latency("in-process", latency(ws, conv, args.latency))
+    if args.service:
+        from llm_server import LLMServer
+        from service_harness import RunningService
+
+        llm = LLMServer().start()
+        svc = RunningService.start(ws.root.parent, llm=llm, env={"DREAMFLOW_EMBEDDER": "none"})
+        try:
+            show_latency("through the service", latency(ws, conv, args.latency))
+        finally:
+            svc.stop()
+            llm.stop()
+
+
+if __name__ == "__main__":
+    main()

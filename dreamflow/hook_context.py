@@ -1,0 +1,154 @@
+"""`dreamflow hook claude-code` on `SessionStart` and `UserPromptSubmit`: memory put before the agent unasked.
+
+`UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/recall.py) within
+`inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
+something new in it comes from a keyword match scoring at least `inject_min_score` and `inject_min_relevance`
+times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected.
+`SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
+(digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
+each as its name, description and first lines, within `inject_start_tokens`. Every item is cited
+`[path:start-end]` (the lines `read` shows) so the agent can read on.
+
+Both answer on stdout as Claude Code reads it: `{"hookSpecificOutput": {"hookEventName": EVENT,
+"additionalContext": TEXT}}`, kept under Claude Code's 10,000 characters (MAX_CHARS); nothing at all when
+there is nothing to say. Only the session's own workspace is read (hooks.session_workspace; recall and
+`list`/`read` never read the workspaces it declares it reads). Never in the prompt's way: the running
+service is asked with a `inject_timeout` deadline per answer, in-process the index lock is waited for as
+long; a service named in service.json that does not answer is not worked around (it owns the index), and
+any problem means nothing injected, one line on stderr, exit 0 (dreamflow/hooks.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EVENTS = ("SessionStart", "UserPromptSubmit")
+MAX_CHARS = 9_500  # Claude Code shows longer additionalContext as a ~2,000-character preview only
+MAX_PROMPT_CHARS = 4_000  # of the prompt, as recall's query (a pasted log is not a question)
+DIGEST = ("digest/personal", "digest/procedure", "digest/wiki")
+NODES_PER_FOLDER = 12  # newest nodes looked at per digest folder
+RECENT_DAYS = 3  # days of daily cards looked at
+FIRST_LINES = 3  # body lines shown per node or card
+READ_CHARS = 2_000  # of each node or card read for its frontmatter and first lines
+MIN_ITEM = 16  # tokens: below this left in the budget, packing stops
+
+
+def context(workspace: Path, payload: dict) -> str | None:
+    """The text to inject for the hook `payload` (None: nothing), from the memory of `workspace`."""
+    from engine.settings import Settings
+
+    settings = Settings()
+    event = payload.get("hook_event_name")
+    if event == "UserPromptSubmit" and settings.inject_prompt:
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return None
+        return prompt_context(_memory(workspace, settings.inject_timeout), prompt, payload.get("session_id"),
+                              settings.inject_prompt_tokens, settings.inject_min_score, settings.inject_min_relevance)
+    if event == "SessionStart" and settings.inject_start:
+        return start_context(_memory(workspace, settings.inject_timeout), settings.inject_start_tokens)
+    return None
+
+
+def answer(event: str, text: str) -> dict:
+    """The hook's answer in Claude Code's format."""
+    return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+
+
+def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float,
+                   min_relevance: float) -> str | None:
+    """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
+    result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
+                           min_score=min_score, min_relevance=min_relevance)
+    if not result["items"]:
+        return None
+    return ("Dreamflow memory: possibly relevant to this prompt (each piece cited [path:lines]; `read` for more)."
+            "\n\n" + result["text"])
+
+
+def start_context(memory, budget: int) -> str | None:
+    """The session-start digest: digest nodes, then the latest days' cards, as many as fit `budget`."""
+    from storage.tokenize import tokens
+
+    budget = _fit(budget)
+    sections: list[tuple[str, list[str]]] = []
+    used = 0
+    for title, paths in (("Digest", _nodes(memory)), ("Recent cards", _cards(memory))):
+        items: list[str] = []
+        for path in paths:
+            if budget - used < MIN_ITEM:
+                break
+            item = _item(memory, path)
+            cost = tokens(item) + 1 if item else 0
+            if item and used + cost <= budget:
+                items.append(item)
+                used += cost
+        if items:
+            sections.append((title, items))
+    if not sections:
+        return None
+    parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
+             "`search` for more)."]
+    for title, items in sections:
+        parts.append(f"## {title}\n\n" + "\n\n".join(items))
+    return "\n\n".join(parts)
+
+
+def _fit(budget: int) -> int:
+    """The budget, capped so the text stays under MAX_CHARS."""
+    return max(MIN_ITEM, min(budget, MAX_CHARS // 4 - 100))
+
+
+def _nodes(memory) -> list[str]:
+    paths = []
+    for folder in DIGEST:
+        listed = memory.list(folder, limit=NODES_PER_FOLDER, sort="mtime", extensions=["md"])
+        paths += [e["path"] for e in listed["entries"] if e.get("type") == "file"]
+    return paths
+
+
+def _cards(memory) -> list[str]:
+    paths = []
+    for day in memory.daily_list(limit=RECENT_DAYS)["days"]:
+        cards = memory.daily_list(date=day["date"])["cards"]
+        paths += sorted(c["path"] for c in cards)
+    return paths
+
+
+def _item(memory, path: str) -> str | None:
+    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it)."""
+    from storage.markdown import split_frontmatter
+
+    page = memory.read(path, numbered=False, max_chars=READ_CHARS)
+    lines = page["content"].splitlines()
+    body_start = 0
+    if lines and lines[0].strip() == "---":
+        ends = [n for n, text in enumerate(lines[1:], 1) if text.strip() == "---"]
+        body_start = ends[0] + 1 if ends else len(lines)
+    meta = split_frontmatter("\n".join(lines[:body_start]) + "\n").meta if body_start else {}
+    name, description = (str(meta.get(k) or "").strip() for k in ("name", "description"))
+    shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
+    shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
+    if not (name or description or shown):
+        return None
+    where = path + (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
+    head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
+    return "\n".join([head.rstrip(), *(text for _, text in shown)])
+
+
+def _memory(workspace: Path, timeout: float):
+    """The workspace's memory, every answer within `timeout` seconds: its service, else in this process (the
+    index lock waited for that long). A service that service.json names but that does not answer: an error."""
+    import os
+
+    from engine.client import ServiceUnavailable, connect, local_memory, service_info
+    from storage.db import lock_timeout
+
+    remote = connect(workspace, timeout=timeout)
+    if remote is not None:
+        return remote
+    info = service_info(workspace)
+    if info is not None:
+        raise ServiceUnavailable(f"the Dreamflow service at {info.get('url')} does not answer")
+    os.environ["DREAMFLOW_LOCK_TIMEOUT"] = str(min(timeout, lock_timeout()))  # this hook process only
+    return local_memory(workspace)

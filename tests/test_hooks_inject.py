@@ -1,0 +1,213 @@
+"""`dreamflow hook claude-code` on SessionStart and UserPromptSubmit (dreamflow/hook_context.py), fed the JSON
+Claude Code sends: recall for a prompt, cited, never repeated within a session, nothing for a prompt memory has
+nothing on; the session-start digest; a service that does not answer; a session routed to one of two workspaces."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cli_probe import PROBE
+from service_harness import DREAMFLOW
+from test_hooks import SESSION
+from test_registry import registered
+
+from storage import index
+from storage.db import IndexDB
+from storage.workspace import Workspace
+
+pytestmark = pytest.mark.timeout(120)
+
+CWD = "/home/ana/trip-planner"
+TRANSCRIPTS = "/home/ana/.claude/projects/-home-ana-trip-planner"
+ANY_MATCH = {"DREAMFLOW_INJECT_MIN_SCORE": "0", "DREAMFLOW_INJECT_MIN_RELEVANCE": "0"}  # any keyword match is injected
+CARD = """# Lisbon with Ana
+
+Ana booked Casa do Largo in Alfama for 150 EUR a night.
+The flight is TAP 1357 on 9 May, leaving at 06:05.
+
+Tram 28E goes from Baixa up to Alfama.
+"""
+
+
+def prompt(text: str, session: str = SESSION, cwd: str = CWD) -> dict:
+    """UserPromptSubmit's input as Claude Code sends it."""
+    return {"session_id": session, "transcript_path": f"{TRANSCRIPTS}/{session}.jsonl",
+            "cwd": cwd, "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": text}
+
+
+def start(source: str = "startup", session: str = SESSION, cwd: str = CWD) -> dict:
+    """SessionStart's input as Claude Code sends it."""
+    return {"session_id": session, "transcript_path": f"{TRANSCRIPTS}/{session}.jsonl",
+            "cwd": cwd, "hook_event_name": "SessionStart", "source": source}
+
+
+def hook(payload: dict, workspace=None, env: dict | None = None, probe: bool = False) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", PROBE] if probe else [DREAMFLOW]
+    where = ["--workspace", str(workspace)] if workspace is not None else []
+    return subprocess.run([*command, *where, "hook", "claude-code"], input=json.dumps(payload), capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "DREAMFLOW_EMBEDDER": "none", **(env or {})})
+
+
+def injected(done: subprocess.CompletedProcess, event: str) -> str | None:
+    """The additionalContext the hook answered (None: it printed nothing), checking the answer's shape."""
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "":
+        return None
+    answer = json.loads(done.stdout)
+    assert list(answer) == ["hookSpecificOutput"] and answer["hookSpecificOutput"]["hookEventName"] == event
+    assert set(answer["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
+    return answer["hookSpecificOutput"]["additionalContext"]
+
+
+def note(name: str, description: str, body: str) -> str:
+    return f"---\nname: {name}\ndescription: {description}\n---\n{body}"
+
+
+@pytest.fixture(scope="module")
+def trip_template(tmp_path_factory):
+    """A workspace of trip notes among 40 work notes (term weights as in a memory in use), indexed once."""
+    ws = Workspace(tmp_path_factory.mktemp("trip") / "ws")
+    for n in range(40):
+        ws.write_text(f"daily/2024-04-{n % 28 + 1:02d}/note-{n}.md", note(
+            f"Note {n}", "Work log", f"# Note {n}\n\nAna reviewed pull request {n} of the payments service with Bo.\n"
+                                     f"The build ran {n} tests; lint passed; the night was quiet.\n"))
+    ws.write_text("daily/2024-05-08/lisbon-with-ana.md", note("Lisbon with Ana", "Trip plans, hotel, flight, trams", CARD))
+    ws.write_text("digest/personal/ana.md", note("Ana", "The user, travel preferences",
+                                                 "# Ana\n\nPrefers window seats and early flights.\nVegetarian.\n"))
+    ws.write_text("digest/wiki/lisbon.md", note("Lisbon", "City notes", "# Lisbon\n\nAlfama is the old quarter.\n"))
+    ws.write_text("digest/procedure/booking.md", note("Booking", "How Ana books",
+                                                      "# Booking\n\nBook hotels with free cancellation.\n"))
+    with IndexDB(ws).session() as con:
+        index.rebuild(con, ws)
+    return ws.root
+
+
+@pytest.fixture
+def trip(trip_template, tmp_path):
+    return Path(shutil.copytree(trip_template, tmp_path / "ws"))
+
+
+def test_a_prompt_gets_cited_recall_once_per_session(trip):
+    first = injected(hook(prompt("Which hotel did Ana book in Alfama, and for how much?"), trip), "UserPromptSubmit")
+    assert first is not None and "Casa do Largo" in first and "150 EUR" in first
+    assert "[daily/2024-05-08/lisbon-with-ana.md:" in first  # cited with its lines, so the agent can read on
+
+    again = hook(prompt("Which hotel did Ana book in Alfama, and for how much?"), trip)
+    assert injected(again, "UserPromptSubmit") is None  # the session has it already: nothing repeated
+
+    other = injected(hook(prompt("Which hotel did Ana book in Alfama, and for how much?", session="another-session"),
+                          trip), "UserPromptSubmit")
+    assert other is not None and "Casa do Largo" in other  # another session was given nothing yet
+
+
+@pytest.mark.parametrize("text", ["thanks, looks good", "Run the test suite and fix the failing lint errors",
+                                  "What is the capital of Peru?", "   "])
+def test_a_prompt_memory_has_nothing_on_injects_nothing(trip, text):
+    done = hook(prompt(text), trip)
+    assert injected(done, "UserPromptSubmit") is None and done.stderr == "", done.stderr
+
+
+def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip):
+    text = injected(hook(start(), trip), "SessionStart")
+    assert text is not None
+    order = [text.index(p) for p in ("[digest/personal/ana.md:", "[digest/procedure/booking.md:",
+                                     "[digest/wiki/lisbon.md:", "[daily/2024-05-08/lisbon-with-ana.md:")]
+    assert order == sorted(order), text
+    assert "[digest/procedure/booking.md:7] Booking: How Ana books\nBook hotels" in text
+    assert "Prefers window seats" in text and "The user, travel preferences" in text
+    assert "[digest/personal/ana.md:7-8] Ana: The user, travel preferences" in text  # the lines `read` numbers
+
+    small = injected(hook(start("compact"), trip, env={"DREAMFLOW_INJECT_START_TOKENS": "40"}), "SessionStart")
+    assert "digest/personal/ana.md" in small and "lisbon-with-ana" not in small  # the budget holds the first only
+
+    off = hook(start(), trip, env={"DREAMFLOW_INJECT_START": "0"})
+    assert injected(off, "SessionStart") is None
+    off = hook(prompt("Which hotel did Ana book?"), trip, env={"DREAMFLOW_INJECT_PROMPT": "off"})
+    assert injected(off, "UserPromptSubmit") is None
+
+
+def test_session_start_on_an_empty_workspace_says_nothing(tmp_path):
+    done = hook(start(), tmp_path / "empty")
+    assert injected(done, "SessionStart") is None and done.stderr == ""
+
+
+def silent_server() -> tuple[socket.socket, int]:
+    """A socket that accepts connections and never answers (a hung service)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(8)], daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def test_a_service_that_does_not_answer_injects_nothing_and_never_blocks(trip):
+    server, port = silent_server()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused_port = closed.getsockname()[1]
+    closed.close()
+    try:
+        for url in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{refused_port}"):
+            (trip / "metadata/service.json").write_text(json.dumps({"pid": os.getpid(), "url": url, "name": None}))
+            for payload in (prompt("Which hotel did Ana book in Alfama?"), start()):
+                began = time.monotonic()
+                done = hook(payload, trip, env={"DREAMFLOW_INJECT_TIMEOUT": "0.5"})
+                assert injected(done, payload["hook_event_name"]) is None, done.stdout
+                assert len(done.stderr.strip().splitlines()) == 1 and "ServiceUnavailable" in done.stderr, done.stderr
+                assert time.monotonic() - began < 30  # process start on a loaded machine; the wait itself is 0.5 s
+    finally:
+        server.close()
+    (trip / "metadata/service.json").unlink()  # gone for good: in-process again
+    assert "Casa do Largo" in injected(hook(prompt("Which hotel did Ana book in Alfama?"), trip), "UserPromptSubmit")
+
+
+def test_a_routed_session_gets_only_its_own_workspace(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE", "DREAMFLOW_API_TOKEN")}
+    env.update(DREAMFLOW_HOME=str(tmp_path / "home"), DREAMFLOW_EMBEDDER="none")
+    folders = registered(tmp_path, env)  # web reads personal (declared sharing); api apart; all about coffee
+    (tmp_path / "src/web/pkg").mkdir(parents=True)
+    cwd = str(tmp_path / "src/web/pkg")
+    for n, text in enumerate(("Where is the coffee machine?", "coffee flat white vite api orders")):
+        done = subprocess.run([DREAMFLOW, "hook", "claude-code"], input=json.dumps(prompt(text, f"s-{n}", cwd)),
+                              capture_output=True, text=True, timeout=60, env={**env, **ANY_MATCH})
+        got = injected(done, "UserPromptSubmit")
+        assert got is not None and "[digest/wiki/web-note.md:" in got, got
+        assert "oat flat white" not in got and "40 ms" not in got and "personal-note" not in got and "api-note" not in got
+    begun = subprocess.run([DREAMFLOW, "hook", "claude-code"], input=json.dumps(start(cwd=cwd)), capture_output=True,
+                           text=True, timeout=60, env=env)
+    got = injected(begun, "SessionStart")
+    assert "web-note" in got and "personal-note" not in got and "api-note" not in got
+    assert not (folders["personal"] / "metadata/recall").exists()  # nothing read from or recorded in the others
+    assert not (folders["api"] / "metadata/recall").exists()
+
+
+def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
+    done = hook(prompt("Which hotel did Ana book in Alfama?"), trip, probe=True)
+    lines = done.stdout.strip()
+    assert done.returncode == 0 and "Casa do Largo" in json.loads(lines)["hookSpecificOutput"]["additionalContext"]
+    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
+
+
+@pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
+def test_a_prompt_through_the_running_service(dreamflow_service):
+    svc = dreamflow_service
+    svc.memory.write("daily/2024-06-02/porto-ferry.md", "# Porto\n\nThe Douro ferry to Afurada leaves at 09:40 "
+                       "from Cais da Estiva.\n", name="Porto ferry", description="Day trip")
+    session = "inject-through-service"
+    text = injected(hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH),
+                    "UserPromptSubmit")
+    assert text is not None and "09:40" in text and "[daily/2024-06-02/porto-ferry.md:" in text
+    assert (svc.workspace / f"metadata/recall/{session}.json").exists()  # the service kept the session's record
+    again = hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH)
+    assert injected(again, "UserPromptSubmit") is None
+    begun = injected(hook(start(session=session), svc.workspace), "SessionStart")
+    assert begun is not None and "[daily/2024-06-02/porto-ferry.md:" in begun
