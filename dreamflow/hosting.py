@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.client import SERVICE_FILE
+from engine.client import SERVICE_FILE, service_info
 from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import UNREGISTERED, Entry, Registry
 from engine.settings import Settings
@@ -98,12 +98,9 @@ class Hosted:
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()  # index what is pending, emit pending resource events
-        try:
-            info = json.loads((self.ws.root / SERVICE_FILE).read_text(encoding="utf-8"))
-            if info.get("pid") == os.getpid():
-                (self.ws.root / SERVICE_FILE).unlink(missing_ok=True)
-        except (OSError, ValueError):
-            pass
+        info = service_info(self.ws.root)
+        if info and info.get("pid") == os.getpid():
+            (self.ws.root / SERVICE_FILE).unlink(missing_ok=True)
         if self.backfiller is not None:
             self.backfiller.stop()
         if self.memory is not None:
@@ -165,8 +162,6 @@ class Hosts:
     def open(self, on_resources: Callable[[str, list[str]], None]) -> None:
         """Claim and open the default workspace (an error when another service owns it) and the registered ones."""
         from watchdog.observers import Observer
-
-        from engine.client import service_info
 
         self._on_resources = on_resources
         self._observer = Observer()

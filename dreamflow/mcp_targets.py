@@ -111,19 +111,7 @@ class Target:
         """After a refused connection to the service: `call()` again without it, or raise LookupError."""
         raise LookupError
 
-    # -- catalog and primitives of a concrete target
-
-    def names(self) -> list[str]:
-        raise NotImplementedError
-
-    def serves(self, name: str) -> bool:
-        raise NotImplementedError
-
-    def reads(self, name: str) -> list[str]:
-        raise NotImplementedError
-
-    def memory(self, name: str):
-        raise NotImplementedError
+    # -- primitives of a concrete target (which is also a catalog: names, serves, reads, root, memory)
 
     def _turn(self, name: str, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
         raise NotImplementedError
@@ -194,34 +182,19 @@ class ServiceTarget(Target):
         self.service.changed(self.workspace or scoped.default_for(self, self.grant))
 
 
-class WorkspaceTarget(Target):
-    """Calls from a stdio server: through each workspace's running service when there is one, else here."""
+class WorkspaceTarget(Target, scoped.LocalCatalog):
+    """Calls from a stdio server: the registered workspaces (`LocalCatalog`), each through its running service
+    when there is one, else here."""
 
     def __init__(self, default: str | Path | None = None):
         from engine.registry import Registry, resolve
 
-        self.registry = Registry.load()
-        self.default_name, self.default_root = resolve(str(default) if default is not None else None,
-                                               registry=self.registry)
+        registry = Registry.load()
+        name, root = resolve(str(default) if default is not None else None, registry=registry)
+        scoped.LocalCatalog.__init__(self, name, root, registry)
         self._remote: dict[str, Any] = {}
         self._local: dict[str, Any] = {}
         self._bypass = threading.local()  # `active` while a call runs here because the service refused it
-
-    def _root(self, name: str) -> Path:
-        return self.default_root if name == self.default_name else self.registry.get(name).path
-
-    def root(self, name: str) -> Path:
-        return self._root(name)
-
-    def names(self) -> list[str]:
-        return list(dict.fromkeys([self.default_name, *self.registry.entries]))
-
-    def serves(self, name: str) -> bool:
-        return name == self.default_name or name in self.registry.entries
-
-    def reads(self, name: str) -> list[str]:
-        entry = self.registry.entries.get(name)
-        return list(entry.reads) if entry else []
 
     def remote(self, name: str | None = None):
         """The `RemoteMemory` of the workspace's running service, or None when no service runs for it."""
@@ -229,13 +202,13 @@ class WorkspaceTarget(Target):
         from engine.settings import Settings
 
         name = name or self.workspace or self.default_name
-        info = service_info(self._root(name))
+        info = service_info(self.root(name))
         if info is None or getattr(self._bypass, "active", False):
             return None
         remote = self._remote.get(name)
         if remote is None or remote.url != info["url"].rstrip("/"):
             remote = self._remote[name] = RemoteMemory(info["url"], token=Settings().api_token,
-                                                       workspace=info.get("name"), root=self._root(name))
+                                                       workspace=info.get("name"), root=self.root(name))
         return remote
 
     def memory(self, name: str):
@@ -245,7 +218,7 @@ class WorkspaceTarget(Target):
         if name not in self._local:
             from engine.client import local_memory
 
-            self._local[name] = local_memory(self._root(name))
+            self._local[name] = local_memory(self.root(name))
         return self._local[name]
 
     def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
@@ -254,7 +227,7 @@ class WorkspaceTarget(Target):
             return remote.turn(session_id, messages, compact, turn_id)
         from dreamflow.service_commands import record_turn  # in-process: counted; a due run waits for the service
 
-        return record_turn(self._root(name), session_id, messages, compact, turn_id)
+        return record_turn(self.root(name), session_id, messages, compact, turn_id)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self._service(name, "start a run").launch(flow, parameters)
@@ -278,8 +251,8 @@ class WorkspaceTarget(Target):
     def _service(self, name: str, what: str):
         remote = self.remote(name)
         if remote is None:
-            raise ServiceNeeded(f"no Dreamflow service runs for {self._root(name)}: start it with "
-                                f"`dreamflow --workspace {self._root(name)} start` to {what}")
+            raise ServiceNeeded(f"no Dreamflow service runs for {self.root(name)}: start it with "
+                                f"`dreamflow --workspace {self.root(name)} start` to {what}")
         return remote
 
 

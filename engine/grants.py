@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.settings import dreamflow_home
 from storage.errors import DreamflowError, InvalidInput, NotFound
 
 FILE = "tokens.json"
@@ -61,18 +62,12 @@ class Grant:
 ADMIN = Grant("admin")
 
 
-def _home() -> Path:
-    from engine.settings import dreamflow_home
-
-    return dreamflow_home()
-
-
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def _load(path: Path | None = None) -> list[dict]:
-    path = path or _home() / FILE
+    path = path or dreamflow_home() / FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -83,7 +78,7 @@ def _load(path: Path | None = None) -> list[dict]:
 
 
 def _save(tokens: list[dict]) -> None:
-    path = _home() / FILE
+    path = dreamflow_home() / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -139,7 +134,7 @@ def admin_token() -> str | None:
     if value:
         return value
     try:
-        return (_home() / ADMIN_FILE).read_text(encoding="utf-8").strip() or None
+        return (dreamflow_home() / ADMIN_FILE).read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
 
@@ -148,7 +143,7 @@ def ensure_admin_token() -> None:
     """With tokens but no admin token, make one this machine's CLI and jobs use (mode 0600)."""
     if admin_token():
         return
-    path = _home() / ADMIN_FILE
+    path = dreamflow_home() / ADMIN_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(PREFIX + secrets.token_urlsafe(32) + "\n")
@@ -160,7 +155,7 @@ class Tokens:
 
     def __init__(self, admin: str | None):
         self.admin = admin
-        self._path = _home() / FILE
+        self._path = dreamflow_home() / FILE
         self._stamp = None
         self._by_digest: dict[str, Grant] = {}
 

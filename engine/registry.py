@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.settings import dreamflow_home
 from storage.errors import InvalidInput, NotFound
 
 FILE = "workspaces.yaml"
@@ -55,12 +56,6 @@ class Entry:
         return data
 
 
-def home() -> Path:
-    from engine.settings import dreamflow_home
-
-    return dreamflow_home()
-
-
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise InvalidInput(f"workspace name {name!r} must be 1-63 lower-case letters, digits, '-' or '_', "
@@ -80,7 +75,7 @@ def overlaps(a: Path, b: Path) -> bool:
 def check_apart_from_home(root: Path) -> Path:
     """`root` unless it shares a folder with Dreamflow's home (its Prefect database and logs would be indexed
     as memory, or memory kept among them)."""
-    state = _folder(home())
+    state = _folder(dreamflow_home())
     if overlaps(root, state):
         raise InvalidInput(
             f"the workspace {root} and Dreamflow's own folder {state} (Prefect's database, logs) overlap: "
@@ -95,13 +90,13 @@ class Registry:
 
     entries: dict[str, Entry] = field(default_factory=dict)
     default: str | None = None
-    path: Path = field(default_factory=lambda: home() / FILE)
+    path: Path = field(default_factory=lambda: dreamflow_home() / FILE)
 
     # -- reading
 
     @classmethod
     def load(cls, path: Path | None = None) -> Registry:
-        path = path or home() / FILE
+        path = path or dreamflow_home() / FILE
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -34,15 +34,15 @@ def workspace_root(workspace: str | None = None) -> str:
     from engine.client import service_info
     from engine.registry import NAME_RE, Registry, resolve, resolve_name
 
+    registry = Registry.load()
     if workspace and NAME_RE.match(workspace):
         try:
-            root = resolve_name(workspace)
+            root = resolve_name(workspace, registry)
         except NotFound:
             if _deployment_run():
                 raise
         else:
             return _bound(workspace, root)
-    registry = Registry.load()
     if not workspace and not os.environ.get("DREAMFLOW_WORKSPACE") and not registry.default and _deployment_run():
         raise InvalidInput("this run names no workspace: give it a `workspace` parameter (a deployment schedule's "
                            "`parameters: {workspace: NAME}`), set DREAMFLOW_WORKSPACE for the runner or worker "
