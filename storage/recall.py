@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from storage import validity
 from storage.errors import NotFound
 from storage.search import search, term_weights
 from storage.tokenize import terms, tokens
@@ -180,20 +181,9 @@ def _grouped(path: str, lines: list[tuple[int, str]], hit: dict, rank: int, scor
         else:
             groups.append([(n, text)])
             size = cost
-    return [Piece(path, group, _when(hit), hit["score"], max(score_of.get(n, 0.0) for n, _ in group), rank)
+    return [Piece(path, group, validity.label(hit), hit["score"], max(score_of.get(n, 0.0) for n, _ in group), rank)
             for group in groups]
 
-
-def _when(hit: dict) -> str | None:
-    """What a piece's citation says of its time: a dated file's day; a digest node's status and validity
-    (`current since 2026-03-01`, `superseded 2026-01-05..2026-03-01`)."""
-    status = hit.get("status")
-    if status is None:
-        return hit.get("date")
-    start, end = hit.get("valid_from"), hit.get("valid_to")
-    if end:
-        return f"{status} {start or ''}..{end}"
-    return f"{status} since {start}" if start else (None if status == "current" else status)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -95,3 +95,15 @@ def chain_problems(metas: dict[str, dict], today: dt.date) -> list[dict]:
         if step == path:
             add(path, "cycle", " -> ".join(seen + [path]))
     return rows
+
+
+def label(hit: dict) -> str | None:
+    """How a hit's time reads in a citation: a dated file's day; a digest node's status and validity
+    (`current since 2026-03-01`, `superseded 2026-01-05..2026-03-01`); None when there is nothing to say."""
+    state = hit.get("status")
+    if state is None:
+        return hit.get("date")
+    start, end = hit.get("valid_from"), hit.get("valid_to")
+    if end:
+        return f"{state} {start or ''}..{end}"
+    return f"{state} since {start}" if start else (None if state == CURRENT else state)
