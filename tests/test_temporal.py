@@ -181,7 +181,8 @@ def test_time_on_every_surface_http_cli_mcp(ws):
 def test_doctor_reports_broken_chains(ws):
     memory = Memory(ws.root)
     old, new = superseded_pair(memory)
-    assert memory.doctor()["supersession"] == []
+    clean = memory.doctor()
+    assert clean["supersession"] == [] and clean["near_duplicates"] == []  # one name, two times: not a merge
     memory.frontmatter_update(new, {"superseded_by": f"[[{old}]]", "supersedes": f"[[{old}]]"})  # a loop
     memory.write("digest/personal/gone.md", "Gone.", metadata={"status": "superseded",
                                                                "superseded_by": "[[digest/personal/nowhere.md]]"})
