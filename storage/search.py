@@ -194,8 +194,8 @@ def search(
     as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
     result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
     holding all the top candidates still leaves room for `limit` distinct files.
-    Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
-    text, name, description, date, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
+    Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, signals
+    (which lists found it, see `signals`), headings, text, name, description, date, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
     the hit's file, each with the neighbour's name and description).
     """
     if limit <= 0:
@@ -227,6 +227,7 @@ def search(
         hit["score"] = round(score, 6)
         hit["bm25_rank"], hit["bm25"] = kw.get(cid, (None, None))
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
+        hit["signals"] = signals(hit["bm25_rank"], hit["vector_rank"], weights, rrf_k)
         hit["more"] = more.get(cid, [])
         results.append(hit)
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
@@ -239,6 +240,15 @@ def search(
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
             n["exists"] = n["path"] in info
     return results
+
+
+def signals(bm25_rank: int | None, vector_rank: int | None, weights: Sequence[float], k: int) -> list[str]:
+    """Names of the ranked lists that found a hit ("keyword", "vector"), the one that added most to its fused
+    score first: what a reader needs to tell a word match from a match in meaning."""
+    found = [(w / (k + rank), name) for name, rank, w in (("keyword", bm25_rank, weights[0]),
+                                                           ("vector", vector_rank, weights[1]))
+             if rank is not None and w > 0]
+    return [name for _, name in sorted(found, key=lambda x: -x[0])]
 
 
 def _top_hits(

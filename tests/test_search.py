@@ -130,6 +130,18 @@ def test_rrf_fuses_keyword_and_vector_lists(con):
     assert [h["vector_rank"] for h in by_vector] == sorted(h["vector_rank"] for h in by_vector)
 
 
+def test_each_hit_names_the_signals_that_found_it(con):
+    assert search(con, "risotto", expand=0)[0]["signals"] == ["keyword"]
+    hits = search(con, "risotto", expand=0, vectors=TrigramVectors(), limit=5)
+    assert hits[0]["signals"] == ["keyword", "vector"]  # rank 1 in both: the keyword list weighs as much
+    assert all(h["signals"] == ["vector"] for h in hits if h["bm25_rank"] is None)
+    # the list that added more to the fused score comes first; a list weighted 0 found nothing
+    by_vector = search(con, "risotto", expand=0, vectors=TrigramVectors(), weights=(0.1, 1.0), limit=5)
+    assert by_vector[0]["signals"][0] == "vector"
+    assert all("vector" not in h["signals"] for h in search(con, "risotto", expand=0, vectors=TrigramVectors(),
+                                                             weights=(1.0, 0.0)))
+
+
 def test_vector_candidates_respect_filters(con):
     hits = search(con, "trail", expand=0, vectors=TrigramVectors(), path_prefix="digest/wiki/", limit=10)
     assert hits and all(h["path"].startswith("digest/wiki/") for h in hits)
