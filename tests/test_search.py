@@ -142,6 +142,24 @@ def test_each_hit_names_the_signals_that_found_it(con):
                                                              weights=(1.0, 0.0)))
 
 
+def test_a_date_the_query_names_ranks_notes_dated_then_first(ws):
+    # the same words in three notes: the one dated in (or within DATE_AFTER days after) the period named wins
+    for day in ("2023-05-08", "2023-06-09", "2023-08-20"):
+        ws.write_text(f"daily/{day}/camping.md", note("Camping", "We went camping by the lake with the kids."))
+    with IndexDB(ws).session() as con:
+        plain = search(con, "camping lake", expand=0, limit=3)
+        assert all(h["signals"] == ["keyword"] for h in plain)
+        for query, day in (("camping by the lake in June 2023", "2023-06-09"),
+                           ("camping lake on 2 June, 2023", "2023-06-09"),  # a note tells of the week before it
+                           ("camping lake August 2023", "2023-08-20")):
+            hits = search(con, query, expand=0, limit=3)
+            assert hits[0]["date"] == day and hits[0]["signals"] == ["keyword", "date"], query
+            assert [h["signals"] for h in hits[1:]] == [["keyword"], ["keyword"]]
+            assert hits[0]["bm25"] == pytest.approx(hits[1]["bm25"])  # reported unchanged, only re-ranked
+        assert [h["date"] for h in search(con, "camping lake in 2023", expand=0, limit=3)] == [
+            h["date"] for h in plain]  # every note is in 2023: the order stays
+
+
 def test_vector_candidates_respect_filters(con):
     hits = search(con, "trail", expand=0, vectors=TrigramVectors(), path_prefix="digest/wiki/", limit=10)
     assert hits and all(h["path"].startswith("digest/wiki/") for h in hits)
