@@ -8,13 +8,12 @@ ago) count from `today`.
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import re
 
-_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
-_MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
-_MONTHS["sept"] = 9
+_NAMES = "january february march april may june july august september october november december".split()
+_MONTHS = {name: i for i, name in enumerate(_NAMES, 1)} | {name[:3]: i for i, name in enumerate(_NAMES, 1)}
+_MONTHS["sept"] = 9  # (no `calendar`: importing it costs the CLI ~15 ms)
 _MONTH = r"(?P<{0}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<{0}>\d{{1,2}})(?:st|nd|rd|th)?"
 _YEAR = r"(?P<{0}>(?:19|20)\d\d)"
@@ -86,7 +85,8 @@ def _day(day: dt.date) -> tuple[dt.date, dt.date]:
 
 
 def _month(year: int, month: int) -> tuple[dt.date, dt.date]:
-    return dt.date(year, month, 1), dt.date(year, month, calendar.monthrange(year, month)[1])
+    after = dt.date(year + 1, 1, 1) if month == 12 else dt.date(year, month + 1, 1)
+    return dt.date(year, month, 1), after - dt.timedelta(days=1)
 
 
 def _months_back(today: dt.date, n: int) -> tuple[int, int]:
