@@ -31,6 +31,7 @@ MORE_RANGES = 10  # a hit's `more`: at most this many of its file's other matchi
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
 DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the query names (storage/timeref.py)
 DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
+DATE_SPANS = 8  # at most this many of the periods a query names are looked up
 
 
 class Vectors(Protocol):
@@ -208,7 +209,7 @@ def search(
         return []
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates)
     pool = max(CANDIDATES, 3 * limit)
-    spans = timeref.periods(query)
+    spans = timeref.periods(query)[:DATE_SPANS]
     _prepare(vectors, con, query)
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)

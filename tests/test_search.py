@@ -158,6 +158,9 @@ def test_a_date_the_query_names_ranks_notes_dated_then_first(ws):
             assert hits[0]["bm25"] == pytest.approx(hits[1]["bm25"])  # reported unchanged, only re-ranked
         assert [h["date"] for h in search(con, "camping lake in 2023", expand=0, limit=3)] == [
             h["date"] for h in plain]  # every note is in 2023: the order stays
+        many = " ".join(f"{d} January 2023" for d in range(1, 9)) + " 20 August 2023 camping lake"
+        hits = search(con, many, expand=0, limit=3)  # only the first DATE_SPANS periods are looked up
+        assert hits[0]["date"] == plain[0]["date"] and all("date" not in h["signals"] for h in hits)
 
 
 def test_vector_candidates_respect_filters(con):
