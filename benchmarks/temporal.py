@@ -9,7 +9,8 @@ session's turns trigger) and the nightly `auto_dream` of that day. Then, for eve
 It also counts what the content checks refused, the actions the dreams took, calls, tokens and time.
 
 With `--scripted` the model is tests/llm_server.py playing a careful model (it writes the day's card with
-dates, one unit per fact, and SUPERSEDEs a node whose value changed): it measures Dreamflow's part (validity,
+dates, once the `relative_time` gate has refused its "yesterday", one unit per fact, and SUPERSEDEs a node whose
+value changed): it measures Dreamflow's part (validity,
 supersession, time-aware search). Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL`
 plays every part, e.g. the local model of shared/tools/local-llm.sh:
 
@@ -106,18 +107,20 @@ def since(fact: Fact) -> str:
 # ---- the scripted careful model ---------------------------------------------------------------------------
 
 def careful_model():
-    """Answers as a careful model would: cards with dates, one unit per fact, SUPERSEDE on a changed value."""
+    """Answers as a careful model would: cards with dates (after the gate's repair turn where it first wrote
+    "yesterday"), one unit per fact, SUPERSEDE on a changed value."""
     from llm_server import Reply
 
-    def card(user: str) -> dict:
+    def card(user: str, repair: bool) -> dict:
         day = DAYS.index(re.search(r"^Date: (\d{4}-\d{2}-\d{2})", user, re.M).group(1))
         lines = [f"- {f.name}: {f.says.format(f.old)}" for f in FACTS if f.said == day]
-        lines += [f"- {f.name}: {f.says.format(f.new)} Since {since(f)} (before: {f.old})." for f in FACTS
+        lines += [f"- {f.name}: {f.says.format(f.new)} Since "  # first says "yesterday": the gate asks for the date
+                  + (since(f) if repair or not f.back else "yesterday") + f" (before: {f.old})." for f in FACTS
                   if f.changed == day]
         return {"name": f"Updates on {DAYS[day]}", "description": "What changed in my life that day",
                 "content": "# Updates\n\n" + "\n".join(lines) + "\n"}
 
-    def extract(user: str) -> dict:
+    def extract(user: str, repair: bool) -> dict:
         units = []
         for path, body in re.findall(r'<file path="([^"]+)">\n(.*?)\n</file>', user, re.S):
             for f in FACTS:
@@ -128,7 +131,7 @@ def careful_model():
                                   "paths": [path], "date": when.group(1) if when else path.split("/")[1]})
         return {"units": units, "topics": []}
 
-    def integrate(user: str) -> dict:
+    def integrate(user: str, repair: bool) -> dict:
         name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
         summary = user.split("Summary: ", 1)[1].split("\n", 1)[0]
         fact = next(f for f in FACTS if f.name == name)
@@ -150,7 +153,8 @@ def careful_model():
         for marker, answer in (("Summarise the new messages", card), ("You consolidate", extract),
                                ("You maintain the long-term digest", integrate)):
             if marker in system:
-                return Reply(content=json.dumps(answer(user)))
+                repair = any(m["role"] == "assistant" for m in body["messages"])
+                return Reply(content=json.dumps(answer(user, repair)))
         return Reply(content="{}")
 
     return respond
