@@ -54,6 +54,9 @@ _MD_LINK = re.compile(r"\[([^\[\]\n]{0,500})\]\(([^()\n]{0,500})\)")
 _LETTER = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORDS = re.compile(r"\w+")
+_STAMP = re.compile(r"^[ \t]{0,12}\[[^\]\n]{0,40}\]", re.MULTILINE)
+_SPEAKER = re.compile(r"^[ \t>*_-]{0,12}(?:user|assistant|system|human|ai|me|you)[ \t*_]{0,6}:[ \t*_]{0,6}",
+                      re.MULTILINE | re.IGNORECASE)
 _WEEKDAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
 _RELATIVE = re.compile(
     r"\b(?:(?:the\s+)?day\s+(?:before\s+yesterday|after\s+tomorrow)|yesterday|tomorrow"
@@ -141,13 +144,14 @@ def instructions(text: str, material: Material) -> Finding | None:
 
 
 def copy(body: str, material: Material) -> Finding | None:
-    """A card that is mostly the dialog copied verbatim."""
+    """A card that is mostly the dialog copied verbatim (timestamps and speaker labels aside: a card that
+    quotes each message as `- **User**: ...` is a copy too)."""
     if material.dialog is None:
         return None
-    mine = _shingles(body, SHINGLE) - _shingles(material.kept, SHINGLE)
+    mine = _shingles(_spoken(body), SHINGLE) - _shingles(_spoken(material.kept), SHINGLE)
     if len(mine) < COPY_MIN_SHINGLES:
         return None
-    copied = mine & _shingles(material.dialog, SHINGLE)
+    copied = mine & _shingles(_spoken(material.dialog), SHINGLE)
     if len(copied) >= COPY_SHARE * len(mine):
         return "copy", (f"{len(copied) * 100 // len(mine)}% of it is the dialog copied word for word; summarise "
                         "what matters in your own words")
@@ -259,6 +263,11 @@ def _plain(text: str) -> str:
 
 def _sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(_plain(text)) if s.strip()]
+
+
+def _spoken(text: str) -> str:
+    """What was said: text without the transcript's `[timestamp]` prefixes and speaker labels."""
+    return _SPEAKER.sub(" ", _STAMP.sub(" ", text))
 
 
 def _shingles(text: str, size: int) -> set[tuple[str, ...]]:

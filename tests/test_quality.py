@@ -172,3 +172,17 @@ def test_pathological_bodies_are_judged_quickly():
         started = time.perf_counter()
         check("n", body, CARD)
         assert time.perf_counter() - started < 3
+
+
+def test_a_card_quoting_every_message_with_its_speaker_is_a_copy():
+    """What Qwen2.5-Coder-1.5B wrote as the first card of the temporal story: each message quoted, labelled."""
+    dialog = "\n".join(f"[2026-11-02T18:0{i}:00] {role}: {text}" for i, (role, text) in enumerate([
+        ("user", "I live in Lisbon, close to the river."), ("assistant", "Thanks, noted."),
+        ("user", "I work at Acme Robotics as an engineer."), ("assistant", "Thanks, noted."),
+        ("user", "My partner Sam and I went hiking on Sunday."), ("assistant", "Thanks, noted.")]))
+    card = ("### 2026-11-02 (Monday)\n- **User**: I live in Lisbon, close to the river.\n- **Assistant**: Thanks, noted.\n"
+            "- **User**: I work at Acme Robotics as an engineer.\n- **Assistant**: Thanks, noted.\n"
+            "- **User**: My partner Sam and I went hiking on Sunday.\n- **Assistant**: Thanks, noted.\n")
+    assert check("Lifestyle details", card, Material(dialog, dialog=dialog))[0] == "copy"
+    summary = "- Lives in Lisbon, by the river.\n- Engineer at Acme Robotics.\n- Went hiking with partner Sam on Sunday."
+    assert check("Lisbon, Acme, Sam", summary, Material(dialog, dialog=dialog)) is None
