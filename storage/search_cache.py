@@ -1,0 +1,487 @@
+"""What search reads, held in memory by the process that keeps the index open (the service): BM25
+postings, chunk line ranges, file facts (name, description, date) and links.
+
+The SQL BM25 query (storage/search.py) costs a few ms at a thousand chunks and tens of ms at a million, and
+each point lookup of a search (chunk rows, links, file facts) costs 0.3-10 ms of DuckDB planning; the same
+answers from numpy arrays and dicts held in memory cost a fraction of that. Only a process that
+holds the index for its lifetime (`IndexDB(keep_open=True)`) enables a cache: while it holds the lock no
+other process writes, so its own writes are the only changes. One-shot processes keep the SQL path.
+
+Layout: chunk ids sorted (ids only grow) with their BM25 length, file and line range, and a liveness mask;
+postings by term (DuckDB's `hash()` of the term, as in the `postings` table) in one CSR array of dense chunk
+positions and term frequencies, plus the postings of chunks added since the load, by term in small pieces;
+{path: (name, description, date)} of every file; each file's outgoing links and, per target, the files
+linking to it; chunk texts (headings, text) only while the index holds at most TEXT_CHUNKS chunks (past
+that one query per search fetches the hits' texts). Query terms are hashed in Python (`duckdb_hash`,
+checked against DuckDB's `hash()` at each load; on a mismatch DuckDB hashes them).
+
+Kept in step by pulling from the tables, so it is exact whatever a write did and whether it committed:
+`index._transaction` marks the cache dirty (`changed`), and the next query reads what moved: chunks with an
+id past the highest one held (and their postings: the zone maps of `chunk_id` skip the old row groups),
+`stale_chunks` for the ids that went, and the live chunk count as the check (a mismatch reloads the ids).
+Files whose chunks came or went, and those indexed since the last look (`indexed_at`, with a margin), get
+their file row and links re-read; a file count that still differs reloads all file rows and links. A large
+change (a reindex) reloads everything; so does a re-created index (`forget`, via `IndexDB.add_cache`).
+
+Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
+in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
+conditions over the file `f`: each is evaluated once per file with one query, cached per condition, and
+re-evaluated for files whose chunks changed. A condition naming the chunk `c` falls back to SQL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from typing import Any
+
+import duckdb
+
+TEXT_CHUNKS = 20_000  # chunk texts held in memory up to this many chunks (about 20-40 MB of text)
+SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
+FILE_MARGIN = 5.0  # seconds: files indexed this long before the last look are read again (clock steps)
+RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
+PIECES = 16  # a term's pieces of added postings are joined into one past this many
+MASKS = 8  # filter conditions remembered (least recently used dropped)
+HASHES = 200_000  # term -> hash entries remembered (cleared when full)
+_CHUNK_REF = re.compile(r"\bc\.")
+_HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
+_M64 = (1 << 64) - 1
+
+np: Any = None  # numpy, imported when the first cache is made: one-shot processes never pay for it (~50 ms)
+_caches: dict[int, tuple[duckdb.DuckDBPyConnection, "PostingsCache"]] = {}
+_guard = threading.Lock()
+
+
+def enable(con: duckdb.DuckDBPyConnection) -> "PostingsCache":
+    """The cache of connection `con` (created empty, loaded at its first query)."""
+    with _guard:
+        entry = _caches.get(id(con))
+        if entry is None or entry[0] is not con:
+            entry = _caches[id(con)] = (con, PostingsCache())
+        return entry[1]
+
+
+def disable(con: duckdb.DuckDBPyConnection | None) -> None:
+    """Drop the cache of `con` (it is being closed)."""
+    with _guard:
+        entry = _caches.get(id(con))
+        if entry is not None and entry[0] is con:
+            del _caches[id(con)]
+            entry[1].forget()
+
+
+def of(con: duckdb.DuckDBPyConnection) -> "PostingsCache | None":
+    """The cache of `con`, if enabled."""
+    entry = _caches.get(id(con))
+    return entry[1] if entry is not None and entry[0] is con else None
+
+
+def changed(con: duckdb.DuckDBPyConnection) -> None:
+    """The index behind `con` was written (or a write was rolled back): re-check before the next query."""
+    cache = of(con)
+    if cache is not None:
+        cache.dirty = True
+
+
+class PostingsCache:
+    """In-memory postings, chunk facts and filter masks of one connection (see the module docstring)."""
+
+    def __init__(self) -> None:
+        global np
+        import numpy
+
+        np = numpy
+        self._lock = threading.RLock()
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop everything held (the index was re-created, or the connection closed)."""
+        with getattr(self, "_lock", threading.RLock()):
+            self.loaded = False
+            self.dirty = True
+            self.ids = np.zeros(0, dtype=np.int64)
+            self.live = np.zeros(0, dtype=bool)
+            self.lengths = np.zeros(0, dtype=np.float64)
+            self.file_of = np.zeros(0, dtype=np.int32)
+            self.lines = np.zeros((0, 2), dtype=np.int64)
+            self.paths: list[str] = []
+            self.file_index: dict[str, int] = {}
+            self.terms = np.zeros(0, dtype=np.uint64)
+            self.offsets = np.zeros(1, dtype=np.int64)
+            self.post_idx = np.zeros(0, dtype=np.int32)
+            self.post_tf = np.zeros(0, dtype=np.int32)
+            self.added: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+            self.n_live = 0
+            self.total_length = 0
+            self.info: dict[str, tuple] = {}  # path -> (name, description, date 'YYYY-MM-DD') of every file
+            self.out: dict[str, list[tuple]] = {}  # source -> its links (source, target, anchor, predicate, line)
+            self.into: dict[str, dict[str, None]] = {}  # target -> the sources linking to it
+            self.files_seen = (0, 0.0)  # (file count, latest indexed_at) at the last look
+            self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
+            self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
+            self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
+            self.hashes: dict[str, int] = {}
+            self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
+            self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
+
+    # ---- keeping in step -------------------------------------------------------------------------------
+
+    def sync(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Load on first use; after a write, take in what changed (or reload when much did)."""
+        if self.loaded and not self.dirty:
+            return
+        with self._lock:
+            if not self.loaded:
+                self._load(con)
+            elif self.dirty:
+                self._catch_up(con)
+            self.dirty = False
+
+    def _load(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.forget()
+        self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
+        self.file_index = {p: i for i, p in enumerate(self.paths)}
+        rows = con.execute("""
+            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length FROM chunks c
+            JOIN (SELECT path, (row_number() OVER (ORDER BY path) - 1) AS i FROM (SELECT DISTINCT path FROM chunks)) p
+            USING (path) ORDER BY c.id
+        """).fetchnumpy()
+        self.ids = rows["id"].astype(np.int64)
+        self.file_of = rows["i"].astype(np.int32)
+        self.lines = np.stack([rows["start_line"].astype(np.int64), rows["end_line"].astype(np.int64)], axis=1)
+        self.lengths = rows["length"].astype(np.float64)
+        self.live = np.ones(len(self.ids), dtype=bool)
+        self.n_live, self.total_length = len(self.ids), int(rows["length"].astype(np.int64).sum())
+        total, top_tf = con.execute("SELECT count(*), coalesce(max(tf), 0) FROM postings").fetchone()
+        idx, tfs = np.empty(total, dtype=np.int32), np.empty(total, dtype=_tf_dtype(top_tf))
+        terms, counts, at = [], [], 0
+        edges = [i * 2**64 // SLICES for i in range(SLICES + 1)]  # ascending ranges: terms come out sorted
+        for lo, hi in zip(edges, edges[1:]):
+            part = con.execute(
+                f"SELECT term, chunk_id, tf FROM postings WHERE term >= {lo} AND term <= {hi - 1} "
+                "AND chunk_id NOT IN (SELECT id FROM stale_chunks)"
+            ).fetchnumpy()
+            t, pos, tf = self._positions(part)
+            order = np.lexsort((pos, t))
+            unique, count = np.unique(t[order], return_counts=True)
+            idx[at:at + len(t)], tfs[at:at + len(t)] = pos[order], tf[order]
+            at += len(t)
+            terms.append(unique)
+            counts.append(count)
+        self.post_idx, self.post_tf = idx[:at], tfs[:at]
+        self.terms = np.concatenate(terms).astype(np.uint64)
+        self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+        self._load_files(con)
+        if self.n_live <= TEXT_CHUNKS:
+            self.texts = {}
+            self._read_texts(con, "TRUE")
+        probes = con.execute("SELECT list(hash(t)) FROM (SELECT unnest($1::VARCHAR[]) AS t)", [_HASH_PROBES]).fetchone()
+        self.python_hash = probes[0] == [duckdb_hash(t) for t in _HASH_PROBES]
+        self.loaded = True
+
+    def _read_texts(self, con: duckdb.DuckDBPyConnection, where: str) -> None:
+        for cid, headings, text in con.execute(f"SELECT id, headings, text FROM chunks WHERE {where}").fetchall():
+            self.texts[cid] = (headings, text)
+
+    def _load_files(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.info, self.out, self.into = {}, {}, {}
+        self._read_files(con, None)
+        self.files_seen = con.execute("SELECT count(*), coalesce(max(indexed_at), 0) FROM files").fetchone()
+
+    def _read_files(self, con: duckdb.DuckDBPyConnection, paths: list[str] | None) -> None:
+        """Read the file rows and outgoing links of `paths` (None: of every file)."""
+        from storage.search import sql_literal
+
+        listed = "" if paths is None else f"IN ({', '.join(sql_literal(p) for p in paths)})"
+        for path, *facts in con.execute(
+                "SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files"
+                + ("" if paths is None else f" WHERE path {listed}")).fetchall():
+            self.info[path] = tuple(facts)
+        for row in con.execute(
+                "SELECT source, target, anchor, predicate, line FROM links WHERE source <> target"
+                + ("" if paths is None else f" AND source {listed}")).fetchall():
+            self.out.setdefault(row[0], []).append(row)
+            self.into.setdefault(row[1], {})[row[0]] = None
+
+    def _drop_files(self, paths: set[str]) -> None:
+        for path in paths:
+            self.info.pop(path, None)
+            for row in self.out.pop(path, ()):
+                sources = self.into.get(row[1])
+                if sources is not None:
+                    sources.pop(path, None)
+                    if not sources:
+                        del self.into[row[1]]
+
+    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str]) -> None:
+        """Re-read the rows and links of `changed` files and of those indexed lately; reload on a count gap."""
+        count, latest = con.execute("SELECT count(*), coalesce(max(indexed_at), 0) FROM files").fetchone()
+        since = min(self.files_seen[1], latest) - FILE_MARGIN
+        changed |= {r[0] for r in con.execute(f"SELECT path FROM files WHERE indexed_at > {since!r}").fetchall()}
+        self._drop_files(changed)
+        listed = sorted(changed)
+        for at in range(0, len(listed), 1000):
+            self._read_files(con, listed[at:at + 1000])
+        self.files_seen = (count, latest)
+        if len(self.info) != count:  # a file without chunks went: read them all again
+            self._load_files(con)
+
+    def _positions(self, part: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(term, dense chunk position, tf) of fetched postings rows, rows of unknown chunks dropped."""
+        cid = part["chunk_id"].astype(np.int64)
+        pos = np.searchsorted(self.ids, cid)
+        ok = pos < len(self.ids)
+        ok[ok] = self.ids[pos[ok]] == cid[ok]
+        return part["term"].astype(np.uint64)[ok], pos[ok].astype(np.int32), part["tf"].astype(np.int64)[ok]
+
+    def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
+        count, top = con.execute("SELECT count(*), coalesce(max(id), 0) FROM chunks").fetchone()
+        held = int(self.ids[-1]) if len(self.ids) else 0
+        if count == self.n_live and top == held:
+            self._catch_up_files(con, set())  # no chunk came or went; a file without chunks may have
+            return
+        fresh = con.execute(
+            f"SELECT count(*) FROM chunks WHERE id > {held}").fetchone()[0] if top > held else 0
+        if fresh > RELOAD_SHARE * max(self.n_live, 1000):
+            self._load(con)
+            return
+        changed_files: set[int] = set()
+        if fresh:
+            changed_files |= self._add_chunks(con, held)
+        gone = con.execute(f"SELECT id FROM stale_chunks WHERE id <= {held}").fetchnumpy()["id"]
+        self._kill(gone.astype(np.int64), changed_files)
+        if self.n_live != count:  # a compaction dropped tombstones we never saw: compare the ids
+            current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
+            self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
+        if len(self.live) - self.n_live > RELOAD_SHARE * max(len(self.live), 1000):
+            self._load(con)
+            return
+        if self.texts is not None:
+            if self.n_live > TEXT_CHUNKS:
+                self.texts = None
+            else:
+                self._read_texts(con, f"id > {held}")
+                dead = self.ids[~self.live]
+                for cid in dead[np.isin(dead, np.fromiter(self.texts, dtype=np.int64, count=len(self.texts)))].tolist():
+                    del self.texts[cid]
+        changed = {self.paths[i] for i in changed_files}
+        for entry in self.masks.values():
+            entry[1] |= changed
+        self._scored = None
+        self._catch_up_files(con, changed)
+
+    def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
+        rows = con.execute(
+            f"SELECT id, path, start_line, end_line, length FROM chunks WHERE id > {held} ORDER BY id").fetchall()
+        files = []
+        for _, path, *_rest in rows:
+            if path not in self.file_index:
+                self.file_index[path] = len(self.paths)
+                self.paths.append(path)
+                for entry in self.masks.values():
+                    entry[0] = np.append(entry[0], False)
+            files.append(self.file_index[path])
+        first = len(self.ids)
+        self.ids = np.concatenate([self.ids, np.array([r[0] for r in rows], dtype=np.int64)])
+        self.file_of = np.concatenate([self.file_of, np.array(files, dtype=np.int32)])
+        self.lines = np.concatenate([self.lines, np.array([r[2:4] for r in rows], dtype=np.int64).reshape(-1, 2)])
+        self.lengths = np.concatenate([self.lengths, np.array([r[4] for r in rows], dtype=np.float64)])
+        self.live = np.concatenate([self.live, np.ones(len(rows), dtype=bool)])
+        self.n_live += len(rows)
+        self.total_length += sum(int(r[4]) for r in rows)
+        part = con.execute(f"SELECT term, chunk_id, tf FROM postings WHERE chunk_id > {held}").fetchnumpy()
+        terms, pos, tf = self._positions(part)
+        order = np.lexsort((pos, terms))
+        terms, pos, tf = terms[order], pos[order], tf[order]
+        bounds = np.flatnonzero(np.diff(terms)) + 1
+        for t, p, f in zip(np.split(terms, bounds), np.split(pos, bounds), np.split(tf, bounds)):
+            if len(t):
+                pieces = self.added.setdefault(int(t[0]), [])
+                pieces.append((p.astype(np.int32), f))
+                if len(pieces) > PIECES:
+                    self.added[int(t[0])] = [(np.concatenate([x for x, _ in pieces]),
+                                              np.concatenate([y for _, y in pieces]))]
+        return set(files) if first < len(self.ids) else set()
+
+    def _kill(self, ids: np.ndarray, changed_files: set[int]) -> None:
+        """Mark these chunk ids dead (those held and still live); their files go into `changed_files`."""
+        pos = np.searchsorted(self.ids, ids)
+        held = pos < len(self.ids)
+        held[held] = self.ids[pos[held]] == ids[held]
+        pos = pos[held]
+        pos = pos[self.live[pos]]
+        if not len(pos):
+            return
+        self.live[pos] = False
+        self.n_live -= len(pos)
+        self.total_length -= int(self.lengths[pos].sum())
+        changed_files |= set(self.file_of[pos].tolist())
+
+    # ---- querying --------------------------------------------------------------------------------------
+
+    def bm25(self, con: duckdb.DuckDBPyConnection, qterms: list[str], limit: int, filters: str,
+             params: dict[str, Any] | None, k1: float, b: float) -> list[tuple[int, float]] | None:
+        """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them; None when the SQL path must
+        answer (a filter over the chunk `c`)."""
+        if _CHUNK_REF.search(filters):
+            return None
+        with self._lock:
+            self.sync(con)
+            hashes = self._hash(con, qterms)
+            cand, scores = self._score(hashes, k1, b)
+            if len(cand) and filters.strip() != "TRUE":
+                keep = self._mask(con, filters, params)[self.file_of[cand]]
+                cand, scores = cand[keep], scores[keep]
+            if len(cand) > limit:
+                cut = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+                top = scores >= cut
+                cand, scores = cand[top], scores[top]
+            ids = self.ids[cand]
+            order = np.lexsort((ids, -scores))[:limit]
+            return [(int(i), float(s)) for i, s in zip(ids[order], scores[order])]
+
+    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]]:
+        """{chunk id: (path, start_line, end_line)} of the live chunks among `ids`."""
+        with self._lock:
+            self.sync(con)
+            want = np.asarray(ids, dtype=np.int64)
+            pos = np.minimum(np.searchsorted(self.ids, want), max(len(self.ids) - 1, 0))
+            out = {}
+            for cid, p in zip(want.tolist(), pos.tolist()):
+                if len(self.ids) and self.ids[p] == cid and self.live[p]:
+                    start, end = self.lines[p]
+                    out[cid] = (self.paths[self.file_of[p]], int(start), int(end))
+            return out
+
+    def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
+        """Links leaving or entering `paths` (self-links left out), as storage.search._link_rows orders them."""
+        with self._lock:
+            self.sync(con)
+            rows = [row for p in paths for row in self.out.get(p, ())]
+            rows += [row for p in paths for source in self.into.get(p, ()) for row in self.out.get(source, ())
+                     if row[1] == p]
+            return sorted(rows, key=lambda r: (r[4] is None, r[4] or 0, r[0], r[1], r[2] or "", r[3] or ""))
+
+    def file_info(self, con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple]:
+        """{path: (name, description, date)} for the indexed ones among `paths`."""
+        with self._lock:
+            self.sync(con)
+            return {p: self.info[p] for p in paths if p in self.info}
+
+    def chunk_texts(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple] | None:
+        """{chunk id: (headings, text)} of the live chunks among `ids`; None when texts are not held."""
+        with self._lock:
+            self.sync(con)
+            if self.texts is None:
+                return None
+            return {cid: self.texts[cid] for cid in ids if cid in self.texts}
+
+    def _hash(self, con: duckdb.DuckDBPyConnection, qterms: list[str]) -> list[int]:
+        """DuckDB's hash() of each term (asked once per new term), deduplicated."""
+        if self.python_hash:
+            return sorted({duckdb_hash(t) for t in qterms})
+        missing = [t for t in qterms if t not in self.hashes]
+        if missing:
+            if len(self.hashes) + len(missing) > HASHES:
+                self.hashes = {}
+            from storage.search import sql_literal
+
+            values = ", ".join(f"({i}, {sql_literal(t)})" for i, t in enumerate(missing))
+            found = dict(con.execute(f"SELECT i, hash(t) FROM (VALUES {values}) v(i, t)").fetchall())
+            self.hashes.update((t, found[i]) for i, t in enumerate(missing))
+        return sorted({self.hashes[t] for t in qterms})
+
+    def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """(dense chunk positions, tfs) of one term, dead chunks included."""
+        parts = []
+        at = np.searchsorted(self.terms, np.uint64(term))
+        if at < len(self.terms) and self.terms[at] == term:
+            lo, hi = self.offsets[at], self.offsets[at + 1]
+            parts.append((self.post_idx[lo:hi], self.post_tf[lo:hi]))
+        parts += self.added.get(term, [])
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+        return np.concatenate([p for p, _ in parts]), np.concatenate([f for _, f in parts])
+
+    def _score(self, hashes: list[int], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+        """(dense positions, BM25 scores) of the live chunks holding any of the term hashes."""
+        if self._scored is not None and self._scored[0] == (hashes, k1, b):
+            return self._scored[1]
+        n = float(self.n_live)
+        avgdl = self.total_length / self.n_live if self.n_live else 0.0
+        found = []
+        for term in hashes:
+            pos, tf = self._postings(term)
+            alive = self.live[pos]
+            pos, tf = pos[alive], tf[alive].astype(np.float64)
+            if not len(pos):
+                continue
+            df = float(len(pos))
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            found.append((pos, idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[pos] / avgdl))))
+        if not found:
+            result = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        elif len(found) == 1:
+            result = (found[0][0].astype(np.int64), found[0][1])
+        else:  # dense accumulation in query-term order (terms by hash, as the sorted table holds them)
+            if len(self._acc) != len(self.ids):
+                self._acc, self._seen = np.zeros(len(self.ids)), np.zeros(len(self.ids), dtype=bool)
+            for pos, part in found:
+                self._acc[pos] += part  # positions are distinct within one term
+                self._seen[pos] = True
+            cand = np.flatnonzero(self._seen)
+            result = (cand, self._acc[cand])
+            self._acc[cand], self._seen[cand] = 0.0, False
+        self._scored = ((hashes, k1, b), result)
+        return result
+
+    def _mask(self, con: duckdb.DuckDBPyConnection, filters: str, params: dict[str, Any] | None) -> np.ndarray:
+        """Bool per held file: passes the SQL condition `filters` over `files f` (re-checked where changed)."""
+        key = (filters, tuple(sorted((params or {}).items(), key=lambda kv: kv[0])))
+        entry = self.masks.pop(key, None)
+        if entry is None:
+            passing = {r[0] for r in con.execute(f"SELECT f.path FROM files f WHERE {filters}", params or None).fetchall()}
+            entry = [np.array([p in passing for p in self.paths], dtype=bool), set()]
+        elif entry[1]:
+            from storage.search import sql_literal
+
+            recheck = sorted(entry[1])
+            listed = ", ".join(sql_literal(p) for p in recheck)
+            passing = {r[0] for r in con.execute(
+                f"SELECT f.path FROM files f WHERE f.path IN ({listed}) AND ({filters})", params or None).fetchall()}
+            for p in recheck:
+                entry[0][self.file_index[p]] = p in passing
+            entry[1] = set()
+        self.masks[key] = entry  # most recently used last
+        while len(self.masks) > MASKS:
+            self.masks.pop(next(iter(self.masks)))
+        return entry[0]
+
+    def nbytes(self) -> int:
+        """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.terms, self.offsets,
+                  self.post_idx, self.post_tf]
+        return sum(a.nbytes for a in arrays) + sum(p.nbytes + f.nbytes for ps in self.added.values() for p, f in ps)
+
+
+def duckdb_hash(text: str) -> int:
+    """DuckDB's hash() of a VARCHAR (1.x: 8-byte blocks folded with a multiply, then a murmur finaliser),
+    sql_literal's NUL removal applied; checked against the database before use."""
+    data = text.replace("\x00", "").encode("utf-8", "surrogatepass")
+    h = 0xE17A1465 ^ ((len(data) * 0xC6A4A7935BD1E995) & _M64)
+    for at in range(0, len(data), 8):
+        h = ((h ^ int.from_bytes(data[at:at + 8], "little")) * 0xD6E8FEB86659FD93) & _M64
+    h ^= h >> 32
+    h = (h * 0xD6E8FEB86659FD93) & _M64
+    h ^= h >> 32
+    h = (h * 0xD6E8FEB86659FD93) & _M64
+    return h ^ (h >> 32)
+
+
+def _tf_dtype(top: int) -> type:
+    """The smallest unsigned type holding term frequencies up to `top`."""
+    return np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.int32
