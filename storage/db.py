@@ -164,7 +164,7 @@ class IndexDB:
             if state.con is None:
                 self._open(timeout)
             if state.keep_open:  # the lock is ours for good: no other process writes, BM25 can run in memory
-                self.add_cache(search_cache.enable(state.con))
+                search_cache.enable(state.con)
             state.depth += 1
             try:
                 yield state.con

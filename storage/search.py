@@ -282,8 +282,8 @@ def _top_hits(
 
 def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]]:
     """{chunk id: (path, start_line, end_line)} of the chunks among `ids` that still exist."""
-    if (cache := search_cache.of(con)) is not None:
-        return cache.rows(con, ids)
+    if (cache := search_cache.of(con)) is not None and (held := cache.rows(con, ids)) is not None:
+        return held
     return {r[0]: r[1:] for r in con.execute(
         f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(ids)})"
     ).fetchall()}
@@ -321,8 +321,8 @@ def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str
     paths = list(paths)
     if not paths:
         return {}
-    if (cache := search_cache.of(con)) is not None:
-        return cache.file_info(con, paths)
+    if (cache := search_cache.of(con)) is not None and (held := cache.file_info(con, paths)) is not None:
+        return held
     rows = con.execute(
         f"SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files WHERE path IN ({_in_list(paths)})"
     ).fetchall()
@@ -369,8 +369,8 @@ def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dic
 
 def _link_rows(con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
     """(source, target, anchor, predicate, line) of the links leaving or entering `paths`, by line."""
-    if (cache := search_cache.of(con)) is not None:
-        return cache.links(con, paths)
+    if (cache := search_cache.of(con)) is not None and (held := cache.links(con, paths)) is not None:
+        return held
     return con.execute(_NEIGHBOURS_SQL.format(paths=_in_list(paths))).fetchall()
 
 

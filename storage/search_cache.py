@@ -21,7 +21,8 @@ id past the highest one held (and their postings: the zone maps of `chunk_id` sk
 `stale_chunks` for the ids that went, and the live chunk count as the check (a mismatch reloads the ids).
 Files whose chunks came or went, and those indexed since the last look (`indexed_at`, with a margin), get
 their file row and links re-read; a file count that still differs reloads all file rows and links. A large
-change (a reindex) reloads everything; so does a re-created index (`forget`, via `IndexDB.add_cache`).
+change (a reindex) builds a new cache, in the background, as at the start; IndexDB drops the cache of a
+connection it closes or heals (a re-created index starts its chunk ids again).
 
 Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
 in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
@@ -31,6 +32,7 @@ re-evaluated for files whose chunks changed. A condition naming the chunk `c` fa
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -38,7 +40,7 @@ from typing import Any
 
 import duckdb
 
-TEXT_CHUNKS = 20_000  # chunk texts held in memory up to this many chunks (about 20-40 MB of text)
+TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
 FILE_MARGIN = 5.0  # seconds: files indexed this long before the last look are read again (clock steps)
 RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
@@ -50,43 +52,121 @@ _HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "
 _M64 = (1 << 64) - 1
 
 np: Any = None  # numpy, imported when the first cache is made: one-shot processes never pay for it (~50 ms)
-_caches: dict[int, tuple[duckdb.DuckDBPyConnection, "PostingsCache"]] = {}
+log = logging.getLogger(__name__)
+_slots: dict[int, "_Slot"] = {}
 _guard = threading.Lock()
 
 
-def enable(con: duckdb.DuckDBPyConnection) -> "PostingsCache":
-    """The cache of connection `con` (created empty, loaded at its first query)."""
+def enable(con: duckdb.DuckDBPyConnection) -> None:
+    """Give connection `con` a cache (loaded in the background from its first use on)."""
     with _guard:
-        entry = _caches.get(id(con))
-        if entry is None or entry[0] is not con:
-            entry = _caches[id(con)] = (con, PostingsCache())
-        return entry[1]
+        slot = _slots.get(id(con))
+        if slot is None or slot.con is not con:
+            _slots[id(con)] = _Slot(con)
 
 
 def disable(con: duckdb.DuckDBPyConnection | None) -> None:
-    """Drop the cache of `con` (it is being closed)."""
+    """Drop the cache of `con` (it is being closed, or the index was re-created): stops a running load."""
     with _guard:
-        entry = _caches.get(id(con))
-        if entry is not None and entry[0] is con:
-            del _caches[id(con)]
-            entry[1].forget()
+        slot = _slots.get(id(con))
+        if slot is None or slot.con is not con:
+            return
+        del _slots[id(con)]
+    slot.close()
 
 
-def of(con: duckdb.DuckDBPyConnection) -> "PostingsCache | None":
-    """The cache of `con`, if enabled."""
-    entry = _caches.get(id(con))
-    return entry[1] if entry is not None and entry[0] is con else None
+def of(con: duckdb.DuckDBPyConnection) -> "SearchCache | None":
+    """The loaded cache of `con`; None when it has none or it is still loading (then SQL answers)."""
+    slot = _slots.get(id(con))
+    return slot.ready() if slot is not None and slot.con is con else None
+
+
+def wait(con: duckdb.DuckDBPyConnection, timeout: float | None = None) -> "SearchCache | None":
+    """The cache of `con` once loaded (benchmarks, tests), or None (none enabled, or not within `timeout`)."""
+    slot = _slots.get(id(con))
+    if slot is None or slot.con is not con:
+        return None
+    slot.ready()
+    slot.loaded.wait(timeout)
+    return slot.ready()
 
 
 def changed(con: duckdb.DuckDBPyConnection) -> None:
     """The index behind `con` was written (or a write was rolled back): re-check before the next query."""
-    cache = of(con)
-    if cache is not None:
-        cache.dirty = True
+    slot = _slots.get(id(con))
+    if slot is not None and slot.con is con and slot.cache is not None:
+        slot.cache.dirty = True
 
 
-class PostingsCache:
-    """In-memory postings, chunk facts and filter masks of one connection (see the module docstring)."""
+class _Slot:
+    """The cache of one connection: built on a thread over a cursor (its own snapshot of the index), then
+    swapped in and brought up to date by its first query; built again when a query finds too much changed."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.cache: SearchCache | None = None
+        self.loaded = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cursor: duckdb.DuckDBPyConnection | None = None
+        self._closed = False
+
+    def ready(self) -> "SearchCache | None":
+        cache = self.cache
+        if cache is not None and not cache.stale:
+            return cache
+        with _guard:
+            if self.cache is not None and self.cache.stale:
+                self.cache = None
+                self.loaded.clear()
+            if self.cache is None and not self._closed and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._load, name="dreamflow-search-cache", daemon=True)
+                self._thread.start()
+            return self.cache
+
+    def _load(self) -> None:
+        fresh = SearchCache()
+        try:
+            with _guard:
+                if self._closed:
+                    return
+                self._cursor = self.con.cursor()
+            self._cursor.execute("BEGIN TRANSACTION")  # one snapshot for every table read
+            fresh.load(self._cursor)
+            self._cursor.execute("COMMIT")
+        except duckdb.Error as exc:  # interrupted by close(), or the index went away: SQL keeps answering
+            if not self._closed:
+                log.warning("search cache not loaded, searching in SQL: %s", exc)
+                self._closed = True  # no retry on this connection (it is used as it was before caches)
+            self.loaded.set()
+            return
+        finally:
+            with _guard:
+                if self._cursor is not None:
+                    self._cursor.close()
+                    self._cursor = None
+        with _guard:
+            if not self._closed:
+                fresh.dirty = True  # writes since the snapshot: taken in by the first query
+                self.cache = fresh
+                self.loaded.set()
+
+    def close(self) -> None:
+        with _guard:
+            self._closed = True
+            self.cache = None
+            cursor, thread = self._cursor, self._thread
+        if cursor is not None:
+            try:
+                cursor.interrupt()
+            except duckdb.Error:
+                pass
+        if thread is not None:
+            thread.join(timeout=10)
+        self.loaded.set()
+
+
+class SearchCache:
+    """In-memory postings, chunk facts, file facts and links of one index (see the module docstring)."""
 
     def __init__(self) -> None:
         global np
@@ -94,53 +174,49 @@ class PostingsCache:
 
         np = numpy
         self._lock = threading.RLock()
-        self.forget()
+        self.stale = False  # too much changed to patch: the slot builds a new one
+        self._reset()
 
-    def forget(self) -> None:
-        """Drop everything held (the index was re-created, or the connection closed)."""
-        with getattr(self, "_lock", threading.RLock()):
-            self.loaded = False
-            self.dirty = True
-            self.ids = np.zeros(0, dtype=np.int64)
-            self.live = np.zeros(0, dtype=bool)
-            self.lengths = np.zeros(0, dtype=np.float64)
-            self.file_of = np.zeros(0, dtype=np.int32)
-            self.lines = np.zeros((0, 2), dtype=np.int64)
-            self.paths: list[str] = []
-            self.file_index: dict[str, int] = {}
-            self.terms = np.zeros(0, dtype=np.uint64)
-            self.offsets = np.zeros(1, dtype=np.int64)
-            self.post_idx = np.zeros(0, dtype=np.int32)
-            self.post_tf = np.zeros(0, dtype=np.int32)
-            self.added: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-            self.n_live = 0
-            self.total_length = 0
-            self.info: dict[str, tuple] = {}  # path -> (name, description, date 'YYYY-MM-DD') of every file
-            self.out: dict[str, list[tuple]] = {}  # source -> its links (source, target, anchor, predicate, line)
-            self.into: dict[str, dict[str, None]] = {}  # target -> the sources linking to it
-            self.files_seen = (0, 0.0)  # (file count, latest indexed_at) at the last look
-            self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
-            self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
-            self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
-            self.hashes: dict[str, int] = {}
-            self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
-            self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
+    def _reset(self) -> None:
+        """Empty state (before a load)."""
+        self.dirty = False
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=bool)
+        self.lengths = np.zeros(0, dtype=np.float64)
+        self.file_of = np.zeros(0, dtype=np.int32)
+        self.lines = np.zeros((0, 2), dtype=np.int64)
+        self.paths: list[str] = []
+        self.file_index: dict[str, int] = {}
+        self.terms = np.zeros(0, dtype=np.uint64)
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.post_idx = np.zeros(0, dtype=np.int32)
+        self.post_tf = np.zeros(0, dtype=np.int32)
+        self.added: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.n_live = 0
+        self.total_length = 0
+        self.info: dict[str, tuple] = {}  # path -> (name, description, date 'YYYY-MM-DD') of every file
+        self.out: dict[str, list[tuple]] = {}  # source -> its links (source, target, anchor, predicate, line)
+        self.into: dict[str, dict[str, None]] = {}  # target -> the sources linking to it
+        self.files_seen = (0, 0.0)  # (file count, latest indexed_at) at the last look
+        self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
+        self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
+        self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
+        self.hashes: dict[str, int] = {}
+        self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
+        self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
 
     # ---- keeping in step -------------------------------------------------------------------------------
 
-    def sync(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Load on first use; after a write, take in what changed (or reload when much did)."""
-        if self.loaded and not self.dirty:
-            return
-        with self._lock:
-            if not self.loaded:
-                self._load(con)
-            elif self.dirty:
-                self._catch_up(con)
+    def sync(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Take in what changed since the last query; False when too much did (the cache is then stale)."""
+        if self.dirty and not self.stale:
+            self._catch_up(con)
             self.dirty = False
+        return not self.stale
 
-    def _load(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.forget()
+    def load(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Read everything from the index (`con`: a connection inside one read transaction)."""
+        self._reset()
         self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
         self.file_index = {p: i for i, p in enumerate(self.paths)}
         rows = con.execute("""
@@ -179,7 +255,6 @@ class PostingsCache:
             self._read_texts(con, "TRUE")
         probes = con.execute("SELECT list(hash(t)) FROM (SELECT unnest($1::VARCHAR[]) AS t)", [_HASH_PROBES]).fetchone()
         self.python_hash = probes[0] == [duckdb_hash(t) for t in _HASH_PROBES]
-        self.loaded = True
 
     def _read_texts(self, con: duckdb.DuckDBPyConnection, where: str) -> None:
         for cid, headings, text in con.execute(f"SELECT id, headings, text FROM chunks WHERE {where}").fetchall():
@@ -245,7 +320,7 @@ class PostingsCache:
         fresh = con.execute(
             f"SELECT count(*) FROM chunks WHERE id > {held}").fetchone()[0] if top > held else 0
         if fresh > RELOAD_SHARE * max(self.n_live, 1000):
-            self._load(con)
+            self.stale = True
             return
         changed_files: set[int] = set()
         if fresh:
@@ -256,7 +331,7 @@ class PostingsCache:
             current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
             self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
         if len(self.live) - self.n_live > RELOAD_SHARE * max(len(self.live), 1000):
-            self._load(con)
+            self.stale = True
             return
         if self.texts is not None:
             if self.n_live > TEXT_CHUNKS:
@@ -328,7 +403,8 @@ class PostingsCache:
         if _CHUNK_REF.search(filters):
             return None
         with self._lock:
-            self.sync(con)
+            if not self.sync(con):
+                return None
             hashes = self._hash(con, qterms)
             cand, scores = self._score(hashes, k1, b)
             if len(cand) and filters.strip() != "TRUE":
@@ -342,10 +418,11 @@ class PostingsCache:
             order = np.lexsort((ids, -scores))[:limit]
             return [(int(i), float(s)) for i, s in zip(ids[order], scores[order])]
 
-    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]]:
-        """{chunk id: (path, start_line, end_line)} of the live chunks among `ids`."""
+    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]] | None:
+        """{chunk id: (path, start_line, end_line)} of the live chunks among `ids` (None: ask SQL)."""
         with self._lock:
-            self.sync(con)
+            if not self.sync(con):
+                return None
             want = np.asarray(ids, dtype=np.int64)
             pos = np.minimum(np.searchsorted(self.ids, want), max(len(self.ids) - 1, 0))
             out = {}
@@ -355,26 +432,27 @@ class PostingsCache:
                     out[cid] = (self.paths[self.file_of[p]], int(start), int(end))
             return out
 
-    def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
+    def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple] | None:
         """Links leaving or entering `paths` (self-links left out), as storage.search._link_rows orders them."""
         with self._lock:
-            self.sync(con)
+            if not self.sync(con):
+                return None
             rows = [row for p in paths for row in self.out.get(p, ())]
             rows += [row for p in paths for source in self.into.get(p, ()) for row in self.out.get(source, ())
                      if row[1] == p]
             return sorted(rows, key=lambda r: (r[4] is None, r[4] or 0, r[0], r[1], r[2] or "", r[3] or ""))
 
-    def file_info(self, con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple]:
+    def file_info(self, con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple] | None:
         """{path: (name, description, date)} for the indexed ones among `paths`."""
         with self._lock:
-            self.sync(con)
+            if not self.sync(con):
+                return None
             return {p: self.info[p] for p in paths if p in self.info}
 
     def chunk_texts(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple] | None:
         """{chunk id: (headings, text)} of the live chunks among `ids`; None when texts are not held."""
         with self._lock:
-            self.sync(con)
-            if self.texts is None:
+            if not self.sync(con) or self.texts is None:
                 return None
             return {cid: self.texts[cid] for cid in ids if cid in self.texts}
 
