@@ -36,13 +36,13 @@ import logging
 import math
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 
 TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
-FILE_MARGIN = 5.0  # seconds: files indexed this long before the last look are read again (clock steps)
+FILE_MARGIN = 2.0  # seconds: files indexed this long before the last look are read again (clock steps)
 RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
 PIECES = 16  # a term's pieces of added postings are joined into one past this many
 MASKS = 8  # filter conditions remembered (least recently used dropped)
@@ -131,7 +131,7 @@ class _Slot:
                     return
                 self._cursor = self.con.cursor()
             self._cursor.execute("BEGIN TRANSACTION")  # one snapshot for every table read
-            fresh.load(self._cursor)
+            fresh.load(self._cursor, stop=lambda: self._closed)
             self._cursor.execute("COMMIT")
         except duckdb.Error as exc:  # interrupted by close(), or the index went away: SQL keeps answering
             if not self._closed:
@@ -214,8 +214,9 @@ class SearchCache:
             self.dirty = False
         return not self.stale
 
-    def load(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Read everything from the index (`con`: a connection inside one read transaction)."""
+    def load(self, con: duckdb.DuckDBPyConnection, stop: Callable[[], bool] = lambda: False) -> None:
+        """Read everything from the index (`con`: a connection inside one read transaction); `stop()` true
+        ends the load between two reads (duckdb.InterruptException)."""
         self._reset()
         self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
         self.file_index = {p: i for i, p in enumerate(self.paths)}
@@ -235,6 +236,8 @@ class SearchCache:
         terms, counts, at = [], [], 0
         edges = [i * 2**64 // SLICES for i in range(SLICES + 1)]  # ascending ranges: terms come out sorted
         for lo, hi in zip(edges, edges[1:]):
+            if stop():
+                raise duckdb.InterruptException("the search cache load was stopped")
             part = con.execute(
                 f"SELECT term, chunk_id, tf FROM postings WHERE term >= {lo} AND term <= {hi - 1} "
                 "AND chunk_id NOT IN (SELECT id FROM stale_chunks)"
@@ -252,12 +255,12 @@ class SearchCache:
         self._load_files(con)
         if self.n_live <= TEXT_CHUNKS:
             self.texts = {}
-            self._read_texts(con, "TRUE")
+            self._read_texts(con)
         probes = con.execute("SELECT list(hash(t)) FROM (SELECT unnest($1::VARCHAR[]) AS t)", [_HASH_PROBES]).fetchone()
         self.python_hash = probes[0] == [duckdb_hash(t) for t in _HASH_PROBES]
 
-    def _read_texts(self, con: duckdb.DuckDBPyConnection, where: str) -> None:
-        for cid, headings, text in con.execute(f"SELECT id, headings, text FROM chunks WHERE {where}").fetchall():
+    def _read_texts(self, con: duckdb.DuckDBPyConnection) -> None:
+        for cid, headings, text in con.execute("SELECT id, headings, text FROM chunks").fetchall():
             self.texts[cid] = (headings, text)
 
     def _load_files(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -290,17 +293,15 @@ class SearchCache:
                     if not sources:
                         del self.into[row[1]]
 
-    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str]) -> None:
-        """Re-read the rows and links of `changed` files and of those indexed lately; reload on a count gap."""
-        count, latest = con.execute("SELECT count(*), coalesce(max(indexed_at), 0) FROM files").fetchone()
-        since = min(self.files_seen[1], latest) - FILE_MARGIN
-        changed |= {r[0] for r in con.execute(f"SELECT path FROM files WHERE indexed_at > {since!r}").fetchall()}
+    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str], count: int, latest: float) -> None:
+        """Re-read the rows and links of `changed` files (`count` files now, the latest indexed at `latest`);
+        reload them all when the count still differs (a file without chunks went)."""
         self._drop_files(changed)
         listed = sorted(changed)
         for at in range(0, len(listed), 1000):
             self._read_files(con, listed[at:at + 1000])
         self.files_seen = (count, latest)
-        if len(self.info) != count:  # a file without chunks went: read them all again
+        if len(self.info) != count:
             self._load_files(con)
 
     def _positions(self, part: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -312,32 +313,32 @@ class SearchCache:
         return part["term"].astype(np.uint64)[ok], pos[ok].astype(np.int32), part["tf"].astype(np.int64)[ok]
 
     def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
-        count, top = con.execute("SELECT count(*), coalesce(max(id), 0) FROM chunks").fetchone()
         held = int(self.ids[-1]) if len(self.ids) else 0
-        if count == self.n_live and top == held:
-            self._catch_up_files(con, set())  # no chunk came or went; a file without chunks may have
-            return
-        fresh = con.execute(
-            f"SELECT count(*) FROM chunks WHERE id > {held}").fetchone()[0] if top > held else 0
-        if fresh > RELOAD_SHARE * max(self.n_live, 1000):
-            self.stale = True
-            return
+        since = self.files_seen[1] - FILE_MARGIN
+        count, top, fresh, gone, files, latest, indexed = con.execute(f"""
+            SELECT (SELECT count(*) FROM chunks), (SELECT coalesce(max(id), 0) FROM chunks),
+                   (SELECT count(*) FROM chunks WHERE id > {held}),
+                   (SELECT coalesce(list(id), []) FROM stale_chunks WHERE id <= {held}),
+                   (SELECT count(*) FROM files), (SELECT coalesce(max(indexed_at), 0) FROM files),
+                   (SELECT coalesce(list(path), []) FROM files WHERE indexed_at > {since!r})
+        """).fetchone()
         changed_files: set[int] = set()
-        if fresh:
-            changed_files |= self._add_chunks(con, held)
-        gone = con.execute(f"SELECT id FROM stale_chunks WHERE id <= {held}").fetchnumpy()["id"]
-        self._kill(gone.astype(np.int64), changed_files)
-        if self.n_live != count:  # a compaction dropped tombstones we never saw: compare the ids
-            current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
-            self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
-        if len(self.live) - self.n_live > RELOAD_SHARE * max(len(self.live), 1000):
-            self.stale = True
-            return
-        if self.texts is not None:
-            if self.n_live > TEXT_CHUNKS:
+        if count != self.n_live or top != held:  # chunks came or went
+            if fresh > RELOAD_SHARE * max(self.n_live, 1000):
+                self.stale = True
+                return
+            if fresh:
+                changed_files |= self._add_chunks(con, held)
+            self._kill(np.array(gone, dtype=np.int64), changed_files)
+            if self.n_live != count:  # a compaction dropped tombstones we never saw: compare the ids
+                current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
+                self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
+            if len(self.live) - self.n_live > RELOAD_SHARE * max(len(self.live), 1000):
+                self.stale = True
+                return
+            if self.texts is not None and self.n_live > TEXT_CHUNKS:
                 self.texts = None
-            else:
-                self._read_texts(con, f"id > {held}")
+            elif self.texts is not None:
                 dead = self.ids[~self.live]
                 for cid in dead[np.isin(dead, np.fromiter(self.texts, dtype=np.int64, count=len(self.texts)))].tolist():
                     del self.texts[cid]
@@ -345,11 +346,13 @@ class SearchCache:
         for entry in self.masks.values():
             entry[1] |= changed
         self._scored = None
-        self._catch_up_files(con, changed)
+        self._catch_up_files(con, changed | set(indexed), files, latest)
 
     def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
-        rows = con.execute(
-            f"SELECT id, path, start_line, end_line, length FROM chunks WHERE id > {held} ORDER BY id").fetchall()
+        rows = con.execute(f"SELECT id, path, start_line, end_line, length{', headings, text' * (self.texts is not None)} "
+                           f"FROM chunks WHERE id > {held} ORDER BY id").fetchall()
+        if self.texts is not None:
+            self.texts.update((r[0], r[5:]) for r in rows)
         files = []
         for _, path, *_rest in rows:
             if path not in self.file_index:
