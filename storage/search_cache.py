@@ -16,13 +16,14 @@ that one query per search fetches the hits' texts). Query terms are hashed in Py
 checked against DuckDB's `hash()` at each load; on a mismatch DuckDB hashes them).
 
 Kept in step by pulling from the tables, so it is exact whatever a write did and whether it committed:
-`index._transaction` marks the cache dirty (`changed`), and the next query reads what moved: chunks with an
-id past the highest one held (and their postings: the zone maps of `chunk_id` skip the old row groups),
-`stale_chunks` for the ids that went, and the live chunk count as the check (a mismatch reloads the ids).
-Files whose chunks came or went, and those indexed since the last look (`indexed_at`, with a margin), get
-their file row and links re-read; a file count that still differs reloads all file rows and links. A large
-change (a reindex) builds a new cache, in the background, as at the start; IndexDB drops the cache of a
-connection it closes or heals (a re-created index starts its chunk ids again).
+`index._transaction` marks the cache dirty (`changed`), and the next query reads what moved. Chunks with an
+id past the highest one held are new (with their postings: the zone maps of `chunk_id` skip the old row
+groups); a file is always rewritten whole, so the older chunks of a file with new ones went; when the live
+count still differs, `stale_chunks` names the others that went (and, should a compaction have emptied it,
+the ids are compared). Files whose chunks came or went get their row and links re-read; a file count that
+still differs (a file without chunks, an image say, came or went) reads all file rows and links again. A
+large change (a reindex) builds a new cache, in the background, as at the start; IndexDB drops the cache
+of a connection it closes or heals (a re-created index starts its chunk ids again).
 
 Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
 in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
@@ -42,7 +43,6 @@ import duckdb
 
 TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
-FILE_MARGIN = 2.0  # seconds: files indexed this long before the last look are read again (clock steps)
 RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
 PIECES = 16  # a term's pieces of added postings are joined into one past this many
 MASKS = 8  # filter conditions remembered (least recently used dropped)
@@ -197,7 +197,6 @@ class SearchCache:
         self.info: dict[str, tuple] = {}  # path -> (name, description, date 'YYYY-MM-DD') of every file
         self.out: dict[str, list[tuple]] = {}  # source -> its links (source, target, anchor, predicate, line)
         self.into: dict[str, dict[str, None]] = {}  # target -> the sources linking to it
-        self.files_seen = (0, 0.0)  # (file count, latest indexed_at) at the last look
         self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
         self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
         self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
@@ -266,7 +265,6 @@ class SearchCache:
     def _load_files(self, con: duckdb.DuckDBPyConnection) -> None:
         self.info, self.out, self.into = {}, {}, {}
         self._read_files(con, None)
-        self.files_seen = con.execute("SELECT count(*), coalesce(max(indexed_at), 0) FROM files").fetchone()
 
     def _read_files(self, con: duckdb.DuckDBPyConnection, paths: list[str] | None) -> None:
         """Read the file rows and outgoing links of `paths` (None: of every file)."""
@@ -277,11 +275,13 @@ class SearchCache:
                 "SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files"
                 + ("" if paths is None else f" WHERE path {listed}")).fetchall():
             self.info[path] = tuple(facts)
-        for row in con.execute(
+        same: dict[str, str] = {}  # one string object per path (a million links would hold two copies each)
+        for source, target, *rest in con.execute(
                 "SELECT source, target, anchor, predicate, line FROM links WHERE source <> target"
                 + ("" if paths is None else f" AND source {listed}")).fetchall():
-            self.out.setdefault(row[0], []).append(row)
-            self.into.setdefault(row[1], {})[row[0]] = None
+            source, target = same.setdefault(source, source), same.setdefault(target, target)
+            self.out.setdefault(source, []).append((source, target, *rest))
+            self.into.setdefault(target, {})[source] = None
 
     def _drop_files(self, paths: set[str]) -> None:
         for path in paths:
@@ -293,14 +293,13 @@ class SearchCache:
                     if not sources:
                         del self.into[row[1]]
 
-    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str], count: int, latest: float) -> None:
-        """Re-read the rows and links of `changed` files (`count` files now, the latest indexed at `latest`);
-        reload them all when the count still differs (a file without chunks went)."""
+    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str], count: int) -> None:
+        """Re-read the rows and links of the `changed` files; read them all again when the file count (now
+        `count`) still differs (a file without chunks came or went)."""
         self._drop_files(changed)
         listed = sorted(changed)
         for at in range(0, len(listed), 1000):
             self._read_files(con, listed[at:at + 1000])
-        self.files_seen = (count, latest)
         if len(self.info) != count:
             self._load_files(con)
 
@@ -314,22 +313,22 @@ class SearchCache:
 
     def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
         held = int(self.ids[-1]) if len(self.ids) else 0
-        since = self.files_seen[1] - FILE_MARGIN
-        count, top, fresh, gone, files, latest, indexed = con.execute(f"""
-            SELECT (SELECT count(*) FROM chunks), (SELECT coalesce(max(id), 0) FROM chunks),
-                   (SELECT count(*) FROM chunks WHERE id > {held}),
-                   (SELECT coalesce(list(id), []) FROM stale_chunks WHERE id <= {held}),
-                   (SELECT count(*) FROM files), (SELECT coalesce(max(indexed_at), 0) FROM files),
-                   (SELECT coalesce(list(path), []) FROM files WHERE indexed_at > {since!r})
+        count, fresh, files = con.execute(f"""
+            SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE id > {held}),
+                   (SELECT count(*) FROM files)
         """).fetchone()
         changed_files: set[int] = set()
-        if count != self.n_live or top != held:  # chunks came or went
+        if fresh or count != self.n_live:  # chunks came or went
             if fresh > RELOAD_SHARE * max(self.n_live, 1000):
                 self.stale = True
                 return
-            if fresh:
-                changed_files |= self._add_chunks(con, held)
-            self._kill(np.array(gone, dtype=np.int64), changed_files)
+            if fresh:  # a file with new chunks was rewritten whole: its older chunks went
+                changed_files = self._add_chunks(con, held)
+                rewritten = np.isin(self.file_of, np.fromiter(changed_files, dtype=np.int32))
+                self._kill(self.ids[rewritten & (self.ids <= held)], changed_files)
+            if self.n_live != count:  # a file went: its chunks are among the tombstones
+                gone = con.execute(f"SELECT id FROM stale_chunks WHERE id <= {held}").fetchnumpy()["id"]
+                self._kill(gone.astype(np.int64), changed_files)
             if self.n_live != count:  # a compaction dropped tombstones we never saw: compare the ids
                 current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
                 self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
@@ -338,15 +337,11 @@ class SearchCache:
                 return
             if self.texts is not None and self.n_live > TEXT_CHUNKS:
                 self.texts = None
-            elif self.texts is not None:
-                dead = self.ids[~self.live]
-                for cid in dead[np.isin(dead, np.fromiter(self.texts, dtype=np.int64, count=len(self.texts)))].tolist():
-                    del self.texts[cid]
         changed = {self.paths[i] for i in changed_files}
         for entry in self.masks.values():
             entry[1] |= changed
         self._scored = None
-        self._catch_up_files(con, changed | set(indexed), files, latest)
+        self._catch_up_files(con, changed, files)
 
     def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
         rows = con.execute(f"SELECT id, path, start_line, end_line, length{', headings, text' * (self.texts is not None)} "
@@ -373,14 +368,12 @@ class SearchCache:
         terms, pos, tf = self._positions(part)
         order = np.lexsort((pos, terms))
         terms, pos, tf = terms[order], pos[order], tf[order]
-        bounds = np.flatnonzero(np.diff(terms)) + 1
-        for t, p, f in zip(np.split(terms, bounds), np.split(pos, bounds), np.split(tf, bounds)):
-            if len(t):
-                pieces = self.added.setdefault(int(t[0]), [])
-                pieces.append((p.astype(np.int32), f))
-                if len(pieces) > PIECES:
-                    self.added[int(t[0])] = [(np.concatenate([x for x, _ in pieces]),
-                                              np.concatenate([y for _, y in pieces]))]
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(terms)) + 1, [len(terms)]]).tolist()
+        for term, lo, hi in zip(terms[bounds[:-1]].tolist() if len(terms) else [], bounds, bounds[1:]):
+            pieces = self.added.setdefault(term, [])
+            pieces.append((pos[lo:hi], tf[lo:hi]))
+            if len(pieces) > PIECES:
+                self.added[term] = [(np.concatenate([x for x, _ in pieces]), np.concatenate([y for _, y in pieces]))]
         return set(files) if first < len(self.ids) else set()
 
     def _kill(self, ids: np.ndarray, changed_files: set[int]) -> None:
@@ -393,6 +386,9 @@ class SearchCache:
         if not len(pos):
             return
         self.live[pos] = False
+        if self.texts is not None:
+            for cid in self.ids[pos].tolist():
+                self.texts.pop(cid, None)
         self.n_live -= len(pos)
         self.total_length -= int(self.lengths[pos].sum())
         changed_files |= set(self.file_of[pos].tolist())
