@@ -224,8 +224,8 @@ def chunk_terms(parsed: ParsedFile, text: str, headings: Iterable[str]) -> list[
 
 @contextmanager
 def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Every write of the derived tables runs in one; a postings cache (storage/search_cache.py) re-checks
-    the tables after each."""
+    """Every write of the derived tables runs in one; the service's search cache (storage/search_cache.py)
+    re-reads what moved after each."""
     con.execute("BEGIN TRANSACTION")
     try:
         yield

@@ -6,6 +6,9 @@ object is given (see storage/vectors.py) its candidates are fused with the keywo
 fusion: score = sum(weight / (RRF_K + rank)) over the lists a chunk appears in, divided by the best
 possible sum, so the top hit of every list scores 1.0.
 
+In the service (the index held open) storage/search_cache.py answers the same lookups from memory with the
+same ranking: each lookup below asks it first (`search_cache.of(con)`) and runs its SQL when there is none.
+
 Values go into these queries as SQL literals (`sql_literal`): constant IN lists are pruned with zone maps,
 where a bound list becomes a join, and the Python client's per-value conversion is skipped.
 """

@@ -453,7 +453,7 @@ class SearchCache:
         with self._lock:
             if not self.sync(con) or self.texts is None:
                 return None
-            return {cid: self.texts[cid] for cid in ids if cid in self.texts}
+            return {cid: (list(self.texts[cid][0]), self.texts[cid][1]) for cid in ids if cid in self.texts}
 
     def _hash(self, con: duckdb.DuckDBPyConnection, qterms: list[str]) -> list[int]:
         """DuckDB's hash() of each term (asked once per new term), deduplicated."""
