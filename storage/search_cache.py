@@ -50,6 +50,7 @@ HASHES = 200_000  # term -> hash entries remembered (cleared when full)
 _CHUNK_REF = re.compile(r"\bc\.")
 _HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
 _M64 = (1 << 64) - 1
+_NO_LINE = -(2**63)  # a link's NULL line in the int64 array
 
 np: Any = None  # numpy, imported when the first cache is made: one-shot processes never pay for it (~50 ms)
 log = logging.getLogger(__name__)
@@ -195,8 +196,7 @@ class SearchCache:
         self.n_live = 0
         self.total_length = 0
         self.info: dict[str, tuple] = {}  # path -> (name, description, date 'YYYY-MM-DD') of every file
-        self.out: dict[str, list[tuple]] = {}  # source -> its links (source, target, anchor, predicate, line)
-        self.into: dict[str, dict[str, None]] = {}  # target -> the sources linking to it
+        self.link_table: _Links | None = None  # every link but self-links
         self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
         self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
         self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
@@ -263,11 +263,12 @@ class SearchCache:
             self.texts[cid] = (headings, text)
 
     def _load_files(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.info, self.out, self.into = {}, {}, {}
+        self.info = {}
+        self.link_table = _Links(con)
         self._read_files(con, None)
 
     def _read_files(self, con: duckdb.DuckDBPyConnection, paths: list[str] | None) -> None:
-        """Read the file rows and outgoing links of `paths` (None: of every file)."""
+        """Read the file rows of `paths` (None: of every file) and, for listed paths, their outgoing links."""
         from storage.search import sql_literal
 
         listed = "" if paths is None else f"IN ({', '.join(sql_literal(p) for p in paths)})"
@@ -275,23 +276,15 @@ class SearchCache:
                 "SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files"
                 + ("" if paths is None else f" WHERE path {listed}")).fetchall():
             self.info[path] = tuple(facts)
-        same: dict[str, str] = {}  # one string object per path (a million links would hold two copies each)
-        for source, target, *rest in con.execute(
-                "SELECT source, target, anchor, predicate, line FROM links WHERE source <> target"
-                + ("" if paths is None else f" AND source {listed}")).fetchall():
-            source, target = same.setdefault(source, source), same.setdefault(target, target)
-            self.out.setdefault(source, []).append((source, target, *rest))
-            self.into.setdefault(target, {})[source] = None
+        if paths is not None:
+            self.link_table.add(con.execute(
+                f"SELECT source, target, anchor, predicate, line FROM links WHERE source <> target AND source {listed}"
+            ).fetchall())
 
     def _drop_files(self, paths: set[str]) -> None:
         for path in paths:
             self.info.pop(path, None)
-            for row in self.out.pop(path, ()):
-                sources = self.into.get(row[1])
-                if sources is not None:
-                    sources.pop(path, None)
-                    if not sources:
-                        del self.into[row[1]]
+            self.link_table.drop(path)
 
     def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str], count: int) -> None:
         """Re-read the rows and links of the `changed` files; read them all again when the file count (now
@@ -436,9 +429,7 @@ class SearchCache:
         with self._lock:
             if not self.sync(con):
                 return None
-            rows = [row for p in paths for row in self.out.get(p, ())]
-            rows += [row for p in paths for source in self.into.get(p, ()) for row in self.out.get(source, ())
-                     if row[1] == p]
+            rows = self.link_table.of(paths)
             return sorted(rows, key=lambda r: (r[4] is None, r[4] or 0, r[0], r[1], r[2] or "", r[3] or ""))
 
     def file_info(self, con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple] | None:
@@ -542,7 +533,73 @@ class SearchCache:
         """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
         arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.terms, self.offsets,
                   self.post_idx, self.post_tf]
+        if self.link_table is not None:
+            t = self.link_table
+            arrays += [t.source, t.target, t.anchor, t.predicate, t.line, t.alive, t.by_target, t.target_sorted]
         return sum(a.nbytes for a in arrays) + sum(p.nbytes + f.nbytes for ps in self.added.values() for p, f in ps)
+
+
+class _Links:
+    """Every link but self-links: numpy arrays over a table of path names, sorted by source (and a permutation
+    by target), plus the links of files re-read since, per source as tuples (the base rows of a re-read source
+    are marked gone). A million links take some 40 MB; as Python tuples they took 420."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        names = "SELECT source AS name FROM links UNION SELECT target FROM links"
+        self.names = [r[0] for r in con.execute(f"SELECT name FROM ({names}) ORDER BY name").fetchall()]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        rows = con.execute(f"""
+            WITH n AS (SELECT name, (row_number() OVER (ORDER BY name) - 1)::INTEGER AS i FROM ({names}))
+            SELECT ns.i AS s, nt.i AS t, anchor, predicate, coalesce(line, {_NO_LINE}) AS line
+            FROM links JOIN n ns ON ns.name = links.source JOIN n nt ON nt.name = links.target
+            WHERE source <> target ORDER BY s
+        """).fetchnumpy()
+        self.source, self.target = np.asarray(rows["s"], dtype=np.int32), np.asarray(rows["t"], dtype=np.int32)
+        self.anchor = np.array(rows["anchor"].tolist(), dtype=object)
+        self.predicate = np.array(rows["predicate"].tolist(), dtype=object)
+        self.line = np.asarray(rows["line"], dtype=np.int64)
+        self.alive = np.ones(len(self.source), dtype=bool)
+        self.by_target = np.argsort(self.target, kind="stable").astype(np.int32)
+        self.target_sorted = self.target[self.by_target]
+        self.added: dict[str, list[tuple]] = {}  # source -> its links read since (source, target, anchor, predicate, line)
+        self.added_into: dict[str, dict[str, None]] = {}  # target -> the sources in `added` linking to it
+
+    def drop(self, source: str) -> None:
+        """Forget the links leaving `source` (it is being re-read, or it went)."""
+        i = self.index.get(source)
+        if i is not None:
+            self.alive[np.searchsorted(self.source, i):np.searchsorted(self.source, i, side="right")] = False
+        for row in self.added.pop(source, ()):
+            sources = self.added_into.get(row[1])
+            if sources is not None:
+                sources.pop(source, None)
+                if not sources:
+                    del self.added_into[row[1]]
+
+    def add(self, rows: list[tuple]) -> None:
+        for row in rows:
+            self.added.setdefault(row[0], []).append(row)
+            self.added_into.setdefault(row[1], {})[row[0]] = None
+
+    def of(self, paths: set[str]) -> list[tuple]:
+        """The links leaving `paths`, then those entering them (a link between two of them: twice)."""
+        out, into = [], []
+        for path in paths:
+            i = self.index.get(path)
+            if i is not None:
+                out += self._rows(np.arange(np.searchsorted(self.source, i), np.searchsorted(self.source, i, side="right")))
+                into += self._rows(self.by_target[np.searchsorted(self.target_sorted, i):
+                                                  np.searchsorted(self.target_sorted, i, side="right")])
+            out += self.added.get(path, ())
+            into += [row for source in self.added_into.get(path, ()) for row in self.added[source] if row[1] == path]
+        return out + into
+
+    def _rows(self, at: np.ndarray) -> list[tuple]:
+        at = at[self.alive[at]]
+        names = self.names
+        return [(names[s], names[t], a, p, None if line == _NO_LINE else line) for s, t, a, p, line in zip(
+            self.source[at].tolist(), self.target[at].tolist(), self.anchor[at].tolist(), self.predicate[at].tolist(),
+            self.line[at].tolist())]
 
 
 def duckdb_hash(text: str) -> int:
