@@ -182,6 +182,7 @@ def measure(db: IndexDB, ws: Workspace, texts: list[str], updates: int, threads:
 def copy_index(con, copies: int) -> None:
     """Copy every indexed row `copies - 1` times under `r<k>/` paths (new chunk ids), then compact: an index
     `copies` times larger without writing and parsing the files (the copies have no files on disk)."""
+    index.compact(con, force=True)  # replaced chunks' postings go first: the copies get only live rows
     top = con.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
     con.execute(f"CREATE OR REPLACE TEMP TABLE _copies AS SELECT range AS k FROM range(1, {int(copies)})")
     con.execute("INSERT INTO files SELECT 'r' || k || '/' || path, files.* EXCLUDE (path) FROM files, _copies")

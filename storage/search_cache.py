@@ -206,6 +206,7 @@ class SearchCache:
         self.hashes: dict[str, int] = {}
         self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
         self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
+        self._norms: tuple | None = None  # ((k1, b, total length, live, held), per-chunk length norm)
 
     # ---- keeping in step -------------------------------------------------------------------------------
 
@@ -483,17 +484,20 @@ class SearchCache:
         if self._scored is not None and self._scored[0] == (hashes, k1, b):
             return self._scored[1]
         n = float(self.n_live)
-        avgdl = self.total_length / self.n_live if self.n_live else 0.0
+        norm = self._norm(k1, b)
+        everyone = self.n_live == len(self.ids)
         found = []
         for term in hashes:
             pos, tf = self._postings(term)
-            alive = self.live[pos]
-            pos, tf = pos[alive], tf[alive].astype(np.float64)
+            if not everyone:
+                alive = self.live[pos]
+                pos, tf = pos[alive], tf[alive]
             if not len(pos):
                 continue
             df = float(len(pos))
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            found.append((pos, idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[pos] / avgdl))))
+            tf = tf.astype(np.float64)
+            found.append((pos, idf * tf * (k1 + 1) / (tf + norm[pos])))
         if not found:
             result = (np.zeros(0, dtype=np.int64), np.zeros(0))
         elif len(found) == 1:
@@ -509,6 +513,15 @@ class SearchCache:
             self._acc[cand], self._seen[cand] = 0.0, False
         self._scored = ((hashes, k1, b), result)
         return result
+
+    def _norm(self, k1: float, b: float) -> np.ndarray:
+        """Per held chunk: k1 * (1 - b + b * length / avgdl), the length part of BM25's denominator, computed
+        as the SQL query computes it (same operations, same order: the same float64)."""
+        key = (k1, b, self.total_length, self.n_live, len(self.ids))
+        if self._norms is None or self._norms[0] != key:
+            avgdl = self.total_length / self.n_live if self.n_live else 0.0
+            self._norms = (key, k1 * (1 - b + b * self.lengths / avgdl) if self.n_live else np.zeros(len(self.ids)))
+        return self._norms[1]
 
     def _mask(self, con: duckdb.DuckDBPyConnection, filters: str, params: dict[str, Any] | None) -> np.ndarray:
         """Bool per held file: passes the SQL condition `filters` over `files f` (re-checked where changed)."""
