@@ -1,4 +1,4 @@
-"""The service's in-memory search cache (storage/search_cache.py) answers exactly as the SQL path does, on a
+"""The service's in-memory search cache (storage/search_cache.py, storage/search_arrays.py) answers exactly as the SQL path does, on a
 real DuckDB file, through writes, deletes, moves, a rolled-back write, compaction, a reindex and a heal."""
 
 import random
@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import duckdb
 import pytest
 
-from storage import index, search_cache
+from storage import index, search_arrays, search_cache
 from storage.db import IndexDB
 from storage.errors import IndexRebuilt
 from storage.memory import Memory
@@ -108,7 +108,7 @@ def test_the_cache_answers_as_sql_through_writes_deletes_moves_compaction_and_re
             mem.reindex()  # every chunk replaced: patched in place (a small index) ...
             _same(con)
             assert search_cache.of(con) is patched
-            monkeypatch.setattr(search_cache, "RELOAD_SHARE", 0.0)
+            monkeypatch.setattr(search_arrays, "RELOAD_SHARE", 0.0)
             mem.reindex()  # ... or, past RELOAD_SHARE, built again in the background (SQL answers meanwhile)
             assert search(con, "ridge trail", limit=3)
             _same(con)
@@ -152,4 +152,4 @@ def test_query_terms_hash_as_duckdb_hashes_them():
     con = duckdb.connect()
 
     for text in texts:
-        assert search_cache.duckdb_hash(text) == con.execute(f"SELECT hash({sql_literal(text)})").fetchone()[0]
+        assert search_arrays.duckdb_hash(text) == con.execute(f"SELECT hash({sql_literal(text)})").fetchone()[0]
