@@ -461,7 +461,7 @@ class _Links:
         """Forget the links leaving `source` (it is being re-read, or it went)."""
         i = self.index.get(source)
         if i is not None:
-            self.alive[np.searchsorted(self.source, i):np.searchsorted(self.source, i, side="right")] = False
+            self.alive[self._span(self.source, i)] = False
         for row in self.added.pop(source, ()):
             sources = self.added_into.get(row[1])
             if sources is not None:
@@ -480,12 +480,19 @@ class _Links:
         for path in paths:
             i = self.index.get(path)
             if i is not None:
-                out += self._rows(np.arange(np.searchsorted(self.source, i), np.searchsorted(self.source, i, side="right")))
-                into += self._rows(self.by_target[np.searchsorted(self.target_sorted, i):
-                                                  np.searchsorted(self.target_sorted, i, side="right")])
+                span = self._span(self.source, i)
+                out += self._rows(np.arange(span.start, span.stop))
+                into += self._rows(self.by_target[self._span(self.target_sorted, i)])
             out += self.added.get(path, ())
             into += [row for source in self.added_into.get(path, ()) for row in self.added[source] if row[1] == path]
         return out + into
+
+    @staticmethod
+    def _span(ordered: np.ndarray, i: int) -> slice:
+        """The rows of name `i` in an int32 array sorted by name (searched as int32: a Python int would make
+        numpy cast the whole array first)."""
+        key = np.int32(i)
+        return slice(int(np.searchsorted(ordered, key)), int(np.searchsorted(ordered, key, side="right")))
 
     def _rows(self, at: np.ndarray) -> list[tuple]:
         at = at[self.alive[at]]
