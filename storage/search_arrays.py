@@ -43,6 +43,7 @@ SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its 
 RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
 PIECES = 16  # a term's pieces of added postings are joined into one past this many
 MASKS = 8  # filter conditions remembered (least recently used dropped)
+LINK_ROWS = 50_000  # files whose links are kept as tuples once asked for (cleared when full)
 HASHES = 200_000  # term -> hash entries remembered (cleared when full)
 _CHUNK_REF = re.compile(r"\bc\.")
 _HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
@@ -456,12 +457,16 @@ class _Links:
         self.target_sorted = self.target[self.by_target]
         self.added: dict[str, list[tuple]] = {}  # source -> its links read since (source, target, anchor, predicate, line)
         self.added_into: dict[str, dict[str, None]] = {}  # target -> the sources in `added` linking to it
+        self.rows_of: dict[int, tuple[list, list]] = {}  # name -> its base rows (out, in) as tuples, as asked
 
     def drop(self, source: str) -> None:
         """Forget the links leaving `source` (it is being re-read, or it went)."""
         i = self.index.get(source)
         if i is not None:
-            self.alive[self._span(self.source, i)] = False
+            span = self._span(self.source, i)
+            self.alive[span] = False
+            for name in [i, *self.target[span].tolist()]:  # the tuples that showed them
+                self.rows_of.pop(name, None)
         for row in self.added.pop(source, ()):
             sources = self.added_into.get(row[1])
             if sources is not None:
@@ -480,9 +485,15 @@ class _Links:
         for path in paths:
             i = self.index.get(path)
             if i is not None:
-                span = self._span(self.source, i)
-                out += self._rows(np.arange(span.start, span.stop))
-                into += self._rows(self.by_target[self._span(self.target_sorted, i)])
+                held = self.rows_of.get(i)
+                if held is None:
+                    if len(self.rows_of) >= LINK_ROWS:
+                        self.rows_of = {}
+                    span = self._span(self.source, i)
+                    held = self.rows_of[i] = (self._rows(np.arange(span.start, span.stop)),
+                                              self._rows(self.by_target[self._span(self.target_sorted, i)]))
+                out += held[0]
+                into += held[1]
             out += self.added.get(path, ())
             into += [row for source in self.added_into.get(path, ()) for row in self.added[source] if row[1] == path]
         return out + into
