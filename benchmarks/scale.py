@@ -9,7 +9,7 @@ process's RSS), and a single-file update (edit one note and re-index it; then al
 the edit; p50/p95).
 
     python benchmarks/scale.py [--sizes 10000 100000] [--queries 200] [--updates 30] [--root DIR --reuse]
-                               [--threads N] [--replicate K]
+                               [--threads N] [--replicate K] [--locomo DATA_DIR]
 
 Times are wall clock and CPU time of the process (all its threads): on a machine shared with other work the
 wall time includes waiting for a core, the CPU time does not.
@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from storage import index, search_cache  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
@@ -196,6 +197,29 @@ def copy_index(con, copies: int) -> None:
     index.compact(con, force=True)
 
 
+def locomo_latency(data: Path, root: Path) -> None:
+    """Warm search over the LoCoMo questions (categories 1-4) in one workspace of the conversations in `data`:
+    in SQL, then as the service searches."""
+    from locomo import build_workspace, questions  # benchmarks/locomo.py
+
+    shutil.rmtree(root, ignore_errors=True)
+    _, ws, convs, _ = build_workspace(str(data), str(root), "")
+    texts = [qa["question"] for _, qa, _ in questions(convs)]
+    db = IndexDB(ws)
+    with db.session() as con:
+        print(f"\n== LoCoMo: {len(convs)} conversations, {index.stats(con)['chunks']} chunks, {len(texts)} questions")
+        for q in texts[:10]:
+            search(con, q)
+        print(f"warm search in SQL (limit 10): {percentiles([timed(search, con, q, limit=10) for q in texts])}")
+    db.hold()
+    with db.session() as con:
+        search_cache.wait(con)
+        for q in texts[:10]:
+            search(con, q)
+        print(f"service: warm search (limit 10): {percentiles([timed(search, con, q, limit=10) for q in texts])}")
+    db.close()
+
+
 def rss_mb() -> float:
     """Resident memory of this process now (Linux /proc), MB."""
     with open("/proc/self/statm") as f:
@@ -209,17 +233,21 @@ def peak_rss_mb() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--root", help="parent folder for the generated workspaces (default: temp)")
     parser.add_argument("--reuse", action="store_true", help="keep an already generated workspace under --root")
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's choice, one per core)")
+    parser.add_argument("--locomo", type=Path, help="also time warm search over the LoCoMo questions of the "
+                                                    "conv-*.json files in this folder")
     parser.add_argument("--replicate", type=int, default=1,
                         help="then copy the index this many times over in SQL and measure again (1M chunks from "
                              "100k without a 1M reindex)")
     args = parser.parse_args()
     base = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="dreamflow-scale-"))
+    if args.locomo:
+        locomo_latency(args.locomo, base / "ws-locomo")
     for size in args.sizes:
         run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads, args.replicate)
 
