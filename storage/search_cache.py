@@ -107,7 +107,7 @@ class _Slot:
             self._cursor.execute("BEGIN TRANSACTION")  # one snapshot for every table read
             fresh.load(self._cursor, stop=lambda: self._closed)
             self._cursor.execute("COMMIT")
-        except duckdb.Error as exc:  # interrupted by close(), or the index went away: SQL keeps answering
+        except Exception as exc:  # noqa: BLE001 - interrupted by close(), the index went away, no memory: SQL answers
             if not self._closed:
                 log.warning("search cache not loaded, searching in SQL: %s", exc)
                 self._closed = True  # no retry on this connection (it is used as it was before caches)
