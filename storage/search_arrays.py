@@ -25,7 +25,8 @@ large change (a reindex) marks the cache `stale`: storage/search_cache.py builds
 Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
 in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
 conditions over the file `f`: each is evaluated once per file with one query, cached per condition, and
-re-evaluated for files whose chunks changed. A condition naming the chunk `c` falls back to SQL.
+re-evaluated for files whose chunks changed. A condition naming the chunk `c`, or one whose answer moves
+with the clock (`current_date`, `now()`: the mask would go stale), falls back to SQL.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ MASKS = 8  # filter conditions remembered (least recently used dropped)
 LINK_ROWS = 50_000  # files whose links are kept as tuples once asked for (cleared when full)
 HASHES = 200_000  # term -> hash entries remembered (cleared when full)
 _CHUNK_REF = re.compile(r"\bc\.")
+_VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re.IGNORECASE)  # masks would go stale
 _HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
 _M64 = (1 << 64) - 1
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
@@ -273,8 +275,8 @@ class SearchCache:
     def bm25(self, con: duckdb.DuckDBPyConnection, qterms: list[str], limit: int, filters: str,
              params: dict[str, Any] | None, k1: float, b: float) -> list[tuple[int, float]] | None:
         """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them; None when the SQL path must
-        answer (a filter over the chunk `c`)."""
-        if _CHUNK_REF.search(filters):
+        answer (a filter over the chunk `c`, or one that moves with the clock)."""
+        if _CHUNK_REF.search(filters) or _VOLATILE.search(filters):
             return None
         with self._lock:
             if not self.sync(con):

@@ -117,6 +117,22 @@ def test_the_cache_answers_as_sql_through_writes_deletes_moves_compaction_and_re
         db.close()
 
 
+def test_filters_over_the_chunk_or_the_clock_are_left_to_sql(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _workspace(ws, random.Random(7))
+    db = IndexDB(ws, keep_open=True)
+    try:
+        with db.session() as con:
+            cache = search_cache.wait(con, 30)
+            qterms = terms("ridge trail")
+            assert cache.bm25(con, qterms, 5, "c.ord = 0", None, 1.2, 0.75) is None
+            assert cache.bm25(con, qterms, 5, "(f.date IS NULL OR f.date <= current_date)", None, 1.2, 0.75) is None
+            assert bm25(con, "ridge trail", 5, "(f.date IS NULL OR f.date <= current_date)")  # answered in SQL
+            assert cache.bm25(con, qterms, 5, "f.date IS NULL", None, 1.2, 0.75) is not None
+    finally:
+        db.close()
+
+
 def test_a_one_shot_session_has_no_cache(ws):
     ws.write_text("a.md", "lisbon ridge\n")
     with IndexDB(ws).session() as con:
