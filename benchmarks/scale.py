@@ -3,11 +3,13 @@
 For each size: write the workspace (Markdown notes of 10 sections of ~150 words drawn from a Zipf(1.2)
 vocabulary of 30k words whose most frequent ranks are English stopwords, as in real text, and the rest
 pseudo-words; one wikilink per section), time a full reindex (chunks/s), the warm search latency
-(p50/p95 over random 2-4 word queries, link expansion on), and a single-file update (edit one note and
-re-index it; p50/p95).
+(p50/p95 over random 2-4 word queries, link expansion on) in SQL, as a one-shot process searches, then as
+the service searches (the index held open: storage/search_cache.py, with its load time, size and the
+process's RSS), and a single-file update (edit one note and re-index it; then also until a search finds
+the edit; p50/p95).
 
     python benchmarks/scale.py [--sizes 10000 100000] [--queries 200] [--updates 30] [--root DIR --reuse]
-                               [--threads N]
+                               [--threads N] [--replicate K] [--locomo DATA_DIR]
 
 Times are wall clock and CPU time of the process (all its threads): on a machine shared with other work the
 wall time includes waiting for a core, the CPU time does not.
@@ -16,6 +18,8 @@ wall time includes waiting for a core, the CPU time does not.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import sys
@@ -26,8 +30,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from storage import index  # noqa: E402
+from storage import index, search_cache  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
 from storage.search import search  # noqa: E402
 from storage.tokenize import STOPWORDS  # noqa: E402
@@ -92,7 +97,8 @@ def percentiles(samples: list[tuple[float, float]]) -> str:
             f"(CPU p50 {p(cpu, 0.5):.1f} ms, p95 {p(cpu, 0.95):.1f} ms)")
 
 
-def run(root: Path, chunks: int, queries: int, updates: int, reuse: bool, threads: int | None) -> None:
+def run(root: Path, chunks: int, queries: int, updates: int, reuse: bool, threads: int | None,
+        replicate: int = 1) -> None:
     db = IndexDB(Workspace(root))
     if not (reuse and (root / "digest").exists() and len(list((root / "digest/wiki").iterdir())) > 0):
         shutil.rmtree(root, ignore_errors=True)
@@ -112,43 +118,138 @@ def run(root: Path, chunks: int, queries: int, updates: int, reuse: bool, thread
         took = time.perf_counter() - t0
         print(f"reindex: {took:.2f} s, {built['chunks'] / took:,.0f} chunks/s "
               f"({built['files']} files, {built['chunks']} chunks, {built['postings']} postings)")
+    rng = np.random.default_rng(1)
+    vocab = make_vocabulary(np.random.default_rng(7))
+    texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(3, 8)))) for _ in range(queries)]
+    measure(db, ws, texts, updates, threads, rng, vocab)
+    if replicate > 1:
+        with db.session() as con:
+            t0 = time.perf_counter()
+            copy_index(con, replicate)
+            print(f"\n== {replicate} x {chunks} chunks: the index copied {replicate - 1} times under r<k>/ paths in SQL "
+                  f"and compacted in {time.perf_counter() - t0:.0f} s ({index.stats(con)['chunks']} chunks)")
+        measure(db, ws, texts, updates, threads, rng, vocab)
 
-        rng = np.random.default_rng(1)
-        vocab = make_vocabulary(np.random.default_rng(7))
-        texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(3, 8)))) for _ in range(queries)]
+
+def measure(db: IndexDB, ws: Workspace, texts: list[str], updates: int, threads: int | None,
+            rng: np.random.Generator, vocab: list[str]) -> None:
+    """Warm search in SQL, then as the service searches (cache load, RSS, search, updates), then cold."""
+    with db.session() as con:
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
         for q in texts[:5]:
             search(con, q)  # warm up
         samples = [timed(search, con, q, limit=10) for q in texts]
-        print(f"warm search (limit 10, link expansion 3): {percentiles(samples)}")
+        print(f"warm search in SQL, as a one-shot process (limit 10, link expansion 3): {percentiles(samples)}")
+
+    db.hold()  # as the service does: the index stays open, and searches read the in-memory search cache
+    with db.session() as con:
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        t0 = time.perf_counter()
+        cache = search_cache.wait(con)
+        print(f"service: search cache loaded in {time.perf_counter() - t0:.2f} s (in the background), "
+              f"{cache.nbytes() / 1e6:.0f} MB of arrays; process RSS {rss_mb():.0f} MB")
+        for q in texts[:5]:
+            search(con, q)
+        samples = [timed(search, con, q, limit=10) for q in texts]
+        print(f"service: warm search (limit 10, link expansion 3): {percentiles(samples)}")
 
         files = sorted(p for p in ws.iter_files() if p.startswith("digest/"))
-        samples = []
+        samples, searchable = [], []
+        run_tag = int(rng.integers(10**9))  # marker words no earlier run (or copy) holds
         for i in range(updates):
             rel = files[int(rng.integers(len(files)))]
-            ws.write_text(rel, ws.read_text(rel) + f"\nupdate {i} {' '.join(zipf_words(rng, vocab, 20))}\n")
-            samples.append(timed(index.index_file, con, ws, rel))
-        print(f"single-file update (10 chunks re-indexed): {percentiles(samples)}")
+            ws.write_text(rel, ws.read_text(rel) + f"\nupdate zq{run_tag}m{i}x {' '.join(zipf_words(rng, vocab, 20))}\n")
+            wall, cpu = time.perf_counter(), time.process_time()
+            index.index_file(con, ws, rel)
+            samples.append((time.perf_counter() - wall, time.process_time() - cpu))
+            found = search(con, f"zq{run_tag}m{i}x", limit=1)
+            searchable.append((time.perf_counter() - wall, time.process_time() - cpu))
+            assert found and found[0]["path"] == rel, "an update was not searchable"
+        print(f"service: single-file update (10 chunks re-indexed): {percentiles(samples)}")
+        print(f"service: update -> found by the next search: {percentiles(searchable)}")
         samples = [timed(search, con, q, limit=10) for q in texts[:50]]
-        print(f"search after the updates (stale rows not yet compacted): {percentiles(samples)}")
+        print(f"service: search after the updates (stale rows not yet compacted): {percentiles(samples)}")
+        print(f"service: process RSS {rss_mb():.0f} MB (peak {peak_rss_mb():.0f} MB, the reindex included)")
+    db.close()
 
     t0 = time.perf_counter()
     with db.session() as con:
         search(con, texts[0])
-    print(f"cold session open + one search: {1000 * (time.perf_counter() - t0):.0f} ms")
+    print(f"cold session open + one search (SQL): {1000 * (time.perf_counter() - t0):.0f} ms")
+
+
+def copy_index(con, copies: int) -> None:
+    """Copy every indexed row `copies - 1` times under `r<k>/` paths (new chunk ids), then compact: an index
+    `copies` times larger without writing and parsing the files (the copies have no files on disk)."""
+    index.compact(con, force=True)  # replaced chunks' postings go first: the copies get only live rows
+    top = con.execute("SELECT coalesce(max(id), 0) + 1 FROM chunks").fetchone()[0]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _copies AS SELECT range AS k FROM range(1, {int(copies)})")
+    con.execute("INSERT INTO files SELECT 'r' || k || '/' || path, files.* EXCLUDE (path) FROM files, _copies")
+    con.execute(f"INSERT INTO chunks SELECT id + k * {top}, 'r' || k || '/' || path, chunks.* EXCLUDE (id, path) "
+                "FROM chunks, _copies")
+    con.execute(f"INSERT INTO postings SELECT term, chunk_id + k * {top}, tf, length FROM postings, _copies")
+    con.execute("INSERT INTO links SELECT 'r' || k || '/' || source, 'r' || k || '/' || target, "
+                "links.* EXCLUDE (source, target) FROM links, _copies")
+    con.execute(f"CREATE OR REPLACE SEQUENCE chunk_ids START {top * copies + 1}")
+    con.execute("DROP TABLE _copies")
+    index.compact(con, force=True)
+
+
+def locomo_latency(data: Path, root: Path) -> None:
+    """Warm search over the LoCoMo questions (categories 1-4) in one workspace of the conversations in `data`:
+    in SQL, then as the service searches."""
+    from locomo import build_workspace, questions  # benchmarks/locomo.py
+
+    shutil.rmtree(root, ignore_errors=True)
+    _, ws, convs, _ = build_workspace(str(data), str(root), "")
+    texts = [qa["question"] for _, qa, _ in questions(convs)]
+    db = IndexDB(ws)
+    with db.session() as con:
+        print(f"\n== LoCoMo: {len(convs)} conversations, {index.stats(con)['chunks']} chunks, {len(texts)} questions")
+        for q in texts[:10]:
+            search(con, q)
+        print(f"warm search in SQL (limit 10): {percentiles([timed(search, con, q, limit=10) for q in texts])}")
+    db.hold()
+    with db.session() as con:
+        search_cache.wait(con)
+        for q in texts[:10]:
+            search(con, q)
+        print(f"service: warm search (limit 10): {percentiles([timed(search, con, q, limit=10) for q in texts])}")
+    db.close()
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now (Linux /proc), MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--root", help="parent folder for the generated workspaces (default: temp)")
     parser.add_argument("--reuse", action="store_true", help="keep an already generated workspace under --root")
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's choice, one per core)")
+    parser.add_argument("--locomo", type=Path, help="also time warm search over the LoCoMo questions of the "
+                                                    "conv-*.json files in this folder")
+    parser.add_argument("--replicate", type=int, default=1,
+                        help="then copy the index this many times over in SQL and measure again (1M chunks from "
+                             "100k without a 1M reindex)")
     args = parser.parse_args()
     base = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="dreamflow-scale-"))
+    if args.locomo:
+        locomo_latency(args.locomo, base / "ws-locomo")
     for size in args.sizes:
-        run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads)
+        run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads, args.replicate)
 
 
 if __name__ == "__main__":

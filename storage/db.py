@@ -39,6 +39,7 @@ from typing import Iterator
 import duckdb
 import filelock
 
+from storage import search_cache
 from storage.errors import IndexBusy, IndexRebuilt
 from storage.workspace import Workspace
 
@@ -162,6 +163,8 @@ class IndexDB:
         try:
             if state.con is None:
                 self._open(timeout)
+            if state.keep_open:  # the lock is ours for good: no other process writes, BM25 can run in memory
+                search_cache.enable(state.con)
             state.depth += 1
             try:
                 yield state.con
@@ -207,6 +210,7 @@ class IndexDB:
     def _heal(self, exc: BaseException) -> IndexRebuilt:
         """Set the damaged index aside and rebuild it from the files (the file lock stays held throughout)."""
         state = self._state
+        search_cache.disable(state.con)
         try:
             state.con.close()
         except duckdb.Error:
@@ -260,6 +264,7 @@ class IndexDB:
     def _close(self) -> None:
         state = self._state
         if state.con is not None:
+            search_cache.disable(state.con)
             try:
                 state.con.close()
             finally:

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 
 import duckdb
 
+from storage import search_cache
 from storage.markdown import parse_file
 from storage.model import ParsedFile, normalize_tag
 from storage.tokenize import terms
@@ -223,13 +224,17 @@ def chunk_terms(parsed: ParsedFile, text: str, headings: Iterable[str]) -> list[
 
 @contextmanager
 def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Every write of the derived tables runs in one; the service's search cache (storage/search_cache.py)
+    re-reads what moved after each."""
     con.execute("BEGIN TRANSACTION")
     try:
         yield
     except BaseException:
         con.execute("ROLLBACK")
+        search_cache.changed(con)
         raise
     con.execute("COMMIT")
+    search_cache.changed(con)
 
 
 def _batches(items: list, size: int) -> Iterator[list]:

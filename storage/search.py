@@ -6,6 +6,9 @@ object is given (see storage/vectors.py) its candidates are fused with the keywo
 fusion: score = sum(weight / (RRF_K + rank)) over the lists a chunk appears in, divided by the best
 possible sum, so the top hit of every list scores 1.0.
 
+In the service (the index held open) storage/search_cache.py answers the same lookups from memory with the
+same ranking: each lookup below asks it first (`search_cache.of(con)`) and runs its SQL when there is none.
+
 Values go into these queries as SQL literals (`sql_literal`): constant IN lists are pruned with zone maps,
 where a bound list becomes a join, and the Python client's per-value conversion is skipped.
 """
@@ -18,7 +21,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
-from storage import timeref, validity
+from storage import search_cache, timeref, validity
 from storage.model import normalize_tag
 from storage.tokenize import terms
 
@@ -102,6 +105,9 @@ def bm25(
     qterms = list(dict.fromkeys(terms(query)))
     if not qterms:
         return []
+    cache = search_cache.of(con)  # the service's in-memory postings: same ranking, no SQL
+    if cache is not None and (found := cache.bm25(con, qterms, limit, filters, params, K1, B)) is not None:
+        return found
     sql = _BM25_SQL.format(
         terms=", ".join(f"hash({sql_literal(t)})" for t in qterms),
         k1=f"{K1!r}::DOUBLE", b=f"{B!r}::DOUBLE", limit=int(limit),  # DOUBLE: decimal arithmetic is slower
@@ -332,9 +338,7 @@ def _top_hits(
     while at < len(fused) and len(kept) < limit:
         batch = fused[at:at + step]  # file facts come later (_file_info): a join here would scan every chunk
         at, step = at + step, 2 * step  # one file may hold many candidates: read on in growing batches
-        rows = {r[0]: r[1:] for r in con.execute(
-            f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(c for c, _ in batch)})"
-        ).fetchall()}
+        rows = _chunk_rows(con, [c for c, _ in batch])
         for cid, score in batch:
             row = rows.get(cid)
             if row is None:  # deleted since it was ranked
@@ -346,12 +350,27 @@ def _top_hits(
                 last[path] = cid
             elif path in last and capped and len(more.get(last[path], ())) < MORE_RANGES:
                 more.setdefault(last[path], []).append([start, end])
-    texts = {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, headings, text FROM chunks WHERE id IN ({_in_list(h['chunk_id'] for h, _ in kept)})"
-    ).fetchall()} if kept else {}
+    texts = _chunk_texts(con, [h["chunk_id"] for h, _ in kept]) if kept else {}
     for hit, _ in kept:
         hit["headings"], hit["text"] = texts[hit["chunk_id"]]
     return kept, more
+
+
+def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]]:
+    """{chunk id: (path, start_line, end_line)} of the chunks among `ids` that still exist."""
+    if (cache := search_cache.of(con)) is not None and (held := cache.rows(con, ids)) is not None:
+        return held
+    return {r[0]: r[1:] for r in con.execute(
+        f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(ids)})"
+    ).fetchall()}
+
+
+def _chunk_texts(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple]:
+    """{chunk id: (headings, text)} of the chunks among `ids`."""
+    if (cache := search_cache.of(con)) is not None and (held := cache.chunk_texts(con, ids)) is not None:
+        return held
+    return {r[0]: r[1:] for r in con.execute(
+        f"SELECT id, headings, text FROM chunks WHERE id IN ({_in_list(ids)})").fetchall()}
 
 
 def _vector_candidates(
@@ -380,14 +399,24 @@ def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str
     paths = list(paths)
     if not paths:
         return {}
-    keys = ", ".join(f"json_extract_string(frontmatter, '$.{k}')" for k in validity.KEYS[:4])
+    if (cache := search_cache.of(con)) is not None and (held := cache.file_info(con, paths)) is not None:
+        return _file_facts(held.items())
     rows = con.execute(
-        f"SELECT path, name, description, strftime(date, '%Y-%m-%d'), {keys} FROM files "
-        f"WHERE path IN ({_in_list(paths)})"
-    ).fetchall()
+        f"SELECT path, {FILE_FACTS} FROM files WHERE path IN ({_in_list(paths)})").fetchall()
+    return _file_facts((r[0], r[1:]) for r in rows)
+
+
+# A file's facts as search reads them (also the search cache's, storage/search_arrays.py): name, description,
+# date, and the validity keys of its frontmatter as written
+FILE_FACTS = "name, description, strftime(date, '%Y-%m-%d'), " + ", ".join(
+    f"json_extract_string(frontmatter, '$.{k}')" for k in validity.KEYS[:4])
+
+
+def _file_facts(rows: Iterable[tuple[str, tuple]]) -> dict[str, tuple]:
+    """{path: (name, description, date, status, valid_from, valid_to)} from (path, FILE_FACTS values) rows."""
     today = dt.date.today()
     info = {}
-    for path, name, description, date, *values in rows:
+    for path, (name, description, date, *values) in rows:
         meta = dict(zip(validity.KEYS[:4], values))
         if path.startswith("digest/"):
             span = validity.window(meta)
@@ -411,7 +440,7 @@ def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dic
     paths = {h["path"] for h in hits}
     if not paths:
         return {}
-    links = con.execute(_NEIGHBOURS_SQL.format(paths=_in_list(paths))).fetchall()
+    links = _link_rows(con, paths)
     picked: dict[int, list[tuple[str, tuple]]] = {}
     for hit in hits:
         out = sorted((l for l in links if l[0] == hit["path"]),
@@ -433,6 +462,13 @@ def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dic
         ]
         for cid, chosen in picked.items()
     }
+
+
+def _link_rows(con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
+    """(source, target, anchor, predicate, line) of the links leaving or entering `paths`, by line."""
+    if (cache := search_cache.of(con)) is not None and (held := cache.links(con, paths)) is not None:
+        return held
+    return con.execute(_NEIGHBOURS_SQL.format(paths=_in_list(paths))).fetchall()
 
 
 def node_search(

@@ -1,0 +1,534 @@
+"""What search reads, held in memory for the service (storage/search_cache.py says when): BM25 postings,
+chunk line ranges, file facts (name, description, date) and links.
+
+The SQL BM25 query (storage/search.py) costs a few ms at a thousand chunks and tens of ms at a million, and
+each point lookup of a search (chunk rows, links, file facts) costs 0.3-10 ms of DuckDB planning; the same
+answers from numpy arrays and dicts held in memory cost a fraction of that.
+
+Layout: chunk ids sorted (ids only grow) with their BM25 length, file and line range, and a liveness mask;
+postings by term (DuckDB's `hash()` of the term, as in the `postings` table) in one CSR array of dense chunk
+positions and term frequencies, plus the postings of chunks added since the load, by term in small pieces;
+{path: (name, description, date)} of every file; the links as arrays over a table of path names (`_Links`);
+chunk texts (headings, text) only while the index holds at most TEXT_CHUNKS chunks (past
+that one query per search fetches the hits' texts). Query terms are hashed in Python (`duckdb_hash`,
+checked against DuckDB's `hash()` at each load; on a mismatch DuckDB hashes them).
+
+Kept in step by pulling from the tables, so it is exact whatever a write did and whether it committed:
+`index._transaction` marks the cache dirty (search_cache.changed), and the next query reads what moved. Chunks with an
+id past the highest one held are new (with their postings: the zone maps of `chunk_id` skip the old row
+groups); a file is always rewritten whole, so the older chunks of a file with new ones went; when the live
+count still differs, `stale_chunks` names the others that went (and, should a compaction have emptied it,
+the ids are compared). Files whose chunks came or went get their row and links re-read; a file count that
+still differs (a file without chunks, an image say, came or went) reads all file rows and links again. A
+large change (a reindex) marks the cache `stale`: storage/search_cache.py builds a new one.
+
+Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
+in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
+conditions over the file `f`: each is evaluated once per file with one query, cached per condition, and
+re-evaluated for files whose chunks changed. A condition naming the chunk `c`, or one whose answer moves
+with the clock (`current_date`, `now()`: the mask would go stale), falls back to SQL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from typing import Any, Callable
+
+import duckdb
+import numpy as np
+
+TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
+SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
+RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
+PIECES = 16  # a term's pieces of added postings are joined into one past this many
+MASKS = 8  # filter conditions remembered (least recently used dropped)
+LINK_ROWS = 50_000  # files whose links are kept as tuples once asked for (cleared when full)
+HASHES = 200_000  # term -> hash entries remembered (cleared when full)
+_CHUNK_REF = re.compile(r"\bc\.")
+_VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re.IGNORECASE)  # masks would go stale
+_HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
+_M64 = (1 << 64) - 1
+_NO_LINE = -(2**63)  # a link's NULL line in the int64 array
+
+
+class SearchCache:
+    """In-memory postings, chunk facts, file facts and links of one index (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.stale = False  # too much changed to patch: the slot builds a new one
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty state (before a load)."""
+        self.dirty = False
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=bool)
+        self.lengths = np.zeros(0, dtype=np.float64)
+        self.file_of = np.zeros(0, dtype=np.int32)
+        self.lines = np.zeros((0, 2), dtype=np.int64)
+        self.paths: list[str] = []
+        self.file_index: dict[str, int] = {}
+        self.terms = np.zeros(0, dtype=np.uint64)
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.post_idx = np.zeros(0, dtype=np.int32)
+        self.post_tf = np.zeros(0, dtype=np.int32)
+        self.added: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.n_live = 0
+        self.total_length = 0
+        self.info: dict[str, tuple] = {}  # path -> its storage.search.FILE_FACTS of every file
+        self.link_table: _Links | None = None  # every link but self-links
+        self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
+        self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
+        self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
+        self.hashes: dict[str, int] = {}
+        self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
+        self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
+        self._norms: tuple | None = None  # ((k1, b, total length, live, held), per-chunk length norm)
+
+    # ---- keeping in step -------------------------------------------------------------------------------
+
+    def sync(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Take in what changed since the last query; False when too much did (the cache is then stale)."""
+        if self.dirty and not self.stale:
+            self._catch_up(con)
+            self.dirty = False
+        return not self.stale
+
+    def load(self, con: duckdb.DuckDBPyConnection, stop: Callable[[], bool] = lambda: False) -> None:
+        """Read everything from the index (`con`: a connection inside one read transaction); `stop()` true
+        ends the load between two reads (duckdb.InterruptException)."""
+        self._reset()
+        self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
+        self.file_index = {p: i for i, p in enumerate(self.paths)}
+        rows = con.execute("""
+            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length FROM chunks c
+            JOIN (SELECT path, (row_number() OVER (ORDER BY path) - 1) AS i FROM (SELECT DISTINCT path FROM chunks)) p
+            USING (path) ORDER BY c.id
+        """).fetchnumpy()
+        self.ids = rows["id"].astype(np.int64)
+        self.file_of = rows["i"].astype(np.int32)
+        self.lines = np.stack([rows["start_line"].astype(np.int64), rows["end_line"].astype(np.int64)], axis=1)
+        self.lengths = rows["length"].astype(np.float64)
+        self.live = np.ones(len(self.ids), dtype=bool)
+        self.n_live, self.total_length = len(self.ids), int(rows["length"].astype(np.int64).sum())
+        total, top_tf = con.execute("SELECT count(*), coalesce(max(tf), 0) FROM postings").fetchone()
+        idx, tfs = np.empty(total, dtype=np.int32), np.empty(total, dtype=_tf_dtype(top_tf))
+        terms, counts, at = [], [], 0
+        edges = [i * 2**64 // SLICES for i in range(SLICES + 1)]  # ascending ranges: terms come out sorted
+        for lo, hi in zip(edges, edges[1:]):
+            if stop():
+                raise duckdb.InterruptException("the search cache load was stopped")
+            part = con.execute(
+                f"SELECT term, chunk_id, tf FROM postings WHERE term >= {lo} AND term <= {hi - 1} "
+                "AND chunk_id NOT IN (SELECT id FROM stale_chunks)"
+            ).fetchnumpy()
+            t, pos, tf = self._positions(part)
+            order = np.lexsort((pos, t))
+            unique, count = np.unique(t[order], return_counts=True)
+            idx[at:at + len(t)], tfs[at:at + len(t)] = pos[order], tf[order]
+            at += len(t)
+            terms.append(unique)
+            counts.append(count)
+        self.post_idx, self.post_tf = idx[:at], tfs[:at]
+        self.terms = np.concatenate(terms).astype(np.uint64)
+        self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+        self._load_files(con)
+        if self.n_live <= TEXT_CHUNKS:
+            self.texts = {}
+            self._read_texts(con)
+        probes = con.execute("SELECT list(hash(t)) FROM (SELECT unnest($1::VARCHAR[]) AS t)", [_HASH_PROBES]).fetchone()
+        self.python_hash = probes[0] == [duckdb_hash(t) for t in _HASH_PROBES]
+
+    def _read_texts(self, con: duckdb.DuckDBPyConnection) -> None:
+        for cid, headings, text in con.execute("SELECT id, headings, text FROM chunks").fetchall():
+            self.texts[cid] = (headings, text)
+
+    def _load_files(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.info = {}
+        self.link_table = _Links(con)
+        self._read_files(con, None)
+
+    def _read_files(self, con: duckdb.DuckDBPyConnection, paths: list[str] | None) -> None:
+        """Read the file rows of `paths` (None: of every file) and, for listed paths, their outgoing links."""
+        from storage.search import FILE_FACTS, sql_literal
+
+        listed = "" if paths is None else f"IN ({', '.join(sql_literal(p) for p in paths)})"
+        for path, *facts in con.execute(
+                f"SELECT path, {FILE_FACTS} FROM files"
+                + ("" if paths is None else f" WHERE path {listed}")).fetchall():
+            self.info[path] = tuple(facts)
+        if paths is not None:
+            self.link_table.add(con.execute(
+                f"SELECT source, target, anchor, predicate, line FROM links WHERE source <> target AND source {listed}"
+            ).fetchall())
+
+    def _drop_files(self, paths: set[str]) -> None:
+        for path in paths:
+            self.info.pop(path, None)
+            self.link_table.drop(path)
+
+    def _catch_up_files(self, con: duckdb.DuckDBPyConnection, changed: set[str], count: int) -> None:
+        """Re-read the rows and links of the `changed` files; read them all again when the file count (now
+        `count`) still differs (a file without chunks came or went)."""
+        self._drop_files(changed)
+        listed = sorted(changed)
+        for at in range(0, len(listed), 1000):
+            self._read_files(con, listed[at:at + 1000])
+        if len(self.info) != count:
+            self._load_files(con)
+
+    def _positions(self, part: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(term, dense chunk position, tf) of fetched postings rows, rows of unknown chunks dropped."""
+        cid = part["chunk_id"].astype(np.int64)
+        pos = np.searchsorted(self.ids, cid)
+        ok = pos < len(self.ids)
+        ok[ok] = self.ids[pos[ok]] == cid[ok]
+        return part["term"].astype(np.uint64)[ok], pos[ok].astype(np.int32), part["tf"].astype(np.int64)[ok]
+
+    def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
+        held = int(self.ids[-1]) if len(self.ids) else 0
+        count, fresh, files = con.execute(f"""
+            SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE id > {held}),
+                   (SELECT count(*) FROM files)
+        """).fetchone()
+        changed_files: set[int] = set()
+        if fresh or count != self.n_live:  # chunks came or went
+            if fresh > RELOAD_SHARE * max(self.n_live, 1000):
+                self.stale = True
+                return
+            if fresh:  # a file with new chunks was rewritten whole: its older chunks went
+                changed_files = self._add_chunks(con, held)
+                rewritten = np.isin(self.file_of, np.fromiter(changed_files, dtype=np.int32))
+                self._kill(self.ids[rewritten & (self.ids <= held)], changed_files)
+            if self.n_live != count:  # a file went: its chunks are among the tombstones
+                gone = con.execute(f"SELECT id FROM stale_chunks WHERE id <= {held}").fetchnumpy()["id"]
+                self._kill(gone.astype(np.int64), changed_files)
+            if self.n_live != count:  # a compaction dropped tombstones we never saw: compare the ids
+                current = con.execute("SELECT id FROM chunks").fetchnumpy()["id"].astype(np.int64)
+                self._kill(self.ids[self.live & ~np.isin(self.ids, current)], changed_files)
+            if len(self.live) - self.n_live > RELOAD_SHARE * max(len(self.live), 1000):
+                self.stale = True
+                return
+            if self.texts is not None and self.n_live > TEXT_CHUNKS:
+                self.texts = None
+        changed = {self.paths[i] for i in changed_files}
+        for entry in self.masks.values():
+            entry[1] |= changed
+        self._scored = None
+        self._catch_up_files(con, changed, files)
+
+    def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
+        rows = con.execute(f"SELECT id, path, start_line, end_line, length{', headings, text' * (self.texts is not None)} "
+                           f"FROM chunks WHERE id > {held} ORDER BY id").fetchall()
+        if self.texts is not None:
+            self.texts.update((r[0], r[5:]) for r in rows)
+        files = []
+        for _, path, *_rest in rows:
+            if path not in self.file_index:
+                self.file_index[path] = len(self.paths)
+                self.paths.append(path)
+                for entry in self.masks.values():
+                    entry[0] = np.append(entry[0], False)
+            files.append(self.file_index[path])
+        first = len(self.ids)
+        self.ids = np.concatenate([self.ids, np.array([r[0] for r in rows], dtype=np.int64)])
+        self.file_of = np.concatenate([self.file_of, np.array(files, dtype=np.int32)])
+        self.lines = np.concatenate([self.lines, np.array([r[2:4] for r in rows], dtype=np.int64).reshape(-1, 2)])
+        self.lengths = np.concatenate([self.lengths, np.array([r[4] for r in rows], dtype=np.float64)])
+        self.live = np.concatenate([self.live, np.ones(len(rows), dtype=bool)])
+        self.n_live += len(rows)
+        self.total_length += sum(int(r[4]) for r in rows)
+        part = con.execute(f"SELECT term, chunk_id, tf FROM postings WHERE chunk_id > {held}").fetchnumpy()
+        terms, pos, tf = self._positions(part)
+        order = np.lexsort((pos, terms))
+        terms, pos, tf = terms[order], pos[order], tf[order]
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(terms)) + 1, [len(terms)]]).tolist()
+        for term, lo, hi in zip(terms[bounds[:-1]].tolist() if len(terms) else [], bounds, bounds[1:]):
+            pieces = self.added.setdefault(term, [])
+            pieces.append((pos[lo:hi], tf[lo:hi]))
+            if len(pieces) > PIECES:
+                self.added[term] = [(np.concatenate([x for x, _ in pieces]), np.concatenate([y for _, y in pieces]))]
+        return set(files) if first < len(self.ids) else set()
+
+    def _kill(self, ids: np.ndarray, changed_files: set[int]) -> None:
+        """Mark these chunk ids dead (those held and still live); their files go into `changed_files`."""
+        pos = np.searchsorted(self.ids, ids)
+        held = pos < len(self.ids)
+        held[held] = self.ids[pos[held]] == ids[held]
+        pos = pos[held]
+        pos = pos[self.live[pos]]
+        if not len(pos):
+            return
+        self.live[pos] = False
+        if self.texts is not None:
+            for cid in self.ids[pos].tolist():
+                self.texts.pop(cid, None)
+        self.n_live -= len(pos)
+        self.total_length -= int(self.lengths[pos].sum())
+        changed_files |= set(self.file_of[pos].tolist())
+
+    # ---- querying --------------------------------------------------------------------------------------
+
+    def bm25(self, con: duckdb.DuckDBPyConnection, qterms: list[str], limit: int, filters: str,
+             params: dict[str, Any] | None, k1: float, b: float) -> list[tuple[int, float]] | None:
+        """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them; None when the SQL path must
+        answer (a filter over the chunk `c`, or one that moves with the clock)."""
+        if _CHUNK_REF.search(filters) or _VOLATILE.search(filters):
+            return None
+        with self._lock:
+            if not self.sync(con):
+                return None
+            hashes = self._hash(con, qterms)
+            cand, scores = self._score(hashes, k1, b)
+            if len(cand) and filters.strip() != "TRUE":
+                keep = self._mask(con, filters, params)[self.file_of[cand]]
+                cand, scores = cand[keep], scores[keep]
+            if len(cand) > limit:
+                cut = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+                top = scores >= cut
+                cand, scores = cand[top], scores[top]
+            ids = self.ids[cand]
+            order = np.lexsort((ids, -scores))[:limit]
+            return [(int(i), float(s)) for i, s in zip(ids[order], scores[order])]
+
+    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]] | None:
+        """{chunk id: (path, start_line, end_line)} of the live chunks among `ids` (None: ask SQL)."""
+        with self._lock:
+            if not self.sync(con):
+                return None
+            want = np.asarray(ids, dtype=np.int64)
+            pos = np.minimum(np.searchsorted(self.ids, want), max(len(self.ids) - 1, 0))
+            out = {}
+            for cid, p in zip(want.tolist(), pos.tolist()):
+                if len(self.ids) and self.ids[p] == cid and self.live[p]:
+                    start, end = self.lines[p]
+                    out[cid] = (self.paths[self.file_of[p]], int(start), int(end))
+            return out
+
+    def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple] | None:
+        """Links leaving or entering `paths` (self-links left out), as storage.search._link_rows orders them."""
+        with self._lock:
+            if not self.sync(con):
+                return None
+            rows = self.link_table.of(paths)
+            return sorted(rows, key=lambda r: (r[4] is None, r[4] or 0, r[0], r[1], r[2] or "", r[3] or ""))
+
+    def file_info(self, con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, tuple] | None:
+        """{path: its FILE_FACTS values} for the indexed ones among `paths`."""
+        with self._lock:
+            if not self.sync(con):
+                return None
+            return {p: self.info[p] for p in paths if p in self.info}
+
+    def chunk_texts(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple] | None:
+        """{chunk id: (headings, text)} of the live chunks among `ids`; None when texts are not held."""
+        with self._lock:
+            if not self.sync(con) or self.texts is None:
+                return None
+            return {cid: (list(self.texts[cid][0]), self.texts[cid][1]) for cid in ids if cid in self.texts}
+
+    def _hash(self, con: duckdb.DuckDBPyConnection, qterms: list[str]) -> list[int]:
+        """DuckDB's hash() of each term (asked once per new term), deduplicated."""
+        if self.python_hash:
+            return sorted({duckdb_hash(t) for t in qterms})
+        missing = [t for t in qterms if t not in self.hashes]
+        if missing:
+            if len(self.hashes) + len(missing) > HASHES:
+                self.hashes = {}
+            from storage.search import sql_literal
+
+            values = ", ".join(f"({i}, {sql_literal(t)})" for i, t in enumerate(missing))
+            found = dict(con.execute(f"SELECT i, hash(t) FROM (VALUES {values}) v(i, t)").fetchall())
+            self.hashes.update((t, found[i]) for i, t in enumerate(missing))
+        return sorted({self.hashes[t] for t in qterms})
+
+    def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """(dense chunk positions, tfs) of one term, dead chunks included."""
+        parts = []
+        at = np.searchsorted(self.terms, np.uint64(term))
+        if at < len(self.terms) and self.terms[at] == term:
+            lo, hi = self.offsets[at], self.offsets[at + 1]
+            parts.append((self.post_idx[lo:hi], self.post_tf[lo:hi]))
+        parts += self.added.get(term, [])
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+        return np.concatenate([p for p, _ in parts]), np.concatenate([f for _, f in parts])
+
+    def _score(self, hashes: list[int], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+        """(dense positions, BM25 scores) of the live chunks holding any of the term hashes."""
+        if self._scored is not None and self._scored[0] == (hashes, k1, b):
+            return self._scored[1]
+        n = float(self.n_live)
+        norm = self._norm(k1, b)
+        everyone = self.n_live == len(self.ids)
+        found = []
+        for term in hashes:
+            pos, tf = self._postings(term)
+            if not everyone:
+                alive = self.live[pos]
+                pos, tf = pos[alive], tf[alive]
+            if not len(pos):
+                continue
+            df = float(len(pos))
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            tf = tf.astype(np.float64)
+            found.append((pos, idf * tf * (k1 + 1) / (tf + norm[pos])))
+        if not found:
+            result = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        elif len(found) == 1:
+            result = (found[0][0].astype(np.int64), found[0][1])
+        else:  # dense accumulation in query-term order (terms by hash, as the sorted table holds them)
+            if len(self._acc) != len(self.ids):
+                self._acc, self._seen = np.zeros(len(self.ids)), np.zeros(len(self.ids), dtype=bool)
+            for pos, part in found:
+                self._acc[pos] += part  # positions are distinct within one term
+                self._seen[pos] = True
+            cand = np.flatnonzero(self._seen)
+            result = (cand, self._acc[cand])
+            self._acc[cand], self._seen[cand] = 0.0, False
+        self._scored = ((hashes, k1, b), result)
+        return result
+
+    def _norm(self, k1: float, b: float) -> np.ndarray:
+        """Per held chunk: k1 * (1 - b + b * length / avgdl), the length part of BM25's denominator, computed
+        as the SQL query computes it (same operations, same order: the same float64)."""
+        key = (k1, b, self.total_length, self.n_live, len(self.ids))
+        if self._norms is None or self._norms[0] != key:
+            avgdl = self.total_length / self.n_live if self.n_live else 0.0
+            self._norms = (key, k1 * (1 - b + b * self.lengths / avgdl) if self.n_live else np.zeros(len(self.ids)))
+        return self._norms[1]
+
+    def _mask(self, con: duckdb.DuckDBPyConnection, filters: str, params: dict[str, Any] | None) -> np.ndarray:
+        """Bool per held file: passes the SQL condition `filters` over `files f` (re-checked where changed)."""
+        key = (filters, tuple(sorted((params or {}).items(), key=lambda kv: kv[0])))
+        entry = self.masks.pop(key, None)
+        if entry is None:
+            passing = {r[0] for r in con.execute(f"SELECT f.path FROM files f WHERE {filters}", params or None).fetchall()}
+            entry = [np.array([p in passing for p in self.paths], dtype=bool), set()]
+        elif entry[1]:
+            from storage.search import sql_literal
+
+            recheck = sorted(entry[1])
+            listed = ", ".join(sql_literal(p) for p in recheck)
+            passing = {r[0] for r in con.execute(
+                f"SELECT f.path FROM files f WHERE f.path IN ({listed}) AND ({filters})", params or None).fetchall()}
+            for p in recheck:
+                entry[0][self.file_index[p]] = p in passing
+            entry[1] = set()
+        self.masks[key] = entry  # most recently used last
+        while len(self.masks) > MASKS:
+            self.masks.pop(next(iter(self.masks)))
+        return entry[0]
+
+    def nbytes(self) -> int:
+        """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.terms, self.offsets,
+                  self.post_idx, self.post_tf]
+        if self.link_table is not None:
+            t = self.link_table
+            arrays += [t.source, t.target, t.anchor, t.predicate, t.line, t.alive, t.by_target, t.target_sorted]
+        return sum(a.nbytes for a in arrays) + sum(p.nbytes + f.nbytes for ps in self.added.values() for p, f in ps)
+
+
+class _Links:
+    """Every link but self-links: numpy arrays over a table of path names, sorted by source (and a permutation
+    by target), plus the links of files re-read since, per source as tuples (the base rows of a re-read source
+    are marked gone). A million links take some 40 MB; as Python tuples they took 420."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        names = "SELECT source AS name FROM links UNION SELECT target FROM links"
+        self.names = [r[0] for r in con.execute(f"SELECT name FROM ({names}) ORDER BY name").fetchall()]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        rows = con.execute(f"""
+            WITH n AS (SELECT name, (row_number() OVER (ORDER BY name) - 1)::INTEGER AS i FROM ({names}))
+            SELECT ns.i AS s, nt.i AS t, anchor, predicate, coalesce(line, {_NO_LINE}) AS line
+            FROM links JOIN n ns ON ns.name = links.source JOIN n nt ON nt.name = links.target
+            WHERE source <> target ORDER BY s
+        """).fetchnumpy()
+        self.source, self.target = np.asarray(rows["s"], dtype=np.int32), np.asarray(rows["t"], dtype=np.int32)
+        self.anchor = np.array(rows["anchor"].tolist(), dtype=object)
+        self.predicate = np.array(rows["predicate"].tolist(), dtype=object)
+        self.line = np.asarray(rows["line"], dtype=np.int64)
+        self.alive = np.ones(len(self.source), dtype=bool)
+        self.by_target = np.argsort(self.target, kind="stable").astype(np.int32)
+        self.target_sorted = self.target[self.by_target]
+        self.added: dict[str, list[tuple]] = {}  # source -> its links read since (source, target, anchor, predicate, line)
+        self.added_into: dict[str, dict[str, None]] = {}  # target -> the sources in `added` linking to it
+        self.rows_of: dict[int, tuple[list, list]] = {}  # name -> its base rows (out, in) as tuples, as asked
+
+    def drop(self, source: str) -> None:
+        """Forget the links leaving `source` (it is being re-read, or it went)."""
+        i = self.index.get(source)
+        if i is not None:
+            span = self._span(self.source, i)
+            self.alive[span] = False
+            for name in [i, *self.target[span].tolist()]:  # the tuples that showed them
+                self.rows_of.pop(name, None)
+        for row in self.added.pop(source, ()):
+            sources = self.added_into.get(row[1])
+            if sources is not None:
+                sources.pop(source, None)
+                if not sources:
+                    del self.added_into[row[1]]
+
+    def add(self, rows: list[tuple]) -> None:
+        for row in rows:
+            self.added.setdefault(row[0], []).append(row)
+            self.added_into.setdefault(row[1], {})[row[0]] = None
+
+    def of(self, paths: set[str]) -> list[tuple]:
+        """The links leaving `paths`, then those entering them (a link between two of them: twice)."""
+        out, into = [], []
+        for path in paths:
+            i = self.index.get(path)
+            if i is not None:
+                held = self.rows_of.get(i)
+                if held is None:
+                    if len(self.rows_of) >= LINK_ROWS:
+                        self.rows_of = {}
+                    span = self._span(self.source, i)
+                    held = self.rows_of[i] = (self._rows(np.arange(span.start, span.stop)),
+                                              self._rows(self.by_target[self._span(self.target_sorted, i)]))
+                out += held[0]
+                into += held[1]
+            out += self.added.get(path, ())
+            into += [row for source in self.added_into.get(path, ()) for row in self.added[source] if row[1] == path]
+        return out + into
+
+    @staticmethod
+    def _span(ordered: np.ndarray, i: int) -> slice:
+        """The rows of name `i` in an int32 array sorted by name (searched as int32: a Python int would make
+        numpy cast the whole array first)."""
+        key = np.int32(i)
+        return slice(int(np.searchsorted(ordered, key)), int(np.searchsorted(ordered, key, side="right")))
+
+    def _rows(self, at: np.ndarray) -> list[tuple]:
+        at = at[self.alive[at]]
+        names = self.names
+        return [(names[s], names[t], a, p, None if line == _NO_LINE else line) for s, t, a, p, line in zip(
+            self.source[at].tolist(), self.target[at].tolist(), self.anchor[at].tolist(), self.predicate[at].tolist(),
+            self.line[at].tolist())]
+
+
+def duckdb_hash(text: str) -> int:
+    """DuckDB's hash() of a VARCHAR (1.x: 8-byte blocks folded with a multiply, then a murmur finaliser),
+    sql_literal's NUL removal applied; checked against the database before use."""
+    data = text.replace("\x00", "").encode("utf-8", "surrogatepass")
+    h = 0xE17A1465 ^ ((len(data) * 0xC6A4A7935BD1E995) & _M64)
+    for at in range(0, len(data), 8):
+        h = ((h ^ int.from_bytes(data[at:at + 8], "little")) * 0xD6E8FEB86659FD93) & _M64
+    h ^= h >> 32
+    h = (h * 0xD6E8FEB86659FD93) & _M64
+    h ^= h >> 32
+    h = (h * 0xD6E8FEB86659FD93) & _M64
+    return h ^ (h >> 32)
+
+
+def _tf_dtype(top: int) -> type:
+    """The smallest unsigned type holding term frequencies up to `top`."""
+    return np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.int32
