@@ -10,9 +10,10 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   prompt injected (averaged over prompts); tokens injected per prompt;
 - quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
   conversations (a sample) and small talk; share that inject nothing;
-- latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON) for
-  UserPromptSubmit and SessionStart, and the hook's own answer time inside a process
-  (`hook_context.context`), in-process and, with `--service`, through a running `dreamflow start`.
+- latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON; the
+  console script as pyproject.toml declares it) for UserPromptSubmit and SessionStart, and the hook's own
+  answer time inside a process (`hook_context.context`), in-process and, with `--service`, through a running
+  `dreamflow start`.
 
     DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
                                                         [--service] [--latency-only]
@@ -37,7 +38,7 @@ os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
 
 from benchmarks.locomo import DEFAULT_DATA, evidence_sessions, questions, session_of, write_conversation  # noqa: E402
 from benchmarks.service import pct  # noqa: E402
-from service_harness import DREAMFLOW  # noqa: E402
+from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
 from dreamflow import hook_context  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 from storage import index  # noqa: E402
@@ -125,7 +126,7 @@ def latency(ws: Workspace, conv: dict, n: int) -> dict[str, dict[str, list[float
     times: dict[str, dict[str, list[float]]] = {}
     for payload in payloads(conv, n):
         started = time.perf_counter()
-        done = subprocess.run([DREAMFLOW, "--workspace", str(ws.root), "hook", "claude-code"],
+        done = subprocess.run([sys.executable, "-c", ENTRY, "--workspace", str(ws.root), "hook", "claude-code"],
                               input=json.dumps(payload), capture_output=True, text=True, timeout=120)
         wall = time.perf_counter() - started
         assert done.returncode == 0 and not done.stderr, done.stderr

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-import tomllib
+from cli_probe import ENTRY, SCRIPT
+from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
@@ -23,14 +24,6 @@ from storage.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(120)
 
-# The `dreamflow` console script as pyproject.toml declares it (what `pip install` writes: an install made
-# before the entry point changed still runs the old one); with PROBE_SUFFIX, it prints the modules it
-# imported on stderr's last line.
-_SCRIPT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]["dreamflow"]
-_MODULE, _FUNCTION = _SCRIPT.split(":")
-ENTRY = f"import sys\nfrom {_MODULE} import {_FUNCTION}\nsys.argv[0] = 'dreamflow'\nsys.exit({_FUNCTION}())\n"
-PROBE = ("import atexit, json, sys\n"
-         "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n" + ENTRY)
 HEAVY = ("click", "prefect", "openai", "torch", "sentence_transformers", "fastapi", "pydantic", "rich")
 
 CWD = "/home/ana/trip-planner"
@@ -215,7 +208,7 @@ def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
 def test_the_console_script_takes_the_hook_straight_and_all_else_to_the_cli(trip):
     from dreamflow.entry import hook_call
 
-    assert _SCRIPT == "dreamflow.entry:main"
+    assert SCRIPT == "dreamflow.entry:main"
     assert hook_call(["hook", "claude-code"]) == (None, False)
     assert hook_call(["--workspace", "web", "hook", "claude-code", "--verbose"]) == ("web", True)
     assert hook_call(["-w", "/tmp/ws", "hook", "claude-code", "-v"]) == ("/tmp/ws", True)
