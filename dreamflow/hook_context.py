@@ -119,20 +119,14 @@ def start_context(memory, budget: int, session: str | None = None) -> str | None
     if not sections:
         return None
     if session:
-        _remember(memory, session, given)
+        from storage.recall import remember
+
+        remember(memory.ws, session, given)  # as recall records what it gives
     parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
              "`search` for more)."]
     for title, items in sections:
         parts.append(f"## {title}\n\n" + "\n\n".join(items))
     return "\n\n".join(parts)
-
-
-def _remember(memory, session: str, keys: list[str]) -> None:
-    """Record `keys` as given to `session`, under the index lock as recall records them."""
-    from storage import recall
-
-    with memory.db.session():
-        recall.remember(memory.ws, session, keys)
 
 
 def _fit(budget: int) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 import duckdb
 
-from storage.errors import NotFound
+from storage.errors import IndexBusy, NotFound
 from storage.search import search, term_weights
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
@@ -39,6 +39,7 @@ MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and l
 MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
 MAX_SESSIONS = 1_000  # session files kept (the most recently used)
 FOLDER = "metadata/recall"
+LOCK = "recall.lock"  # in metadata/
 
 
 @dataclass
@@ -248,24 +249,34 @@ def given(ws: Workspace, session: str) -> set[str]:
 
 def remember(ws: Workspace, session: str, keys: list[str]) -> None:
     """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
-    past MAX_SESSIONS. Callers hold the index lock, which serialises this between processes."""
+    past MAX_SESSIONS. Serialised between processes by `metadata/recall.lock` (not the index lock: the
+    session-start digest records what it showed without opening the index)."""
+    import filelock
+
+    from storage.db import lock_timeout
+
     rel = _file(session)
-    try:
-        old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
-    except (OSError, ValueError, AttributeError):
-        old = []
     if not keys:
         return
-    merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
-    ws.write_text(rel, json.dumps({"session": session, "given": merged}))
     folder = ws.root / FOLDER
-    with os.scandir(folder) as entries:
-        names = [e.name for e in entries if e.name.endswith(".json")]
-    if len(names) <= MAX_SESSIONS:
-        return  # the common case: no file's age needed
-    sessions = sorted((folder / name for name in names), key=lambda p: p.stat().st_mtime)
-    for stale in sessions[:len(sessions) - MAX_SESSIONS]:
-        stale.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with filelock.FileLock(str(ws.metadata / LOCK), timeout=lock_timeout()):
+            try:
+                old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
+            except (OSError, ValueError, AttributeError):
+                old = []
+            merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
+            ws.write_text(rel, json.dumps({"session": session, "given": merged}))
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.name.endswith(".json")]
+            if len(names) <= MAX_SESSIONS:
+                return  # the common case: no file's age needed
+            sessions = sorted((folder / name for name in names), key=lambda p: p.stat().st_mtime)
+            for stale in sessions[:len(sessions) - MAX_SESSIONS]:
+                stale.unlink(missing_ok=True)
+    except filelock.Timeout:
+        raise IndexBusy(f"what sessions were given ({FOLDER}) is locked by another process") from None
 
 
 def _file(session: str) -> str:
