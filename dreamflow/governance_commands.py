@@ -133,7 +133,7 @@ def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: 
 @no_wait_option
 @click.pass_obj
 def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool, no_wait: bool) -> None:
-    """Move PATHS (or the doctor's stale nodes) to digest/archive/, links retargeted."""
+    """Move PATHS (or the doctor's stale and expired nodes) to digest/archive/, links retargeted."""
     _run(obj.workspace, "archive", {"paths": list(paths) or None, "stale_days": stale_days}, as_json, no_wait)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from storage import validity
+
 
 def text(tool: str, result: Any) -> str:
     """The model-facing text of `tool`'s `result` (compact JSON for a shape the renderer does not expect)."""
@@ -47,7 +49,9 @@ def _search(hits: list[dict]) -> str:
         return "no results"
     parts = []
     for hit in hits:
+        when = validity.label(hit)
         lines = [f"{hit['path']}:{hit['start_line']}-{hit['end_line']} score {hit.get('score', 0):.3f}"
+                 + (f" ({when})" if when else "")
                  + (f" [{' > '.join(hit['headings'])}]" if hit.get("headings") else "")]
         about = _about(hit)
         if about:

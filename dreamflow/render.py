@@ -16,6 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from storage import validity
+
 SNIPPET_LINES = 8
 
 out = Console(highlight=False, soft_wrap=True)  # long lines are not cut: grep and copy keep working
@@ -54,6 +56,9 @@ def show_search(hits: list[dict]) -> None:
     for hit in hits:
         head = Text(f"{hit['path']}:{hit.get('start_line')}-{hit.get('end_line')}", style="bold cyan")
         head += Text(f"  {hit.get('score', 0):.4f}", style="dim")
+        when = validity.label(hit)
+        if when:
+            head += Text(f"  {when}", style="yellow" if hit.get("status") not in (None, "current") else "dim")
         out.print(head)
         if hit.get("headings"):
             out.print(Text("  " + " › ".join(hit["headings"]), style="italic"))
@@ -80,10 +85,10 @@ def _neighbor(nb: dict) -> Text:
 
 
 def show_node_search(rows: list[dict]) -> None:
-    table = _table("path", "name", "description", "score")
+    table = _table("path", "name", "description", "valid", "score")
     for row in rows:
         table.add_row(Text(row["path"], style="cyan"), Text(row.get("name") or ""),
-                      Text(row.get("description") or ""), f"{row.get('score', 0):.4f}")
+                      Text(row.get("description") or ""), validity.label(row) or "", f"{row.get('score', 0):.4f}")
     out.print(table if rows else Text("no results", style="dim"))
 
 

@@ -163,6 +163,9 @@ PARAM_HELP: dict[str, str] = {
     "direction": "Follow links forward (out), backward (in) or both",
     "predicate": "Only typed links with this predicate (e.g. `uses`)",
     "include_archived": "Also search archived digest nodes (digest/archive/)",
+    "as_of": "Only what was valid on this day (YYYY-MM-DD): digest nodes whose validity window holds it, dated "
+             "files up to it",
+    "history": "Also return superseded and expired digest nodes (left out by default; each hit's status says which)",
     "dup_threshold": "Similarity (0-1) from which two digest nodes count as near-duplicates",
     "stale_days": "Digest nodes nobody links to and not updated for this many days are stale",
     "overlong_lines": "Digest nodes longer than this many lines are split candidates",

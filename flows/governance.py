@@ -76,11 +76,13 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
 
 @flow(name="archive", persist_result=True)
 def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: str | None = None) -> dict:
-    """Move stale nodes (default: the doctor's: nobody links to them, not updated for `stale_days`) to
-    digest/archive/, links retargeted; they stay readable, and searchable with include_archived."""
+    """Move stale and expired nodes (default: the doctor's: nobody links to them and not updated for
+    `stale_days`, or past their expiry day) to digest/archive/, links retargeted; they stay readable, and
+    searchable with include_archived."""
     root = workspace_root(workspace)
     if paths is None:
-        paths = [n["path"] for n in doctor_report(root, stale_days=stale_days)["stale"]]
+        report = doctor_report(root, stale_days=stale_days)
+        paths = list(dict.fromkeys(n["path"] for n in report["stale"] + report["expired"]))
     date = today()
     states = [archive_node(root, path, date, return_state=True) for path in paths]
     outcomes, failures = collect(states, paths)

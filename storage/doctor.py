@@ -9,6 +9,8 @@ Problems (each a list of rows; any row makes the report not ok):
   sources are all missing
 - `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
 - `same_names`: one node file name in two or more buckets (`digest/personal/x.md` and `digest/wiki/x.md`)
+- `supersession`: broken validity (storage/validity.chain_problems): a successor missing, a chain that
+  loops, `valid_to` before `valid_from`, a node still current after its expiry day
 - `bad_frontmatter`: files whose YAML frontmatter does not parse, or holds a bad value (e.g. `date: 2024-13-45`)
 - `drift`: files added, changed or deleted behind the index's back
 - `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
@@ -16,7 +18,8 @@ Problems (each a list of rows; any row makes the report not ok):
 
 Notes (inputs of the governance flows, not problems): `moved` (a missing link target whose content now lives
 at exactly one other path, by content hash), `stale` (digest nodes nobody links to, not updated for
-`stale_days`: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates).
+`stale_days`: archive candidates), `expired` (digest nodes whose `expires` or `valid_to` day has come, or
+marked expired: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates).
 Links written in raw material (resource/, session/) are not checked: it is never rewritten. Archived nodes
 (digest/archive/) are checked for broken links only.
 
@@ -39,14 +42,14 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage import graph_edit, index, markdown
+from storage import graph_edit, index, markdown, validity
 from storage.tokenize import terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
-            "bad_frontmatter", "drift", "special_files")
-NOTES = ("moved", "stale", "overlong")
+            "supersession", "bad_frontmatter", "drift", "special_files")
+NOTES = ("moved", "stale", "expired", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
 _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
@@ -68,11 +71,15 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
     report["near_duplicates"] = _near_duplicates(con, nodes, dup_threshold)
     report["same_names"] = same_names(nodes)
+    metas = _validity(con, scan.disk)
+    report["supersession"] = validity.chain_problems(metas, today or dt.date.today())
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift
     report["special_files"] = scan.special
     report["moved"] = [{"from": old, "to": new} for old, new in _moves(scan, links).items()]
     report["stale"] = _stale(con, scan.disk, stale_days, today or dt.date.today())
+    report["expired"] = [{"path": p} for p, m in sorted(metas.items())
+                         if validity.status(m, today or dt.date.today()) == validity.EXPIRED]
     report["overlong"] = [{"path": n["path"], "name": n["name"], "lines": n["lines"]}
                           for n in nodes if n["lines"] > overlong_lines]
     report["counts"] = {key: len(report[key]) for key in PROBLEMS + NOTES}
@@ -105,6 +112,13 @@ def repair(con: duckdb.DuckDBPyConnection, ws: Workspace, known: dict[str, str] 
     return {"reindexed": [d["path"] for d in scan.drift], "retargeted": retargeted}
 
 
+def _validity(con: duckdb.DuckDBPyConnection, disk) -> dict[str, dict]:
+    """{path: its validity frontmatter keys} of the live digest nodes on disk."""
+    keys = ", ".join(f"json_extract_string(f.frontmatter, '$.{k}')" for k in validity.KEYS)
+    rows = con.execute(f"SELECT f.path, {keys} FROM files f WHERE {_DIGEST}").fetchall()
+    return {r[0]: dict(zip(validity.KEYS, r[1:])) for r in rows if r[0] in disk}
+
+
 def describe(key: str, row: dict) -> str:
     """One finding row as a line of text (artifact and CLI)."""
     if "source" in row:
@@ -117,6 +131,8 @@ def describe(key: str, row: dict) -> str:
         return " = ".join(f"`{p}`" for p in row["paths"])
     if key == "moved":
         return f"`{row['from']}` → `{row['to']}`"
+    if key == "supersession":
+        return f"`{row['path']}`: {row['problem']}: {row['detail']}"
     detail = (row.get("reason") or row.get("error") or row.get("state") or row.get("kind") or row.get("updated")
               or row.get("lines") or "")
     return f"`{row['path']}`" + (f": {detail}" if detail != "" else "")

@@ -506,15 +506,19 @@ class Memory:
         include_archived: bool = False,
         per_file: int = 1,
         strict_dates: bool = False,
+        as_of: str | None = None,
+        history: bool = False,
     ) -> list[dict]:
         """Search memory by keywords and meaning: the best matching passages (path, line range, text), one per
-        file unless per_file allows more, each with the files it links to and from. A date range keeps undated
+        file unless per_file allows more, each with the files it links to and from, and with its status
+        (current, superseded, expired) and validity (valid_from, valid_to). Superseded and expired digest nodes
+        are left out unless history; as_of answers what was valid on that day. A date range keeps undated
         files (digest nodes) unless strict_dates; tags match any of them."""
         from storage import search as _search
 
         _check_query(query)
         _check_counts(limit=limit, expand=expand, per_file=per_file)
-        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix)
+        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, as_of=as_of)
         _check_texts("tags", tags)
         with self.db.session() as con:
             return _search.search(
@@ -523,23 +527,26 @@ class Memory:
                 end_date=_search_date(end_date) if end_date else None,
                 tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
                 include_archived=include_archived, per_file=per_file or None, strict_dates=strict_dates,
+                as_of=_search_date(as_of) if as_of else None, history=history,
             )
 
     def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
                end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None,
-               min_score: float | None = None, min_relevance: float | None = None) -> dict:
+               min_score: float | None = None, min_relevance: float | None = None, as_of: str | None = None,
+               history: bool = False) -> dict:
         """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
         files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
         `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
         (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score` and/or
-        `min_relevance`, nothing unless something new comes from a keyword match scoring that high."""
+        `min_relevance`, nothing unless something new comes from a keyword match scoring that high. Superseded and
+        expired digest nodes are left out unless history; as_of answers what was valid on that day."""
         from storage import recall as _recall
 
         _check_query(query)
         _check_counts(RECALL_MAX, budget=budget)
         if budget < RECALL_MIN:
             raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
-        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session)
+        _check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session, as_of=as_of)
         _check_texts("tags", tags)
         if session is not None:
             check_session_id(session)
@@ -550,19 +557,23 @@ class Memory:
                 start_date=_search_date(start_date) if start_date else None,
                 end_date=_search_date(end_date) if end_date else None, tags=tags or None,
                 path_prefix=path_prefix or None, min_score=min_score,
-                min_relevance=min_relevance)
+                min_relevance=min_relevance, as_of=_search_date(as_of) if as_of else None, history=history)
             if session:
                 _recall.remember(self.ws, session, keys)
         return {**answer, "session": session}
 
-    def node_search(self, query: str, limit: int = 20) -> list[dict]:
-        """Search digest nodes only: one row per node (path, name, description, score), no chunk text."""
+    def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:
+        """Search digest nodes only: one row per node (path, name, description, score, status, valid_from,
+        valid_to), no chunk text. Superseded and expired nodes are left out unless history; as_of answers what
+        was valid on that day."""
         from storage import search as _search
 
         _check_query(query)
         _check_counts(limit=limit)
+        _check_text(as_of=as_of)
         with self.db.session() as con:
-            return _search.node_search(con, query, limit=limit, vectors=self.vectors)
+            return _search.node_search(con, query, limit=limit, vectors=self.vectors,
+                                       as_of=_search_date(as_of) if as_of else None, history=history)
 
     def traverse(
         self,

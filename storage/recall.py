@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 
+from storage import validity
 from storage.errors import IndexBusy, NotFound
 from storage.search import search, term_weights
 from storage.tokenize import terms, tokens
@@ -214,8 +215,9 @@ def _grouped(path: str, lines: list[tuple[int, str]], hit: dict, rank: int, scor
         else:
             groups.append([(n, text)])
             size = cost
-    return [Piece(path, group, hit.get("date"), hit["score"], max(score_of.get(n, 0.0) for n, _ in group), rank)
+    return [Piece(path, group, validity.label(hit), hit["score"], max(score_of.get(n, 0.0) for n, _ in group), rank)
             for group in groups]
+
 
 
 def _clip(text: str, limit: int) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
+from storage import validity
 from storage.model import normalize_tag
 from storage.tokenize import terms
 
@@ -126,14 +127,22 @@ def _file_filters(
     path_prefix: str | None = None,
     include_archived: bool = False,
     strict_dates: bool = False,
+    as_of: Any = None,
+    history: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """SQL condition over `files f` (and its parameters, none so far) for the search filters.
 
     Archived digest nodes (digest/archive/) are left out unless `include_archived` or a path_prefix inside
     the archive asks for them. A date range applies to dated files only (undated ones, e.g. digest nodes,
-    pass) unless `strict_dates`. Tags match when any is among the file's, compared normalised."""
+    pass) unless `strict_dates`. Tags match when any is among the file's, compared normalised. Time
+    (storage/validity.py): `as_of` a day keeps the digest nodes valid on it and the dated files up to it;
+    otherwise superseded and expired digest nodes are left out unless `history`."""
     undated = "" if strict_dates else "f.date IS NULL OR "
     conds = []
+    if as_of:
+        conds.append(_valid_on(_as_date(as_of)))
+    elif not history:
+        conds.append(_current_on(dt.date.today()))
     if not include_archived and not (path_prefix or "").strip("/").startswith(ARCHIVE.rstrip("/")):
         conds.append(f"NOT starts_with(f.path, {sql_literal(ARCHIVE)})")
     if start_date:
@@ -146,6 +155,29 @@ def _file_filters(
         prefix = path_prefix.strip("/") + ("/" if path_prefix.endswith("/") else "")
         conds.append(f"starts_with(f.path, {sql_literal(prefix)})")
     return (" AND ".join(conds) or "TRUE"), {}
+
+
+def _fm_date(key: str) -> str:
+    return f"TRY_CAST(left(json_extract_string(f.frontmatter, '$.{key}'), 10) AS DATE)"
+
+
+_DIGEST = "starts_with(f.path, 'digest/')"
+_STATUS = "lower(coalesce(json_extract_string(f.frontmatter, '$.status'), ''))"
+
+
+def _current_on(today: dt.date) -> str:
+    """Not a digest node that is superseded or expired on `today` (storage/validity.status)."""
+    day = sql_literal(today)
+    return (f"NOT ({_DIGEST} AND ({_STATUS} IN ('superseded', 'expired') "
+            f"OR coalesce({_fm_date('valid_to')} <= {day}, FALSE) OR coalesce({_fm_date('expires')} <= {day}, FALSE)))")
+
+
+def _valid_on(day: dt.date) -> str:
+    """Digest nodes whose facts held on `day` (storage/validity.holds_on), other files dated up to it."""
+    d = sql_literal(day)
+    return (f"(CASE WHEN {_DIGEST} THEN coalesce({_fm_date('valid_from')} <= {d}, TRUE) "
+            f"AND coalesce({_fm_date('valid_to')} > {d}, TRUE) AND coalesce({_fm_date('expires')} > {d}, TRUE) "
+            f"ELSE coalesce(f.date <= {d}, TRUE) END)")
 
 
 def _as_date(value: Any) -> dt.date:
@@ -182,25 +214,29 @@ def search(
     include_archived: bool = False,
     per_file: int | None = PER_FILE,
     strict_dates: bool = False,
+    as_of: Any = None,
+    history: bool = False,
 ) -> list[dict]:
     """Chunks matching `query`: BM25 (+ vector) candidates fused by RRF, filtered, with linked neighbours.
 
     Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date; undated files pass
     unless `strict_dates`), `tags` (any of, normalised),
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
-    digest/archive/). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
+    digest/archive/), `as_of` (only what was valid on that day: digest nodes by their validity window, dated
+    files up to it), `history` (also superseded and expired digest nodes, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
     vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
     `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
     as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
     result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
     holding all the top candidates still leaves room for `limit` distinct files.
     Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
-    text, name, description, date, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
+    text, name, description, date, status, valid_from, valid_to, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
     the hit's file, each with the neighbour's name and description).
     """
     if limit <= 0:
         return []
-    filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates)
+    filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates,
+                                    as_of, history)
     pool = max(CANDIDATES, 3 * limit)
     _prepare(vectors, con, query)
     weights = weights or (1.0, _vector_weight(vectors))
@@ -233,10 +269,11 @@ def search(
     # one files lookup for the hits and all their neighbours
     info = _file_info(con, {h["path"] for h in results} | {n["path"] for ns in neighbours.values() for n in ns})
     for hit in results:
-        hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None, None, None))))
+        hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None,) * len(_FILE_COLUMNS))))
         hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
         for n in hit["neighbors"]:
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
+            n["status"] = info[n["path"]][3] if n["path"] in info else None
             n["exists"] = n["path"] in info
     return results
 
@@ -296,18 +333,31 @@ def _vector_candidates(
     return [(int(cid), float(s)) for cid, s in found]
 
 
-_FILE_COLUMNS = ("name", "description", "date")
+_FILE_COLUMNS = ("name", "description", "date", "status", "valid_from", "valid_to")
 
 
 def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str, tuple]:
-    """{path: (name, description, date 'YYYY-MM-DD')} for the indexed ones among `paths`."""
+    """{path: (name, description, date 'YYYY-MM-DD', status, valid_from, valid_to)} for the indexed ones among
+    `paths`: a digest node's status on today and validity window (storage/validity.py); a dated file is valid
+    from its day, with no status (history)."""
     paths = list(paths)
     if not paths:
         return {}
+    keys = ", ".join(f"json_extract_string(frontmatter, '$.{k}')" for k in validity.KEYS[:4])
     rows = con.execute(
-        f"SELECT path, name, description, strftime(date, '%Y-%m-%d') FROM files WHERE path IN ({_in_list(paths)})"
+        f"SELECT path, name, description, strftime(date, '%Y-%m-%d'), {keys} FROM files "
+        f"WHERE path IN ({_in_list(paths)})"
     ).fetchall()
-    return {r[0]: r[1:] for r in rows}
+    today = dt.date.today()
+    info = {}
+    for path, name, description, date, *values in rows:
+        meta = dict(zip(validity.KEYS[:4], values))
+        if path.startswith("digest/"):
+            span = validity.window(meta)
+            info[path] = (name, description, date, validity.status(meta, today), span["valid_from"], span["valid_to"])
+        else:
+            info[path] = (name, description, date, None, date, None)
+    return info
 
 
 # Links from and to the hits' files (two lookups: each uses its column's index; an OR would scan).
@@ -349,12 +399,14 @@ def _neighbours(con: duckdb.DuckDBPyConnection, hits: list[dict], n: int) -> dic
 
 
 def node_search(
-    con: duckdb.DuckDBPyConnection, query: str, limit: int = 20, vectors: Vectors | None = None
+    con: duckdb.DuckDBPyConnection, query: str, limit: int = 20, vectors: Vectors | None = None,
+    as_of: Any = None, history: bool = False,
 ) -> list[dict]:
-    """Digest nodes matching `query` (archived ones left out), one row per node: {path, name, description, score}."""
+    """Digest nodes matching `query` (archived ones left out; `as_of` and `history` as in `search`), one row
+    per node: {path, name, description, score, status, valid_from, valid_to}."""
     if limit <= 0:
         return []
-    filters, params = _file_filters(path_prefix="digest/")
+    filters, params = _file_filters(path_prefix="digest/", as_of=as_of, history=history)
     pool = max(CANDIDATES, 5 * limit)
     _prepare(vectors, con, query)
     while True:  # a node with many matching chunks can fill the pool: widen it until `limit` nodes are found
@@ -371,7 +423,8 @@ def node_search(
         pool *= 4
     info = _file_info(con, [p for p, _ in fused])
     return [
-        {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6)}
+        {"path": p, "name": info[p][0], "description": info[p][1], "score": round(s, 6),
+         **dict(zip(_FILE_COLUMNS[3:], info[p][3:]))}
         for p, s in fused
         if p in info
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+from datetime import date as Date
 import unicodedata
 from pathlib import PurePosixPath
 
@@ -176,7 +177,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], date
     current = find_card(memory, folder, "session_id", session_id)
     draft_path = current or unique_path(memory, folder, slugify(f"session-{session_id}"))
     material = "\n\n".join(filter(None, [
-        f"Date: {date}\nSession: {session_id}\nCard path you may write: {draft_path}",
+        f"Date: {date} ({Date.fromisoformat(date):%A})\nSession: {session_id}\nCard path you may write: {draft_path}",
         f"Hint from the user: {hint}" if hint else "",
         _existing_section(memory, current),
         f"New messages:\n<messages>\n{dialog.transcript(records)}\n</messages>",

@@ -30,7 +30,7 @@ from engine.usage import Usage, charged
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
 from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
-from tasks import checkpoints, quality, usage
+from tasks import checkpoints, history, quality, usage
 from tasks.cards import slugify, unwrap_link
 from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
@@ -56,6 +56,7 @@ class Unit(BaseModel):
     bucket: Bucket = "wiki"
     summary: str = Field(min_length=1, max_length=2_000)
     paths: list[str] = Field(default_factory=list, max_length=20)
+    date: str | None = Field(default=None, max_length=40)  # when its facts became true (tasks/history.event_date)
 
     @field_validator("bucket", mode="before")
     @classmethod
@@ -79,9 +80,10 @@ class Extraction(BaseModel):
 
 class Decision(BaseModel):
     """The integrate agent's answer: which action on which node, and the node's new body (optional for
-    CORROBORATE, or when the agent wrote the node with a tool)."""
+    CORROBORATE, or when the agent wrote the node with a tool). SUPERSEDE writes a new node that replaces the
+    target, which is kept and closed (tasks/history.py)."""
 
-    action: Literal["CREATE", "CORROBORATE", "REFINE", "CORRECT"]
+    action: Literal["CREATE", "CORROBORATE", "REFINE", "CORRECT", "SUPERSEDE"]
     target: str | None = Field(default=None, max_length=300)
     name: str | None = Field(default=None, max_length=200)
     description: str | None = Field(default=None, max_length=1_000)
@@ -214,11 +216,13 @@ def integrate_material(unit: dict, date: str, candidates: list[dict], sources: d
                        nodes: dict[str, str]) -> str:
     parts = [
         f"Today is {date}.",
-        f"Unit: {unit['name']}\nBucket: {unit['bucket']}\nSummary: {unit['summary']}",
+        f"Unit: {unit['name']}\nBucket: {unit['bucket']}\nSummary: {unit['summary']}\n"
+        f"Happened on: {history.event_date(unit.get('date'), unit['paths'], date, latest=True)}",
         "Source files:\n" + "\n".join(f'<file path="{p}">\n{t}\n</file>' for p, t in sources.items()),
     ]
     if candidates:
-        lines = [f"- {c['path']}: {c.get('name') or ''} — {c.get('description') or ''}" for c in candidates]
+        lines = [f"- {c['path']}: {c.get('name') or ''} — {c.get('description') or ''}"
+                 + (f" (true since {c['valid_from']})" if c.get("valid_from") else "") for c in candidates]
         parts.append("Existing digest nodes that may cover it (best first):\n" + "\n".join(lines))
         parts += [f'<node path="{p}">\n{t}\n</node>' for p, t in nodes.items()]
     else:
@@ -255,7 +259,7 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
     before = read_text(memory, target) if target.startswith("digest/") else None
     if decision.action == "CREATE":
         if target not in wrote:  # a node its tools wrote is this unit's own
-            named = [target] if before is not None else []
+            named = [target] if before is not None and history.current_of(memory, target) == target else []
             if _digest_node(target):
                 named += _named(memory, PurePosixPath(target).stem, target.split("/")[1])
             stem = slugify(decision.name or unit["name"], "node")
@@ -263,10 +267,15 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
             if named:
                 return _create_over(memory, unit, decision, date, named[0])
             target = target if _digest_node(target) else f"digest/{unit['bucket']}/{stem}.md"
+            if read_text(memory, target) is not None:  # taken by a closed node: the new one is dated
+                target = history.successor_path(memory, target, stem, _since(unit, date))
+            before = None
     elif not target.startswith("digest/"):
         raise LLMError(f"{decision.action} needs an existing digest node as target, got {target!r}")
     elif before is None:
         raise LLMError(f"{decision.action} target {target} does not exist")
+    if decision.action == "SUPERSEDE":
+        return _supersede(memory, unit, decision, date, target, before)
     body = decision.content
     if body is None:
         if before is None:
@@ -274,13 +283,50 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
         body = before
     body = split_frontmatter(body).body.strip("\n") + "\n"
     body = ensure_sources(body, unit["paths"], unit["summary"], date)
-    args = {"content": body, "name": decision.name, "description": decision.description,
-            "metadata": {"updated": date}}
+    metadata = {"updated": date}
+    if before is None or target in wrote:  # a new node: its facts hold from the unit's day
+        metadata.update(valid_from=_since(unit, date, latest=False), status="current")
+    else:
+        change = {"REFINE": "refined", "CORRECT": "corrected"}.get(decision.action)
+        line = history.history_line(date, f"{change}: {unit['summary'].split('. ')[0]}", unit["paths"]) \
+            if change else None
+        body = history.with_history(body, split_frontmatter(before).body, line)
+    args = {"content": body, "name": decision.name, "description": decision.description, "metadata": metadata}
     if before is not None:
         link_guard(target, before, predict("write", before, args))
     name = decision.name or (None if before is not None else unit["name"])
-    memory.write(target, body, name=name, description=decision.description, metadata={"updated": date})
+    memory.write(target, body, name=name, description=decision.description, metadata=metadata)
     return {"action": decision.action, "target": target}
+
+
+def _since(unit: dict, date: str, latest: bool = True) -> str:
+    return history.event_date(unit.get("date"), unit["paths"], date, latest=latest)
+
+
+def _supersede(memory, unit: dict, decision: Decision, date: str, old: str, before: str) -> dict:
+    """Write the node that replaces `old` (valid from the unit's day, `supersedes` it, a History line) and
+    close `old`: status superseded, `valid_to` that day, `superseded_by` the new node, a History line; its
+    body and evidence stay. Returns `{action, target, superseded}`."""
+    if not (decision.content or "").strip():
+        raise LLMError(f"SUPERSEDE of {old}: the model returned no content for the new node")
+    meta = memory.frontmatter_get(old)["frontmatter"] or {}
+    since = history.closing_day(meta, _since(unit, date))
+    new = history.successor_path(memory, old, decision.name or unit["name"], since)
+    body = ensure_sources(split_frontmatter(decision.content).body.strip("\n") + "\n", unit["paths"],
+                          unit["summary"], date)
+    body = history.with_history(body, "", history.history_line(since, f"replaces [[{old}]]", unit["paths"]))
+    memory.write(new, body, name=decision.name or unit["name"], description=decision.description,
+                 metadata={"updated": date, "valid_from": since, "status": "current", "supersedes": f"[[{old}]]"})
+    closed = history.with_history(split_frontmatter(before).body, "",
+                                  history.history_line(since, f"superseded by [[{new}]]", unit["paths"]))
+    closing = {"updated": date, "status": "superseded", "valid_to": since, "superseded_by": f"[[{new}]]"}
+    try:
+        link_guard(old, before, predict("write", before, {"content": closed, "metadata": closing}))
+        memory.write(old, closed, metadata=closing)
+    except Exception:
+        memory.delete(new)  # never two current nodes for one fact
+        raise
+    return {"action": "SUPERSEDE", "target": new, "superseded": old}
 
 
 def judge_decision(memory, unit: dict, decision: Decision, toolbox: Toolbox, material: quality.Material):
@@ -295,14 +341,17 @@ def judge_decision(memory, unit: dict, decision: Decision, toolbox: Toolbox, mat
     kept = toolbox.before(target) if target in toolbox.written else \
         read_text(memory, target) if _digest_node(target) else None
     name = decision.name or (unit["name"] if decision.action == "CREATE" else None)
-    seen = quality.Material("\n".join([material.sources, *toolbox.seen]), kept or "", material.instructions)
+    seen = quality.Material("\n".join([material.sources, *toolbox.seen]), kept or "", material.instructions,
+                            cited=material.cited)
     return quality.check(name, body, seen)
 
 
 def _named(memory, stem: str, bucket: str) -> list[str]:
-    """The live nodes named `stem` (`digest/<bucket>/<stem>.md`), the unit's own bucket first."""
+    """The current nodes named `stem` (`digest/<bucket>/<stem>.md`, or the node that superseded it), the
+    unit's own bucket first."""
     order = [bucket, *(b for b in BUCKETS if b != bucket)]
-    return [p for p in (f"digest/{b}/{stem}.md" for b in order) if read_text(memory, p) is not None]
+    found = (history.current_of(memory, f"digest/{b}/{stem}.md") for b in order)
+    return list(dict.fromkeys(p for p in found if p))
 
 
 def _create_over(memory, unit: dict, decision: Decision, date: str, existing: str) -> dict:
@@ -311,7 +360,7 @@ def _create_over(memory, unit: dict, decision: Decision, date: str, existing: st
     update = decision.model_copy(update={"action": "REFINE", "target": existing})
     body = split_frontmatter(decision.content or "").body.strip("\n")
     before = read_text(memory, existing) or ""
-    if not body or link_targets(before) - link_targets(body):
+    if not body or link_targets(before) - link_targets(history.with_history(body, split_frontmatter(before).body)):
         update = decision.model_copy(update={"action": "CORROBORATE", "target": existing, "content": None,
                                              "name": None, "description": None})
     run_logger().info("%s: CREATE names the existing node %s: %s instead", unit["name"], existing, update.action)
@@ -366,7 +415,8 @@ def integrate(workspace: str, unit: dict, date: str) -> dict:
     grounds = [*sources.values(), *nodes.values(), *(f"{c.get('name')}. {c.get('description')}" for c in candidates)]
 
     def judge(decision: Decision):
-        return judge_decision(memory, unit, decision, toolbox, quality.Material("\n".join(grounds), "", system))
+        material = quality.Material("\n".join(grounds), "", system, cited=tuple(sources.values()))
+        return judge_decision(memory, unit, decision, toolbox, material)
 
     messages = [{"role": "system", "content": system},
                 {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
@@ -411,7 +461,7 @@ def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], fai
         "scanned": extracted["scanned"],
         "changed": len(extracted["changed"]),
         "units": len(extracted["units"]),
-        "actions": [{k: o[k] for k in ("unit", "name", "action", "target")} for o in outcomes],
+        "actions": [{k: o[k] for k in ("unit", "name", "action", "target", "superseded") if k in o} for o in outcomes],
         "failed": failures,
         "deferred": extracted["deferred"],
         "topics": len(topics.get("added", [])),
@@ -428,7 +478,8 @@ def publish_report(workspace: str, summary: dict) -> str:
              f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['units']} units, "
              f"{len(summary['failed'])} failed; {summary['topics']} new topics.", "",
              "| unit | action | target |", "|---|---|---|"]
-    lines += [f"| {a['name']} | {a['action']} | `{a['target']}` |" for a in summary["actions"]]
+    lines += [f"| {a['name']} | {a['action']} | `{a['target']}`"
+              + (f" (replaces `{a['superseded']}`)" if a.get("superseded") else "") + " |" for a in summary["actions"]]
     lines += [f"| {f['name']} | **FAILED** | {f['error']} |" for f in summary["failed"]]
     if summary["deferred"]:
         lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]

@@ -10,7 +10,11 @@ Thresholds (chosen so that no good answer of the test suite is refused; README "
   `COPY_MIN_SHINGLES` of them, i.e. a card of 8+ words) occur verbatim in the dialog and not in the card
   it updates;
 - a text echoes the `instructions` when at least `ECHO_SHARE` of its word runs (at least 2) come from the
-  request's own text (system prompt, repair turn) and not from the material.
+  request's own text (system prompt, repair turn) and not from the material;
+- a digest node `pasted` a source when at least `PASTED_SHARE` of a cited file's `SHINGLE`-word runs (a file
+  of `PASTED_MIN_SHINGLES`+ of them) occur in it verbatim: copied, not consolidated;
+- a card sentence with a `relative_time` ("yesterday", "next Friday", "in 3 days"; English) and no date in
+  it (YYYY-MM-DD, or a month name with a day) leaves the reader guessing when.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ SHINGLE = 5
 COPY_SHARE = 0.6
 COPY_MIN_SHINGLES = 4
 ECHO_SHARE = 0.5
+PASTED_SHARE = 0.8
+PASTED_MIN_SHINGLES = 12
 
 Finding = tuple[str, str]
-RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "ungrounded",
-         "duplicate_sources")
+RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "pasted", "relative_time",
+         "ungrounded", "duplicate_sources")
 
 # the tags the jobs wrap material in, and a placeholder of the shape a repair turn shows (`<string>`)
 _MARKUP = re.compile(r"</?(?:file|node|card|messages|resource)\b[^>\n]*>", re.IGNORECASE)
@@ -48,6 +54,15 @@ _MD_LINK = re.compile(r"\[([^\[\]\n]{0,500})\]\(([^()\n]{0,500})\)")
 _LETTER = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORDS = re.compile(r"\w+")
+_WEEKDAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+_RELATIVE = re.compile(
+    r"\b(?:(?:the\s+)?day\s+(?:before\s+yesterday|after\s+tomorrow)|yesterday|tomorrow"
+    rf"|(?:last|next|this\s+coming|coming)\s+(?:week(?:end)?|month|year|{_WEEKDAY})"
+    r"|(?:in\s+)?(?:a|an|one|two|three|four|five|six|seven|\d{1,3})\s+(?:days?|weeks?|months?)\s+(?:ago|from\s+now|later)"
+    r"|in\s+(?:a|one|two|three|four|five|six|seven|\d{1,3})\s+(?:days?|weeks?|months?))\b", re.IGNORECASE)
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_ABSOLUTE = re.compile(rf"\b\d{{4}}-\d{{1,2}}-\d{{1,2}}\b|\b{_MONTH}\s+\d{{1,2}}\b|\b\d{{1,2}}\s+{_MONTH}(?!\w)"
+                       r"|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class Material:
     kept: str = ""
     instructions: str = ""
     dialog: str | None = None
+    cited: tuple[str, ...] = ()  # a node's source files, each of which it must not paste whole
 
 
 # ---- one function per rule ------------------------------------------------------------------------------
@@ -138,6 +154,33 @@ def copy(body: str, material: Material) -> Finding | None:
     return None
 
 
+def pasted(body: str, material: Material) -> Finding | None:
+    """A digest node that holds one of its cited files whole, word for word."""
+    mine = _shingles(body, SHINGLE) - _shingles(material.kept, SHINGLE)
+    for source in material.cited:
+        theirs = _shingles(split_frontmatter(source).body, SHINGLE)
+        if len(theirs) >= PASTED_MIN_SHINGLES and len(mine & theirs) >= PASTED_SHARE * len(theirs):
+            return "pasted", ("it pastes a source file whole; write what the sources say about the unit in your own "
+                              "words, and cite them in Sources")
+    return None
+
+
+def relative_time(body: str, material: Material) -> Finding | None:
+    """A card sentence that says when by a relative time ("next Friday") and gives no date (sentences of the
+    card it updates may stay)."""
+    if material.dialog is None:
+        return None
+    kept = {" ".join(s.split()) for s in _sentences(material.kept)}
+    for sentence in _sentences(body):
+        if " ".join(sentence.split()) in kept:
+            continue
+        found = _RELATIVE.search(sentence)
+        if found and not _ABSOLUTE.search(sentence):
+            return "relative_time", (f"{found.group(0)!r} in {sentence.strip()[:100]!r}: write the date it means "
+                                     "(YYYY-MM-DD), counted from the message's date")
+    return None
+
+
 def ungrounded(text: str, material: Material) -> Finding | None:
     """A sentence (or name) of `MIN_TERMS`+ terms none of which occurs in the material."""
     known = set(terms(material.sources + "\n" + material.kept))
@@ -173,7 +216,8 @@ def check(name: str | None, body: str | None, material: Material) -> Finding | N
         return None
     text = split_frontmatter(body).body
     for finding in (empty(text), markup(body), frontmatter(body), template(body), tool("", body),
-                    instructions(text, material), copy(text, material), ungrounded(_without_sources(text), material),
+                    instructions(text, material), copy(text, material), pasted(text, material),
+                    relative_time(_without_sources(text), material), ungrounded(_without_sources(text), material),
                     duplicate_sources(text)):
         if finding:
             return finding

@@ -235,7 +235,7 @@ def test_small_model_guards_paths_schema_and_no_tools(prefect_harness, llm, memo
     assert extract_body["max_tokens"] > 0 and "personal|procedure|wiki" not in extract_body["messages"][0]["content"]
     assert "tools" not in integrate_body and "tools" not in extract_body
     decision = integrate_body["response_format"]["json_schema"]["schema"]["properties"]
-    assert decision["action"]["enum"] == ["CREATE", "CORROBORATE", "REFINE", "CORRECT"]
+    assert decision["action"]["enum"] == ["CREATE", "CORROBORATE", "REFINE", "CORRECT", "SUPERSEDE"]
     assert decision["target"]["anyOf"][0]["enum"][0] == "digest/wiki/portugal.md"
     assert "Portugal: Lisbon is its capital" in user_message(integrate_body)  # candidate's text in the prompt
     assert "Ana told me she moved" in user_message(integrate_body)  # and the source's

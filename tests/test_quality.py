@@ -68,7 +68,7 @@ def test_instructions_echoed():
 
 def test_verbatim_copy_of_the_dialog():
     assert check("Ana", DIALOG, CARD)[0] == "copy"
-    quoted = "- Ana moved from Lisbon to Porto last week.\n- She opened a bakery."  # one line quoted: fine
+    quoted = "- Ana moved from Lisbon to Porto in the week before 2024-05-08.\n- She opened a bakery."  # one line quoted: fine
     assert check("Ana", quoted, CARD) is None
     assert check("Ana", DIALOG, Material(sources=DIALOG)) is None  # a resource card may quote its resource
     kept = Material(sources=DIALOG, kept=DIALOG, dialog=DIALOG)  # the card it updates may stay as it was
@@ -95,9 +95,30 @@ def test_duplicate_source_lines():
     assert check("Ana", body.rsplit("- 2024", 1)[0], CARD) is None
 
 
+def test_relative_time_in_a_card_needs_its_date():
+    assert check("Ana", "- Ana moves to Porto next Friday.", CARD)[0] == "relative_time"
+    assert check("Ana", "- We talk again in two weeks.", CARD)[0] == "relative_time"
+    assert check("Ana", "- Ana moves to Porto next Friday (2024-05-10).", CARD) is None
+    assert check("Ana", "- Ana moved to Porto around May 1.", CARD) is None
+    assert check("Ana", "- Next steps: find a flat in Porto.", CARD) is None  # "next" alone is not a time
+    kept = Material(DIALOG, kept="- Ana moves next Friday.", dialog=DIALOG)  # the card it updates may keep it
+    assert check("Ana", "- Ana moves next Friday.\n- She opened her own bakery.", kept) is None
+    node = Material(DIALOG)  # a node is judged by its sources' dates, not this rule
+    assert check("Ana", "Ana moves to Porto next Friday.", node) is None
+
+
+def test_a_node_that_pastes_a_source_whole():
+    card = ("# Call with Ana\n\n- Ana moved from Lisbon to Porto in the week before 2024-05-08.\n"
+            "- She opened her own bakery near the river in Porto.\n- She bakes pastel de nata every morning.")
+    material = Material(card, cited=(card,))
+    assert check("Ana", "Portugal is a country.\n\n" + card, material)[0] == "pasted"
+    own = "Ana, my sister, lives in Porto since May 2024, where she runs a bakery by the river."
+    assert check("Ana", own, material) is None
+
+
 def test_every_rule_is_listed():
     assert set(quality.RULES) == {"empty", "markup", "frontmatter", "template", "tool", "instructions", "copy",
-                                  "ungrounded", "duplicate_sources"}
+                                  "pasted", "relative_time", "ungrounded", "duplicate_sources"}
 
 
 # ---- the repair turn -------------------------------------------------------------------------------------

@@ -167,10 +167,11 @@ def test_node_search_is_digest_only_one_row_per_node(con, ws):
     rows = node_search(con, "trail")
     assert [r["path"] for r in rows].count("digest/wiki/long.md") == 1
     assert all(r["path"].startswith("digest/") for r in rows)
-    assert set(rows[0]) == {"path", "name", "description", "score"}
+    assert set(rows[0]) == {"path", "name", "description", "score", "status", "valid_from", "valid_to"}
     assert {"digest/wiki/trails.md", "digest/wiki/boots.md"} <= {r["path"] for r in rows}
     assert node_search(con, "footwear")[0] == {"path": "digest/wiki/boots.md", "name": "Boots",
-                                               "description": "footwear notes", "score": 1.0}
+                                               "description": "footwear notes", "score": 1.0,
+                                               "status": "current", "valid_from": None, "valid_to": None}
 
 
 def test_archived_nodes_only_when_asked(con, ws):
