@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -121,29 +122,51 @@ def payloads(conv: dict, n: int) -> list[dict]:
     return prompts + starts
 
 
-def latency(ws: Workspace, conv: dict, n: int) -> dict[str, dict[str, list[float]]]:
-    """{event: {"process": wall seconds of `dreamflow hook claude-code`, "answer": hook_context.context}}."""
+def latency(ws: Workspace, conv: dict, n: int, service_pid: int | None = None) -> dict[str, dict[str, list[float]]]:
+    """{event: {"process": wall seconds of `dreamflow hook claude-code`, "cpu": its user+sys seconds, "service":
+    the service process's CPU seconds meanwhile (with `service_pid`), "answer": hook_context.context}}. CPU time
+    hardly depends on the machine's load, so it tells what the wall time is on a quiet machine."""
     times: dict[str, dict[str, list[float]]] = {}
     for payload in payloads(conv, n):
+        served = _cpu_of(service_pid)
+        before = _children_cpu()
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", ENTRY, "--workspace", str(ws.root), "hook", "claude-code"],
                               input=json.dumps(payload), capture_output=True, text=True, timeout=120)
         wall = time.perf_counter() - started
         assert done.returncode == 0 and not done.stderr, done.stderr
+        event = times.setdefault(payload["hook_event_name"], {"process": [], "cpu": [], "answer": []})
+        event["process"].append(wall)
+        event["cpu"].append(_children_cpu() - before)
+        if service_pid is not None:
+            event.setdefault("service", []).append(_cpu_of(service_pid) - served)
         started = time.perf_counter()
         hook_context.context(ws.root, {**payload, "session_id": payload["session_id"] + "-b"})
-        answer = time.perf_counter() - started
-        event = times.setdefault(payload["hook_event_name"], {"process": [], "answer": []})
-        event["process"].append(wall)
-        event["answer"].append(answer)
+        event["answer"].append(time.perf_counter() - started)
     return times
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of(pid: int | None) -> float:
+    """User+sys CPU seconds of process `pid` so far (Linux /proc; 0 without a pid)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+MEASURED = {"process": "process (fresh `dreamflow hook claude-code`), wall", "cpu": "that process's CPU (user+sys)",
+            "service": "the service's CPU for it", "answer": "answer inside the process, wall"}
 
 
 def show_latency(label: str, times: dict) -> None:
     for event, kinds in times.items():
         for kind, values in kinds.items():
-            what = "process (fresh `dreamflow hook claude-code`)" if kind == "process" else "answer inside the process"
-            print(f"| {label} | {event} | {what} | {len(values)} | {statistics.median(values) * 1000:.0f} | "
+            print(f"| {label} | {event} | {MEASURED[kind]} | {len(values)} | {statistics.median(values) * 1000:.0f} | "
                   f"{pct(values, 95) * 1000:.0f} | {max(values) * 1000:.0f} |")
 
 
@@ -198,10 +221,11 @@ def timing(built: dict, args: argparse.Namespace) -> None:
         llm = LLMServer().start()
         svc = RunningService.start(ws.root.parent, llm=llm, env={"DREAMFLOW_EMBEDDER": "none"})
         try:
-            show_latency("through the service", latency(ws, conv, args.latency))
+            show_latency("through the service", latency(ws, conv, args.latency, service_pid=svc.proc.pid))
         finally:
             svc.stop()
             llm.stop()
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
