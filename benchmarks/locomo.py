@@ -16,8 +16,8 @@ conversation never counts): session recall@k = share of its evidence sessions am
 the top-k search results (chunks, as `search(limit=k)` returns them); MRR = 1/rank of the first result from
 an evidence session; turn hit@k = some top-k chunk's line range holds an evidence turn; distinct-session
 recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
-index measures); recall@5 by group = recall@5 per question category and for questions with one or several
-evidence sessions. `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
+index measures); recall@5 (and recall@1) by group = per question category and for questions with one or
+several evidence sessions. `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
 and supplies `make_vectors` (an object with `.candidates(con, query, k, ...)`, see storage/vectors.py).
 """
 
@@ -142,6 +142,7 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str,
     totals = ({f"recall@{k}": 0.0 for k in KS} | {"mrr": 0.0} | {f"turn_hit@{k}": 0.0 for k in KS}
               | {f"distinct_session_recall@{k}": 0.0 for k in KS})
     groups: dict[str, list[float]] = {}  # recall@5 per question category and per evidence spread
+    groups_at_1: dict[str, list[float]] = {}  # the same for recall@1
     n = 0
     latencies = []
     with IndexDB(ws).session() as con:
@@ -162,11 +163,13 @@ def evaluate(ws: Workspace, convs: dict[str, dict], turn_lines: dict, mode: str,
             for group in (CATEGORIES[qa["category"]], "one evidence session" if len(ev_sessions) == 1
                           else "several evidence sessions"):
                 groups.setdefault(group, []).append(len(ev_sessions & set(sessions[:5])) / len(ev_sessions))
+                groups_at_1.setdefault(group, []).append(len(ev_sessions & set(sessions[:1])) / len(ev_sessions))
             first = next((i for i, s in enumerate(sessions, 1) if s in ev_sessions), None)
             totals["mrr"] += 1 / first if first else 0.0
             n += 1
     result = {key: round(value / n, 4) for key, value in totals.items()}
     result["recall@5 by group"] = {g: f"{sum(v) / len(v):.3f} ({len(v)})" for g, v in sorted(groups.items())}
+    result["recall@1 by group"] = {g: f"{sum(v) / len(v):.3f}" for g, v in sorted(groups_at_1.items())}
     latencies.sort()
     result["questions"] = n
     result["search_p50_ms"] = round(1000 * latencies[len(latencies) // 2], 2)

@@ -137,11 +137,12 @@ def main() -> None:
             for w, k in (grid if mode == "hybrid" else [(None, 60)]):
                 chosen["weights"], chosen["k"] = (1.0, w or 1.0), k
                 result = locomo.evaluate(ws, convs, turn_lines, mode, args.per_file or None, args.per_conversation)
-                groups = result.pop("recall@5 by group")
+                groups, groups_at_1 = result.pop("recall@5 by group"), result.pop("recall@1 by group")
                 label = f"{mode} (vector weight {w}, rrf k {k})" if w else mode
                 print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()
                                                 if k.startswith(("recall", "mrr", "search"))))
                 print("    recall@5 by group: " + ", ".join(f"{g} {v}" for g, v in groups.items()))
+                print("    recall@1 by group: " + ", ".join(f"{g} {v}" for g, v in groups_at_1.items()))
         ceiling = union_recall(ws, convs, index, per_conversation=args.per_conversation)
         print(f"ceiling of any fusion: keyword top 5 + vector top 5 sessions hold {ceiling:.4f} of the evidence")
     finally:

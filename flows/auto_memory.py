@@ -5,6 +5,8 @@ from __future__ import annotations
 from prefect import flow
 
 from engine.llm import require_llm
+from storage.errors import InvalidInput
+from tasks import dialog
 from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.context import check_date, today, workspace_root
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
@@ -14,7 +16,8 @@ from tasks.sessions import mark_summarised, record_messages, session_lock, unsum
 def auto_memory(session_id: str, messages: list[dict] | None = None, date: str | None = None,
                 hint: str | None = None, workspace: str | None = None) -> dict:
     """Append `messages` (if any) to session/dialog/<session_id>.jsonl, then summarise every record not yet
-    summarised into the session's card of the day (`date`, else the latest message's day, else today).
+    summarised into the session's card of the day (`date`, else the latest message's day, else today). A
+    `date` more than a day outside the days of the messages' timestamps is refused (exit 2).
 
     The per-session checkpoint moves only after the card is written, so a failed run (e.g. a card the
     content checks refused: `AnswerRefused`, exit 9) is redone by the next.
@@ -30,6 +33,9 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
             if todo["end"] > todo["start"]:  # only unreadable lines: step over them
                 mark_summarised(root, session_id, todo["end"], None)
             return {"session_id": session_id, "skipped": "no new messages", "records": todo["total"]}
+        if date and dialog.outside_span(date, todo["dates"]):
+            raise InvalidInput(f"the card's day {date} is outside its messages' days {todo['dates'][0]}.."
+                               f"{todo['dates'][-1]}; leave the date out to file it under its messages' day")
         day = date or todo["latest_date"] or today()
         try:
             card = summarise_session(root, session_id, todo["records"], day, hint)

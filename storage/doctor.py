@@ -7,7 +7,8 @@ Problems (each a list of rows; any row makes the report not ok):
 - `orphans`: digest nodes with no inbound and no outbound link
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
-- `near_duplicates`: pairs of digest nodes whose name and description are alike (see `similarity`)
+- `near_duplicates`: pairs of current digest nodes whose name and description are alike (see `similarity`; a
+  superseded node and its successor share a name by design)
 - `same_names`: one node file name in two or more buckets (`digest/personal/x.md` and `digest/wiki/x.md`)
 - `supersession`: broken validity (storage/validity.chain_problems): a successor missing, a chain that
   loops, `valid_to` before `valid_from`, a node still current after its expiry day
@@ -69,9 +70,10 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["digest_nodes"] = len(nodes)
     report["orphans"] = _orphans(con, scan.disk)
     report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
-    report["near_duplicates"] = _near_duplicates(con, nodes, dup_threshold)
-    report["same_names"] = same_names(nodes)
     metas = _validity(con, scan.disk)
+    current = [n for n in nodes if validity.status(metas.get(n["path"], {}), today or dt.date.today()) == validity.CURRENT]
+    report["near_duplicates"] = _near_duplicates(con, current, dup_threshold)  # a node and its successor are history
+    report["same_names"] = same_names(nodes)
     report["supersession"] = validity.chain_problems(metas, today or dt.date.today())
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift

@@ -47,7 +47,7 @@ LOCK = "recall.lock"  # in metadata/
 class Piece:
     path: str
     lines: list[tuple[int, str]]  # (line number, text)
-    date: str | None
+    when: str | None  # what its citation says of its time (storage/validity.label)
     score: float  # the hit's fused search score
     weight: float  # how much of the query its lines carry
     rank: int  # the hit's place in the search results
@@ -62,7 +62,7 @@ class Piece:
 
     def render(self) -> str:
         where = f"{self.path}:{self.start_line}" + (f"-{self.end_line}" if self.end_line != self.start_line else "")
-        head = f"[{where}]" + (f" {self.date}" if self.date else "")
+        head = f"[{where}]" + (f" {self.when}" if self.when else "")
         return head + "\n" + "\n".join(text for _, text in self.lines)
 
 
@@ -96,7 +96,8 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     if floor is not None and not any((hits[p.rank]["bm25"] or 0.0) >= floor for p, _ in chosen):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = "\n\n".join(text for _, text in chosen)
-    items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line, "date": p.date,
+    items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line,
+              **{k: hits[p.rank].get(k) for k in ("date", "status", "valid_from", "valid_to")},
               "score": p.score, "tokens": tokens(text)} for p, text in chosen]
     keys = [line_key(p.path, text) for p, _ in chosen for _, text in p.lines]
     return {"query": query, "budget": budget, "tokens": tokens(answer), "text": answer, "items": items,

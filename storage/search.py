@@ -18,7 +18,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
-from storage import validity
+from storage import timeref, validity
 from storage.model import normalize_tag
 from storage.tokenize import terms
 
@@ -29,6 +29,9 @@ CANDIDATES = 50  # at least this many candidates from each list go into the fusi
 PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
 MORE_RANGES = 10  # a hit's `more`: at most this many of its file's other matching line ranges
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
+DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the query names (storage/timeref.py)
+DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
+DATE_SPANS = 8  # at most this many of the periods a query names are looked up
 
 
 class Vectors(Protocol):
@@ -229,15 +232,20 @@ def search(
     as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
     result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
     holding all the top candidates still leaves room for `limit` distinct files.
-    Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, headings,
-    text, name, description, date, status, valid_from, valid_to, chunk_id, more, neighbors (up to `expand` outgoing and `expand` incoming links of
-    the hit's file, each with the neighbour's name and description).
+    A query naming a date or period ("in June 2023", "last week") ranks chunks of files dated then higher in
+    the keyword list (`date_boost`); relative times count from `as_of` when given.
+    Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, signals
+    (which lists found it, see `signals`, and "date" when its file is dated in a period the query names),
+    headings, text, name, description, date, status, valid_from, valid_to, chunk_id, more, neighbors (up to
+    `expand` outgoing and `expand` incoming links of the hit's file, each with the neighbour's name and
+    description).
     """
     if limit <= 0:
         return []
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates,
                                     as_of, history)
     pool = max(CANDIDATES, 3 * limit)
+    spans = timeref.periods(query, _as_date(as_of) if as_of else None)[:DATE_SPANS]
     _prepare(vectors, con, query)
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)
@@ -246,6 +254,7 @@ def search(
         full = len(keyword) >= pool
         if min_score is not None:
             keyword = [(cid, s) for cid, s in keyword if s >= min_score]
+        keyword, dated = date_boost(con, keyword, spans)
         semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
         full = full or len(semantic) >= pool
         fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
@@ -263,6 +272,7 @@ def search(
         hit["score"] = round(score, 6)
         hit["bm25_rank"], hit["bm25"] = kw.get(cid, (None, None))
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
+        hit["signals"] = signals(hit["bm25_rank"], hit["vector_rank"], weights, rrf_k) + ["date"] * (cid in dated)
         hit["more"] = more.get(cid, [])
         results.append(hit)
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
@@ -276,6 +286,33 @@ def search(
             n["status"] = info[n["path"]][3] if n["path"] in info else None
             n["exists"] = n["path"] in info
     return results
+
+
+def signals(bm25_rank: int | None, vector_rank: int | None, weights: Sequence[float], k: int) -> list[str]:
+    """Names of the ranked lists that found a hit ("keyword", "vector"), the one that added most to its fused
+    score first: what a reader needs to tell a word match from a match in meaning."""
+    found = [(w / (k + rank), name) for name, rank, w in (("keyword", bm25_rank, weights[0]),
+                                                           ("vector", vector_rank, weights[1]))
+             if rank is not None and w > 0]
+    return [name for _, name in sorted(found, key=lambda x: -x[0])]
+
+
+def date_boost(
+    con: duckdb.DuckDBPyConnection, keyword: list[tuple[int, float]], spans: list[tuple[dt.date, dt.date]]
+) -> tuple[list[tuple[int, float]], set[int]]:
+    """The keyword list re-ranked with the BM25 score of chunks whose file is dated inside one of `spans` (or
+    up to DATE_AFTER days after it) times DATE_BOOST (scores reported unchanged), and the ids of those chunks.
+    No spans (the query names no date): the list as it is, without a query."""
+    if not spans or not keyword:
+        return keyword, set()
+    within = " OR ".join(f"f.date BETWEEN {sql_literal(a)} AND {sql_literal(b + dt.timedelta(days=DATE_AFTER))}"
+                         for a, b in spans)
+    dated = {r[0] for r in con.execute(
+        f"SELECT c.id FROM chunks c JOIN files f ON f.path = c.path "
+        f"WHERE c.id IN ({_in_list(cid for cid, _ in keyword)}) AND ({within})"
+    ).fetchall()}
+    ranked = sorted(keyword, key=lambda x: (-x[1] * (DATE_BOOST if x[0] in dated else 1.0), x[0]))
+    return ranked, dated
 
 
 def _top_hits(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+import datetime as dt
 from datetime import datetime, timezone
 from typing import Any
 
@@ -145,9 +146,22 @@ class Pending:
     total: int = 0  # records in the file
 
     @property
+    def dates(self) -> list[str]:
+        """The days of the records' timestamps (local time), sorted."""
+        return sorted(d for d in (local_date(r.get("created_at")) for r in self.records) if d)
+
+    @property
     def latest_date(self) -> str | None:
-        dates = [d for d in (local_date(r.get("created_at")) for r in self.records) if d]
-        return max(dates) if dates else None
+        return self.dates[-1] if self.dates else None
+
+
+def outside_span(date: str, days: list[str], slack: int = 1) -> bool:
+    """Whether a card's `date` lies more than `slack` days outside the span of its messages' `days`."""
+    if not days:
+        return False
+    day = dt.date.fromisoformat(date)
+    return day < dt.date.fromisoformat(days[0]) - dt.timedelta(days=slack) or \
+        day > dt.date.fromisoformat(days[-1]) + dt.timedelta(days=slack)
 
 
 def read_records(memory, session_id: str) -> list[dict | None]:

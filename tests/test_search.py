@@ -130,6 +130,39 @@ def test_rrf_fuses_keyword_and_vector_lists(con):
     assert [h["vector_rank"] for h in by_vector] == sorted(h["vector_rank"] for h in by_vector)
 
 
+def test_each_hit_names_the_signals_that_found_it(con):
+    assert search(con, "risotto", expand=0)[0]["signals"] == ["keyword"]
+    hits = search(con, "risotto", expand=0, vectors=TrigramVectors(), limit=5)
+    assert hits[0]["signals"] == ["keyword", "vector"]  # rank 1 in both: the keyword list weighs as much
+    assert all(h["signals"] == ["vector"] for h in hits if h["bm25_rank"] is None)
+    # the list that added more to the fused score comes first; a list weighted 0 found nothing
+    by_vector = search(con, "risotto", expand=0, vectors=TrigramVectors(), weights=(0.1, 1.0), limit=5)
+    assert by_vector[0]["signals"][0] == "vector"
+    assert all("vector" not in h["signals"] for h in search(con, "risotto", expand=0, vectors=TrigramVectors(),
+                                                             weights=(1.0, 0.0)))
+
+
+def test_a_date_the_query_names_ranks_notes_dated_then_first(ws):
+    # the same words in three notes: the one dated in (or within DATE_AFTER days after) the period named wins
+    for day in ("2023-05-08", "2023-06-09", "2023-08-20"):
+        ws.write_text(f"daily/{day}/camping.md", note("Camping", "We went camping by the lake with the kids."))
+    with IndexDB(ws).session() as con:
+        plain = search(con, "camping lake", expand=0, limit=3)
+        assert all(h["signals"] == ["keyword"] for h in plain)
+        for query, day in (("camping by the lake in June 2023", "2023-06-09"),
+                           ("camping lake on 2 June, 2023", "2023-06-09"),  # a note tells of the week before it
+                           ("camping lake August 2023", "2023-08-20")):
+            hits = search(con, query, expand=0, limit=3)
+            assert hits[0]["date"] == day and hits[0]["signals"] == ["keyword", "date"], query
+            assert [h["signals"] for h in hits[1:]] == [["keyword"], ["keyword"]]
+            assert hits[0]["bm25"] == pytest.approx(hits[1]["bm25"])  # reported unchanged, only re-ranked
+        assert [h["date"] for h in search(con, "camping lake in 2023", expand=0, limit=3)] == [
+            h["date"] for h in plain]  # every note is in 2023: the order stays
+        many = " ".join(f"{d} January 2023" for d in range(1, 9)) + " 20 August 2023 camping lake"
+        hits = search(con, many, expand=0, limit=3)  # only the first DATE_SPANS periods are looked up
+        assert hits[0]["date"] == plain[0]["date"] and all("date" not in h["signals"] for h in hits)
+
+
 def test_vector_candidates_respect_filters(con):
     hits = search(con, "trail", expand=0, vectors=TrigramVectors(), path_prefix="digest/wiki/", limit=10)
     assert hits and all(h["path"].startswith("digest/wiki/") for h in hits)
