@@ -257,12 +257,13 @@ def test_a_prompt_through_the_running_service(dreamflow_service):
     begun = injected(hook(start(session=session), svc.workspace), "SessionStart")
     assert begun is not None and "[daily/2024-06-02/porto-ferry.md:" in begun
 
-    # a new session: its start shows the card, so its prompt on it adds nothing; the process imports neither
-    # the CLI nor duckdb (one request to the service)
+    # a new session: its start shows the card, so its prompt on it does not repeat it (the shared service's
+    # workspace may hold other weak matches); the process imports neither the CLI nor duckdb (one request)
     begun = injected(hook(start(session="started-" + session), svc.workspace), "SessionStart")
     assert "09:40 from Cais da Estiva" in begun
     done = hook(prompt("When does the Douro ferry to Afurada leave?", "started-" + session), svc.workspace,
                 env=ANY_MATCH, probe=True)
-    assert injected(done, "UserPromptSubmit") is None
+    after = injected(done, "UserPromptSubmit")
+    assert after is None or ("09:40" not in after and "porto-ferry.md" not in after), after
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
     assert not imported(done) & {*HEAVY, "duckdb"} and not modules & {"storage.memory", "storage.db", "engine.ops"}
