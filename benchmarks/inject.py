@@ -10,9 +10,10 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   prompt injected (averaged over prompts); tokens injected per prompt;
 - quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
   conversations (a sample) and small talk; share that inject nothing;
-- latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON) for
-  UserPromptSubmit and SessionStart, and the hook's own answer time inside a process
-  (`hook_context.context`), in-process and, with `--service`, through a running `dreamflow start`.
+- latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON; the
+  console script as pyproject.toml declares it) for UserPromptSubmit and SessionStart, and the hook's own
+  answer time inside a process (`hook_context.context`), in-process and, with `--service`, through a running
+  `dreamflow start`.
 
     DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
                                                         [--service] [--latency-only]
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,7 +39,7 @@ os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
 
 from benchmarks.locomo import DEFAULT_DATA, evidence_sessions, questions, session_of, write_conversation  # noqa: E402
 from benchmarks.service import pct  # noqa: E402
-from service_harness import DREAMFLOW  # noqa: E402
+from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
 from dreamflow import hook_context  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 from storage import index  # noqa: E402
@@ -120,29 +122,51 @@ def payloads(conv: dict, n: int) -> list[dict]:
     return prompts + starts
 
 
-def latency(ws: Workspace, conv: dict, n: int) -> dict[str, dict[str, list[float]]]:
-    """{event: {"process": wall seconds of `dreamflow hook claude-code`, "answer": hook_context.context}}."""
+def latency(ws: Workspace, conv: dict, n: int, service_pid: int | None = None) -> dict[str, dict[str, list[float]]]:
+    """{event: {"process": wall seconds of `dreamflow hook claude-code`, "cpu": its user+sys seconds, "service":
+    the service process's CPU seconds meanwhile (with `service_pid`), "answer": hook_context.context}}. CPU time
+    hardly depends on the machine's load, so it tells what the wall time is on a quiet machine."""
     times: dict[str, dict[str, list[float]]] = {}
     for payload in payloads(conv, n):
+        served = _cpu_of(service_pid)
+        before = _children_cpu()
         started = time.perf_counter()
-        done = subprocess.run([DREAMFLOW, "--workspace", str(ws.root), "hook", "claude-code"],
+        done = subprocess.run([sys.executable, "-c", ENTRY, "--workspace", str(ws.root), "hook", "claude-code"],
                               input=json.dumps(payload), capture_output=True, text=True, timeout=120)
         wall = time.perf_counter() - started
         assert done.returncode == 0 and not done.stderr, done.stderr
+        event = times.setdefault(payload["hook_event_name"], {"process": [], "cpu": [], "answer": []})
+        event["process"].append(wall)
+        event["cpu"].append(_children_cpu() - before)
+        if service_pid is not None:
+            event.setdefault("service", []).append(_cpu_of(service_pid) - served)
         started = time.perf_counter()
         hook_context.context(ws.root, {**payload, "session_id": payload["session_id"] + "-b"})
-        answer = time.perf_counter() - started
-        event = times.setdefault(payload["hook_event_name"], {"process": [], "answer": []})
-        event["process"].append(wall)
-        event["answer"].append(answer)
+        event["answer"].append(time.perf_counter() - started)
     return times
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of(pid: int | None) -> float:
+    """User+sys CPU seconds of process `pid` so far (Linux /proc; 0 without a pid)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+MEASURED = {"process": "process (fresh `dreamflow hook claude-code`), wall", "cpu": "that process's CPU (user+sys)",
+            "service": "the service's CPU for it", "answer": "answer inside the process, wall"}
 
 
 def show_latency(label: str, times: dict) -> None:
     for event, kinds in times.items():
         for kind, values in kinds.items():
-            what = "process (fresh `dreamflow hook claude-code`)" if kind == "process" else "answer inside the process"
-            print(f"| {label} | {event} | {what} | {len(values)} | {statistics.median(values) * 1000:.0f} | "
+            print(f"| {label} | {event} | {MEASURED[kind]} | {len(values)} | {statistics.median(values) * 1000:.0f} | "
                   f"{pct(values, 95) * 1000:.0f} | {max(values) * 1000:.0f} |")
 
 
@@ -197,10 +221,11 @@ def timing(built: dict, args: argparse.Namespace) -> None:
         llm = LLMServer().start()
         svc = RunningService.start(ws.root.parent, llm=llm, env={"DREAMFLOW_EMBEDDER": "none"})
         try:
-            show_latency("through the service", latency(ws, conv, args.latency))
+            show_latency("through the service", latency(ws, conv, args.latency, service_pid=svc.proc.pid))
         finally:
             svc.stop()
             llm.stop()
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """`python -m dreamflow` runs the CLI (same as the `dreamflow` console script)."""
 
-from dreamflow.cli import main
+from dreamflow.entry import main
 
 main()

@@ -6,7 +6,8 @@ status and health.
 - `POST /ops/upload` takes the file's bytes (JSON with base64 `content` and `name`, or a multipart form with a
   `file` part) and `POST /ops/download` answers with the file's bytes: over HTTP no operation names a path on
   the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
-- `POST /proactive`: the day's topics (read at once); `GET /health`.
+- `POST /proactive`: the day's topics (read at once); `POST /inject`: what the Claude Code hook puts before
+  the agent (dreamflow/hook_context.py); `GET /health`.
 - `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `GET /status` and the MCP endpoint `/mcp`
   (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
@@ -58,6 +59,19 @@ class ProactiveRequest(BaseModel):
 
     date: str | None = Field(None, description="Day as YYYY-MM-DD or `today` (default: today)")
     include_content: bool = Field(False, description="Attach the text of each topic's paths")
+
+
+class InjectRequest(BaseModel):
+    """What `dreamflow hook claude-code` asks for a Claude Code event (dreamflow/hook_context.py `question`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event: typing.Literal["SessionStart", "UserPromptSubmit"]
+    session: str | None = Field(None, description="The agent session's id: what it was given is not given again")
+    budget: int = Field(description="Most tokens to inject")
+    prompt: str | None = Field(None, description="The user's prompt (UserPromptSubmit)")
+    min_score: float | None = Field(None, description=ops.PARAM_HELP["min_score"])
+    min_relevance: float | None = Field(None, description=ops.PARAM_HELP["min_relevance"])
 
 
 class TurnResult(BaseModel):
@@ -210,6 +224,15 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
         _, memory = _open(catalog, request, writes=False)
         day = check_date(body.date) if body.date else today()
         return proactive_topics(memory, day, body.include_content)
+
+    @app.post("/inject", tags=["memory: reads"])
+    def inject(request: Request, body: InjectRequest) -> dict[str, Any]:
+        """What the Claude Code hook puts before the agent (`text`, None: nothing): recall for a prompt, or the
+        session-start digest, in one request (dreamflow/hook_context.py)."""
+        from dreamflow import hook_context
+
+        _, memory = _open(catalog, request, writes=False)
+        return {"text": hook_context.inject(memory, **body.model_dump())}
 
     on_write = service.changed if service is not None else None
     for op in ops.OPS:

@@ -6,14 +6,17 @@ something new in it comes from a keyword match scoring at least `inject_min_scor
 times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
-each as its name, description and first lines, within `inject_start_tokens`. Every item is cited
+each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
+recorded as given to the session, so its prompts' recall does not repeat them. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.
 
 Both answer on stdout as Claude Code reads it: `{"hookSpecificOutput": {"hookEventName": EVENT,
 "additionalContext": TEXT}}`, kept under Claude Code's 10,000 characters (MAX_CHARS); nothing at all when
 there is nothing to say. Only the session's own workspace is read (hooks.session_workspace; recall and
-`list`/`read` never read the workspaces it declares it reads). Never in the prompt's way: the running
-service is asked with a `inject_timeout` deadline per answer, in-process the index lock is waited for as
+`list`/`read` never read the workspaces it declares it reads). With a running service the hook process
+asks it in one request (`POST /inject`: the service works `inject` out on its open index), so the process
+imports no more than that needs (dreamflow/entry.py); without one, it opens the workspace itself. Never in
+the prompt's way: the service's answer is waited for `inject_timeout` seconds, in-process the index lock as
 long; a service named in service.json that does not answer is not worked around (it owns the index), and
 any problem means nothing injected, one line on stderr, exit 0 (dreamflow/hooks.py).
 """
@@ -34,20 +37,42 @@ MIN_ITEM = 16  # tokens: below this left in the budget, packing stops
 
 
 def context(workspace: Path, payload: dict) -> str | None:
-    """The text to inject for the hook `payload` (None: nothing), from the memory of `workspace`."""
+    """The text to inject for the hook `payload` (None: nothing), from the memory of `workspace`: asked of its
+    running service in one request (`POST /inject`, answered by `inject` there), else worked out here."""
     from engine.settings import Settings
 
     settings = Settings()
-    event = payload.get("hook_event_name")
+    asked = question(payload, settings)
+    if asked is None:
+        return None
+    remote = _service(workspace, settings.inject_timeout)
+    if remote is not None:
+        return remote.request("POST", f"{remote.scope}/inject", asked)["text"]
+    return inject(_local(workspace, settings.inject_timeout), **asked)
+
+
+def question(payload: dict, settings) -> dict | None:
+    """`inject`'s arguments for the hook `payload` under `settings` (None: nothing to ask: another event, one
+    switched off, an empty prompt)."""
+    event, session = payload.get("hook_event_name"), payload.get("session_id")
+    asked = {"event": event, "session": session if isinstance(session, str) and session else None}
     if event == "UserPromptSubmit" and settings.inject_prompt:
         prompt = payload.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             return None
-        return prompt_context(_memory(workspace, settings.inject_timeout), prompt, payload.get("session_id"),
-                              settings.inject_prompt_tokens, settings.inject_min_score, settings.inject_min_relevance)
+        return {**asked, "prompt": prompt[:MAX_PROMPT_CHARS], "budget": settings.inject_prompt_tokens,
+                "min_score": settings.inject_min_score, "min_relevance": settings.inject_min_relevance}
     if event == "SessionStart" and settings.inject_start:
-        return start_context(_memory(workspace, settings.inject_timeout), settings.inject_start_tokens)
+        return {**asked, "budget": settings.inject_start_tokens}
     return None
+
+
+def inject(memory, event: str, session: str | None, budget: int, prompt: str | None = None,
+           min_score: float | None = None, min_relevance: float | None = None) -> str | None:
+    """The text for `event` from `memory` (a `Memory`: in the hook's process or in the service), None: nothing."""
+    if event == "UserPromptSubmit":
+        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance)
+    return start_context(memory, budget, session)
 
 
 def answer(event: str, text: str) -> dict:
@@ -55,9 +80,11 @@ def answer(event: str, text: str) -> dict:
     return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
 
 
-def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float,
-                   min_relevance: float) -> str | None:
+def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
+                   min_relevance: float | None) -> str | None:
     """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
+    if not prompt.strip():
+        return None
     result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
                            min_score=min_score, min_relevance=min_relevance)
     if not result["items"]:
@@ -66,27 +93,35 @@ def prompt_context(memory, prompt: str, session: str | None, budget: int, min_sc
             "\n\n" + result["text"])
 
 
-def start_context(memory, budget: int) -> str | None:
-    """The session-start digest: digest nodes, then the latest days' cards, as many as fit `budget`."""
+def start_context(memory, budget: int, session: str | None = None) -> str | None:
+    """The session-start digest: digest nodes, then the latest days' cards, as many as fit `budget`; with
+    `session`, the lines it shows are recorded as given to it (storage/recall.py), so recall for its prompts
+    does not repeat them."""
     from storage.tokenize import tokens
 
     budget = _fit(budget)
     sections: list[tuple[str, list[str]]] = []
+    given: list[str] = []
     used = 0
     for title, paths in (("Digest", _nodes(memory)), ("Recent cards", _cards(memory))):
         items: list[str] = []
         for path in paths:
             if budget - used < MIN_ITEM:
                 break
-            item = _item(memory, path)
+            item, keys = _item(memory, path)
             cost = tokens(item) + 1 if item else 0
             if item and used + cost <= budget:
                 items.append(item)
+                given += keys
                 used += cost
         if items:
             sections.append((title, items))
     if not sections:
         return None
+    if session:
+        from storage.recall import remember
+
+        remember(memory.ws, session, given)  # as recall records what it gives
     parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
              "`search` for more)."]
     for title, items in sections:
@@ -115,12 +150,14 @@ def _cards(memory) -> list[str]:
     return paths
 
 
-def _item(memory, path: str) -> str | None:
-    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it)."""
+def _item(memory, path: str) -> tuple[str | None, list[str]]:
+    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it),
+    and the keys (storage.recall.line_key) of the lines it shows: those and the name and description lines."""
     from storage.markdown import split_frontmatter
+    from storage.recall import line_key
 
     page = memory.read(path, numbered=False, max_chars=READ_CHARS)
-    lines = page["content"].splitlines()
+    lines = page["content"].removesuffix("\n").split("\n")
     body_start = 0
     if lines and lines[0].strip() == "---":
         ends = [n for n, text in enumerate(lines[1:], 1) if text.strip() == "---"]
@@ -130,25 +167,28 @@ def _item(memory, path: str) -> str | None:
     shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
     if not (name or description or shown):
-        return None
+        return None, []
     where = path + (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
     head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
-    return "\n".join([head.rstrip(), *(text for _, text in shown)])
+    said = [text for text in lines[:body_start] if text.startswith(("name:", "description:"))]
+    return "\n".join([head.rstrip(), *(text for _, text in shown)]), [line_key(path, t) for t in
+                                                                       said + [text for _, text in shown]]
 
 
-def _memory(workspace: Path, timeout: float):
-    """The workspace's memory, every answer within `timeout` seconds: its service, else in this process (the
-    index lock waited for that long). A service that service.json names but that does not answer: an error."""
+def _service(workspace: Path, timeout: float):
+    """The workspace's running service (a `RemoteMemory` waiting `timeout` seconds for its answer), None when
+    service.json names none; asked without a health check first: if it does not answer, the request says so."""
+    from engine.client import connect
+
+    return connect(workspace, timeout=timeout, check=False)
+
+
+def _local(workspace: Path, timeout: float):
+    """The workspace's memory in this process, the index lock waited for at most `timeout` seconds."""
     import os
 
-    from engine.client import ServiceUnavailable, connect, local_memory, service_info
+    from engine.client import local_memory
     from storage.db import lock_timeout
 
-    remote = connect(workspace, timeout=timeout)
-    if remote is not None:
-        return remote
-    info = service_info(workspace)
-    if info is not None:
-        raise ServiceUnavailable(f"the Dreamflow service at {info.get('url')} does not answer")
     os.environ["DREAMFLOW_LOCK_TIMEOUT"] = str(min(timeout, lock_timeout()))  # this hook process only
     return local_memory(workspace)

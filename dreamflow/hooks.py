@@ -396,13 +396,49 @@ def _pending(ws, session_id: str) -> bool:
     return TurnCounter(ws, 1).sessions().get(session_id, {}).get("pending", 0) > 0
 
 
-# ---- CLI: dreamflow hook claude-code (registered in dreamflow/cli.py) -----------------------------------------
+# ---- CLI: dreamflow hook claude-code (registered in dreamflow/cli.py; dreamflow/entry.py calls it directly) --
+
+def claude_code(workspace_arg: str | None, verbose: bool = False) -> None:
+    """Answer one Claude Code hook event from the JSON on stdin: capture (Stop, PreCompact, SessionEnd) or
+    inject (SessionStart, UserPromptSubmit: the answer on stdout). Never raises: a problem is one stderr line."""
+    from dreamflow import hook_context
+
+    try:
+        text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+        if len(text) > MAX_INPUT_BYTES:
+            raise ValueError(f"the hook input is over {MAX_INPUT_BYTES} characters")
+        payload = json.loads(text or "{}")
+        if not isinstance(payload, dict):
+            raise ValueError("the hook input is not a JSON object")
+        event = payload.get("hook_event_name")
+        if event in hook_context.EVENTS:
+            injected = hook_context.context(session_workspace(workspace_arg, payload), payload)
+        else:
+            result = capture(session_workspace(workspace_arg, payload), payload)
+    except Exception as exc:  # never fail the host: say what went wrong and carry on
+        print(f"dreamflow hook claude-code: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if event in hook_context.EVENTS:
+        if injected:
+            print(json.dumps(hook_context.answer(event, injected), ensure_ascii=False))
+        if verbose:
+            print(f"dreamflow hook claude-code: {event}: {len(injected or '')} characters injected", file=sys.stderr)
+        return
+    said = f"dreamflow hook claude-code: {result['event']} {result['session_id']}"
+    skipped = [f"{n} {what}" for n, what in ((result["too_long"], "line(s) over DREAMFLOW_HOOK_MAX_LINE_BYTES"),
+                                             (result["unreadable"], "unreadable record(s)")) if n]
+    if skipped:
+        print(f"{said}: skipped {' and '.join(skipped)} of the transcript", file=sys.stderr)
+    for refused in result["refused"]:
+        print(f"{said}: skipped {refused}", file=sys.stderr)
+    if verbose:
+        left = f"; {result['left']} bytes left for the next delivery" if result["left"] else ""
+        print(f"{said}: {result['appended']} message(s) in {result['turns']} turn(s){left}", file=sys.stderr)
+
 
 def register(cli) -> None:
     """Add the `hook` group to the `dreamflow` command group."""
     import click
-
-    from dreamflow import hook_context
 
     @cli.group("hook")
     def hook() -> None:
@@ -411,41 +447,11 @@ def register(cli) -> None:
     @hook.command("claude-code")
     @click.option("--verbose", "-v", is_flag=True, help="Print what was captured on stderr.")
     @click.pass_obj
-    def claude_code(obj, verbose: bool) -> None:
+    def claude_code_command(obj, verbose: bool) -> None:
         """Claude Code hook: Stop, PreCompact, SessionEnd record the transcript's new turns; SessionStart and
         UserPromptSubmit print memory for the agent's context (a digest; recall for the prompt).
 
         Reads the hook's JSON from stdin. Always exits 0, so memory trouble never interrupts the session;
         problems are reported on stderr (Claude Code shows them in its debug log).
         """
-        try:
-            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
-            if len(text) > MAX_INPUT_BYTES:
-                raise ValueError(f"the hook input is over {MAX_INPUT_BYTES} characters")
-            payload = json.loads(text or "{}")
-            if not isinstance(payload, dict):
-                raise ValueError("the hook input is not a JSON object")
-            event = payload.get("hook_event_name")
-            if event in hook_context.EVENTS:
-                injected = hook_context.context(session_workspace(obj.workspace_arg, payload), payload)
-            else:
-                result = capture(session_workspace(obj.workspace_arg, payload), payload)
-        except Exception as exc:  # never fail the host: say what went wrong and carry on
-            print(f"dreamflow hook claude-code: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return
-        if event in hook_context.EVENTS:
-            if injected:
-                print(json.dumps(hook_context.answer(event, injected), ensure_ascii=False))
-            if verbose:
-                print(f"dreamflow hook claude-code: {event}: {len(injected or '')} characters injected", file=sys.stderr)
-            return
-        said = f"dreamflow hook claude-code: {result['event']} {result['session_id']}"
-        skipped = [f"{n} {what}" for n, what in ((result["too_long"], "line(s) over DREAMFLOW_HOOK_MAX_LINE_BYTES"),
-                                                 (result["unreadable"], "unreadable record(s)")) if n]
-        if skipped:
-            print(f"{said}: skipped {' and '.join(skipped)} of the transcript", file=sys.stderr)
-        for refused in result["refused"]:
-            print(f"{said}: skipped {refused}", file=sys.stderr)
-        if verbose:
-            left = f"; {result['left']} bytes left for the next delivery" if result["left"] else ""
-            print(f"{said}: {result['appended']} message(s) in {result['turns']} turn(s){left}", file=sys.stderr)
+        claude_code(obj.workspace_arg, verbose)

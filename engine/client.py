@@ -10,7 +10,6 @@ the same output either way. This module stays import-light (stdlib http.client, 
 from __future__ import annotations
 
 import base64
-import inspect
 import json
 import os
 import socket
@@ -86,14 +85,17 @@ def service_info(workspace: str | os.PathLike[str]) -> dict | None:
     return info
 
 
-def connect(workspace: str | os.PathLike[str], timeout: float = 600.0) -> RemoteMemory | None:
+def connect(workspace: str | os.PathLike[str], timeout: float = 600.0, check: bool = True) -> RemoteMemory | None:
     """A `RemoteMemory` for the workspace's running service (waiting at most `timeout` seconds for each
-    answer), or None when no service answers."""
+    answer), or None when no service answers. `check=False`: for the service service.json names, without
+    asking its health first (a caller making one request learns from it whether the service answers)."""
     info = service_info(workspace)
     if info is None:
         return None
     remote = RemoteMemory(info["url"], token=Settings().api_token, workspace=info.get("name"), root=Path(workspace),
                           timeout=timeout)
+    if not check:
+        return remote
     try:
         remote.health()
     except ServiceUnavailable:  # a stale file whose pid was reused, or a service shutting down
@@ -259,6 +261,8 @@ class RemoteMemory:
 
 def _remote_method(remote: RemoteMemory, op):
     """A callable with the signature of `Memory.<op>` (without self/callbacks) that calls the service."""
+    import inspect
+
     from engine import ops
 
     params = ops.surface_parameters(op)

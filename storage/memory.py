@@ -552,7 +552,7 @@ class Memory:
         _check_texts("tags", tags)
         if session is not None:
             check_session_id(session)
-        with self.db.session() as con:  # the index lock also serialises the session's record between processes
+        with self.db.session() as con:
             seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
                 con, self.ws, query, budget, given=seen, vectors=self.vectors,

@@ -19,25 +19,28 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
 from storage import validity
-from storage.errors import NotFound
+from storage.errors import IndexBusy, NotFound
 from storage.search import search, term_weights
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
 
 PER_FILE = 2  # passages of one file among the candidates
 MAX_POOL = 400  # most search hits one recall looks through
+DEEPER = 4  # times more hits looked through while the budget is not full
 FOLLOW = 1  # non-blank lines kept after each matching line
 PIECE_TOKENS = 200  # most tokens of one piece (a longer one is cut)
 MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and line: packing stops below it
 MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
 MAX_SESSIONS = 1_000  # session files kept (the most recently used)
 FOLDER = "metadata/recall"
+LOCK = "recall.lock"  # in metadata/
 
 
 @dataclass
@@ -78,12 +81,18 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     if min_score is not None or min_relevance is not None:
         floor = max(min_score or 0.0, (min_relevance or 0.0) * query_weight(con, query, weights))
     pool = min(MAX_POOL, max(10, budget // 40))
+    candidates = _Candidates(ws, weights, given)
+    searched = 0  # the limit of the last search
     while True:
-        hits = search(con, query, limit=pool, expand=0, vectors=vectors, per_file=PER_FILE, **filters)
-        chosen, used, withheld = _pack(ws, hits, weights, given, budget)
+        if pool > searched:  # one search for this pool and the next: it costs about the same for 4x the hits
+            searched = min(MAX_POOL, DEEPER * pool)
+            candidates.hits = search(con, query, limit=searched, expand=0, vectors=vectors, per_file=PER_FILE,
+                                     **filters)
+        hits = candidates.hits[:pool]
+        chosen, used, withheld = _pack(candidates, len(hits), budget)
         if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
             break
-        pool = min(MAX_POOL, 4 * pool)
+        pool = min(MAX_POOL, DEEPER * pool)
     if floor is not None and not any((hits[p.rank]["bm25"] or 0.0) >= floor for p, _ in chosen):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = "\n\n".join(text for _, text in chosen)
@@ -106,33 +115,58 @@ def query_weight(con: duckdb.DuckDBPyConnection, query: str, weights: dict[str, 
     return sum(weights.get(t, unknown) for t in set(terms(query)))
 
 
-def _pack(ws: Workspace, hits: list[dict], weights: dict[str, float], given: set[str],
-          budget: int) -> tuple[list[tuple[Piece, str]], int, int]:
-    """(pieces with their text, tokens used, lines withheld as given): every hit's best piece first, in
-    search order, then their other pieces, each if it still fits; in the answer a file's pieces stay together."""
-    files: dict[str, list[str]] = {}
-    firsts, rests = [], []
-    withheld = 0
-    for rank, hit in enumerate(hits):
-        pieces, held = _pieces(ws, hit, rank, weights, given, files)
-        withheld += held
-        firsts += pieces[:1]
-        rests += pieces[1:]
+class _Candidates:
+    """The search hits of one recall (`hits`, best first) and the pieces of each, worked out when packing
+    first reaches the hit and kept for a deeper pass (each file read once per recall)."""
+
+    def __init__(self, ws: Workspace, weights: dict[str, float], given: set[str]):
+        self.ws, self.weights, self.given = ws, weights, given
+        self.hits: list[dict] = []
+        self.files: dict[str, list[str]] = {}
+        self.done: dict[tuple[int, int], tuple[list[Piece], int]] = {}  # (rank, chunk id) -> pieces, withheld
+
+    def pieces(self, rank: int) -> tuple[list[Piece], int]:
+        """(pieces of hit `rank`, best first; lines it left out as given)."""
+        hit = self.hits[rank]
+        key = (rank, hit["chunk_id"])
+        if key not in self.done:
+            self.done[key] = _pieces(self.ws, hit, rank, self.weights, self.given, self.files)
+        return self.done[key]
+
+
+def _pack(candidates: _Candidates, n: int, budget: int) -> tuple[list[tuple[Piece, str]], int, int]:
+    """(pieces with their text, tokens used, lines withheld as given in the hits looked at) from the first `n`
+    hits: every hit's best piece first, in search order, then their other pieces, each if it still fits; in
+    the answer a file's pieces stay together. Once the budget is full, later hits are not looked at."""
     chosen: list[tuple[Piece, str]] = []
     taken: dict[str, set[int]] = {}
-    used = 0
-    for piece in firsts + rests:
-        if budget - used < MIN_TOKENS:
-            break
+    rests: list[Piece] = []
+    used = withheld = 0
+
+    def take(piece: Piece) -> None:
+        nonlocal used
         if taken.get(piece.path, set()) & {n for n, _ in piece.lines}:
-            continue  # overlapping chunks of one file: said once
+            return  # overlapping chunks of one file: said once
         text = piece.render()
         cost = tokens(text) + (1 if chosen else 0)  # the blank line between pieces: "\n\n" is 1 token
         if used + cost > budget:
-            continue
+            return
         chosen.append((piece, text))
         taken.setdefault(piece.path, set()).update(n for n, _ in piece.lines)
         used += cost
+
+    for rank in range(n):
+        if budget - used < MIN_TOKENS:
+            break
+        pieces, held = candidates.pieces(rank)
+        withheld += held
+        if pieces:
+            take(pieces[0])
+            rests += pieces[1:]
+    for piece in rests:
+        if budget - used < MIN_TOKENS:
+            break
+        take(piece)
     chosen.sort(key=lambda c: (c[0].rank, c[0].start_line))  # in search order, a file's pieces together
     return chosen, used, withheld
 
@@ -218,20 +252,34 @@ def given(ws: Workspace, session: str) -> set[str]:
 
 def remember(ws: Workspace, session: str, keys: list[str]) -> None:
     """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
-    past MAX_SESSIONS. Callers hold the index lock, which serialises this between processes."""
+    past MAX_SESSIONS. Serialised between processes by `metadata/recall.lock` (not the index lock: the
+    session-start digest records what it showed without opening the index)."""
+    import filelock
+
+    from storage.db import lock_timeout
+
     rel = _file(session)
-    try:
-        old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
-    except (OSError, ValueError, AttributeError):
-        old = []
     if not keys:
         return
-    merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
-    ws.write_text(rel, json.dumps({"session": session, "given": merged}))
     folder = ws.root / FOLDER
-    sessions = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
-    for stale in sessions[:max(0, len(sessions) - MAX_SESSIONS)]:
-        stale.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with filelock.FileLock(str(ws.metadata / LOCK), timeout=lock_timeout()):
+            try:
+                old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
+            except (OSError, ValueError, AttributeError):
+                old = []
+            merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
+            ws.write_text(rel, json.dumps({"session": session, "given": merged}))
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.name.endswith(".json")]
+            if len(names) <= MAX_SESSIONS:
+                return  # the common case: no file's age needed
+            sessions = sorted((folder / name for name in names), key=lambda p: p.stat().st_mtime)
+            for stale in sessions[:len(sessions) - MAX_SESSIONS]:
+                stale.unlink(missing_ok=True)
+    except filelock.Timeout:
+        raise IndexBusy(f"what sessions were given ({FOLDER}) is locked by another process") from None
 
 
 def _file(session: str) -> str:

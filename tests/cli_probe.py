@@ -3,6 +3,14 @@
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
+
+# The `dreamflow` console script as pyproject.toml declares it, as `python -c` code: what `pip install` writes
+# (an install made before the entry point changed still runs the old one).
+SCRIPT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]["dreamflow"]
+_MODULE, _FUNCTION = SCRIPT.split(":")
+ENTRY = f"import sys\nfrom {_MODULE} import {_FUNCTION}\nsys.argv[0] = 'dreamflow'\nsys.exit({_FUNCTION}())\n"
 
 # Prints the sorted module names on stderr's last line when the process exits, whatever the command did.
 PROBE = (
@@ -12,6 +20,7 @@ PROBE = (
     "sys.argv = ['dreamflow'] + sys.argv[1:]\n"
     "main()\n"
 )
+ENTRY_PROBE = PROBE.split("from dreamflow.cli")[0] + ENTRY  # the same for the console script
 
 # Prints the process's peak RSS in kB (`maxrss N`) on stderr's last line when it exits.
 RSS_PROBE = (

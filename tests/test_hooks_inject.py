@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_probe import PROBE
-from service_harness import DREAMFLOW
+from cli_probe import ENTRY, SCRIPT
+from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
@@ -23,6 +23,8 @@ from storage.db import IndexDB
 from storage.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(120)
+
+HEAVY = ("click", "prefect", "openai", "torch", "sentence_transformers", "fastapi", "pydantic", "rich")
 
 CWD = "/home/ana/trip-planner"
 TRANSCRIPTS = "/home/ana/.claude/projects/-home-ana-trip-planner"
@@ -49,10 +51,16 @@ def start(source: str = "startup", session: str = SESSION, cwd: str = CWD) -> di
 
 
 def hook(payload: dict, workspace=None, env: dict | None = None, probe: bool = False) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-c", PROBE] if probe else [DREAMFLOW]
+    """`dreamflow [--workspace W] hook claude-code` as Claude Code runs it (the console script)."""
+    command = [sys.executable, "-c", PROBE if probe else ENTRY]
     where = ["--workspace", str(workspace)] if workspace is not None else []
     return subprocess.run([*command, *where, "hook", "claude-code"], input=json.dumps(payload), capture_output=True,
                           text=True, timeout=60, env={**os.environ, "DREAMFLOW_EMBEDDER": "none", **(env or {})})
+
+
+def imported(done: subprocess.CompletedProcess) -> set[str]:
+    """The top-level packages a `probe=True` hook imported."""
+    return {m.split(".")[0] for m in json.loads(done.stderr.strip().splitlines()[-1])}
 
 
 def injected(done: subprocess.CompletedProcess, event: str) -> str | None:
@@ -176,13 +184,14 @@ def test_a_routed_session_gets_only_its_own_workspace(tmp_path):
     (tmp_path / "src/web/pkg").mkdir(parents=True)
     cwd = str(tmp_path / "src/web/pkg")
     for n, text in enumerate(("Where is the coffee machine?", "coffee flat white vite api orders")):
-        done = subprocess.run([DREAMFLOW, "hook", "claude-code"], input=json.dumps(prompt(text, f"s-{n}", cwd)),
-                              capture_output=True, text=True, timeout=60, env={**env, **ANY_MATCH})
+        done = subprocess.run([sys.executable, "-c", ENTRY, "hook", "claude-code"],
+                              input=json.dumps(prompt(text, f"s-{n}", cwd)), capture_output=True, text=True,
+                              timeout=60, env={**env, **ANY_MATCH})
         got = injected(done, "UserPromptSubmit")
         assert got is not None and "[digest/wiki/web-note.md:" in got, got
         assert "oat flat white" not in got and "40 ms" not in got and "personal-note" not in got and "api-note" not in got
-    begun = subprocess.run([DREAMFLOW, "hook", "claude-code"], input=json.dumps(start(cwd=cwd)), capture_output=True,
-                           text=True, timeout=60, env=env)
+    begun = subprocess.run([sys.executable, "-c", ENTRY, "hook", "claude-code"], input=json.dumps(start(cwd=cwd)),
+                           capture_output=True, text=True, timeout=60, env=env)
     got = injected(begun, "SessionStart")
     assert "web-note" in got and "personal-note" not in got and "api-note" not in got
     assert not (folders["personal"] / "metadata/recall").exists()  # nothing read from or recorded in the others
@@ -193,8 +202,44 @@ def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
     done = hook(prompt("Which hotel did Ana book in Alfama?"), trip, probe=True)
     lines = done.stdout.strip()
     assert done.returncode == 0 and "Casa do Largo" in json.loads(lines)["hookSpecificOutput"]["additionalContext"]
-    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
-    assert not [m for m in modules if m.split(".")[0] in ("prefect", "openai", "torch", "sentence_transformers")]
+    assert not imported(done) & set(HEAVY)  # without a service: the storage layer and duckdb, not the CLI
+
+
+def test_the_console_script_takes_the_hook_straight_and_all_else_to_the_cli(trip):
+    from dreamflow.entry import hook_call
+
+    assert SCRIPT == "dreamflow.entry:main"
+    assert hook_call(["hook", "claude-code"]) == (None, False)
+    assert hook_call(["--workspace", "web", "hook", "claude-code", "--verbose"]) == ("web", True)
+    assert hook_call(["-w", "/tmp/ws", "hook", "claude-code", "-v"]) == ("/tmp/ws", True)
+    assert hook_call(["--workspace=web", "hook", "claude-code"]) == ("web", False)
+    for args in (["hook", "claude-code", "--help"], ["hook"], ["search", "x"], ["--workspace"], [],
+                 ["hook", "claude-code", "extra"], ["--version"]):
+        assert hook_call(args) is None, args
+    helped = subprocess.run([sys.executable, "-c", ENTRY, "hook", "claude-code", "--help"], capture_output=True,
+                            text=True, timeout=60)
+    assert helped.returncode == 0 and "Usage: dreamflow hook claude-code" in helped.stdout
+    # a capture event through the same entry: recorded as before (the transcript's turn in the session's dialog)
+    transcript = trip / "t.jsonl"
+    transcript.write_text(json.dumps({"type": "user", "uuid": "u1", "sessionId": SESSION, "timestamp":
+                                      "2026-12-02T01:00:00Z", "message": {"role": "user", "content": "Book Alfama"}})
+                          + "\n")
+    stop = {"session_id": SESSION, "transcript_path": str(transcript), "cwd": CWD, "hook_event_name": "Stop"}
+    done = hook(stop, trip)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout == ""
+    assert any("Book Alfama" in p.read_text() for p in (trip / "session").rglob("*") if p.is_file())
+
+
+def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
+    asked = "Does Ana prefer window seats and early flights?"
+    fresh = injected(hook(prompt(asked, session="no-start"), trip, env=ANY_MATCH), "UserPromptSubmit")
+    assert fresh is not None and "Prefers window seats and early flights." in fresh  # recall finds the node's line
+
+    begun = injected(hook(start(session="started"), trip), "SessionStart")
+    assert "[digest/personal/ana.md:7-8] Ana: The user, travel preferences\nPrefers window seats" in begun
+    after = injected(hook(prompt(asked, session="started"), trip, env=ANY_MATCH), "UserPromptSubmit")
+    assert after is None or "Prefers window seats" not in after  # the session has it from its start
+    assert after is None or "digest/personal/ana.md:7" not in after
 
 
 @pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
@@ -211,3 +256,14 @@ def test_a_prompt_through_the_running_service(dreamflow_service):
     assert injected(again, "UserPromptSubmit") is None
     begun = injected(hook(start(session=session), svc.workspace), "SessionStart")
     assert begun is not None and "[daily/2024-06-02/porto-ferry.md:" in begun
+
+    # a new session: its start shows the card, so its prompt on it does not repeat it (the shared service's
+    # workspace may hold other weak matches); the process imports neither the CLI nor duckdb (one request)
+    begun = injected(hook(start(session="started-" + session), svc.workspace), "SessionStart")
+    assert "09:40 from Cais da Estiva" in begun
+    done = hook(prompt("When does the Douro ferry to Afurada leave?", "started-" + session), svc.workspace,
+                env=ANY_MATCH, probe=True)
+    after = injected(done, "UserPromptSubmit")
+    assert after is None or ("09:40" not in after and "porto-ferry.md" not in after), after
+    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert not imported(done) & {*HEAVY, "duckdb"} and not modules & {"storage.memory", "storage.db", "engine.ops"}
