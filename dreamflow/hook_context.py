@@ -151,8 +151,12 @@ def _cards(memory) -> list[str]:
 
 
 def _item(memory, path: str) -> tuple[str | None, list[str]]:
-    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it),
+    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it,
+    or a superseded or expired node),
     and the keys (storage.recall.line_key) of the lines it shows: those and the name and description lines."""
+    from datetime import date
+
+    from storage import validity
     from storage.markdown import split_frontmatter
     from storage.recall import line_key
 
@@ -163,6 +167,8 @@ def _item(memory, path: str) -> tuple[str | None, list[str]]:
         ends = [n for n, text in enumerate(lines[1:], 1) if text.strip() == "---"]
         body_start = ends[0] + 1 if ends else len(lines)
     meta = split_frontmatter("\n".join(lines[:body_start]) + "\n").meta if body_start else {}
+    if path.startswith("digest/") and validity.status(meta, date.today()) != validity.CURRENT:
+        return None, []  # what no longer holds is not a current fact
     name, description = (str(meta.get(k) or "").strip() for k in ("name", "description"))
     shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]

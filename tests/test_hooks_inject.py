@@ -141,6 +141,17 @@ def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip)
     assert injected(off, "UserPromptSubmit") is None
 
 
+def test_session_start_leaves_out_what_no_longer_holds(trip):
+    ws = Workspace(trip)
+    ws.write_text("digest/personal/ana-s-flat.md", note("Ana's flat", "Where Ana lived", "Ana rented in Graça.\n")
+                  .replace("---\n#", "---\n#").replace("description: Where Ana lived", "description: Where Ana lived\n"
+                  "status: superseded\nvalid_to: 2024-05-01\nsuperseded_by: '[[digest/personal/ana.md]]'"))
+    ws.write_text("digest/personal/visa.md", note("Visa", "Ana's visa", "Valid for Brazil.\n").replace(
+        "description: Ana's visa", "description: Ana's visa\nexpires: 2024-01-01"))
+    text = injected(hook(start(), trip), "SessionStart")
+    assert "digest/personal/ana.md" in text and "ana-s-flat" not in text and "visa.md" not in text
+
+
 def test_session_start_on_an_empty_workspace_says_nothing(tmp_path):
     done = hook(start(), tmp_path / "empty")
     assert injected(done, "SessionStart") is None and done.stderr == ""
