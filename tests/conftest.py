@@ -104,3 +104,33 @@ def dreamflow_service(tmp_path_factory, llm_server):
     yield service
     code = service.stop()
     assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"
+
+
+# ---- how `-n N` spreads the tests over xdist workers ------------------------------------------------------
+
+# Tests that need the shared service run on one worker, which starts it once (each worker would start its own).
+SERVICE_GROUP = "service"
+
+
+def pytest_configure(config):
+    """`-n N` distributes by group (`--dist loadgroup`) unless `--dist` was given: a group's tests go to one worker,
+    biggest group first, so the service's tests start it once and overlap the rest of the suite on the others."""
+    config.addinivalue_line("markers", "xdist_group(name): run on the worker that runs the group (pytest-xdist)")
+    given = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    if getattr(config.option, "dist", "no") == "load" and not any(arg.startswith("--dist") for arg in given):
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
+def pytest_collection_modifyitems(config, items):
+    """Groups: the shared service's tests, in file order (test_service.py's last test replaces the served
+    deployments), and each module's tests that share a module-scoped fixture (built once, on one worker). Under
+    `--dist loadgroup` the other modules with slow tests start first, so none is left running alone at the end."""
+    for item in items:
+        if {"dreamflow_service", "prefect_harness"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group(SERVICE_GROUP))
+        elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker collecting for `--dist loadgroup`
+        slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order within each part

@@ -65,26 +65,28 @@ def args_for(op: str, workspace: str, token: str) -> dict:
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
-    """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders)."""
+    """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders).
+    Registered and granted in this process (the `workspace add` and `token create` commands have their own tests in
+    test_registry.py): the service start is what this module pays for."""
+    from engine import grants
+    from engine.registry import Registry
+
     root = tmp_path_factory.mktemp("isolation")
-    env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE",)}
-    env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none", DREAMFLOW_API_TOKEN=ADMIN)
     folders = {"wsgamma3": root / "gamma-store", "wsbeta2": root / "beta-store", "wsalpha1": root / "ws"}
-    for name, folder in folders.items():
-        extra = ["--reads", "wsgamma3"] if name == "wsalpha1" else []
-        assert subprocess.run([DREAMFLOW, "workspace", "add", name, str(folder), *extra], env=env,
-                              capture_output=True).returncode == 0
-        page = folder / f"digest/wiki/{MARK[name]}-page.md"
-        page.parent.mkdir(parents=True)
-        page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
     secrets = {"admin": ADMIN}
-    for token, (granted, read_only) in TOKENS.items():
-        if token == "admin":
-            continue
-        made = subprocess.run([DREAMFLOW, "token", "create", "--name", f"tok-{token}", "--json",
-                               *[f"--workspace={w}" for w in sorted(granted)], *(["--read-only"] * read_only)],
-                              env=env, capture_output=True, text=True)
-        secrets[token] = json.loads(made.stdout)["token"]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DREAMFLOW_HOME", str(root / "home"))
+        env.setenv("DREAMFLOW_API_TOKEN", ADMIN)
+        registry = Registry.load()
+        for name, folder in folders.items():
+            registry.add(name, folder, reads=["wsgamma3"] if name == "wsalpha1" else None)
+            page = folder / f"digest/wiki/{MARK[name]}-page.md"
+            page.parent.mkdir(parents=True)
+            page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
+        registry.save()
+        for token, (granted, read_only) in TOKENS.items():
+            if token != "admin":
+                secrets[token] = grants.create(f"tok-{token}", sorted(granted), read_only)
     service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
     try:
         yield service, secrets, folders
