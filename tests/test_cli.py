@@ -29,15 +29,26 @@ def run_process(ws, *args, input="", env=None):
 
 
 def run(ws, *args, input="", env=None):
-    """`dreamflow --workspace WS ARGS...` run by click in this process, as a CompletedProcess: stdout, stderr (with
-    the traceback an uncaught exception would print) and the exit code `python -m dreamflow` would have."""
+    """`dreamflow --workspace WS ARGS...` run by click in this process (`invoke`), without DREAMFLOW_WORKSPACE."""
+    argv = [*(["--workspace", str(ws)] if ws else []), *args]
+    return invoke(argv, input=input, env={"DREAMFLOW_WORKSPACE": None, **(env or {})})
+
+
+def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """`dreamflow ARGV...` run by click in this process, as a CompletedProcess: stdout, stderr (with the traceback
+    an uncaught exception would print) and the exit code the `dreamflow` process would have. `env` changes the
+    environment for the call (None: unset), `cwd` the working folder."""
     from click.testing import CliRunner
 
     from dreamflow.cli import cli
 
-    argv = [*(["--workspace", str(ws)] if ws else []), *args]
-    result = CliRunner().invoke(cli, argv, input=input, env={"DREAMFLOW_WORKSPACE": None, **(env or {})},
-                                prog_name="dreamflow")
+    before = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        result = CliRunner().invoke(cli, [str(a) for a in argv], input=input, env=env, prog_name="dreamflow")
+    finally:
+        os.chdir(before)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(*result.exc_info))

@@ -6,12 +6,11 @@ returns hits of the shared workspace only to a token that also grants it."""
 
 import json
 import os
-import subprocess
 
 import anyio
 import httpx
 import pytest
-from service_harness import DREAMFLOW, RunningService
+from service_harness import RunningService
 
 from engine import ops
 from engine.grants import UNKNOWN_WORKSPACE
@@ -252,15 +251,19 @@ def test_every_mcp_tool_and_resource_allows_hides_or_refuses_exactly_as_granted(
 
 
 def test_the_cli_through_the_service_sees_only_what_its_token_grants(isolated):
+    """The CLI's commands in this process (test_cli.invoke; test_service.py runs the CLI process against a
+    service), with the service's environment and the token."""
+    from test_cli import invoke
+
     service, secrets, folders = isolated
     for token in ("a", "b"):
         check = Checker(token, folders)
-        env = {**service.env, "DREAMFLOW_API_TOKEN": secrets[token]}
+        env = {**{key: None for key in os.environ if key not in service.env}, **service.env,
+               "DREAMFLOW_API_TOKEN": secrets[token]}
         for name in NAMES:
             for args, writes in ((["search", QUERY, "--json"], False),
                                  (["write", f"daily/2024-02-01/cli-{token}.md", "--content", "x", "--json"], True)):
-                done = subprocess.run([DREAMFLOW, "--workspace", str(folders[name]), *args], env=env,
-                                      capture_output=True, text=True, timeout=60)
+                done = invoke(["--workspace", str(folders[name]), *args], env=env)
                 check.scan(f"cli {args[0]} on {name}", done.stdout + done.stderr)
                 body = json.loads(done.stdout)
                 want = expect(token, name, writes)
