@@ -110,6 +110,8 @@ def dreamflow_service(tmp_path_factory, llm_server):
 
 # Tests that need the shared service run on one worker, which starts it once (each worker would start its own).
 SERVICE_GROUP = "service"
+# Modules that load the packaged MiniLM (torch and the model, once per process): one worker loads it.
+LOCAL_MODEL_GROUP, LOCAL_MODEL_MODULES = "local-model", {"test_embeddings", "test_vectors"}
 
 
 def pytest_configure(config):
@@ -124,11 +126,13 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
 def pytest_collection_modifyitems(config, items):
     """Groups: the shared service's tests, in file order (test_service.py's last test replaces the served
-    deployments), and each module's tests that share a module-scoped fixture (built once, on one worker). Under
+    deployments), the local model's, and each module's tests that share a module-scoped fixture (built once). Under
     `--dist loadgroup` the other modules with slow tests start first, so none is left running alone at the end."""
     for item in items:
         if {"dreamflow_service", "prefect_harness"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group(SERVICE_GROUP))
+        elif item.module.__name__ in LOCAL_MODEL_MODULES:
+            item.add_marker(pytest.mark.xdist_group(LOCAL_MODEL_GROUP))
         elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if getattr(config.option, "loadgroup", False):  # an xdist worker collecting for `--dist loadgroup`
