@@ -128,13 +128,18 @@ def pytest_collection_modifyitems(config, items):
     """Groups: the shared service's tests, in file order (test_service.py's last test replaces the served
     deployments), the local model's, and each module's tests that share a module-scoped fixture (built once). Under
     `--dist loadgroup` the other modules with slow tests start first, so none is left running alone at the end."""
+    shared, others = [], []
     for item in items:
         if {"dreamflow_service", "prefect_harness"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group(SERVICE_GROUP))
-        elif item.module.__name__ in LOCAL_MODEL_MODULES:
+            shared.append(item)
+            continue
+        if item.module.__name__ in LOCAL_MODEL_MODULES:
             item.add_marker(pytest.mark.xdist_group(LOCAL_MODEL_GROUP))
         elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        others.append(item)
     if getattr(config.option, "loadgroup", False):  # an xdist worker collecting for `--dist loadgroup`
-        slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order within each part
+        slow = {item.module.__name__ for item in others if item.get_closest_marker("slow")}
+        others.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order within each part
+        items[:] = shared + others
