@@ -149,10 +149,19 @@ def pytest_xdist_make_scheduler(config, log):
 
         groups: dict | None = None
 
+        def add_node_collection(self, node, collection) -> None:
+            """Tests sharing one id (schemathesis' cases) stay apart: the n-th repeat is `ID<NUL>n` here."""
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                unique.append(f"{nodeid}\x00{seen[nodeid]}" if nodeid in seen else nodeid)
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+            super().add_node_collection(node, unique)
+
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:
                 self.groups = json.loads(config.stash[GROUPS_FILE].read_text())
-            return self.groups.get(nodeid, nodeid)
+            return self.groups.get(nodeid.split("\x00")[0], nodeid)
 
     return GroupScheduling(config, log)
 
