@@ -22,8 +22,10 @@ def ws(tmp_path) -> Workspace:
 # ---- Prefect and the scripted LLM server (memory jobs; reusable by any test) -----------------------------
 
 import atexit  # noqa: E402
+import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from engine import prefect_env  # noqa: E402
 from llm_server import LLMServer  # noqa: E402
@@ -104,3 +106,88 @@ def dreamflow_service(tmp_path_factory, llm_server):
     yield service
     code = service.stop()
     assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"
+
+
+# ---- how `-n N` spreads the tests over xdist workers ------------------------------------------------------
+# xdist's own `--dist loadgroup` renames test ids, which this pytest ignores; so the workers write each grouped
+# test's group to a file and the controller's scheduler sends a group's tests to one worker, biggest group first.
+
+GROUPS_FILE = pytest.StashKey[Path]()
+# Tests that need the shared service run on one worker, which starts it once (each worker would start its own).
+SERVICE_GROUP = "service"
+# Modules that load the packaged MiniLM (torch and the model, once per process): one worker loads it.
+LOCAL_MODEL_GROUP, LOCAL_MODEL_MODULES = "local-model", {"test_embeddings", "test_vectors"}
+
+
+def _grouping(config) -> bool:
+    """`-n N` without an explicit `--dist` (the README's command)."""
+    given = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    return getattr(config.option, "dist", "no") == "load" and not any(arg.startswith("--dist") for arg in given)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and _grouping(config):
+        config.stash[GROUPS_FILE] = Path(tempfile.mkdtemp(prefix="dreamflow-test-groups-")) / "groups.json"
+        atexit.register(shutil.rmtree, config.stash[GROUPS_FILE].parent, True)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: absent with -p no:xdist
+def pytest_configure_node(node):
+    if GROUPS_FILE in node.config.stash:
+        node.workerinput["dreamflow_groups"] = str(node.config.stash[GROUPS_FILE])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if GROUPS_FILE not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling (a unit's tests to one worker, biggest unit first) with the workers' groups as
+        units and every other test a unit of its own."""
+
+        groups: dict | None = None
+
+        def add_node_collection(self, node, collection) -> None:
+            """Tests sharing one id (schemathesis' cases) stay apart: the n-th repeat is `ID<NUL>n` here."""
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                unique.append(f"{nodeid}\x00{seen[nodeid]}" if nodeid in seen else nodeid)
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+            super().add_node_collection(node, unique)
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = json.loads(config.stash[GROUPS_FILE].read_text())
+            return self.groups.get(nodeid.split("\x00")[0], nodeid)
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Groups: the shared service's tests, in file order (test_service.py's last test replaces the served
+    deployments), the local model's, and each module's tests that share a module-scoped fixture (built once). On an
+    xdist worker the other modules with slow tests come first, so none is left running alone at the end."""
+    groups = getattr(config, "workerinput", {}).get("dreamflow_groups")
+    if groups is None:
+        return
+    shared, others, group_of = [], [], {}
+    for item in items:
+        if {"dreamflow_service", "prefect_harness"} & set(item.fixturenames):
+            group_of[item.nodeid] = SERVICE_GROUP
+            shared.append(item)
+            continue
+        if item.module.__name__ in LOCAL_MODEL_MODULES:
+            group_of[item.nodeid] = LOCAL_MODEL_GROUP
+        elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
+            group_of[item.nodeid] = item.module.__name__
+        others.append(item)
+    slow = {item.module.__name__ for item in others if item.get_closest_marker("slow")}
+    others.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order within each part
+    items[:] = shared + others
+    tmp = f"{groups}.{os.getpid()}"
+    Path(tmp).write_text(json.dumps(group_of))
+    os.replace(tmp, groups)  # each worker writes the same map, whole

@@ -1,9 +1,13 @@
-"""The `dreamflow` CLI as users and agents call it: real subprocesses over a real workspace."""
+"""The `dreamflow` CLI as users and agents call it, over a real workspace: most commands through click in this
+process (`run`: the same command objects, arguments, output streams and exit codes, without a Python start and the
+imports per call); real subprocesses where the process is the point (`run_process`: `python -m dreamflow`, piped
+stdin, the imports a command pays, cli_probe)."""
 
 import json
 import os
 import subprocess
 import sys
+import traceback
 import typing
 from pathlib import Path
 
@@ -16,7 +20,7 @@ from storage.memory import Memory
 HEAVY = ("prefect", "openai", "torch", "sentence_transformers", "transformers", "pydantic", "fastapi", "uvicorn")
 
 
-def run(ws, *args, input="", env=None):
+def run_process(ws, *args, input="", env=None):
     """Run `python -m dreamflow --workspace WS ARGS...` and return the CompletedProcess."""
     full_env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_WORKSPACE"}
     full_env.update(env or {})
@@ -24,8 +28,35 @@ def run(ws, *args, input="", env=None):
     return subprocess.run(cmd, capture_output=True, text=True, input=input, env=full_env, timeout=120)
 
 
-def ok(ws, *args, **kw):
-    proc = run(ws, *args, **kw)
+def run(ws, *args, input="", env=None):
+    """`dreamflow --workspace WS ARGS...` run by click in this process (`invoke`), without DREAMFLOW_WORKSPACE."""
+    argv = [*(["--workspace", str(ws)] if ws else []), *args]
+    return invoke(argv, input=input, env={"DREAMFLOW_WORKSPACE": None, **(env or {})})
+
+
+def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """`dreamflow ARGV...` run by click in this process, as a CompletedProcess: stdout, stderr (with the traceback
+    an uncaught exception would print) and the exit code the `dreamflow` process would have. `env` changes the
+    environment for the call (None: unset), `cwd` the working folder."""
+    from click.testing import CliRunner
+
+    from dreamflow.cli import cli
+
+    before = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        result = CliRunner().invoke(cli, [str(a) for a in argv], input=input, env=env, prog_name="dreamflow")
+    finally:
+        os.chdir(before)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess(["dreamflow", *argv], result.exit_code, result.stdout, stderr)
+
+
+def ok(ws, *args, via=None, **kw):
+    proc = (via or run)(ws, *args, **kw)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -40,18 +71,19 @@ def ws(tmp_path):
 
 
 def test_write_search_read_round_trip(ws):
+    """In real processes: `python -m dreamflow` as a user types it."""
     written = as_json(ws, "write", "digest/wiki/boats", "--name", "Boats", "--description", "Sailing notes",
-                      "--content", "The catamaran has two hulls.\nLine two.\nLine three.\n")
+                      "--content", "The catamaran has two hulls.\nLine two.\nLine three.\n", via=run_process)
     assert written["path"] == "digest/wiki/boats.md" and written["created"] is True
 
-    hits = as_json(ws, "search", "catamaran", "--limit", "10")
+    hits = as_json(ws, "search", "catamaran", "--limit", "10", via=run_process)
     assert [h["path"] for h in hits] == ["digest/wiki/boats.md"]
     assert {"path", "start_line", "end_line", "score", "text"} <= set(hits[0])
 
-    people = ok(ws, "search", "catamaran").stdout
+    people = ok(ws, "search", "catamaran", via=run_process).stdout
     assert "digest/wiki/boats.md:" in people and "catamaran" in people
 
-    part = ok(ws, "read", "digest/wiki/boats.md", "--start-line", "5", "--end-line", "6").stdout
+    part = ok(ws, "read", "digest/wiki/boats.md", "--start-line", "5", "--end-line", "6", via=run_process).stdout
     assert part == "     5\tThe catamaran has two hulls.\n     6\tLine two.\n"
     assert as_json(ws, "read", "digest/wiki/boats.md")["total_lines"] == 7
 
@@ -60,11 +92,11 @@ def test_content_from_file_and_stdin(ws, tmp_path):
     body = tmp_path / "body.md"
     body.write_text("from a file: [[digest/wiki/x.md]]\n")
     ok(ws, "write", "notes/f.md", "--file", str(body))
-    ok(ws, "append", "notes/f.md", input="from stdin\n")
-    ok(ws, "prepend", "notes/f.md", "--file", "-", input="at the top\n")
+    ok(ws, "append", "notes/f.md", input="from stdin\n", via=run_process)
+    ok(ws, "prepend", "notes/f.md", "--file", "-", input="at the top\n", via=run_process)
     text = (ws / "notes/f.md").read_text()
     assert text == "at the top\nfrom a file: [[digest/wiki/x.md]]\nfrom stdin\n"
-    assert run(ws, "append", "notes/f.md").returncode == 2  # no content anywhere: usage error
+    assert run_process(ws, "append", "notes/f.md").returncode == 2  # no content anywhere (an empty pipe): usage error
     assert run(ws, "write", "notes/g.md", "--content", "x", "--file", str(body)).returncode == 2
 
 

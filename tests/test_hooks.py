@@ -16,6 +16,7 @@ import pytest
 from cli_probe import PROBE, RSS_PROBE
 from llm_server import Reply, text_of
 from service_harness import DREAMFLOW, wait_for
+from test_cli import invoke
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,9 +33,13 @@ def fixture_lines() -> list[str]:
 
 def hook(workspace, payload, raw: str | None = None, verbose: bool = True, env: dict | None = None,
          probe: str | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-c", probe] if probe else [DREAMFLOW]
-    return subprocess.run([*command, "--workspace", str(workspace), "hook", "claude-code", *(["--verbose"] * verbose)],
-                          input=raw if raw is not None else json.dumps(payload), capture_output=True, text=True,
+    """`dreamflow --workspace WS hook claude-code` with the payload on stdin: in this process (test_cli.invoke), or
+    with a `probe` (cli_probe) in a real process that reports on itself."""
+    args = ["--workspace", str(workspace), "hook", "claude-code", *(["--verbose"] * verbose)]
+    stdin = raw if raw is not None else json.dumps(payload)
+    if probe is None:
+        return invoke(args, input=stdin, env=env)
+    return subprocess.run([sys.executable, "-c", probe, *args], input=stdin, capture_output=True, text=True,
                           timeout=60, env={**os.environ, **(env or {})})
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from test_api import ApiServer
-from test_cli import as_json, run
+from test_cli import as_json, run, run_process
 
 from deployments.watch import WorkspaceWatcher
 from storage import index
@@ -191,7 +191,7 @@ def test_a_path_with_a_lone_surrogate_is_a_path_error_on_every_path_argument(tmp
         with pytest.raises(PathError, match="not valid UTF-8 text"):
             call()
     assert mem.tags() == [] and sorted(mem.ws.iter_files()) == ["digest/wiki/a.md"]  # nothing half-written
-    proc = run(ws, "write", os.fsdecode(b"digest/wiki/\xff.md"), "--content", "x")  # argv bytes, not UTF-8
+    proc = run_process(ws, "write", os.fsdecode(b"digest/wiki/\xff.md"), "--content", "x")  # argv bytes, not UTF-8
     assert proc.returncode == 2 and "not valid UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
 
 

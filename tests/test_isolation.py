@@ -6,12 +6,11 @@ returns hits of the shared workspace only to a token that also grants it."""
 
 import json
 import os
-import subprocess
 
 import anyio
 import httpx
 import pytest
-from service_harness import DREAMFLOW, RunningService
+from service_harness import RunningService
 
 from engine import ops
 from engine.grants import UNKNOWN_WORKSPACE
@@ -65,26 +64,28 @@ def args_for(op: str, workspace: str, token: str) -> dict:
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
-    """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders)."""
+    """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders).
+    Registered and granted in this process (the `workspace add` and `token create` commands have their own tests in
+    test_registry.py): the service start is what this module pays for."""
+    from engine import grants
+    from engine.registry import Registry
+
     root = tmp_path_factory.mktemp("isolation")
-    env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE",)}
-    env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none", DREAMFLOW_API_TOKEN=ADMIN)
     folders = {"wsgamma3": root / "gamma-store", "wsbeta2": root / "beta-store", "wsalpha1": root / "ws"}
-    for name, folder in folders.items():
-        extra = ["--reads", "wsgamma3"] if name == "wsalpha1" else []
-        assert subprocess.run([DREAMFLOW, "workspace", "add", name, str(folder), *extra], env=env,
-                              capture_output=True).returncode == 0
-        page = folder / f"digest/wiki/{MARK[name]}-page.md"
-        page.parent.mkdir(parents=True)
-        page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
     secrets = {"admin": ADMIN}
-    for token, (granted, read_only) in TOKENS.items():
-        if token == "admin":
-            continue
-        made = subprocess.run([DREAMFLOW, "token", "create", "--name", f"tok-{token}", "--json",
-                               *[f"--workspace={w}" for w in sorted(granted)], *(["--read-only"] * read_only)],
-                              env=env, capture_output=True, text=True)
-        secrets[token] = json.loads(made.stdout)["token"]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DREAMFLOW_HOME", str(root / "home"))
+        env.setenv("DREAMFLOW_API_TOKEN", ADMIN)
+        registry = Registry.load()
+        for name, folder in folders.items():
+            registry.add(name, folder, reads=["wsgamma3"] if name == "wsalpha1" else None)
+            page = folder / f"digest/wiki/{MARK[name]}-page.md"
+            page.parent.mkdir(parents=True)
+            page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
+        registry.save()
+        for token, (granted, read_only) in TOKENS.items():
+            if token != "admin":
+                secrets[token] = grants.create(f"tok-{token}", sorted(granted), read_only)
     service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
     try:
         yield service, secrets, folders
@@ -250,15 +251,19 @@ def test_every_mcp_tool_and_resource_allows_hides_or_refuses_exactly_as_granted(
 
 
 def test_the_cli_through_the_service_sees_only_what_its_token_grants(isolated):
+    """The CLI's commands in this process (test_cli.invoke; test_service.py runs the CLI process against a
+    service), with the service's environment and the token."""
+    from test_cli import invoke
+
     service, secrets, folders = isolated
     for token in ("a", "b"):
         check = Checker(token, folders)
-        env = {**service.env, "DREAMFLOW_API_TOKEN": secrets[token]}
+        env = {**{key: None for key in os.environ if key not in service.env}, **service.env,
+               "DREAMFLOW_API_TOKEN": secrets[token]}
         for name in NAMES:
             for args, writes in ((["search", QUERY, "--json"], False),
                                  (["write", f"daily/2024-02-01/cli-{token}.md", "--content", "x", "--json"], True)):
-                done = subprocess.run([DREAMFLOW, "--workspace", str(folders[name]), *args], env=env,
-                                      capture_output=True, text=True, timeout=60)
+                done = invoke(["--workspace", str(folders[name]), *args], env=env)
                 check.scan(f"cli {args[0]} on {name}", done.stdout + done.stderr)
                 body = json.loads(done.stdout)
                 want = expect(token, name, writes)

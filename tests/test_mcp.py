@@ -472,7 +472,7 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
                 status = await call(client, "job_status", run_id=run_id)
                 if status.structured_content["state_type"] in TERMINAL or time.monotonic() > deadline:
                     return run, launched_in, status
-                await anyio.sleep(1)
+                await anyio.sleep(0.25)
 
     run, launched_in, status = anyio.run(session)
 

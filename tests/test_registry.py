@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from service_harness import DREAMFLOW
+from test_cli import invoke
 from test_hooks import FIXTURE, SESSION, dialog
 
 from engine.registry import Registry, resolve
@@ -16,8 +16,9 @@ from storage.errors import InvalidInput
 
 
 def run(*args, env: dict, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([DREAMFLOW, *args], capture_output=True, text=True, timeout=60, env=env, cwd=cwd,
-                          input=stdin)
+    """`dreamflow ARGS...` in this process (test_cli.invoke) with exactly the environment `env`, in `cwd`."""
+    changes = {**{key: None for key in os.environ if key not in env}, **env}
+    return invoke(args, input=stdin, env=changes, cwd=cwd)
 
 
 @pytest.fixture

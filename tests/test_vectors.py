@@ -1,9 +1,6 @@
 """Vectors: content-hash keyed embeddings in the real DuckDB index, backfill, exact in-memory search."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ from storage.db import IndexDB
 from storage.search import node_search, search
 from storage.vectors import Backfiller, VectorIndex, backfill, pieces
 
+from test_cli import invoke
 from test_embeddings import word_vectors
 
 
@@ -325,9 +323,8 @@ def test_long_running_memory_fills_vectors_in_the_background(tmp_path, monkeypat
 
 
 def cli(ws, *args, **env):
-    full_env = {**os.environ, "DREAMFLOW_EMBEDDER": "local", **env}
-    proc = subprocess.run([sys.executable, "-m", "dreamflow", "--workspace", str(ws), *args],
-                          capture_output=True, text=True, env=full_env, timeout=300)
+    """A CLI command in this process (test_cli.invoke: the loaded model is reused, not loaded per command)."""
+    proc = invoke(["--workspace", ws, *args], env={"DREAMFLOW_EMBEDDER": "local", "DREAMFLOW_CLI_VECTORS": None, **env})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
