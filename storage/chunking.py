@@ -680,12 +680,12 @@ def _section_pieces(
 
     pieces = []
     for k, block in enumerate(s.blocks):
-        if k == 0 and block.kind == "heading":
+        if k == 0 and block.kind == "heading" and src.size(block.start, block.end) <= max_chars:
             block_pieces = [_Piece(block.start, block.end)]
             block_pieces[0].heading_only = True
             lead_start = block.start if lead_start is None else lead_start
         else:
-            block_pieces = _block_pieces(src, block, max_chars, lead(block.start))
+            block_pieces = _block_pieces(src, block, max_chars, lead(block.start))  # a heading too long: cut
             lead_start = None
         for piece in block_pieces:
             piece.group, piece.headings = s, s.headings

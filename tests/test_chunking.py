@@ -300,3 +300,12 @@ def test_random_documents_stay_faithful_at_any_size(max_chars):
         text = "\n\n".join(rng.choice(blocks)() for _ in range(rng.randint(1, 12))) + "\n"
         repeats = ("| a | b |", "|---|---|", "```")
         assert_faithful(text, chunk_markdown(text, max_chars=max_chars), repeats=repeats)
+
+
+def test_a_heading_longer_than_two_chunks_is_cut_like_any_long_line():
+    """Hypothesis found it: a heading of one 3,200-character word was one chunk of 3,202 characters."""
+    from storage.markdown import parse_file
+
+    for text in ("# " + "long" * 800, "# T\n\n## " + "long" * 800 + "\ntext\n"):
+        chunks = parse_file("digest/wiki/a.md", text.encode()).chunks
+        assert chunks and all(len(c.text) <= MAX_CHARS for c in chunks), [len(c.text) for c in chunks]
