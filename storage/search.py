@@ -182,7 +182,8 @@ def _current_on(today: dt.date) -> str:
 
 
 def _valid_on(day: dt.date) -> str:
-    """Digest nodes whose facts held on `day` (storage/validity.holds_on), other files dated up to it."""
+    """Digest nodes whose facts held on `day` (`valid_from <= day < valid_to`, not expired by then), other files
+    dated up to it."""
     d = sql_literal(day)
     return (f"(CASE WHEN {_DIGEST} THEN coalesce({_fm_date('valid_from')} <= {d}, TRUE) "
             f"AND coalesce({_fm_date('valid_to')} > {d}, TRUE) AND coalesce({_fm_date('expires')} > {d}, TRUE) "

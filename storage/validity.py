@@ -44,13 +44,6 @@ def status(meta: dict, today: dt.date) -> str:
     return CURRENT
 
 
-def holds_on(meta: dict, day: dt.date) -> bool:
-    """Whether the node's facts held on `day`: `valid_from <= day < valid_to` and not expired by then."""
-    start = as_date(meta.get("valid_from"))
-    ends = [d for d in (as_date(meta.get("valid_to")), as_date(meta.get("expires"))) if d]
-    return (start is None or start <= day) and all(day < d for d in ends)
-
-
 def window(meta: dict) -> dict:
     """`{valid_from, valid_to}` as YYYY-MM-DD text (None when open)."""
     start, end = as_date(meta.get("valid_from")), as_date(meta.get("valid_to"))

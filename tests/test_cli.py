@@ -42,13 +42,15 @@ def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> s
 
     from dreamflow.cli import cli
 
-    before = os.getcwd()
+    before, environ = os.getcwd(), dict(os.environ)
     try:
         if cwd is not None:
             os.chdir(cwd)
         result = CliRunner().invoke(cli, [str(a) for a in argv], input=input, env=env, prog_name="dreamflow")
     finally:
         os.chdir(before)
+        os.environ.clear()  # as a process's would: what the command set (the hook's lock timeout) goes with it
+        os.environ.update(environ)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(*result.exc_info))
