@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from llm_endpoint import endpoint  # noqa: E402  (benchmarks/, after the path)
 
 DAY = "2024-05-08"
 CONVERSATION = [
@@ -130,25 +130,12 @@ def main() -> None:
     parser.add_argument("--max-units", type=int, default=3, help="dream units (default 3)")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="dreamflow-local-llm-"))
-    os.environ["PREFECT_HOME"] = str(home / "prefect")
-    os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
+    with endpoint("dreamflow-local-llm-", small_model() if args.scripted else None, "scripted-small-model") as (home, settings):
+        run(args, home, settings)
+
+
+def run(args, home: Path, settings) -> None:
     from engine import prefect_env
-
-    prefect_env.configure()
-    server = None
-    if args.scripted:
-        from llm_server import LLMServer
-
-        server = LLMServer().start()
-        server.responder = small_model()
-        os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL="scripted-small-model",
-                          DREAMFLOW_LLM_MAX_RETRIES="0")
-    from engine.settings import Settings
-
-    settings = Settings()
-    if not settings.llm_configured:
-        sys.exit("no endpoint: set DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL, or pass --scripted")
     from engine.llm import learned
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
@@ -159,45 +146,41 @@ def main() -> None:
                 for i, (role, text) in enumerate(CONVERSATION)]
     print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; tools {settings.llm_tools}, "
           f"json {settings.llm_json}, max_tokens {settings.llm_max_tokens}, timeout {settings.llm_timeout:g} s")
-    try:
-        with prefect_env.interactive_runs():
-            started = time.perf_counter()
-            state = auto_memory(session_id="bench", messages=messages, workspace=str(ws), return_state=True)
-            card = state.result(raise_on_failure=False)
-            seconds = time.perf_counter() - started
-            if isinstance(card, BaseException):
-                print(f"auto-memory FAILED after {seconds:.1f} s: {card}")
-                if getattr(card, "usage", None):
-                    print("\n".join(rows(card.usage)))
-            else:
-                print(f"auto-memory: card {card['card']} in {seconds:.1f} s (incl. Prefect start)")
-                print("\n".join(rows(card["usage"])))
-                print(show(memory, card["card"]))
-            started = time.perf_counter()
-            state = auto_dream(date=DAY, scan_days=1, max_units=args.max_units, workspace=str(ws),
-                               return_state=True)
-            result = state.result(raise_on_failure=False)
-            summary = getattr(result, "summary", result)
-            seconds = time.perf_counter() - started
-            if not isinstance(summary, dict):
-                print(f"dream FAILED after {seconds:.1f} s: {summary}")
-            else:
-                nodes = sorted({a["target"] for a in summary["actions"]})
-                print(f"dream: {summary['units']} units, {len(summary['failed'])} failed, {len(nodes)} nodes "
-                      f"written in {seconds:.1f} s: " + ", ".join(f"{a['action']} {a['target']}"
-                                                            for a in summary["actions"]))
-                for failure in summary["failed"]:
-                    print(f"  failed unit {failure['name']}: {failure['error'][:160]}")
-                print("\n".join(rows(summary["usage"])))
-                cited = {p for n in nodes for p in DAILY if f"[[{p}]]" in memory.read(n, numbered=False)["content"]}
-                print(f"  nodes cite {len(cited)} of {len(DAILY)} daily files; invented paths cited: "
-                      f"{sum('trip.md' in memory.read(n, numbered=False)['content'] for n in nodes)}")
-                for node in nodes:
-                    print(show(memory, node))
-        print(f"learned about the endpoint: {learned(settings.llm_base_url, settings.llm_model)}")
-    finally:
-        if server is not None:
-            server.stop()
+    with prefect_env.interactive_runs():
+        started = time.perf_counter()
+        state = auto_memory(session_id="bench", messages=messages, workspace=str(ws), return_state=True)
+        card = state.result(raise_on_failure=False)
+        seconds = time.perf_counter() - started
+        if isinstance(card, BaseException):
+            print(f"auto-memory FAILED after {seconds:.1f} s: {card}")
+            if getattr(card, "usage", None):
+                print("\n".join(rows(card.usage)))
+        else:
+            print(f"auto-memory: card {card['card']} in {seconds:.1f} s (incl. Prefect start)")
+            print("\n".join(rows(card["usage"])))
+            print(show(memory, card["card"]))
+        started = time.perf_counter()
+        state = auto_dream(date=DAY, scan_days=1, max_units=args.max_units, workspace=str(ws),
+                           return_state=True)
+        result = state.result(raise_on_failure=False)
+        summary = getattr(result, "summary", result)
+        seconds = time.perf_counter() - started
+        if not isinstance(summary, dict):
+            print(f"dream FAILED after {seconds:.1f} s: {summary}")
+        else:
+            nodes = sorted({a["target"] for a in summary["actions"]})
+            print(f"dream: {summary['units']} units, {len(summary['failed'])} failed, {len(nodes)} nodes "
+                  f"written in {seconds:.1f} s: " + ", ".join(f"{a['action']} {a['target']}"
+                                                        for a in summary["actions"]))
+            for failure in summary["failed"]:
+                print(f"  failed unit {failure['name']}: {failure['error'][:160]}")
+            print("\n".join(rows(summary["usage"])))
+            cited = {p for n in nodes for p in DAILY if f"[[{p}]]" in memory.read(n, numbered=False)["content"]}
+            print(f"  nodes cite {len(cited)} of {len(DAILY)} daily files; invented paths cited: "
+                  f"{sum('trip.md' in memory.read(n, numbered=False)['content'] for n in nodes)}")
+            for node in nodes:
+                print(show(memory, node))
+    print(f"learned about the endpoint: {learned(settings.llm_base_url, settings.llm_model)}")
 
 
 if __name__ == "__main__":

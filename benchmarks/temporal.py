@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -33,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from llm_endpoint import endpoint  # noqa: E402  (benchmarks/, after the path)
 
 START = date(2026, 11, 2)
 DAYS = [(START + timedelta(days=n)).isoformat() for n in range(7)]
@@ -202,25 +202,12 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=len(DAYS), help="run the first N days only (a slow model)")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="dreamflow-temporal-"))
-    os.environ["PREFECT_HOME"] = str(home / "prefect")
-    os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
+    with endpoint("dreamflow-temporal-", careful_model() if args.scripted else None, "scripted-careful-model") as (home, settings):
+        run(args, home, settings)
+
+
+def run(args, home: Path, settings) -> None:
     from engine import prefect_env
-
-    prefect_env.configure()
-    server = None
-    if args.scripted:
-        from llm_server import LLMServer
-
-        server = LLMServer().start()
-        server.responder = careful_model()
-        os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL="scripted-careful-model",
-                          DREAMFLOW_LLM_MAX_RETRIES="0")
-    from engine.settings import Settings
-
-    settings = Settings()
-    if not settings.llm_configured:
-        sys.exit("no endpoint: set DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL, or pass --scripted")
     from engine.usage import Usage
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
@@ -232,31 +219,27 @@ def main() -> None:
     spent, actions, failures, started = Usage(), [], [], time.perf_counter()
     print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; {len(FACTS)} facts over {len(DAYS)} days"
           + (f", the first {args.days} run" if args.days < len(DAYS) else ""), flush=True)
-    try:
-        with prefect_env.interactive_runs():
-            for n, day in enumerate(DAYS[:args.days]):
-                t0 = time.perf_counter()
-                card = auto_memory(session_id=f"day-{n + 1}", messages=conversation(n), workspace=str(ws),
-                                   return_state=True).result(raise_on_failure=False)
-                if isinstance(card, BaseException):
-                    failures.append(f"{day} auto-memory: {str(card)[:160]}")
-                spent.add(getattr(card, "usage", None) if isinstance(card, BaseException) else card.get("usage"))
-                result = auto_dream(date=day, scan_days=1, max_units=6, workspace=str(ws),
-                                    return_state=True).result(raise_on_failure=False)
-                summary = getattr(result, "summary", result)
-                if isinstance(summary, dict):
-                    spent.add(summary["usage"])
-                    actions += [a["action"] for a in summary["actions"]]
-                    failures += [f"{day} unit {f['name']}: {f['error'][:160]}" for f in summary["failed"]]
-                else:
-                    failures.append(f"{day} dream: {str(summary)[:160]}")
-                print(f"{day}: card {'FAILED' if isinstance(card, BaseException) else card.get('card')}, dream "
-                      + (", ".join(f"{a['action']} {a['target']}" for a in summary["actions"])
-                         if isinstance(summary, dict) else "FAILED") + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
-        report = check(memory, args.days)
-    finally:
-        if server is not None:
-            server.stop()
+    with prefect_env.interactive_runs():
+        for n, day in enumerate(DAYS[:args.days]):
+            t0 = time.perf_counter()
+            card = auto_memory(session_id=f"day-{n + 1}", messages=conversation(n), workspace=str(ws),
+                               return_state=True).result(raise_on_failure=False)
+            if isinstance(card, BaseException):
+                failures.append(f"{day} auto-memory: {str(card)[:160]}")
+            spent.add(getattr(card, "usage", None) if isinstance(card, BaseException) else card.get("usage"))
+            result = auto_dream(date=day, scan_days=1, max_units=6, workspace=str(ws),
+                                return_state=True).result(raise_on_failure=False)
+            summary = getattr(result, "summary", result)
+            if isinstance(summary, dict):
+                spent.add(summary["usage"])
+                actions += [a["action"] for a in summary["actions"]]
+                failures += [f"{day} unit {f['name']}: {f['error'][:160]}" for f in summary["failed"]]
+            else:
+                failures.append(f"{day} dream: {str(summary)[:160]}")
+            print(f"{day}: card {'FAILED' if isinstance(card, BaseException) else card.get('card')}, dream "
+                  + (", ".join(f"{a['action']} {a['target']}" for a in summary["actions"])
+                     if isinstance(summary, dict) else "FAILED") + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+    report = check(memory, args.days)
     u = spent.as_dict()
     rows = report["facts"]
     print(f"\n{'fact':<24} {'now: 1st node':>13} {'now: 1st hit':>12} {'as of: old':>10} {'conflict':>8}")
