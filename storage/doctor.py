@@ -60,6 +60,7 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
           stale_days: int = 180, overlong_lines: int = 300, today: dt.date | None = None) -> dict:
     """The health report (after repairs with `fix`): {ok, counts, <finding>: [rows], fixed?, seconds}."""
     started = time.perf_counter()
+    today = today or dt.date.today()
     fixed = repair(con, ws) if fix else None
     scan = _scan(con, ws)
     links = _links(con, scan.disk)
@@ -71,17 +72,17 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["orphans"] = _orphans(con, scan.disk)
     report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
     metas = _validity(con, scan.disk)
-    current = [n for n in nodes if validity.status(metas.get(n["path"], {}), today or dt.date.today()) == validity.CURRENT]
+    current = [n for n in nodes if validity.status(metas.get(n["path"], {}), today) == validity.CURRENT]
     report["near_duplicates"] = _near_duplicates(con, current, dup_threshold)  # a node and its successor are history
     report["same_names"] = same_names(nodes)
-    report["supersession"] = validity.chain_problems(metas, today or dt.date.today())
+    report["supersession"] = validity.chain_problems(metas, today)
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift
     report["special_files"] = scan.special
     report["moved"] = [{"from": old, "to": new} for old, new in _moves(scan, links).items()]
-    report["stale"] = _stale(con, scan.disk, stale_days, today or dt.date.today())
+    report["stale"] = _stale(con, scan.disk, stale_days, today)
     report["expired"] = [{"path": p} for p, m in sorted(metas.items())
-                         if validity.status(m, today or dt.date.today()) == validity.EXPIRED]
+                         if validity.status(m, today) == validity.EXPIRED]
     report["overlong"] = [{"path": n["path"], "name": n["name"], "lines": n["lines"]}
                           for n in nodes if n["lines"] > overlong_lines]
     report["counts"] = {key: len(report[key]) for key in PROBLEMS + NOTES}
