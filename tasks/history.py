@@ -14,11 +14,10 @@ from datetime import timedelta
 from engine.toolbox import read_text
 from storage import validity
 from tasks.cards import slugify, unique_path, unwrap_link
+from tasks.quality import NEXT_SECTION, SOURCES_HEADING
 
 DAY_PATH = re.compile(r"^daily/(\d{4}-\d{2}-\d{2})(?:/|\.md$)")
 HISTORY = re.compile(r"^##[ \t]+History[ \t]*$", re.MULTILINE | re.IGNORECASE)
-SOURCES = re.compile(r"^#{1,6}[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
-NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
 MAX_BACK = timedelta(days=3653)  # a date a unit gives may reach this far before its sources (a fact said later)
 MAX_CHAIN = 20  # superseded_by hops followed to a node's current successor
 
@@ -61,7 +60,7 @@ def with_history(body: str, before: str, line: str | None = None) -> str:
     if not lines:
         return body
     section = "## History\n\n" + "".join(lines)
-    match = SOURCES.search(rest)
+    match = SOURCES_HEADING.search(rest)
     if not match:
         return rest.rstrip("\n") + "\n\n" + section
     head = rest[:match.start()].rstrip("\n")

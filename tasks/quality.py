@@ -47,8 +47,8 @@ _FRONTMATTER_KEYS = ("name", "description", "session_id", "source_conversation",
                      "tags", "date", "merged_from", "split_from", "split_into")
 _PASTED = re.compile(r"^---[ \t]*\n(?:.*\n){0,30}?(?:" + "|".join(_FRONTMATTER_KEYS) + r")[ \t]*:.*\n"
                      r"(?:.*\n){0,30}?---[ \t]*$", re.MULTILINE)
-_SOURCES = re.compile(r"^#{1,6}[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)  # any level: models vary it
-_NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
+SOURCES_HEADING = re.compile(r"^#{1,6}[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)  # any level: models vary it
+NEXT_SECTION = re.compile(r"^#{1,2}[ \t]", re.MULTILINE)
 _LINK = re.compile(r"\[\[([^\[\]|\n]{0,500})(?:\|([^\[\]\n]{0,500}))?\]\]")
 _MD_LINK = re.compile(r"\[([^\[\]\n]{0,500})\]\(([^()\n]{0,500})\)")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -231,16 +231,16 @@ def check(name: str | None, body: str | None, material: Material) -> Finding | N
 # ---- helpers ---------------------------------------------------------------------------------------------
 
 def _sources_section(body: str) -> str:
-    match = _SOURCES.search(body)
+    match = SOURCES_HEADING.search(body)
     if not match:
         return ""
-    following = _NEXT_SECTION.search(body, match.end())
+    following = NEXT_SECTION.search(body, match.end())
     return body[match.end():following.start() if following else len(body)]
 
 
 def _without_sources(body: str) -> str:
     """The body without its Sources sections (every one: a model may write two)."""
-    while (match := _SOURCES.search(body)) is not None:
+    while (match := SOURCES_HEADING.search(body)) is not None:
         section = _sources_section(body)
         body = body[:match.start()] + body[match.end() + len(section):]
     return body
