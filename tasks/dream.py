@@ -282,6 +282,11 @@ def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) 
             raise LLMError(f"{decision.action} of {target}: the model returned no content")
         body = before
     body = split_frontmatter(body).body.strip("\n") + "\n"
+    if decision.action in ("REFINE", "CORRECT") and before is not None and target not in wrote \
+            and history.same_content(body, split_frontmatter(before).body):
+        run_logger().info("%s: %s of %s keeps its body: CORROBORATE instead", unit["name"], decision.action, target)
+        decision = decision.model_copy(update={"action": "CORROBORATE"})
+        body = split_frontmatter(before).body.strip("\n") + "\n"
     body = ensure_sources(body, unit["paths"], unit["summary"], date)
     metadata = {"updated": date}
     if before is None or target in wrote:  # a new node: its facts hold from the unit's day

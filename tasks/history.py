@@ -14,7 +14,7 @@ from datetime import timedelta
 from engine.toolbox import read_text
 from storage import validity
 from tasks.cards import slugify, unique_path, unwrap_link
-from tasks.quality import NEXT_SECTION, SOURCES_HEADING
+from tasks.quality import NEXT_SECTION, SOURCES_HEADING, without_sources
 
 DAY_PATH = re.compile(r"^daily/(\d{4}-\d{2}-\d{2})(?:/|\.md$)")
 HISTORY = re.compile(r"^##[ \t]+History[ \t]*$", re.MULTILINE | re.IGNORECASE)
@@ -65,6 +65,14 @@ def with_history(body: str, before: str, line: str | None = None) -> str:
         return rest.rstrip("\n") + "\n\n" + section
     head = rest[:match.start()].rstrip("\n")
     return (head + "\n\n" if head else "") + section + "\n" + rest[match.start():]
+
+
+def same_content(body: str, before: str) -> bool:
+    """Whether `body` says what `before` says: the same text once History and Sources sections are left out
+    and whitespace is folded (an update that only adds sources is a corroboration, not a refinement)."""
+    def said(text: str) -> str:
+        return " ".join(without_sources(_history(text)[1]).split())
+    return said(body) == said(before)
 
 
 def _history(body: str) -> tuple[list[str], str]:

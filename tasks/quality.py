@@ -85,7 +85,7 @@ class Material:
 
 def empty(body: str) -> Finding | None:
     """Nothing but headings, blank lines, links to files and Sources sections (a heading `Sources` of any level)."""
-    prose = [line for line in _without_sources(body).splitlines()
+    prose = [line for line in without_sources(body).splitlines()
              if not line.lstrip().startswith("#") and _LETTER.search(_without_file_links(line))]
     if not prose:
         return "empty", "the body has no text (only headings or sources); write what the material says"
@@ -221,7 +221,7 @@ def check(name: str | None, body: str | None, material: Material) -> Finding | N
     text = split_frontmatter(body).body
     for finding in (empty(text), markup(body), frontmatter(body), template(body), tool("", body),
                     instructions(text, material), copy(text, material), pasted(text, material),
-                    relative_time(_without_sources(text), material), ungrounded(_without_sources(text), material),
+                    relative_time(without_sources(text), material), ungrounded(without_sources(text), material),
                     duplicate_sources(text)):
         if finding:
             return finding
@@ -238,7 +238,7 @@ def _sources_section(body: str) -> str:
     return body[match.end():following.start() if following else len(body)]
 
 
-def _without_sources(body: str) -> str:
+def without_sources(body: str) -> str:
     """The body without its Sources sections (every one: a model may write two)."""
     while (match := SOURCES_HEADING.search(body)) is not None:
         section = _sources_section(body)

@@ -323,6 +323,35 @@ def test_a_create_naming_an_existing_node_updates_it(prefect_harness, llm, memor
     assert "[[digest/wiki/lisbon.md]]" in node and f"[[{dough}]]" in node and not ws.exists("digest/wiki/portugal-2.md")
 
 
+def test_a_refine_that_keeps_the_body_is_a_corroboration(prefect_harness, llm, memory, ws, monkeypatch):
+    """A REFINE or CORRECT whose body is the node's body unchanged (what a real 1.5B model answered) claims
+    no refinement: it lands as a CORROBORATE, the sources added and no `refined` History line."""
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    ana = f"daily/{DAY}/call-with-ana.md"
+    before = text(memory, "digest/wiki/portugal.md")
+    for action in ("REFINE", "CORRECT"):
+        memory.write(ana, f"Ana moved to Lisbon in May ({action}).", name="Call with Ana")
+        llm.reset()
+        llm.on(EXTRACT, json_reply({"units": [
+            {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
+        llm.on(unit_route("Ana"), json_reply({"action": action, "target": "digest/wiki/portugal.md",
+                                              "content": "Portugal:  Lisbon is its capital,\nfamous for pastel de nata.\n"}))
+        summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+        assert summary["actions"][0]["action"] == "CORROBORATE"
+    node = text(memory, "digest/wiki/portugal.md")
+    assert "Lisbon is its capital, famous for pastel de nata." in node and f"[[{ana}]]" in node
+    assert "## History" not in node and "## History" not in before
+
+    llm.reset()
+    memory.write(ana, "Ana moved to Lisbon in May and bakes.", name="Call with Ana")
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
+    llm.on(unit_route("Ana"), json_reply({"action": "REFINE", "target": "digest/wiki/portugal.md",
+                                          "content": "Portugal: Lisbon is its capital. Ana moved there in May."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert summary["actions"][0]["action"] == "REFINE" and "refined: Ana moved to Lisbon" in text(memory, "digest/wiki/portugal.md")
+
+
 # ---- persisted results stay in their workspace ------------------------------------------------------------
 
 def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path):
