@@ -6,10 +6,11 @@ pseudo-words; one wikilink per section), time a full reindex (chunks/s), the war
 (p50/p95 over random 2-4 word queries, link expansion on) in SQL, as a one-shot process searches, then as
 the service searches (the index held open: storage/search_cache.py, with its load time, size and the
 process's RSS), and a single-file update (edit one note and re-index it; then also until a search finds
-the edit; p50/p95).
+the edit; p50/p95). `--root DIR --reuse --keep-index` opens the index an earlier run left there instead of
+rebuilding it: a fresh process, as a service starting on an existing index (its RSS without a reindex's).
 
     python benchmarks/scale.py [--sizes 10000 100000] [--queries 200] [--updates 30] [--root DIR --reuse]
-                               [--threads N] [--replicate K] [--locomo DATA_DIR]
+                               [--threads N] [--replicate K] [--locomo DATA_DIR] [--keep-index]
 
 Times are wall clock and CPU time of the process (all its threads): on a machine shared with other work the
 wall time includes waiting for a core, the CPU time does not.
@@ -98,7 +99,7 @@ def percentiles(samples: list[tuple[float, float]]) -> str:
 
 
 def run(root: Path, chunks: int, queries: int, updates: int, reuse: bool, threads: int | None,
-        replicate: int = 1) -> None:
+        replicate: int = 1, keep_index: bool = False) -> None:
     db = IndexDB(Workspace(root))
     if not (reuse and (root / "digest").exists() and len(list((root / "digest/wiki").iterdir())) > 0):
         shutil.rmtree(root, ignore_errors=True)
@@ -113,11 +114,15 @@ def run(root: Path, chunks: int, queries: int, updates: int, reuse: bool, thread
     with db.session() as con:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
-        t0 = time.perf_counter()
-        built = index.rebuild(con, ws)
-        took = time.perf_counter() - t0
-        print(f"reindex: {took:.2f} s, {built['chunks'] / took:,.0f} chunks/s "
-              f"({built['files']} files, {built['chunks']} chunks, {built['postings']} postings)")
+        kept = index.stats(con)["chunks"] if keep_index and reuse else 0
+        if kept:
+            print(f"index kept: {kept} chunks, no reindex; process RSS {rss_mb():.0f} MB")
+        else:
+            t0 = time.perf_counter()
+            built = index.rebuild(con, ws)
+            took = time.perf_counter() - t0
+            print(f"reindex: {took:.2f} s, {built['chunks'] / took:,.0f} chunks/s "
+                  f"({built['files']} files, {built['chunks']} chunks, {built['postings']} postings)")
     rng = np.random.default_rng(1)
     vocab = make_vocabulary(np.random.default_rng(7))
     texts = [" ".join(zipf_words(rng, vocab, int(rng.integers(3, 8)))) for _ in range(queries)]
@@ -238,6 +243,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--root", help="parent folder for the generated workspaces (default: temp)")
     parser.add_argument("--reuse", action="store_true", help="keep an already generated workspace under --root")
+    parser.add_argument("--keep-index", action="store_true", help="with --reuse: open its index, no reindex")
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's choice, one per core)")
     parser.add_argument("--locomo", type=Path, help="also time warm search over the LoCoMo questions of the "
                                                     "conv-*.json files in this folder")
@@ -249,7 +255,8 @@ def main() -> None:
     if args.locomo:
         locomo_latency(args.locomo, base / "ws-locomo")
     for size in args.sizes:
-        run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads, args.replicate)
+        run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads, args.replicate,
+            args.keep_index)
 
 
 if __name__ == "__main__":
