@@ -51,12 +51,12 @@ class Hosted:
 
     def claim(self) -> bool:
         """Take the workspace's service lock; False when another service owns it."""
-        from filelock import FileLock, Timeout
+        from storage.locks import FileLock, LockTimeout
 
-        self._lock = FileLock(str(self.ws.metadata / "service.lock"))
+        self._lock = FileLock(self.ws.metadata / "service.lock", per_thread=False)
         try:
             self._lock.acquire(timeout=0)
-        except Timeout:
+        except LockTimeout:
             self._lock = None
             return False
         return True

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from filelock import FileLock
+from storage.locks import FileLock
 
 from storage.errors import InvalidInput
 from storage.workspace import Workspace, check_session_id
@@ -34,7 +34,7 @@ class TurnCounter:
         self.ws = ws
         self.every = every
         self.path = ws.metadata / "turns.json"
-        self.lock = FileLock(str(ws.metadata / "turns.lock"))  # re-entrant: record_turn holds it around a turn
+        self.lock = FileLock(ws.metadata / "turns.lock")  # re-entrant: record_turn holds it around a turn
 
     def sessions(self) -> dict[str, dict]:
         """The whole persisted state."""

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
-import filelock
 
 from storage import search_cache
 from storage.errors import IndexBusy, IndexRebuilt
+from storage.locks import FileLock, LockTimeout
 from storage.workspace import Workspace
 
 # DuckDB's Python client tries `import pandas` for every bound parameter value; when pandas is not
@@ -126,7 +126,7 @@ def lock_timeout() -> float:
 class _Shared:
     """Per-process state of one index file, shared by every IndexDB object pointing at it."""
 
-    file_lock: filelock.FileLock
+    file_lock: FileLock
     thread_lock: threading.RLock = field(default_factory=threading.RLock)
     con: duckdb.DuckDBPyConnection | None = None
     depth: int = 0
@@ -148,7 +148,7 @@ class IndexDB:
         with _shared_guard:
             shared = _shared.get(self.path)
             if shared is None:
-                shared = _shared[self.path] = _Shared(filelock.FileLock(str(self.lock_path), thread_local=False))
+                shared = _shared[self.path] = _Shared(FileLock(self.lock_path, per_thread=False))
         if keep_open:
             shared.keep_open = True
         self._state = shared
@@ -249,7 +249,7 @@ class IndexDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             state.file_lock.acquire(timeout=timeout)
-        except filelock.Timeout:
+        except LockTimeout:
             raise IndexBusy(
                 f"the index {self.path} is locked by another Dreamflow process (waited {timeout:g} s); "
                 "retry, or raise DREAMFLOW_LOCK_TIMEOUT"

@@ -27,6 +27,7 @@ import duckdb
 
 from storage import validity
 from storage.errors import IndexBusy, NotFound
+from storage.locks import FileLock, LockTimeout
 from storage.search import search, term_weights
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
@@ -254,8 +255,6 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
     """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
     past MAX_SESSIONS. Serialised between processes by `metadata/recall.lock` (not the index lock: the
     session-start digest records what it showed without opening the index)."""
-    import filelock
-
     from storage.db import lock_timeout
 
     rel = _file(session)
@@ -264,7 +263,7 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
     folder = ws.root / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        with filelock.FileLock(str(ws.metadata / LOCK), timeout=lock_timeout()):
+        with FileLock(ws.metadata / LOCK, timeout=lock_timeout()):
             try:
                 old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
             except (OSError, ValueError, AttributeError):
@@ -278,7 +277,7 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
             sessions = sorted((folder / name for name in names), key=lambda p: p.stat().st_mtime)
             for stale in sessions[:len(sessions) - MAX_SESSIONS]:
                 stale.unlink(missing_ok=True)
-    except filelock.Timeout:
+    except LockTimeout:
         raise IndexBusy(f"what sessions were given ({FOLDER}) is locked by another process") from None
 
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from filelock import FileLock
+from typing import ContextManager
 
 from storage.errors import NotFound
+from storage.locks import FileLock
 from storage.workspace import Workspace
 
 FOLDER = "metadata/checkpoints"
 LOCK_TIMEOUT = 600  # seconds; a run holding a lock may be waiting on a slow LLM
+_locks: dict[str, FileLock] = {}
+_locks_guard = threading.Lock()
 
 
 def _rel(ws: Workspace, name: str) -> str:
@@ -39,11 +42,12 @@ def save(ws: Workspace, name: str, data: dict) -> None:
     ws.write_text(_rel(ws, name), json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))
 
 
-def lock(ws: Workspace, name: str, timeout: float = LOCK_TIMEOUT) -> FileLock:
-    """A cross-process lock for checkpoint `name` (re-entrant within a process)."""
-    path = ws.resolve(ws.normalize(f"{FOLDER}/{name}.lock"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path), timeout=timeout, is_singleton=True)  # same path, same lock: re-entrant
+def lock(ws: Workspace, name: str, timeout: float = LOCK_TIMEOUT) -> ContextManager[FileLock]:
+    """`with lock(ws, name):` checkpoint `name`'s cross-process lock, waiting up to `timeout` seconds. One lock
+    object per path in a process, so re-entrant in a thread."""
+    path = str(ws.resolve(ws.normalize(f"{FOLDER}/{name}.lock")))
+    with _locks_guard:
+        return _locks.setdefault(path, FileLock(path)).held(timeout)
 
 
 @contextmanager
