@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.settings import Settings
-from storage.memory import MAX_COUNT
+from storage.arguments import MAX_COUNT
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."

@@ -22,9 +22,8 @@ from typing import Any
 
 import click
 
+from storage.arguments import MAX_COUNT
 from storage.errors import DreamflowError, JobFailed
-from storage.memory import MAX_COUNT
-
 
 
 class _Count(click.ParamType):

@@ -40,7 +40,7 @@ def open_memory(workspace: str | os.PathLike[str] | None = None):
 def read_all(memory, path: str) -> str:
     """The whole text of a file as `read` numbers its lines, with no size bound (for Dreamflow's own jobs;
     agents page with `read`): the pages of `read` joined, or the decoded bytes when a line is longer than a page."""
-    from storage.memory import READ_CHARS_MAX, text_lines
+    from storage.text_view import READ_CHARS_MAX, text_lines
 
     parts, at = [], None
     while True:

@@ -21,7 +21,7 @@ from engine import ops
 from engine.client import read_all
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
-from storage.memory import split_head
+from storage.text_view import split_head
 from storage.workspace import Workspace
 
 READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "recall", "node_search", "traverse", "daily_list")

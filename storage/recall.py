@@ -175,7 +175,7 @@ def _pack(candidates: _Candidates, n: int, budget: int) -> tuple[list[tuple[Piec
 def _pieces(ws: Workspace, hit: dict, rank: int, weights: dict[str, float], given: set[str],
             files: dict[str, list[str]]) -> tuple[list[Piece], int]:
     """The pieces of one hit, best first, without lines in `given` (and how many lines that left out)."""
-    from storage.memory import text_lines
+    from storage.text_view import text_lines
 
     path = hit["path"]
     if path not in files:

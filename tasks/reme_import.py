@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.settings import Settings
+from storage.arguments import new_path_problem
+from storage.day_page import REME_NOTES_START
 from storage.errors import DreamflowError, InvalidInput, PathError
 from storage.markdown import split_frontmatter
-from storage.memory import REME_NOTES_START, new_path_problem
 from storage.workspace import Workspace, is_scratch_name, open_regular, shown_path, special_kind
 from tasks import dialog
 

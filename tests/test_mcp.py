@@ -183,7 +183,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
 
 def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
     from dreamflow.mcp_server import RESOURCE_CHARS, RESOURCE_LIMIT
-    from storage.memory import READ_CHARS
+    from storage.text_view import READ_CHARS
 
     ws = tmp_path / "ws"
     (ws / "notes").mkdir(parents=True)

@@ -4,8 +4,9 @@ import os
 
 import pytest
 
+from storage.day_page import CARDS_END, CARDS_START
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
-from storage.memory import CARDS_END, CARDS_START, Memory
+from storage.memory import Memory
 
 
 @pytest.fixture
@@ -156,7 +157,7 @@ def test_read_line_ranges_are_numbered(mem):
 
 
 def test_a_long_read_is_bounded_and_pages_to_the_end(mem):
-    from storage.memory import READ_CHARS
+    from storage.text_view import READ_CHARS
 
     lines = [f"line {i} " + "x" * (i % 70) for i in range(1, 3001)]
     mem.ws.write_text("notes/long.md", "\n".join(lines) + "\n")

@@ -1,0 +1,104 @@
+"""Checks of the arguments operations take: texts, counts, dates, and names of new files and folders.
+
+In-process callers pass anything; the CLI, HTTP and MCP surfaces check types from the signatures first. Each
+check raises InvalidInput with a message that says what to give instead, never a crash deeper down.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date as _date
+from typing import Any
+
+from storage.errors import InvalidInput
+from storage.workspace import is_utf8
+
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+BAD_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
+RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+MAX_COUNT = 10**9  # ceiling for limits and depths: far above any workspace, far below overflowing SQL or dates
+
+
+def check_query(query: str) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("the search query is empty: give some words to search for")
+    check_text(query=query)
+
+
+def check_text(**values: Any) -> None:
+    """Refuse an optional text argument that is not a string, or holds lone surrogates (no file, index row or
+    reply can carry them), with a clear error rather than a crash deeper down (in-process callers pass
+    anything; the CLI, HTTP and MCP surfaces check types from the signatures first)."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be text, not {type(value).__name__}")
+        if value is not None and not is_utf8(value):
+            raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)")
+
+
+def check_mapping(metadata: Any) -> None:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a mapping, not {type(metadata).__name__}")
+
+
+def check_texts(name: str, values: Any) -> None:
+    """`_check_text` for an optional list of strings."""
+    if values is not None and not isinstance(values, (list, tuple)):
+        raise InvalidInput(f"{name} must be a list of strings, not {type(values).__name__}")
+    for value in values or ():
+        check_text(**{name: value})
+
+
+def check_counts(high: int = MAX_COUNT, **counts: int) -> None:
+    """Refuse a limit, depth or other count outside 0..high with a clear error (not a database or date
+    overflow deeper down)."""
+    for name, value in counts.items():
+        if not isinstance(value, int):
+            raise InvalidInput(f"{name} must be an integer, not {type(value).__name__}")
+        if not 0 <= value <= high:
+            raise InvalidInput(f"{name} must be between 0 and {high:,}, got {value}")
+
+
+def parse_date(value: str) -> str:
+    if value == "today":
+        return _date.today().isoformat()
+    if not isinstance(value, str) or not DATE_RE.match(value):
+        raise InvalidInput(f"date must be YYYY-MM-DD (or `today`), got {value!r}")
+    try:
+        return _date.fromisoformat(value).isoformat()
+    except ValueError as exc:
+        raise InvalidInput(f"not a calendar date: {value!r}") from exc
+
+
+def search_date(value: str) -> str:
+    """A search bound: YYYY-MM-DD, `today`, also unpadded (`2026-6-1`) or a timestamp's day
+    (`2026-06-01T10:00`), as ReMe takes them."""
+    text = (value or "").strip()
+    if DATE_RE.match(text[:10]) and len(text) > 10 and text[10] in "T ":
+        text = text[:10]
+    unpadded = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", text)
+    if unpadded:
+        text = "{}-{:0>2}-{:0>2}".format(*unpadded.groups())
+    return parse_date(text)
+
+
+def new_path_problem(rel: str) -> str | None:
+    """Why the normalised path `rel` cannot be a new file or folder: a name that breaks on other systems or
+    sync tools (`bad_name`), or `~/...` (a home folder is never meant: paths are workspace-relative); or None."""
+    if rel.startswith("~"):
+        return "`~` is not expanded (paths are relative to the workspace, not home)"
+    return next(filter(None, map(bad_name, rel.split("/"))), None)
+
+
+def bad_name(name: str) -> str | None:
+    """Why `name` cannot be a portable file or folder name (Windows, macOS, Linux, sync tools), or None."""
+    if name != name.strip():
+        return f"the name {name!r} starts or ends with whitespace"
+    if name.endswith("."):
+        return f"the name {name!r} ends with a dot"
+    found = BAD_NAME_CHARS.search(name)
+    if found:
+        return f"the name {name!r} contains {found.group()!r} (not allowed: < > : \" | ? * and control characters)"
+    if name.split(".", 1)[0].upper() in RESERVED_NAMES:
+        return f"the name {name!r} is reserved on Windows"
+    return None
