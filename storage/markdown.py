@@ -37,7 +37,8 @@ from typing import Any, Callable
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
-from storage.chunking import Outline, chunk_jsonl, chunk_markdown, chunk_text, parse_blocks
+from storage.chunking import chunk_jsonl, chunk_markdown, chunk_text
+from storage.outline import Outline, parse_blocks
 from storage.model import Link, ParsedFile, split_lines
 from storage.yaml_load import load as load_yaml
 

@@ -6,16 +6,9 @@ import re
 
 import pytest
 
-from storage.chunking import (
-    MAX_CHARS,
-    _scan_fast,
-    chunk_jsonl,
-    chunk_markdown,
-    chunk_text,
-    parse_blocks,
-    split_lines,
-)
+from storage.chunking import MAX_CHARS, chunk_jsonl, chunk_markdown, chunk_text, split_lines
 from storage.markdown import parse_file
+from storage.outline import _scan_fast, parse_blocks
 
 PART = re.compile(r"\n\[Part (\d+)/(\d+)\]$")
 WIKILINK = re.compile(r"\[\[[^\[\]\n]+?\]\]")
