@@ -101,7 +101,8 @@ def dreamflow_service(tmp_path_factory, llm_server):
 
     service = RunningService.start(
         tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS,
-        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"},  # the nightly run gets scheduled at once
+        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",  # the nightly run gets scheduled at once
+             "PREFECT_RUNNER_POLL_FREQUENCY": "1"},  # a launched run starts within ~1 s (the service's default: 2)
     )
     yield service
     code = service.stop()
