@@ -65,12 +65,23 @@ def llm_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def inprocess_llm_server():
+    """A second scripted server, for the flows a test runs in this process (`llm`): the shared service is pointed at
+    `llm_server`, and its runs (a resource event, a nightly job) may still call it while the next test runs on the
+    same worker, so a test reading what its flow sent must not share that server."""
+    server = LLMServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def llm(llm_server, monkeypatch):
-    """The scripted LLM server, emptied, with DREAMFLOW_LLM_* pointing at it (2 s timeout, no retries, tools
-    auto, response_format auto)."""
+def llm(inprocess_llm_server, monkeypatch):
+    """A scripted LLM server of its own (not the shared service's), emptied, with DREAMFLOW_LLM_* pointing at it
+    (2 s timeout, no retries, tools auto, response_format auto)."""
     from engine.llm import forget_endpoints
 
+    llm_server = inprocess_llm_server
     llm_server.reset()
     forget_endpoints()  # each test probes response_format and tool support afresh
     monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", llm_server.base_url)
@@ -101,7 +112,8 @@ def dreamflow_service(tmp_path_factory, llm_server):
 
     service = RunningService.start(
         tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS,
-        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"},  # the nightly run gets scheduled at once
+        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",  # the nightly run gets scheduled at once
+             "PREFECT_RUNNER_POLL_FREQUENCY": "1"},  # a launched run starts within ~1 s (the service's default: 2)
     )
     yield service
     code = service.stop()

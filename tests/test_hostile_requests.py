@@ -123,7 +123,8 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
     from service_harness import DREAMFLOW, RunningService, wait_for
     from test_service import card_reply, finished
 
-    svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret")
+    svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret",
+                               env={"PREFECT_RUNNER_POLL_FREQUENCY": "1"})  # its three runs start sooner
     try:
         assert svc.prefect_auth == ("dreamflow", "s3cret")
         for auth in (None, ("dreamflow", "wrong"), ("s3cret", "")):

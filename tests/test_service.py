@@ -272,8 +272,11 @@ def mcp_tools(url: str, token: str) -> list[str] | None:
         return None
 
 
-def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
+def test_token_is_enforced_everywhere_no_llm_is_reported_and_sigterm_stops_cleanly(dreamflow_service, tmp_path):
+    """One extra service (a token, no LLM) for two checks that each need a service of their own but not two."""
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, token="s3cret")
+    env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN" and not k.startswith("DREAMFLOW_LLM_")}
+    with_token = {**env, "DREAMFLOW_API_TOKEN": "s3cret"}
     try:
         for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status"),
                               ("POST", "/mcp"), ("GET", "/mcp")):
@@ -285,29 +288,22 @@ def test_token_is_enforced_everywhere_and_sigterm_stops_cleanly(dreamflow_servic
         for header in ("Bearer", "Bearer s3cretx", "Basic s3cret", "s3cret", "Bearer s3cret x", "Bearers3cret"):
             assert httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": header}).status_code == 401
         assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
-        env = {k: v for k, v in os.environ.items() if k != "DREAMFLOW_API_TOKEN"}
         denied = cli("list", env=env, workspace=svc.workspace)
         assert denied.returncode == 8 and "bearer token" in denied.stderr
-        allowed = cli("list", "--json", env={**env, "DREAMFLOW_API_TOKEN": "s3cret"}, workspace=svc.workspace)
+        allowed = cli("list", "--json", env=with_token, workspace=svc.workspace)
         assert allowed.returncode == 0, allowed.stderr
-    finally:
-        code = svc.stop()
-    assert code == 0
-    assert not (svc.workspace / "metadata/service.json").exists()
-    assert connect(svc.workspace) is None
 
-
-def test_start_and_status_say_when_no_llm_is_configured(dreamflow_service, tmp_path):
-    svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
-    try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMFLOW_LLM_")}
-        for text in (svc.log(), cli("status", env=env, workspace=svc.workspace).stdout):
+        # start and status say when no LLM is configured
+        for text in (svc.log(), cli("status", env=with_token, workspace=svc.workspace).stdout):
             warning = next(line for line in text.splitlines() if "no LLM configured" in line)
             assert "auto-dream, auto-memory, auto-resource" in warning, warning
             assert "DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL" in warning, warning
         assert f"Logs        {svc.home / 'logs'}" in svc.log()
     finally:
-        assert svc.stop() == 0
+        code = svc.stop()
+    assert code == 0
+    assert not (svc.workspace / "metadata/service.json").exists()
+    assert connect(svc.workspace) is None
     stopped = cli("status", env=env, workspace=svc.workspace).stdout
     assert "not running" in stopped and "no LLM configured" in stopped and "in this shell" in stopped
 
