@@ -9,14 +9,26 @@ anything else (`--help`, other spellings) is the CLI's to parse, which runs the 
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 
 HOOK = ["hook", "claude-code"]
 
 
 def main() -> None:
     """Console-script entry point."""
-    hook = hook_call(sys.argv[1:])
+    try:
+        run(sys.argv[1:])
+    except SystemExit as done:
+        leave(done.code)
+    leave(0)
+
+
+def run(args: list[str]) -> None:
+    """The hook's direct path, or the CLI."""
+    hook = hook_call(args)
     if hook is not None:
         from dreamflow.hooks import claude_code
 
@@ -25,6 +37,24 @@ def main() -> None:
     from dreamflow.cli import main as cli_main
 
     cli_main()
+
+
+def leave(code: int | str | None) -> None:
+    """Exit with `code` without the interpreter's teardown (freeing every module and object: 25-60 ms, a
+    sixth of a one-shot search) when the command left nothing running: the atexit handlers still run and the
+    streams are flushed. While another thread is alive the usual exit joins it first."""
+    if threading.active_count() > 1:
+        sys.exit(code)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe (`| head`): nothing more to say
+        code = code or 1
+    os._exit(code or 0)
 
 
 def hook_call(args: list[str]) -> tuple[str | None, bool] | None:

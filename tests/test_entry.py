@@ -1,0 +1,28 @@
+"""The console script's exit (dreamflow/entry.py): no interpreter teardown, but the same codes, output, atexit
+handlers, and threads still running are waited for."""
+
+import subprocess
+import sys
+
+PRELUDE = "import atexit, sys, threading, time\natexit.register(lambda: print('atexit ran', flush=True))\n"
+
+
+def run_entry(args: list[str], before: str = "") -> subprocess.CompletedProcess:
+    code = PRELUDE + before + f"sys.argv = ['dreamflow', *{args!r}]\nfrom dreamflow.entry import main\nmain()\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_output_codes_and_atexit_survive_the_fast_exit(tmp_path):
+    ws = str(tmp_path / "ws")
+    done = run_entry(["--workspace", ws, "write", "notes/a.md", "--content", "Bees on the roof"])
+    assert done.returncode == 0, done.stderr
+    found = run_entry(["--workspace", ws, "search", "bees", "--json"])
+    assert found.returncode == 0 and '"notes/a.md"' in found.stdout and found.stdout.rstrip().endswith("atexit ran")
+    missing = run_entry(["--workspace", ws, "read", "nope.md"])
+    assert missing.returncode == 3 and "no such file" in missing.stderr and "atexit ran" in missing.stdout
+
+
+def test_a_thread_still_running_is_waited_for():
+    late = "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()\n"
+    done = run_entry(["--version"], before=late)
+    assert done.returncode == 0 and done.stdout.splitlines()[-2:] == ["thread done", "atexit ran"], done.stdout
