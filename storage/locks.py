@@ -32,11 +32,10 @@ class FileLock:
     """An exclusive lock on `path`, re-entrant by count. `per_thread=True` (the default): one thread holds it
     at a time, other threads of the process wait as other processes do. `per_thread=False`: the process holds
     it, any of its threads may take it again or release it (the caller serialises its threads itself).
-    `with FileLock(path, timeout=T):` waits up to T seconds."""
+    `with lock:` waits as long as it takes, `with lock.held(T):` up to T seconds."""
 
-    def __init__(self, path: str | os.PathLike, per_thread: bool = True, timeout: float = -1):
+    def __init__(self, path: str | os.PathLike, per_thread: bool = True):
         self.path = os.fspath(path)
-        self.timeout = timeout
         self._threads = threading.RLock() if per_thread else None
         self._guard = threading.Lock()
         self._fd: int | None = None
@@ -100,7 +99,7 @@ class FileLock:
             return True
 
     def __enter__(self) -> "FileLock":
-        return self.acquire(self.timeout)
+        return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -263,7 +263,7 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
     folder = ws.root / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        with FileLock(ws.metadata / LOCK, timeout=lock_timeout()):
+        with FileLock(ws.metadata / LOCK).held(lock_timeout()):
             try:
                 old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
             except (OSError, ValueError, AttributeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ContextManager
@@ -20,7 +21,7 @@ from storage.workspace import Workspace
 
 FOLDER = "metadata/checkpoints"
 LOCK_TIMEOUT = 600  # seconds; a run holding a lock may be waiting on a slow LLM
-_locks: dict[str, FileLock] = {}
+_locks: weakref.WeakValueDictionary[str, FileLock] = weakref.WeakValueDictionary()  # a held lock stays in it
 _locks_guard = threading.Lock()
 
 
@@ -47,7 +48,10 @@ def lock(ws: Workspace, name: str, timeout: float = LOCK_TIMEOUT) -> ContextMana
     object per path in a process, so re-entrant in a thread."""
     path = str(ws.resolve(ws.normalize(f"{FOLDER}/{name}.lock")))
     with _locks_guard:
-        return _locks.setdefault(path, FileLock(path)).held(timeout)
+        held = _locks.get(path)
+        if held is None:
+            held = _locks[path] = FileLock(path)
+        return held.held(timeout)
 
 
 @contextmanager

@@ -38,7 +38,7 @@ def test_another_process_holds_it_until_it_exits(tmp_path):
     finally:
         proc.kill()  # a killed holder's lock goes with it: nothing to clean up
         proc.wait()
-    with FileLock(path, timeout=5) as lock:
+    with FileLock(path).held(5) as lock:
         assert lock.is_locked
     assert not lock.is_locked and path.exists()
 
@@ -100,3 +100,14 @@ def _try(lock: FileLock, timeout: float) -> bool:
         return False
     lock.release()
     return True
+
+
+def test_a_checkpoint_lock_is_one_object_per_path_so_it_nests(ws):
+    from tasks import checkpoints
+
+    with checkpoints.lock(ws, "x", timeout=1):
+        with checkpoints.lock(ws, "x", timeout=1):  # the same thread again: no deadlock
+            with pytest.raises(LockTimeout):
+                FileLock(ws.metadata / "checkpoints/x.lock").acquire(timeout=0)  # held for other holders
+    with FileLock(ws.metadata / "checkpoints/x.lock").held(1):
+        pass  # and let go after the outer block
