@@ -130,7 +130,8 @@ def main() -> None:
     parser.add_argument("--max-units", type=int, default=3, help="dream units (default 3)")
     args = parser.parse_args()
 
-    with endpoint("dreamflow-local-llm-", small_model() if args.scripted else None, "scripted-small-model") as (home, settings):
+    scripted = small_model() if args.scripted else None
+    with endpoint("dreamflow-local-llm-", scripted, "scripted-small-model") as (home, settings):
         run(args, home, settings)
 
 

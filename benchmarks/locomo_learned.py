@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import glob
-import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +41,6 @@ from storage import search as S  # noqa: E402
 from storage import timeref, vectors  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
 from storage.tokenize import terms  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
 
 TUNE = ("conv-26", "conv-30")
 HYBRID = ((1.0, 0.2), 10)  # the product's fusion for the local MiniLM (storage/vectors.VectorIndex)
@@ -59,13 +54,7 @@ class Data:
 
 
 def collect(data_dir: str) -> Data:
-    ws = Workspace(Path(tempfile.mkdtemp(prefix="locomo-learned-")))
-    convs = {Path(f).stem: json.loads(Path(f).read_text()) for f in sorted(glob.glob(os.path.join(data_dir, "conv-*.json")))}
-    if not convs:
-        sys.exit(f"no conv-*.json in {data_dir}")
-    turn_lines: dict = {}
-    for conv_id, conv in convs.items():
-        turn_lines |= locomo.write_conversation(ws, conv_id, conv)
+    _, ws, convs, turn_lines = locomo.build_workspace(data_dir, None, "locomo-learned-")
     db = IndexDB(ws)
     embedder = locomo_hybrid.CachedEmbedder(make_embedder())
     vectors.backfill(db, embedder, batch=64)
@@ -108,8 +97,8 @@ def collect(data_dir: str) -> Data:
             d.qterms.append(np.array([h for h in hashed if h is not None], dtype=np.uint64))
             d.qspans.append(timeref.periods(qa["question"])[:S.DATE_SPANS])
             for mode, (weights, k) in (("keyword", ((1.0, 0.0), 60)), ("hybrid", HYBRID)):
-                hits = S.search(con, qa["question"], limit=locomo.DISTINCT_POOL, expand=0, vectors=None if mode == "keyword" else index,
-                                weights=weights, rrf_k=k)
+                hits = S.search(con, qa["question"], limit=locomo.DISTINCT_POOL, expand=0,
+                                vectors=None if mode == "keyword" else index, weights=weights, rrf_k=k)
                 d.product[mode].append([file_of[h["path"]] for h in hits][:10])
     embedder.save()
     d.evidence_files = []

@@ -202,7 +202,8 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=len(DAYS), help="run the first N days only (a slow model)")
     args = parser.parse_args()
 
-    with endpoint("dreamflow-temporal-", careful_model() if args.scripted else None, "scripted-careful-model") as (home, settings):
+    scripted = careful_model() if args.scripted else None
+    with endpoint("dreamflow-temporal-", scripted, "scripted-careful-model") as (home, settings):
         run(args, home, settings)
 
 

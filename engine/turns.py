@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from storage.locks import FileLock
-
 from storage.errors import InvalidInput
+from storage.locks import FileLock
 from storage.workspace import Workspace, check_session_id
 
 TURN_ID_CHARS = 200

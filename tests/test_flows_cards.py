@@ -38,7 +38,7 @@ def user_message(request: dict) -> str:
 
 
 def card_prompt(llm, session: str) -> str:
-    """The first card request of `session` (the shared service's own jobs may call the scripted server too)."""
+    """The first card request of `session` among what the scripted server was sent."""
     return next(p for p in map(user_message, llm.requests) if f"\nSession: {session}\n" in p)
 
 
@@ -94,7 +94,7 @@ def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, me
     llm.on(CARD, json_reply({"name": "Miso the cat", "description": "A new cat", "content": "- Cat Miso, 2 years."}))
     done = auto_memory(session_id="chat-7", workspace=str(ws.root))
     assert done["summarised"] == [0, 3] and done["card"] == f"daily/{DAY}/miso-the-cat.md"
-    prompt = card_prompt(llm, "chat-7")  # not requests[0]: the shared service's own runs call the server too
+    prompt = card_prompt(llm, "chat-7")
     assert "adopted a cat" in prompt and "2 years old" in prompt
     assert checkpoints.load(ws, "sessions/chat-7")["records"] == 3
 
