@@ -70,10 +70,12 @@ def parse_date(value: str) -> str:
         raise InvalidInput(f"not a calendar date: {value!r}") from exc
 
 
-def search_date(value: str) -> str:
+def search_date(value: str | None) -> str | None:
     """A search bound: YYYY-MM-DD, `today`, also unpadded (`2026-6-1`) or a timestamp's day
-    (`2026-06-01T10:00`), as ReMe takes them."""
-    text = (value or "").strip()
+    (`2026-06-01T10:00`), as ReMe takes them; None when not given (None or empty)."""
+    if not value:
+        return None
+    text = value.strip()
     if DATE_RE.match(text[:10]) and len(text) > 10 and text[10] in "T ":
         text = text[:10]
     unpadded = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})", text)

@@ -519,11 +519,9 @@ class Memory:
         with self.db.session() as con:
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
-                start_date=search_date(start_date) if start_date else None,
-                end_date=search_date(end_date) if end_date else None,
-                tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
+                start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
                 include_archived=include_archived, per_file=per_file or None, strict_dates=strict_dates,
-                as_of=search_date(as_of) if as_of else None, history=history,
+                as_of=search_date(as_of), history=history,
             )
 
     def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
@@ -550,10 +548,9 @@ class Memory:
             seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
                 con, self.ws, query, budget, given=seen, vectors=self.vectors,
-                start_date=search_date(start_date) if start_date else None,
-                end_date=search_date(end_date) if end_date else None, tags=tags or None,
+                start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None,
                 path_prefix=path_prefix or None, min_score=min_score,
-                min_relevance=min_relevance, as_of=search_date(as_of) if as_of else None, history=history)
+                min_relevance=min_relevance, as_of=search_date(as_of), history=history)
             if session:
                 _recall.remember(self.ws, session, keys)
         return {**answer, "session": session}
@@ -569,7 +566,7 @@ class Memory:
         check_text(as_of=as_of)
         with self.db.session() as con:
             return _search.node_search(con, query, limit=limit, vectors=self.vectors,
-                                       as_of=search_date(as_of) if as_of else None, history=history)
+                                       as_of=search_date(as_of), history=history)
 
     def traverse(
         self,
