@@ -22,7 +22,7 @@ from typing import Literal
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
@@ -93,6 +93,13 @@ class Decision(BaseModel):
     @classmethod
     def _upper(cls, value):
         return str(value or "").strip().upper()
+
+    @model_validator(mode="after")
+    def _target_of_an_update(self):
+        """An update names its node: a model that leaves `target` out gets a repair turn saying so."""
+        if self.action != "CREATE" and not (self.target or "").strip():
+            raise ValueError(f"{self.action} needs `target`: the path of the node it updates, one of the listed nodes")
+        return self
 
 
 # ---- plain functions: scanning ------------------------------------------------------------------------

@@ -352,6 +352,23 @@ def test_a_refine_that_keeps_the_body_is_a_corroboration(prefect_harness, llm, m
     assert summary["actions"][0]["action"] == "REFINE" and "refined: Ana moved to Lisbon" in text(memory, "digest/wiki/portugal.md")
 
 
+def test_an_update_without_a_target_gets_a_repair_turn(prefect_harness, llm, memory, ws, monkeypatch):
+    """A REFINE that names no node (what the real 1.5B model answered) is not a failed unit at once: the model is
+    told the update needs its node's path and answers again."""
+    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
+    ana = f"daily/{DAY}/call-with-ana.md"
+    llm.on(EXTRACT, json_reply({"units": [
+        {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
+    llm.on(unit_route("Ana"),
+           json_reply({"action": "REFINE", "target": "", "content": "Portugal: Lisbon. Ana moved there in May."}),
+           json_reply({"action": "REFINE", "target": "digest/wiki/portugal.md",
+                       "content": "Portugal: Lisbon is its capital. Ana moved there in May."}))
+    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
+    assert summary["failed"] == [] and summary["actions"][0]["action"] == "REFINE"
+    assert "needs `target`" in llm.requests[-1]["messages"][-1]["content"]
+    assert "Ana moved there in May" in text(memory, "digest/wiki/portugal.md")
+
+
 # ---- persisted results stay in their workspace ------------------------------------------------------------
 
 def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path):
