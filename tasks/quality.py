@@ -42,6 +42,9 @@ RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "
 # the tags the jobs wrap material in, and a placeholder of the shape a repair turn shows (`<string>`)
 _MARKUP = re.compile(r"</?(?:file|node|card|messages|resource)\b[^>\n]*>", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"^\s*<[^<>\n]{1,80}>\s*$")
+_HTML_LAYOUT = re.compile(r"<(?:div|p|h[1-6]|section|article|header|footer|ul|ol|li|table|tr|td|th)(?:\s[^<>\n]{0,200})?>",
+                          re.IGNORECASE)  # a body laid out in HTML, not Markdown (inline tags like <br> are content)
+_CODE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`", re.DOTALL)
 _TEMPLATE = re.compile(r"\{\{[^{}\n]{0,200}\}\}|\{%[^{}\n]{0,200}%\}|</?tool_call>|<function=|\[TOOL_CALLS\]")
 _FRONTMATTER_KEYS = ("name", "description", "session_id", "source_conversation", "source_resource", "updated",
                      "tags", "date", "merged_from", "split_from", "split_into")
@@ -93,12 +96,16 @@ def empty(body: str) -> Finding | None:
 
 
 def markup(text: str) -> Finding | None:
-    """The prompt's own wrappers (`<file path=...>`, `<messages>`...) or a placeholder of the answer's shape."""
+    """The prompt's own wrappers (`<file path=...>`, `<messages>`...), a placeholder of the answer's shape, or a
+    body laid out in HTML blocks (`<div><h2>...`) instead of Markdown (HTML inside code is content)."""
     found = _MARKUP.search(text)
     if found:
         return "markup", f"it contains the prompt's markup {found.group(0)!r}; write plain Markdown"
     if _PLACEHOLDER.match(text):
         return "markup", f"{text.strip()!r} is a placeholder of the answer's shape, not content"
+    found = _HTML_LAYOUT.search(_CODE.sub("", text))
+    if found:
+        return "markup", f"it is laid out in HTML ({found.group(0)!r}); write Markdown: ## headings, paragraphs, lists"
     return None
 
 

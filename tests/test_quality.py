@@ -42,6 +42,9 @@ def test_markup_and_placeholders():
     assert check("<string>", GOOD, CARD)[0] == "markup"  # the repair turn's shape copied
     assert check("Ana", "<string or null>", CARD)[0] == "markup"
     assert check("Ana", "Ana moved to Porto.<br>She runs a bakery.", CARD) is None  # ordinary HTML is content
+    laid_out = "<div><h2>Date: 2024-05-08</h2><p>Ana moved to Porto. She runs a bakery.</p></div>"  # a real 1.5B card
+    assert check("Ana", laid_out, CARD)[0] == "markup"
+    assert quality.markup("Ana moved to Porto. Her site uses `<div class=menu>`.") is None  # code is content
 
 
 def test_pasted_frontmatter():
