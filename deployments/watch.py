@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -26,6 +27,16 @@ log = logging.getLogger(__name__)
 
 # Event kinds that can change a file's content or existence (opened/closed_no_write/attrib cannot).
 _CHANGING = {"created", "modified", "deleted", "moved", "closed"}
+
+
+def new_observer() -> Observer:
+    """A watchdog observer, quiet about the one warning that is noise.
+
+    watchdog 7 warns when a new directory's recursive walk and its own creation event both add its watch (every
+    `mkdir -p`); the watch is reused, nothing is lost, but each warning prints kilobytes into the service log.
+    """
+    warnings.filterwarnings("ignore", r"Callback with id .* already exists for watch", RuntimeWarning)
+    return Observer()
 
 
 class Debouncer:
@@ -127,7 +138,7 @@ class WorkspaceWatcher(FileSystemEventHandler):
             else None
         )
         self._own_observer = observer is None  # else one observer shared by many workspaces, started by its owner
-        self._observer = Observer() if observer is None else observer
+        self._observer = new_observer() if observer is None else observer
         self._watch = self._observer.schedule(self, str(ws.root), recursive=True)
 
     def start(self) -> WorkspaceWatcher:

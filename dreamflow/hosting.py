@@ -161,10 +161,10 @@ class Hosts:
 
     def open(self, on_resources: Callable[[str, list[str]], None]) -> None:
         """Claim and open the default workspace (an error when another service owns it) and the registered ones."""
-        from watchdog.observers import Observer
+        from deployments.watch import new_observer
 
         self._on_resources = on_resources
-        self._observer = Observer()
+        self._observer = new_observer()
         self._observer.start()
         default = Hosted(self.default_name, Workspace(self._default_root),
                          self.registry.entries.get(self.default_name), self.settings)

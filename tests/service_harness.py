@@ -129,7 +129,7 @@ class RunningService:
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise AssertionError(f"dreamflow start exited with {self.proc.returncode}:\n{self.log()}")
+            raise AssertionError(f"dreamflow start exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
         try:
             resp = httpx.get(f"{self.url}/health", headers=self.headers, timeout=2)
         except httpx.HTTPError:
@@ -145,7 +145,8 @@ class RunningService:
         return RemoteMemory(self.url, token=self.token)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
+        """The whole log (checks look for the start banner as well as the latest lines)."""
+        return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 60) -> int:
         if self.proc is None or self.proc.poll() is not None:
@@ -156,7 +157,7 @@ class RunningService:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-            raise AssertionError(f"dreamflow start did not stop within {timeout} s of SIGTERM:\n{self.log()}")
+            raise AssertionError(f"dreamflow start did not stop within {timeout} s of SIGTERM:\n{self.log()[-4000:]}")
 
     def kill(self) -> None:
         self.proc.kill()

@@ -109,6 +109,18 @@ def test_moving_a_folder_asks_for_reconcile(watched):
     wait_for(lambda: None in changes.items, what="reconcile request")
 
 
+def test_nested_folders_made_at_once_are_all_watched_without_warnings(recwarn, watched):
+    """watchdog 7 warns on every `mkdir -p` that races its recursive walk; the service log must not fill with it."""
+    ws, watcher, changes, resources = watched
+    cards = [f"daily/2024-06-{day:02d}/topic/card.md" for day in range(1, 21)]
+    for card in cards:
+        os.makedirs(ws.root / card.rsplit("/", 1)[0])
+        ws.write_text(card, "# Card\n")
+    wait_for(lambda: set(cards) <= set(changes.items), what="every nested card reported")
+    settle(watcher)
+    assert [str(w.message)[:80] for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
+
+
 def test_debouncer_flushes_a_busy_key_after_max_wait():
     seen = Recorder()
     deb = Debouncer(seen, quiet=0.2, max_wait=0.5)
