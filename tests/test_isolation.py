@@ -188,7 +188,8 @@ def test_unknown_and_missing_tokens_are_refused_and_prefect_stays_behind_the_adm
     service, secrets, _ = isolated
     for headers in ({}, {"Authorization": "Bearer dft_not-a-token"}, {"Authorization": "Basic abc"}):
         for path in ("/health", "/workspaces/wsalpha1/ops/list", "/mcp"):
-            resp = httpx.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={})
+            resp = httpx.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={},
+                              timeout=60)
             assert resp.status_code == 401, (path, headers, resp.text)
             assert "wsalpha1" not in resp.text and "quokka" not in resp.text
     for token in ("a", "b", "ab"):  # a workspace token is no Prefect credential
