@@ -225,7 +225,7 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.service_commands import record_turn  # in-process: counted; a due run waits for the service
+        from dreamflow.capture import record_turn  # in-process: counted; a due run waits for the service
 
         return record_turn(self.root(name), session_id, messages, compact, turn_id)
 

@@ -1,7 +1,7 @@
 """`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service.py).
 
-`record_turn` and `current_status` work with or without a running service (through it when it runs), so the
-stdio MCP server and the Claude Code hook use them too.
+`current_status` works with or without a running service (through it when it runs); `turn` records through
+`dreamflow.capture.record_turn`, as the stdio MCP server and the Claude Code hook do.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def register(cli) -> None:
         counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
         when the service does.
         """
+        from dreamflow.capture import record_turn
         from dreamflow.cli import fail
         from storage.errors import InvalidInput
 
@@ -103,23 +104,6 @@ def _parse_messages(text: str, compact: bool) -> list[dict]:
         return []
     value = json.loads(text)
     return [value] if isinstance(value, dict) else value
-
-
-def record_turn(workspace: Path, session_id: str, messages: list[dict], compact: bool = False,
-                turn_id: str | None = None) -> dict:
-    """Record a turn through the running service, or in this process (counted; the run waits for the service);
-    `turn_id` as in `engine.turns.record_turn`."""
-    from engine.client import connect, local_memory
-    from engine.turns import TurnCounter
-    from engine.turns import record_turn as record
-    from tasks.dialog import append_messages
-
-    remote = connect(workspace)
-    if remote is not None:
-        return remote.turn(session_id, messages, compact, turn_id)
-    memory = local_memory(workspace)
-    counter = TurnCounter(memory.ws, Settings().turns_per_summary)
-    return record(counter, lambda s, m: append_messages(memory, s, m), None, session_id, messages, compact, turn_id)
 
 
 def current_status(workspace: Path) -> dict:

@@ -1,6 +1,8 @@
 """The README's walkthrough runs as pasted and leaves a healthy graph; its links and agent set-up lines hold; no
 `--help` listing cuts a sentence."""
 
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -81,6 +83,46 @@ def test_the_readme_points_at_every_docs_page():
     section = README.split("## Where to read more", 1)[1]
     for name in {p.name for p in (ROOT / "docs").glob("*.md")} | GENERATED:
         assert f"(docs/{name})" in section, name
+
+
+CODE_PACKAGES = r"(?:dreamflow|engine|storage|tasks|flows|deployments)"
+
+
+def is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name below a module that is no package
+        return False
+
+
+def named_in_pages() -> list[tuple[str, str, list[str]]]:
+    """(page, module, attributes) for each `from module import names` line of the pages' Python blocks and each
+    `module.attribute` in their inline code whose module path imports (event names like `dreamflow.resource.x`
+    name no module and are left alone)."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks/README.md"]:
+        text = page.read_text()
+        for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+            for module, names in re.findall(rf"^\s*from ({CODE_PACKAGES}[\w.]*) import ([\w, ]+)", block, flags=re.M):
+                found.append((page.name, module, [n.strip() for n in names.split(",")]))
+        for ref in re.findall(rf"`[^`\n]*?\b({CODE_PACKAGES}(?:\.\w+)+)", text):
+            parts = ref.split(".")
+            for cut in range(len(parts), 1, -1):
+                if is_module(".".join(parts[:cut])):
+                    found.append((page.name, ".".join(parts[:cut]), parts[cut:cut + 1]))
+                    break
+    return found
+
+
+def test_every_module_and_name_the_pages_give_exists():
+    """What a reader copies (`from dreamflow.capture import record_turn`) imports: no page names a function
+    that has moved."""
+    found = named_in_pages()
+    assert any(module == "dreamflow.capture" for _, module, _ in found)  # the scan sees the pages' code
+    for page, module, names in found:
+        loaded = importlib.import_module(module)
+        for name in names:
+            assert hasattr(loaded, name), f"{page} names {module}.{name}, which does not exist"
 
 
 def claude_mcp_add(line: str) -> tuple[str, dict[str, str], list[str]]:
