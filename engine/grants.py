@@ -18,11 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.settings import dreamflow_home
+from engine.settings import ADMIN_FILE, admin_token, dreamflow_home
 from storage.errors import DreamflowError, InvalidInput, NotFound
 
 FILE = "tokens.json"
-ADMIN_FILE = "admin-token"
 # what naming a workspace that does not exist, or one the caller may not use, answers (the same, naming nothing)
 UNKNOWN_WORKSPACE = "no such workspace (`workspaces` lists the ones you may use)"
 PREFIX = "dft_"  # tokens look like dft_<43 url-safe characters>, so a leaked one is easy to recognise
@@ -126,17 +125,6 @@ def revoke(name: str) -> dict:
 
 def any_tokens() -> bool:
     return bool(_load())
-
-
-def admin_token() -> str | None:
-    """`DREAMFLOW_API_TOKEN`, else the one `token create` kept in `$DREAMFLOW_HOME/admin-token`."""
-    value = os.environ.get("DREAMFLOW_API_TOKEN")
-    if value:
-        return value
-    try:
-        return (dreamflow_home() / ADMIN_FILE).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
 
 
 def ensure_admin_token() -> None:

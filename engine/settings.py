@@ -43,10 +43,18 @@ def dreamflow_home() -> Path:
     return Path(_env("DREAMFLOW_HOME", str(Path(state) / "dreamflow"))).expanduser()
 
 
-def _admin_token() -> str | None:
-    from engine.grants import admin_token
+ADMIN_FILE = "admin-token"  # in dreamflow_home(): the admin token `dreamflow token create` made (engine/grants.py)
 
-    return admin_token()
+
+def admin_token() -> str | None:
+    """`DREAMFLOW_API_TOKEN`, else the one `token create` kept in `$DREAMFLOW_HOME/admin-token`."""
+    value = _env("DREAMFLOW_API_TOKEN")
+    if value:
+        return value
+    try:
+        return (dreamflow_home() / ADMIN_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 @dataclass
@@ -77,8 +85,8 @@ class Settings:
     vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
     vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
-    # the admin token; else the one `dreamflow token create` kept in $DREAMFLOW_HOME/admin-token (engine/grants.py)
-    api_token: str | None = field(default_factory=lambda: _admin_token())
+    # DREAMFLOW_API_TOKEN, else the one `dreamflow token create` kept in $DREAMFLOW_HOME/admin-token
+    api_token: str | None = field(default_factory=admin_token)
     # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
     max_body_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_BODY_BYTES", str(32 << 20)))
     allowed_hosts: list[str] = field(default_factory=lambda: [
