@@ -9,7 +9,6 @@ added back, under `## Sources` when it was a source, else under `## Related`), s
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from dataclasses import dataclass
 import duckdb
 
 from storage import index, journal
-from storage.db import is_damage
 from storage.errors import Conflict, DreamflowError, InvalidInput
 from storage.markdown import parse_links, rewrite_links, split_frontmatter
 from storage.model import Link
@@ -29,8 +27,6 @@ ARCHIVE = "digest/archive/"
 REINDEX_ONE_BY_ONE = 8  # above this many rewritten files, one reconcile beats a commit per file (~0.1 s each)
 _LINE_RANGE = re.compile(r"^L(\d+)(?:-L?(\d+))?$")
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
-
-log = logging.getLogger(__name__)
 
 
 # ---- line anchors ----------------------------------------------------------------------------------------
@@ -85,7 +81,7 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
     (`before`, default the file at `target` now) to the text at `new_target`; an anchor whose lines are gone
     is dropped. With neither text known, anchors are kept. `target == new_target` (with `before`) only
     re-anchors links into a rewritten file. Returns {target, new_target, rewritten: [{path, links,
-    anchors_dropped}]}; changed files are re-indexed. Journaled: a crash midway is finished by `recover`.
+    anchors_dropped}]}; changed files are re-indexed. Journaled: `storage.recovery` finishes a crashed one.
     """
     if target == new_target and before is None:
         raise InvalidInput("relinking a path to itself needs `before`, the text it had")
@@ -96,15 +92,15 @@ def relink(con: duckdb.DuckDBPyConnection, ws: Workspace, target: str, new_targe
             "before": before if before is not None else _text_or_none(ws, target),
             "files": _hashes(ws, [s for s in sources if not s.startswith(RAW_PREFIXES)])}
     with journal.intent(ws, "relink", plan):
-        rewritten = _replay_relink(con, ws, plan)
+        rewritten = replay_relink(con, ws, plan)
     return {"target": target, "new_target": new_target, "rewritten": rewritten}
 
 
 def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str, overwrite: bool = False) -> dict:
     """Rename file `old` to `new` (an existing file there only replaced with `overwrite`) and rewrite `[[old]]`
     links in every Markdown file outside resource/ and session/ that has them (anchors, aliases, predicates
-    kept); re-indexes. Journaled: after a crash, `recover` finishes it (rename done) or drops it (rename not
-    done, nothing changed yet)."""
+    kept); re-indexes. Journaled: after a crash, `storage.recovery` finishes it (rename done) or drops it
+    (rename not done, nothing changed yet)."""
     old_path, new_path = ws.regular(old), ws.resolve(new)
     if os.path.lexists(new_path) and (not overwrite or new_path.is_dir() or special_kind(new_path) is not None):
         raise Conflict(f"{new} already exists; move replaces an existing file only with overwrite"
@@ -115,111 +111,12 @@ def move(con: duckdb.DuckDBPyConnection, ws: Workspace, old: str, new: str, over
         os.replace(old_path, new_path)
         fsync_folder(new_path.parent)
         fsync_folder(old_path.parent)
-        rewritten = _replay_move(con, ws, plan)
+        rewritten = replay_move(con, ws, plan)
     return {"from": old, "to": new, "rewritten": rewritten}
 
 
-def recover(con: duckdb.DuckDBPyConnection, ws: Workspace) -> dict:
-    """Finish (or drop) every journaled operation a dead process left. Call under the index lock, so no
-    entry belongs to an operation still running. Returns {operations: [{kind, ..., outcome}], and
-    graph_repaired (see `doctor.repair`) when some entry was set aside}.
-
-    An entry that cannot be replayed (damaged, invalid, or failing `journal.MAX_ATTEMPTS` times) is set aside
-    (`journal.quarantine`) and the graph is repaired from the files instead: links to a path that no longer
-    exists are retargeted where the files tell its new place (by content hash, or the destination still
-    legible in the entry). One warning line says what was set aside and what the repair did.
-    """
-    done, aside = [], []
-    for entry in journal.entries(ws):
-        row, problem = _recover_entry(con, ws, entry)
-        done.append(row)
-        if problem:
-            aside.append((entry, row, problem))
-    if not aside:
-        return {"operations": done}
-    return {"operations": done, "graph_repaired": _set_aside(con, ws, aside)}
-
-
-def _set_aside(con: duckdb.DuckDBPyConnection, ws: Workspace, aside: list) -> dict | None:
-    """Repair the graph from the files, with the moves the entries still tell, then quarantine the entries
-    and say both in one line; returns what `doctor.repair` did (None when it failed)."""
-    from storage import doctor  # doctor builds on this module
-
-    known = {}
-    for _, row, _ in aside:
-        old, new = row.get("src", row.get("target")), row.get("dst", row.get("new_target"))
-        if isinstance(old, str) and isinstance(new, str):
-            known[old] = new
-    try:
-        repaired = doctor.repair(con, ws, known)
-        did = _repair_summary(repaired)
-    except Exception as exc:  # a full disk: said once, `doctor --fix` does it later
-        if is_damage(exc):
-            raise  # the session sets the index aside and rebuilds it; recovery then runs again
-
-        repaired, did = None, f"not repaired ({type(exc).__name__}: {exc}); run `dreamflow doctor --fix`"
-    said = []
-    for entry, row, problem in aside:
-        try:
-            kept = journal.quarantine(ws, entry)
-            row["outcome"] = f"set aside in {kept} ({problem}); the graph from the files: {did}"
-        except OSError as exc:
-            problem += f"; could not be set aside: {exc.strerror or exc}"
-            row["outcome"] = f"kept ({problem}); the graph from the files: {did}"
-        said.append(f"{entry.name} ({problem})")
-    log.warning("journal %s %s set aside in %s/; the graph from the files: %s",
-                "entries" if len(said) > 1 else "entry", ", ".join(said), journal.QUARANTINE, did)
-    return repaired
-
-
-def _repair_summary(repaired: dict) -> str:
-    """`doctor.repair`'s retargeting in a few words."""
-    moved = repaired["retargeted"]
-    if not moved:
-        return "no link to a missing file could be placed (`dreamflow doctor` lists what is broken)"
-    links = sum(r["links"] for m in moved for r in m["rewritten"])
-    files = len({r["path"] for m in moved for r in m["rewritten"]})
-    return (f"retargeted {links} link{'s' * (links != 1)} in {files} file{'s' * (files != 1)} ("
-            + ", ".join(f"{m['from']} -> {m['to']}" for m in moved) + ")")
-
-
-def _recover_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, entry) -> tuple[dict, str | None]:
-    """Replay one entry: ({kind, paths..., outcome}, None), or (its legible fields, why it is set aside)."""
-    try:
-        plan = journal.load(entry)
-    except journal.Damaged as exc:
-        return dict(exc.legible), f"damaged: {exc.reason}"
-    row = {k: v for k, v in plan.items() if k in journal.LEGIBLE}
-    problem = journal.invalid(plan)
-    if problem:
-        return row, f"invalid: {problem}"
-    try:
-        row["outcome"] = _finish_entry(con, ws, plan)
-    except (OSError, duckdb.Error) as exc:  # e.g. a full disk: kept for the next run, never stops this one
-        if is_damage(exc):
-            raise  # the session sets the index aside and rebuilds it; recovery then runs again
-        attempts = journal.failed_attempt(ws, entry, plan)
-        if attempts >= journal.MAX_ATTEMPTS:
-            return row, f"not finished after {attempts} attempts: {type(exc).__name__}: {exc}"
-        log.warning("could not finish journal entry %s: %s", entry.name, exc)
-        row["outcome"] = f"not finished ({type(exc).__name__}: {exc}); tried again by the next command"
-        return row, None
-    except Exception as exc:  # a plan this code cannot carry out: retrying changes nothing
-        return row, f"cannot be replayed: {type(exc).__name__}: {exc}"
-    journal.finish(entry)
-    return row, None
-
-
-def _finish_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> str:
-    if plan["kind"] == "move":
-        src, dst = plan["src"], plan["dst"]
-        if special_kind(ws.root / dst) == "missing" and special_kind(ws.root / src) is None:
-            return "rolled back (the file was not moved yet)"
-        return f"replayed ({len(_replay_move(con, ws, plan))} files rewritten)"
-    return f"replayed ({len(_replay_relink(con, ws, plan))} files rewritten)"
-
-
-def _replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+def replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+    """Rewrite the links of a move's `plan` in the files still as planned (the rename done); re-index."""
     src, dst = plan["src"], plan["dst"]
     rewritten = []
     for rel, text in _unchanged(ws, plan["files"]):
@@ -232,7 +129,8 @@ def _replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> l
     return rewritten
 
 
-def _replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+def replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[dict]:
+    """Rewrite the links of a relink's `plan` in the files still as planned, anchors following; re-index."""
     target, new_target, old_text = plan["target"], plan["new_target"], plan["before"]
     new_text = _text_or_none(ws, new_target)
     old_lines = old_text.splitlines() if old_text is not None else None

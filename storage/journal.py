@@ -4,7 +4,7 @@ A move or a relink rewrites many files. Before it changes anything it records it
 `metadata/journal/<pid>-<n>.json` (written atomically and fsynced): the paths involved and, for every file it
 is about to rewrite, that file's content hash. It then does the work, re-indexes, and removes the entry. A
 process killed in between leaves the entry behind; the next process that opens the workspace
-(`storage.memory.Memory`) finds it and finishes the work under the index lock (`graph_edit.recover`):
+(`storage.memory.Memory`) finds it and finishes the work under the index lock (`storage/recovery.py`):
 the hash guard makes replaying idempotent (a file already rewritten, or changed since, is left alone).
 
 Entries of a live process are left to it; under the index lock every entry present is an interrupted one,

@@ -718,14 +718,14 @@ class Memory:
         if temps:
             done["temp_files_removed"] = temps
         if journal.interrupted(self.ws):
-            from storage import graph_edit
+            from storage import recovery
 
             try:
                 with self.db.session() as con:
-                    done.update(graph_edit.recover(con, self.ws))
+                    done.update(recovery.recover(con, self.ws))
             except IndexRebuilt:  # the replay met a damaged index, now rebuilt from the files: replay on it
                 with self.db.session() as con:
-                    done.update(graph_edit.recover(con, self.ws))
+                    done.update(recovery.recover(con, self.ws))
         return done
 
     def _reindex(self, con, *rels: str) -> None:

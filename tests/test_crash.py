@@ -235,7 +235,7 @@ def test_an_entry_whose_replay_keeps_failing_is_set_aside_after_a_few_tries(tmp_
     def broken(con, ws, plan):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(graph_edit, "_replay_move", broken)
+    monkeypatch.setattr(graph_edit, "replay_move", broken)
     for _ in range(journal.MAX_ATTEMPTS - 1):
         assert "not finished" in Memory(mem.ws.root).recovered["operations"][0]["outcome"]
         assert len(journal.entries(mem.ws)) == 1

@@ -123,7 +123,7 @@ def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tm
     def full_disk(con, ws, plan):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(graph_edit, "_replay_move", full_disk)
+    monkeypatch.setattr(graph_edit, "replay_move", full_disk)
     again = Memory(tmp_path / "ws")  # used to raise: every command failed until the entry was removed
     assert "not finished" in json.dumps(again.recovered)
     assert len(journal.entries(mem.ws)) == 1  # kept: tried again next time
