@@ -22,6 +22,7 @@ from typing import Any, Iterable, Protocol, Sequence
 import duckdb
 
 from storage import search_cache, timeref, validity
+from storage.sql import FILE_FACTS, in_list, sql_literal
 from storage.model import normalize_tag
 from storage.tokenize import terms
 
@@ -46,27 +47,6 @@ class Vectors(Protocol):
     ) -> list[tuple[int, float]]: ...
     # [(chunk id, score)] best first, only live chunks under `path_prefix` whose file passes `filters` (an SQL
     # condition over `files f`, with `params`, as for BM25): search takes them as they are
-
-
-def sql_literal(value: Any) -> str:
-    """A value as a DuckDB SQL literal: str, int, float, bool, None, date, or a list of those."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, str):
-        return "'" + value.replace("\x00", "").replace("'", "''") + "'"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
-    raise TypeError(f"no SQL literal for {type(value).__name__}")
-
-
-def _in_list(values: Iterable[Any]) -> str:
-    return ", ".join(sql_literal(v) for v in values)
 
 
 # BM25 of the chunks that contain any query term, best first. Postings carry the chunk length and a hash of
@@ -316,7 +296,7 @@ def date_boost(
                          for a, b in spans)
     dated = {r[0] for r in con.execute(
         f"SELECT c.id FROM chunks c JOIN files f ON f.path = c.path "
-        f"WHERE c.id IN ({_in_list(cid for cid, _ in keyword)}) AND ({within})"
+        f"WHERE c.id IN ({in_list(cid for cid, _ in keyword)}) AND ({within})"
     ).fetchall()}
     ranked = sorted(keyword, key=lambda x: (-x[1] * (DATE_BOOST if x[0] in dated else 1.0), x[0]))
     return ranked, dated
@@ -362,7 +342,7 @@ def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tup
     if (cache := search_cache.of(con)) is not None and (held := cache.rows(con, ids)) is not None:
         return held
     return {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({_in_list(ids)})"
+        f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({in_list(ids)})"
     ).fetchall()}
 
 
@@ -371,7 +351,7 @@ def _chunk_texts(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tu
     if (cache := search_cache.of(con)) is not None and (held := cache.chunk_texts(con, ids)) is not None:
         return held
     return {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, headings, text FROM chunks WHERE id IN ({_in_list(ids)})").fetchall()}
+        f"SELECT id, headings, text FROM chunks WHERE id IN ({in_list(ids)})").fetchall()}
 
 
 def _vector_candidates(
@@ -403,14 +383,8 @@ def _file_info(con: duckdb.DuckDBPyConnection, paths: Iterable[str]) -> dict[str
     if (cache := search_cache.of(con)) is not None and (held := cache.file_info(con, paths)) is not None:
         return _file_facts(held.items())
     rows = con.execute(
-        f"SELECT path, {FILE_FACTS} FROM files WHERE path IN ({_in_list(paths)})").fetchall()
+        f"SELECT path, {FILE_FACTS} FROM files WHERE path IN ({in_list(paths)})").fetchall()
     return _file_facts((r[0], r[1:]) for r in rows)
-
-
-# A file's facts as search reads them (also the search cache's, storage/search_arrays.py): name, description,
-# date, and the validity keys of its frontmatter as written
-FILE_FACTS = "name, description, strftime(date, '%Y-%m-%d'), " + ", ".join(
-    f"json_extract_string(frontmatter, '$.{k}')" for k in validity.KEYS[:4])
 
 
 def _file_facts(rows: Iterable[tuple[str, tuple]]) -> dict[str, tuple]:
@@ -469,7 +443,7 @@ def _link_rows(con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
     """(source, target, anchor, predicate, line) of the links leaving or entering `paths`, by line."""
     if (cache := search_cache.of(con)) is not None and (held := cache.links(con, paths)) is not None:
         return held
-    return con.execute(_NEIGHBOURS_SQL.format(paths=_in_list(paths))).fetchall()
+    return con.execute(_NEIGHBOURS_SQL.format(paths=in_list(paths))).fetchall()
 
 
 def node_search(
@@ -489,7 +463,7 @@ def node_search(
         ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
         if not ids:
             return []
-        path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({_in_list(ids)})").fetchall())
+        path_of = dict(con.execute(f"SELECT id, path FROM chunks WHERE id IN ({in_list(ids)})").fetchall())
         fused = fuse([_first_paths(keyword, path_of), _first_paths(semantic, path_of)],
                      (1.0, _vector_weight(vectors)), _vector_rrf_k(vectors))[:limit]
         if len(fused) >= limit or (len(keyword) < pool and len(semantic) < pool):
@@ -578,7 +552,7 @@ def _edges(con: duckdb.DuckDBPyConnection, frontier: list[str], direction: str, 
     ends = {"forward": ["source"], "backward": ["target"], "both": ["source", "target"]}[direction]
     only = "" if predicate is None else f" AND predicate = {sql_literal(predicate)}"
     rows = con.execute(" UNION ".join(
-        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {end} IN ({_in_list(frontier)}){only}"
+        f"SELECT source, target, line, anchor, alias, predicate FROM links WHERE {end} IN ({in_list(frontier)}){only}"
         for end in ends
     ) + " ORDER BY source, line, target").fetchall()
     return [dict(zip(("source", "target", "line", "anchor", "alias", "predicate"), r)) for r in rows]

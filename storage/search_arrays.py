@@ -39,6 +39,8 @@ from typing import Any, Callable
 import duckdb
 import numpy as np
 
+from storage.sql import FILE_FACTS, in_list, sql_literal
+
 TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
 RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones: reload instead of patching
@@ -78,7 +80,7 @@ class SearchCache:
         self.added: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.n_live = 0
         self.total_length = 0
-        self.info: dict[str, tuple] = {}  # path -> its storage.search.FILE_FACTS of every file
+        self.info: dict[str, tuple] = {}  # path -> its storage.sql.FILE_FACTS of every file
         self.link_table: _Links | None = None  # every link but self-links
         self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
         self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
@@ -153,9 +155,7 @@ class SearchCache:
 
     def _read_files(self, con: duckdb.DuckDBPyConnection, paths: list[str] | None) -> None:
         """Read the file rows of `paths` (None: of every file) and, for listed paths, their outgoing links."""
-        from storage.search import FILE_FACTS, sql_literal
-
-        listed = "" if paths is None else f"IN ({', '.join(sql_literal(p) for p in paths)})"
+        listed = "" if paths is None else f"IN ({in_list(paths)})"
         for path, *facts in con.execute(
                 f"SELECT path, {FILE_FACTS} FROM files"
                 + ("" if paths is None else f" WHERE path {listed}")).fetchall():
@@ -338,8 +338,6 @@ class SearchCache:
         if missing:
             if len(self.hashes) + len(missing) > HASHES:
                 self.hashes = {}
-            from storage.search import sql_literal
-
             values = ", ".join(f"({i}, {sql_literal(t)})" for i, t in enumerate(missing))
             found = dict(con.execute(f"SELECT i, hash(t) FROM (VALUES {values}) v(i, t)").fetchall())
             self.hashes.update((t, found[i]) for i, t in enumerate(missing))
@@ -411,10 +409,8 @@ class SearchCache:
             passing = {r[0] for r in con.execute(f"SELECT f.path FROM files f WHERE {filters}", params or None).fetchall()}
             entry = [np.array([p in passing for p in self.paths], dtype=bool), set()]
         elif entry[1]:
-            from storage.search import sql_literal
-
             recheck = sorted(entry[1])
-            listed = ", ".join(sql_literal(p) for p in recheck)
+            listed = in_list(recheck)
             passing = {r[0] for r in con.execute(
                 f"SELECT f.path FROM files f WHERE f.path IN ({listed}) AND ({filters})", params or None).fetchall()}
             for p in recheck:

@@ -11,7 +11,8 @@ from storage import index, search_arrays, search_cache
 from storage.db import IndexDB
 from storage.errors import IndexRebuilt
 from storage.memory import Memory
-from storage.search import bm25, node_search, search, sql_literal, terms, traverse
+from storage.search import bm25, node_search, search, terms, traverse
+from storage.sql import sql_literal
 from storage.workspace import Workspace
 
 WORDS = ("lisbon porto ridge trail boots risotto mushroom harbour ferry lighthouse museum tram pastry bakery "
