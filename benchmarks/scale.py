@@ -22,7 +22,6 @@ import argparse
 import os
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 import time

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.client import SERVICE_FILE, service_info
 from engine.grants import UNKNOWN_WORKSPACE
-from engine.registry import UNREGISTERED, Entry, Registry
+from engine.registry import Entry, Registry
 from engine.settings import Settings
 from storage.errors import DreamflowError, NotFound
 from storage.workspace import Workspace

@@ -26,7 +26,6 @@ import threading
 import time
 from contextlib import nullcontext
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from urllib.parse import urlparse
 

@@ -5,7 +5,6 @@ records built by `line` in the same format: slash commands, `<synthetic>` answer
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys

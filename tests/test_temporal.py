@@ -92,7 +92,7 @@ def test_supersede_keeps_and_closes_the_old_node_and_links_both_ways(prefect_har
 def test_a_create_naming_a_superseded_node_updates_its_successor(prefect_harness, llm, memory, ws):
     first_city(prefect_harness, llm, memory, ws)
     move_to_porto(llm, memory, ws)
-    later = f"daily/2024-07-01/ana.md"
+    later = "daily/2024-07-01/ana.md"
     memory.write(later, "- Ana's bakery in Porto opens at 7.", name="Ana's bakery", description="Opening hours")
     summary = dream(llm, ws, "2024-07-01", [unit("Ana's city", "Ana's bakery in Porto opens at 7.", [later])],
                     {"action": "CREATE", "target": None, "name": "Ana's city", "description": "Where Ana lives",
