@@ -253,27 +253,31 @@ def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
     assert after is None or "digest/personal/ana.md:7" not in after
 
 
+# the service's answer waited for as long as a loaded machine may take (never blocking: the test above)
+PATIENT = {**ANY_MATCH, "DREAMFLOW_INJECT_TIMEOUT": "30"}
+
+
 @pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
 def test_a_prompt_through_the_running_service(dreamflow_service):
     svc = dreamflow_service
     svc.memory.write("daily/2024-06-02/porto-ferry.md", "# Porto\n\nThe Douro ferry to Afurada leaves at 09:40 "
                        "from Cais da Estiva.\n", name="Porto ferry", description="Day trip")
     session = "inject-through-service"
-    text = injected(hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH),
+    text = injected(hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=PATIENT),
                     "UserPromptSubmit")
     assert text is not None and "09:40" in text and "[daily/2024-06-02/porto-ferry.md:" in text
     assert (svc.workspace / f"metadata/recall/{session}.json").exists()  # the service kept the session's record
-    again = hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=ANY_MATCH)
+    again = hook(prompt("When does the Douro ferry to Afurada leave?", session), svc.workspace, env=PATIENT)
     assert injected(again, "UserPromptSubmit") is None
-    begun = injected(hook(start(session=session), svc.workspace), "SessionStart")
+    begun = injected(hook(start(session=session), svc.workspace, env=PATIENT), "SessionStart")
     assert begun is not None and "[daily/2024-06-02/porto-ferry.md:" in begun
 
     # a new session: its start shows the card, so its prompt on it does not repeat it (the shared service's
     # workspace may hold other weak matches); the process imports neither the CLI nor duckdb (one request)
-    begun = injected(hook(start(session="started-" + session), svc.workspace), "SessionStart")
+    begun = injected(hook(start(session="started-" + session), svc.workspace, env=PATIENT), "SessionStart")
     assert "09:40 from Cais da Estiva" in begun
     done = hook(prompt("When does the Douro ferry to Afurada leave?", "started-" + session), svc.workspace,
-                env=ANY_MATCH, probe=True)
+                env=PATIENT, probe=True)
     after = injected(done, "UserPromptSubmit")
     assert after is None or ("09:40" not in after and "porto-ferry.md" not in after), after
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
