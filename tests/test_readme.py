@@ -1,5 +1,5 @@
-"""The README's walkthrough runs as pasted and leaves a healthy graph; its links and agent set-up lines hold; no
-`--help` listing cuts a sentence."""
+"""The README's walkthrough runs as pasted and leaves a healthy graph; its links, agent set-up lines and the code
+the pages name hold; no `--help` listing cuts a sentence."""
 
 import importlib
 import importlib.util
