@@ -22,8 +22,8 @@ from typing import Any, Iterable, Protocol, Sequence
 import duckdb
 
 from storage import search_cache, timeref, validity
-from storage.sql import FILE_FACTS, in_list, sql_literal
 from storage.model import normalize_tag
+from storage.sql import FILE_FACTS, in_list, sql_literal
 from storage.tokenize import terms
 
 K1 = 1.2

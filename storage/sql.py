@@ -27,6 +27,7 @@ def sql_literal(value: Any) -> str:
 
 
 def in_list(values: Iterable[Any]) -> str:
+    """The values as the inside of an SQL `IN (...)`."""
     return ", ".join(sql_literal(v) for v in values)
 
 

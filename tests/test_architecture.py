@@ -2,6 +2,7 @@
 import each other in a circle, and storage/ stays plain Python. Imports inside functions count too."""
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -10,6 +11,7 @@ SAME_LAYER = {"deployments": "flows"}  # the deployments declare the flows they 
 HEAVY = ("prefect", "openai", "torch", "sentence_transformers")
 
 
+@cache
 def imports() -> dict[str, set[str]]:
     """{module: the modules and packages it imports, anywhere in its code}."""
     found = {}

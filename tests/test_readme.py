@@ -105,7 +105,8 @@ def named_in_pages() -> list[tuple[str, str, list[str]]]:
         for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
             for module, names in re.findall(rf"^\s*from ({CODE_PACKAGES}[\w.]*) import ([\w, ]+)", block, flags=re.M):
                 found.append((page.name, module, [n.strip() for n in names.split(",")]))
-        for ref in re.findall(rf"`[^`\n]*?\b({CODE_PACKAGES}(?:\.\w+)+)", text):
+        spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for ref in (ref for span in spans for ref in re.findall(rf"\b({CODE_PACKAGES}(?:\.\w+)+)", span)):
             parts = ref.split(".")
             for cut in range(len(parts), 1, -1):
                 if is_module(".".join(parts[:cut])):
