@@ -1,0 +1,240 @@
+"""Facts: the one-line statements cards and digest nodes are made of, in plain Markdown a person can edit.
+
+A fact is a list item on one line: its sentence, then Dataview-style inline fields, then a block id:
+
+    - Ana works at a bakery in Alfama. (about:: Ana) (source:: [[session/dialog/s1.jsonl#L3|2024-05-08 18:02]]) ^f2
+
+Fields (all optional, in this order when written):
+- `about`: who or what the fact is about (cards: what the dream groups by);
+- `date`: the day the fact holds or happens, when the text gives one (cards);
+- `since` / `until`: the fact's validity in a digest node (`until` exclusive: on that day what replaced it
+  holds); a fact without `until` holds now;
+- `replaced_by`: the fact that replaced it (a history entry), `[[node#^id]]`;
+- `source`: where it comes from: a card's facts cite the dialog records (`session/dialog/<id>.jsonl#L<n>`,
+  the jsonl's line) or the resource's lines (`#L<a>-L<b>`); a node's facts cite card facts (`card#^id`).
+
+The section a fact stands under gives its kind (`## Preferences` -> preference, see `KINDS`); facts under
+`## History` are no longer current. `## Sources` lists the files a node draws on. Everything else in a file
+(a title, a summary paragraph, a person's notes) is kept as written: edits here are line edits, never a
+re-render of the whole file.
+
+Pure functions over text; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+KINDS = {  # kind -> the section heading its facts stand under, in the order sections are written
+    "fact": "Facts",
+    "preference": "Preferences",
+    "plan": "Plans",
+    "decision": "Decisions",
+    "event": "Events",
+    "procedure": "How-to",
+    "question": "Open questions",
+}
+HEADINGS = {heading.lower(): kind for kind, heading in KINDS.items()}
+HISTORY, SOURCES = "History", "Sources"
+FIELDS = ("about", "date", "since", "until", "replaced_by", "source")
+LINK_FIELDS = ("replaced_by", "source")
+
+_ID = r"[A-Za-z0-9][A-Za-z0-9-]{0,40}"
+_FACT = re.compile(rf"^- (?P<rest>.*\S)\s+\^(?P<id>{_ID})[ \t]*$")
+_FIELD = re.compile(r"\((?P<key>[a-z_]+):: (?P<value>(?:[^()\[\]]|\[\[[^\[\]]*\]\])*)\)")
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
+_LINK = re.compile(r"\[\[([^\[\]|]+)(?:\|[^\[\]]*)?\]\]")
+_ID_NUMBER = re.compile(r"^f(\d+)$")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact line: its sentence, fields, block id, kind (from its section) and where it stands."""
+
+    text: str
+    id: str = ""
+    kind: str = "fact"
+    about: str | None = None
+    date: str | None = None
+    since: str | None = None
+    until: str | None = None
+    replaced_by: str | None = None
+    sources: tuple[str, ...] = ()      # link targets with their anchors: `path#L3`, `card.md#^f2`
+    labels: tuple[str, ...] = ()       # the aliases the source links show (same order; '' for none)
+    line: int = 0                      # 1-based line in the text it was read from (0: not read from a text)
+    current: bool = True               # False under `## History`
+    extra: dict = field(default_factory=dict, compare=False)  # fields this module does not know, kept
+
+    def holds_on(self, day: str) -> bool:
+        """Whether the fact held on `day` (YYYY-MM-DD): `since <= day < until`, open ends hold."""
+        return (not self.since or self.since <= day) and (not self.until or day < self.until)
+
+    def render(self) -> str:
+        """The fact as its Markdown line."""
+        parts = [f"- {' '.join(self.text.split())}"]
+        for key in FIELDS[:-2]:
+            value = getattr(self, key)
+            if value:
+                parts.append(f"({key}:: {_plain_value(value)})")
+        if self.replaced_by:
+            parts.append(f"(replaced_by:: [[{self.replaced_by}]])")
+        parts += [f"({key}:: {_plain_value(value)})" for key, value in self.extra.items()]
+        if self.sources:
+            links = ", ".join(f"[[{s}|{label}]]" if label else f"[[{s}]]"
+                              for s, label in zip(self.sources, self.labels or ("",) * len(self.sources)))
+            parts.append(f"(source:: {links})")
+        return " ".join(parts) + (f" ^{self.id}" if self.id else "")
+
+
+def _plain_value(value: str) -> str:
+    return " ".join(str(value).replace("(", "[").replace(")", "]").split())
+
+
+def parse_line(line: str) -> Fact | None:
+    """The fact a Markdown line holds (kind and position left for the caller), else None."""
+    match = _FACT.match(line.rstrip("\r\n"))
+    if not match:
+        return None
+    rest = match.group("rest")
+    fields: dict[str, str] = {}
+    first = len(rest)
+    for found in _FIELD.finditer(rest):
+        fields.setdefault(found.group("key"), found.group("value").strip())
+        first = min(first, found.start())
+    text = rest[:first].strip()
+    if not text:
+        return None
+    sources, labels = [], []
+    for found in _LINK.finditer(fields.pop("source", "")):
+        sources.append(found.group(1).strip())
+        alias = found.group(0)[2:-2].partition("|")[2]
+        labels.append(alias.strip())
+    replaced = _LINK.search(fields.pop("replaced_by", ""))
+    known = {k: fields.pop(k) or None for k in ("about", "date", "since", "until") if k in fields}
+    return Fact(text=text, id=match.group("id"), sources=tuple(sources), labels=tuple(labels),
+                replaced_by=replaced.group(1).strip() if replaced else None, extra=fields, **known)
+
+
+def parse(text: str) -> list[Fact]:
+    """Every fact of a Markdown text (frontmatter included or not), with its line, kind and whether it is
+    current; fenced code is skipped."""
+    facts, kind, current, fence = [], "fact", True, None
+    for number, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            title = heading.group(2).strip().lower()
+            current = title != HISTORY.lower()
+            kind = HEADINGS.get(title, kind if len(heading.group(1)) > 2 else "fact")
+            continue
+        fact = parse_line(line)
+        if fact is not None:
+            facts.append(replace(fact, kind=kind, line=number, current=current and not fact.until))
+    return facts
+
+
+def by_id(text: str) -> dict[str, Fact]:
+    return {f.id: f for f in parse(text) if f.id}
+
+
+def next_id(text: str) -> str:
+    """A block id no fact of `text` has: `f<n>` past the highest."""
+    numbers = [int(m.group(1)) for f in parse(text) if (m := _ID_NUMBER.match(f.id))]
+    return f"f{max(numbers, default=0) + 1}"
+
+
+def has_facts(text: str) -> bool:
+    return any(parse_line(line) for line in text.split("\n"))
+
+
+# ---- line edits ------------------------------------------------------------------------------------------
+
+def add(text: str, fact: Fact) -> str:
+    """`text` with `fact` appended to the section of its kind (current) or `## History` (not current); a
+    missing section is created: kinds in `KINDS` order, before History and Sources."""
+    heading = HISTORY if not fact.current else KINDS.get(fact.kind, KINDS["fact"])
+    lines = text.rstrip("\n").split("\n") if text.strip() else []
+    start, end = _section(lines, heading)
+    if start is None:
+        at = _new_section_at(lines, heading)
+        block = ([""] if at and lines[at - 1].strip() else []) + [f"## {heading}", "", fact.render()]
+        if at < len(lines):
+            block.append("")
+        lines[at:at] = block
+    else:
+        last = end
+        while last > start + 1 and not lines[last - 1].strip():
+            last -= 1
+        lines.insert(last, fact.render())
+    return "\n".join(lines) + "\n"
+
+
+def update(text: str, fact_id: str, **changes) -> str:
+    """`text` with the fact `fact_id` changed in place (its line re-rendered with `changes`)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        fact = parse_line(line)
+        if fact is not None and fact.id == fact_id:
+            lines[i] = replace(fact, **changes).render()
+            return "\n".join(lines)
+    raise KeyError(fact_id)
+
+
+def retire(text: str, fact_id: str, until: str, replaced_by: str | None = None) -> str:
+    """`text` with the fact `fact_id` moved to `## History`, closed on `until` and linked to what replaced
+    it (a history entry keeps its sentence, window and sources)."""
+    fact = by_id(text).get(fact_id)
+    if fact is None:
+        raise KeyError(fact_id)
+    lines = text.split("\n")
+    del lines[fact.line - 1]
+    closed = replace(fact, until=until, replaced_by=replaced_by or fact.replaced_by, current=False)
+    return add("\n".join(lines), closed)
+
+
+def with_source(text: str, fact_id: str, source: str, label: str = "") -> str:
+    """`text` with `source` added to the sources of fact `fact_id` (no change when it is cited already)."""
+    fact = by_id(text).get(fact_id)
+    if fact is None:
+        raise KeyError(fact_id)
+    if source in fact.sources:
+        return text
+    labels = fact.labels or ("",) * len(fact.sources)
+    return update(text, fact_id, sources=fact.sources + (source,), labels=labels + (label,))
+
+
+def cites(text: str, source: str) -> bool:
+    """Whether any fact of `text` cites `source` (e.g. a card fact `card.md#^f2`): consolidated already."""
+    return any(source in f.sources for f in parse(text))
+
+
+def _section(lines: list[str], heading: str) -> tuple[int | None, int]:
+    """(line index of `## heading`, index where its section ends) or (None, 0)."""
+    for i, line in enumerate(lines):
+        found = _HEADING.match(line)
+        if found and found.group(2).strip().lower() == heading.lower():
+            end = i + 1
+            while end < len(lines) and not (_HEADING.match(lines[end]) and len(_HEADING.match(lines[end]).group(1)) <= 2):
+                end += 1
+            return i, end
+    return None, 0
+
+
+def _new_section_at(lines: list[str], heading: str) -> int:
+    """Where a new `## heading` goes: after the sections that come before it in the standard order."""
+    order = [*KINDS.values(), HISTORY, SOURCES]
+    later = {h.lower() for h in order[order.index(heading) + 1:]} if heading in order else {HISTORY.lower(),
+                                                                                               SOURCES.lower()}
+    for i, line in enumerate(lines):
+        found = _HEADING.match(line)
+        if found and len(found.group(1)) <= 2 and found.group(2).strip().lower() in later:
+            return i
+    return len(lines)
