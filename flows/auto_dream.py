@@ -9,7 +9,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from engine.llm import require_llm
 from engine.settings import Settings
 from tasks.context import check_date, today, workspace_root
-from tasks.dream import UnitsFailed, extract, finish, integrate, publish_report, settle
+from tasks.dream import UnitsFailed, consolidate, finish, gather, publish_report, settle
 from tasks.topics import select_topics
 
 
@@ -17,19 +17,20 @@ from tasks.topics import select_topics
       task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
 def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
                topic_count: int = 3, topic_diversity_days: int = 7, workspace: str | None = None) -> dict:
-    """Consolidate the daily files changed in the `scan_days` days ending at `date` (default today) into
-    digest nodes, one unit per node, and write the day's interests. Ends Failed when any unit failed; those
-    units' files stay un-checkpointed, and a retry of the run re-runs only them."""
+    """Consolidate the facts of the daily cards changed in the `scan_days` days ending at `date` (default
+    today) into digest nodes, one unit per subject (at most `max_units`, those matching `hint` first), and
+    write the day's interests. Ends Failed when any unit failed; those units' files stay un-checkpointed, and
+    a retry of the run re-runs only them."""
     root = workspace_root(workspace)
     require_llm()
     date = check_date(date) if date else today()
-    extracted = extract(root, date, scan_days, max_units, hint)
-    futures = integrate.map(unmapped(root), extracted["units"], unmapped(date))
-    outcomes, failures = settle(futures, extracted["units"])
-    topics = select_topics(root, date, extracted["topics"], topic_count, topic_diversity_days)
-    summary = finish(root, date, extracted, outcomes, failures, topics)
+    gathered = gather(root, date, scan_days, max_units, hint)
+    futures = consolidate.map(unmapped(root), gathered["units"], unmapped(date))
+    outcomes, failures = settle(futures, gathered["units"])
+    topics = select_topics(root, date, gathered["topics"], topic_count, topic_diversity_days)
+    summary = finish(root, date, gathered, outcomes, failures, topics)
     publish_report(root, summary)
-    if failures:
-        message = f"{len(failures)} of {summary['units']} units failed; their files will be retried"
+    if summary["failed"]:
+        message = f"{len(summary['failed'])} of {summary['units']} units failed; their files will be retried"
         return Failed(message=message, data=UnitsFailed(message, summary))
     return summary

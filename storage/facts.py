@@ -145,10 +145,14 @@ def by_id(text: str) -> dict[str, Fact]:
     return {f.id: f for f in parse(text) if f.id}
 
 
-def next_id(text: str) -> str:
-    """A block id no fact of `text` has: `f<n>` past the highest."""
-    numbers = [int(m.group(1)) for f in parse(text) if (m := _ID_NUMBER.match(f.id))]
-    return f"f{max(numbers, default=0) + 1}"
+def highest_id(text: str) -> int:
+    """The highest `n` of the `f<n>` block ids of `text`'s facts (0: none)."""
+    return max((int(m.group(1)) for f in parse(text) if (m := _ID_NUMBER.match(f.id))), default=0)
+
+
+def next_id(text: str, used: int = 0) -> str:
+    """A block id no fact of `text` has, nor had up to `used`: `f<n>` past the highest."""
+    return f"f{max(highest_id(text), used) + 1}"
 
 
 def has_facts(text: str) -> bool:

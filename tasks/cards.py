@@ -1,52 +1,41 @@
 """Daily cards: `daily/<date>/<name>.md`, one per conversation per day or per resource, and day pages.
 
-A card is found again by an identity key in its frontmatter (`session_id` or `source_resource`). The agent
-drafts it (`CardDraft`) and may write only that card with its tools; the file name comes from the validated
-`name` (sanitised, de-duplicated), and a better name renames the card with `move`, which retargets links.
-Every draft passes the content checks (tasks/quality.py) before it is written; a refused one (after its
-repair turn) fails the job with nothing written, its tool writes undone.
+A card is a list of facts (storage/facts.py) grouped by kind, each citing the messages or resource lines it
+comes from. The model only lists facts (tasks/extraction.py); code checks each one and writes the card: a
+card is found again by an identity key in its frontmatter (`session_id` or `source_resource`), new facts are
+added to it with new block ids (a fact it already states is not added twice), and nothing else in it is
+rewritten. Its title is the model's (when the content checks pass it) or its first fact's words.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import re
-from datetime import date as Date
 import unicodedata
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field, field_validator
 
 from engine.client import read_all
-from engine.llm import LLM, LLMError
+from engine.llm import LLM
 from engine.prefect_env import run_logger
-from engine.toolbox import Toolbox, read_text
+from engine.toolbox import read_text
 from engine.usage import charged
+from storage import facts
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
-from tasks import checkpoints, dialog, quality, usage
+from storage.tokenize import terms
+from tasks import checkpoints, dialog, extraction, quality, usage
 from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
-MAX_RESOURCE_CHARS = 40_000
+MAX_RESOURCE_CHARS = 40_000  # of a resource read into cards (the rest is left out, and said so)
+MAX_CALL_CHARS = 12_000      # of material per extraction call (a small local model reads ~25 tokens/s)
+TITLE_WORDS = 8
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}
-
-
-class CardDraft(BaseModel):
-    """What the agent returns for a card; `content` may be None when it wrote the card with a tool."""
-
-    name: str = Field(min_length=1, max_length=200)
-    description: str = Field(default="", max_length=1_000)
-    content: str | None = Field(default=None, max_length=30_000)
-
-    @field_validator("name")
-    @classmethod
-    def _name_has_letters(cls, value: str) -> str:
-        if not slugify(value, fallback=""):
-            raise ValueError("name needs at least one letter or digit")
-        return " ".join(value.split())
 
 
 # ---- plain functions -----------------------------------------------------------------------------------
@@ -89,58 +78,6 @@ def find_card(memory, folder: str, key: str, value: str) -> str | None:
     return None
 
 
-def save_card(memory, folder: str, current: str | None, draft_path: str, draft: CardDraft,
-              identity: dict, wrote_with_tools: bool) -> dict:
-    """Write the card named by `draft` into `folder`, renaming `current` (or the tool-written `draft_path`)
-    when the name changed; identity keys are set in the frontmatter. Returns `{path, created, renamed_from}`."""
-    body = draft.content
-    if body is None and wrote_with_tools:
-        body = read_text(memory, draft_path)
-    if not body or not body.strip():
-        raise LLMError("the model returned no card content and wrote no card")
-    body = split_frontmatter(body).body.lstrip("\n")  # the system owns the frontmatter
-    existing = current or (draft_path if wrote_with_tools else None)
-    target = unique_path(memory, folder, slugify(draft.name), keep=existing)
-    renamed_from = None
-    if existing and existing != target:
-        memory.move(existing, target)
-        renamed_from = existing
-    memory.write(target, body, name=draft.name, description=draft.description, metadata=identity)
-    return {"path": target, "created": current is None, "renamed_from": renamed_from if current else None}
-
-
-def draft_card(llm: LLM, memory, workspace: str, prompt: str, material: str, draft_path: str,
-               kind: str, kept: str = "", dialog_text: str | None = None) -> tuple[CardDraft, bool]:
-    """Run the card agent: it may read memory and write only `draft_path` (with tools off it answers from
-    the material alone and the caller writes the card). The draft must pass the content checks against the
-    material (plus what its tools read), the card it updates (`kept`) and, for a session, the dialog it
-    must not copy. Returns (draft, wrote_with_tools); on failure the tools' writes are undone."""
-    toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p == draft_path,
-                      write_scope=f"the card {draft_path}")
-    system = load_prompt(prompt)
-
-    def judge(draft: CardDraft):
-        body = draft.content
-        if body is None:
-            body = (read_text(memory, draft_path) if draft_path in toolbox.written else None) or ""
-        seen = quality.Material("\n".join([material, *toolbox.seen]), kept, system, dialog_text)
-        return quality.check(draft.name, body, seen)
-
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": material}]
-    try:
-        draft = llm.agent(messages, CardDraft, toolbox, kind, check=judge)
-    except Exception:
-        toolbox.undo()
-        raise
-    return draft, draft_path in toolbox.written
-
-
-def _existing_section(memory, path: str | None) -> str:
-    if not path:
-        return "There is no card yet."
-    return f"The current card ({path}):\n<card>\n{read_text(memory, path) or ''}\n</card>"
-
-
 def check_resource(workspace: str, path: str) -> tuple[str, bool, str | None]:
     """(normalised path, whether it exists, reason to skip it or None); a path outside resource/ is an error."""
     rel = metadata_of(workspace).normalize(path)
@@ -166,35 +103,139 @@ def resource_text(raw: str, path: str) -> str:
     return raw
 
 
+def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str) -> extraction.Screened:
+    """Ask for the facts of the numbered `items` (in calls of at most `MAX_CALL_CHARS`), screen each one, and
+    return what is kept and dropped (each dropped fact counted as a refusal of its rule). A call whose facts
+    are all dropped gets one repair turn, then fails the job (`AnswerRefused`): its input stays unconsumed."""
+    system = load_prompt("facts")
+    out = extraction.Screened()
+    for batch in _batches(items):
+        screened: dict[str, extraction.Screened] = {}
+
+        def judge(answer: extraction.FactList, batch=batch):
+            result = screened["last"] = extraction.screen(answer, batch, system)
+            if answer.facts and not result.kept:
+                first = result.dropped[0]
+                return first["rule"], f"none of its facts can be kept (e.g. {first['text'][:80]!r}: {first['why']})"
+            return None
+
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": extraction.prompt_material(header, batch)}]
+        answer = llm.structured(messages, extraction.FactList, kind, json_schema=extraction.fact_schema(len(batch)),
+                                check=judge)
+        result = screened["last"]
+        for dropped in result.dropped:
+            llm.usage.gate(dropped["rule"])
+        out.kept += result.kept
+        out.dropped += result.dropped
+        out.recited += result.recited
+        out.title = out.title or _title(answer.title, batch, system)
+    return out
+
+
+def _batches(items: list[extraction.Item]) -> list[list[extraction.Item]]:
+    """`items` cut into runs of at most `MAX_CALL_CHARS`, renumbered from 1 (each call cites its own numbers)."""
+    runs, run, size = [], [], 0
+    for item in items:
+        if run and size + len(item.text) > MAX_CALL_CHARS:
+            runs.append(run)
+            run, size = [], 0
+        run.append(replace(item, number=len(run) + 1))
+        size += len(item.text)
+    return runs + ([run] if run else [])
+
+
+def _title(title: str, items: list[extraction.Item], system: str) -> str:
+    """The model's title when the name checks pass it, else '' (the card then takes its first fact's words)."""
+    title = " ".join((title or "").split())
+    material = quality.Material("\n".join(item.text for item in items), "", system)
+    if not title or len(title.split()) > 2 * TITLE_WORDS or quality.check(title, None, material):
+        return ""
+    return title
+
+
+def fact_key(text: str) -> frozenset[str]:
+    """What a fact says, for finding it again: its content terms."""
+    return frozenset(terms(text)) - extraction.FRAMING
+
+
+def add_facts(body: str, new: list[facts.Fact], used: int = 0) -> tuple[str, list[facts.Fact]]:
+    """`body` with the `new` facts it does not state yet, each given a block id it never had (past `used`, the
+    highest number it held before); and those facts."""
+    known = {fact_key(f.text) for f in facts.parse(body)}
+    added = []
+    for fact in new:
+        if fact_key(fact.text) in known:
+            continue
+        fact = replace(fact, id=facts.next_id(body, used))
+        body = facts.add(body, fact)
+        known.add(fact_key(fact.text))
+        added.append(fact)
+    return body, added
+
+
+def describe(body: str, limit: int = 240) -> str:
+    """A card's or node's description: its first current facts, joined."""
+    said = [f.text.rstrip(".") for f in facts.parse(body) if f.current]
+    text = "; ".join(said)
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + "..."
+
+
+def write_card(memory, folder: str, current: str | None, screened: extraction.Screened, identity: dict,
+               restate: bool = False) -> dict:
+    """Add the kept facts to the card `current` (or a new card in `folder` named by its title): `{path, created,
+    added: [ids]}`. With `restate` (a changed resource) the card's facts the material no longer states go;
+    the ones it still states keep their ids, so links to them hold. Identity keys are set in its frontmatter;
+    its name stays once given."""
+    before = read_text(memory, current) if current else None
+    title = screened.title or " ".join(screened.kept[0].text.rstrip(".").split()[:TITLE_WORDS])
+    body = split_frontmatter(before).body if before is not None else f"# {title}\n"
+    used = facts.highest_id(body)
+    if restate:
+        stated = {fact_key(f.text) for f in screened.kept}
+        body = "\n".join(line for line in body.split("\n")
+                         if (fact := facts.parse_line(line)) is None or fact_key(fact.text) in stated)
+    body, added = add_facts(body, screened.kept, used)
+    path = current or unique_path(memory, folder, slugify(title))
+    if before is not None and body == split_frontmatter(before).body:
+        return {"path": path, "created": False, "added": []}
+    memory.write(path, body, name=None if current else title, description=describe(body), metadata=identity)
+    return {"path": path, "created": current is None, "added": [f.id for f in added]}
+
+
 # ---- tasks ---------------------------------------------------------------------------------------------
 
 @task(cache_policy=NO_CACHE)
-def summarise_session(workspace: str, session_id: str, records: list[dict], date: str, hint: str | None) -> dict:
-    """Write or update the session's card of `date` from its new records."""
+def summarise_session(workspace: str, session_id: str, records: list[dict], lines: list[int], date: str,
+                      hint: str | None) -> dict:
+    """Add the facts of the session's new `records` (at dialog `lines`) to its card of `date`: `{path (None:
+    nothing worth remembering), created, added, dropped, usage}`."""
     llm = LLM.from_settings()
     memory = memory_of(workspace)
     folder = f"daily/{date}"
+    source = dialog.dialog_path(session_id)
+    day = dt.date.fromisoformat(date)
+    items = extraction.message_items(source, records, lines, day)
+    header = f"Conversation {session_id} on {date} ({day:%A}). Messages:"
+    if hint:
+        header = f"Hint from the user: {hint}\n{header}"
+    with charged(llm.usage):  # a refused answer cost tokens too: the flow publishes them
+        screened = extract_facts(llm, items, header, "card")
     current = find_card(memory, folder, "session_id", session_id)
-    draft_path = current or unique_path(memory, folder, slugify(f"session-{session_id}"))
-    material = "\n\n".join(filter(None, [
-        f"Date: {date} ({Date.fromisoformat(date):%A})\nSession: {session_id}\nCard path you may write: {draft_path}",
-        f"Hint from the user: {hint}" if hint else "",
-        _existing_section(memory, current),
-        f"New messages:\n<messages>\n{dialog.transcript(records)}\n</messages>",
-    ]))
-    with charged(llm.usage):  # a refused card cost tokens too: the flow publishes them
-        draft, with_tools = draft_card(llm, memory, workspace, "auto_memory", material, draft_path, "card",
-                                       kept=read_text(memory, current) or "" if current else "",
-                                       dialog_text=dialog.transcript(records))
-    identity = {"session_id": session_id, "source_conversation": f"[[{dialog.dialog_path(session_id)}]]"}
-    card = save_card(memory, folder, current, draft_path, draft, identity, with_tools)
-    run_logger().info("session %s: %s card %s", session_id, "new" if card["created"] else "updated", card["path"])
-    return {**card, "usage": llm.usage.as_dict()}
+    if not screened.kept:
+        return {"path": current, "created": False, "added": [], "dropped": screened.dropped,
+                "usage": llm.usage.as_dict()}
+    identity = {"session_id": session_id, "source_conversation": f"[[{source}]]"}
+    card = write_card(memory, folder, current, screened, identity)
+    run_logger().info("session %s: %d facts into %s card %s (%d dropped)", session_id, len(card["added"]),
+                      "a new" if card["created"] else "its", card["path"], len(screened.dropped))
+    return {**card, "dropped": screened.dropped, "recited": screened.recited, "usage": llm.usage.as_dict()}
 
 
 @task(cache_policy=NO_CACHE)
 def summarise_resource(workspace: str, path: str, date: str) -> dict:
-    """Write or update the card of resource `path` in `daily/<date>/`; unchanged content is skipped."""
+    """Write or update the card of resource `path` in `daily/<date>/` from its facts, each citing the lines it
+    comes from; unchanged content is skipped. An updated resource's card is rewritten from its current facts."""
     memory = memory_of(workspace)
     raw = read_all(memory, path)
     digest = checkpoints.content_hash(raw)
@@ -202,22 +243,29 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
     folder = f"daily/{date}"
     link = f"[[{path}]]"
     current = find_card(memory, folder, "source_resource", link) or _checkpointed_card(memory, seen, link)
-    if current and seen.get("hash") == digest:
+    if seen.get("hash") == digest and (current or "card" in seen and seen["card"] is None):
         return {"path": current, "action": "unchanged", "hash": digest, "usage": None}
     llm = LLM.from_settings()
-    draft_path = current or unique_path(memory, folder, slugify(PurePosixPath(path).stem))
-    material = "\n\n".join([
-        f"Resource: {path}\nDate: {date}\nCard path you may write: {draft_path}",
-        _existing_section(memory, current),
-        f"The resource:\n<resource>\n{resource_text(raw, path)}\n</resource>",
-    ])
     with charged(llm.usage):
-        draft, with_tools = draft_card(llm, memory, workspace, "auto_resource", material, draft_path,
-                                       "resource", kept=read_text(memory, current) or "" if current else "")
-    card = save_card(memory, str(PurePosixPath(current).parent) if current else folder, current, draft_path,
-                     draft, {"source_resource": link}, with_tools)
-    return {"path": card["path"], "action": "created" if card["created"] else "updated",
-            "renamed_from": card["renamed_from"], "hash": digest, "usage": llm.usage.as_dict()}
+        screened = extract_facts(llm, resource_items(raw, path, dt.date.fromisoformat(date)),
+                                 f"Resource {path}. Its lines:", "resource")
+    if not screened.kept:
+        return {"path": current, "action": "none", "hash": digest, "dropped": screened.dropped,
+                "usage": llm.usage.as_dict()}
+    card = write_card(memory, str(PurePosixPath(current).parent) if current else folder, current, screened,
+                      {"source_resource": link}, restate=True)
+    return {"path": card["path"], "action": "created" if card["created"] else "updated", "added": card["added"],
+            "dropped": screened.dropped, "hash": digest, "usage": llm.usage.as_dict()}
+
+
+def resource_items(raw: str, path: str, said: dt.date) -> list[extraction.Item]:
+    """A resource's numbered blocks: its lines (past a frontmatter block) cited by line number; HTML as its
+    text, cited as a whole file. At most `MAX_RESOURCE_CHARS` are read."""
+    if PurePosixPath(path).suffix.lower() in (".html", ".htm"):
+        return extraction.block_items(path, resource_text(raw, path), said, anchored=False)
+    parsed = split_frontmatter(raw) if PurePosixPath(path).suffix.lower() in (".md", ".markdown") else None
+    body, first = (parsed.body, parsed.body_line) if parsed else (raw, 1)
+    return extraction.block_items(path, body[:MAX_RESOURCE_CHARS], said, first_line=first)
 
 
 def _checkpointed_card(memory, seen: dict, link: str) -> str | None:
@@ -251,9 +299,10 @@ def remove_resource_card(workspace: str, path: str, date: str) -> dict:
 
 @task(cache_policy=NO_CACHE)
 def record_resource(workspace: str, path: str, result: dict) -> None:
-    """Checkpoint what the resource's card was made from (or forget a deleted resource)."""
+    """Checkpoint what the resource's card was made from (None: nothing worth remembering), or forget a
+    deleted resource."""
     with checkpoints.update(metadata_of(workspace), "resources") as data:
-        if result["action"] == "deleted" or result["path"] is None:
+        if result["action"] == "deleted" or "hash" not in result:
             data.pop(path, None)
         else:
             data[path] = {"hash": result["hash"], "card": result["path"]}

@@ -18,6 +18,7 @@ from typing import Any
 from engine.client import read_all
 from engine.turns import check_session_id
 from storage.errors import NotFound
+from storage.model import split_lines
 from storage.workspace import Workspace
 from tasks import checkpoints
 
@@ -25,7 +26,7 @@ TIME_KEYS = ("created_at", "timestamp", "createdAt", "time_created", "timeCreate
 DROP_ROLES = {"tool", "function", "ipython"}
 DROP_BLOCKS = {"tool_result", "function_call_output", "tool_output", "computer_call_output"}
 DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=\r\n]+")
-MAX_PROMPT_CHARS = 60_000  # records beyond this wait for the next run
+MAX_PROMPT_CHARS = 12_000  # of records summarised at once (a small local model reads ~25 tokens/s); the rest next
 MAX_ID_CHARS = 200  # a message `id` longer than this is not kept
 TAIL_STEP = 1 << 16  # bytes read at a time from the end of a dialog file
 
@@ -144,6 +145,7 @@ class Pending:
     end: int
     records: list[dict] = field(default_factory=list)
     total: int = 0  # records in the file
+    lines: list[int] = field(default_factory=list)  # each record's line in the file
 
     @property
     def dates(self) -> list[str]:
@@ -166,11 +168,17 @@ def outside_span(date: str, days: list[str], slack: int = 1) -> bool:
 
 def read_records(memory, session_id: str) -> list[dict | None]:
     """Every non-blank line of the session jsonl, parsed (None for a line that is not a JSON object)."""
+    return [record for _, record in numbered_records(memory, session_id)]
+
+
+def numbered_records(memory, session_id: str) -> list[tuple[int, dict | None]]:
+    """`(line number, record)` of every non-blank line of the session jsonl, numbered as `read` numbers them
+    (so `session/dialog/<id>.jsonl#L<n>` opens the record)."""
     try:
         text = read_all(memory, dialog_path(session_id))
     except NotFound:
         return []
-    return [_record(line) for line in text.splitlines() if line.strip()]
+    return [(n, _record(line)) for n, line in enumerate(split_lines(text), 1) if line.strip()]
 
 
 def last_records(memory, session_id: str, count: int) -> list[dict | None]:
@@ -203,19 +211,20 @@ def _record(line: bytes | str) -> dict | None:
 
 def pending(memory, ws: Workspace, session_id: str, max_chars: int = MAX_PROMPT_CHARS) -> Pending:
     """The records after the session checkpoint, up to about `max_chars` of text (the rest waits)."""
-    records = read_records(memory, session_id)
+    numbered = numbered_records(memory, session_id)
     done = int(checkpoints.load(ws, checkpoint_name(session_id)).get("records", 0))
-    start = min(done, len(records))  # a shortened file restarts from its end rather than skipping
-    taken, size, end = [], 0, start
-    for record in records[start:]:
+    start = min(done, len(numbered))  # a shortened file restarts from its end rather than skipping
+    taken, lines, size, end = [], [], 0, start
+    for line, record in numbered[start:]:
         cost = len(json.dumps(record, ensure_ascii=False)) if record else 0
         if taken and size + cost > max_chars:
             break
         if record and record.get("content") not in (None, "", []):
             taken.append(record)
+            lines.append(line)
         size += cost
         end += 1
-    return Pending(session_id, start, end, taken, len(records))
+    return Pending(session_id, start, end, taken, len(numbered), lines)
 
 
 def mark_summarised(ws: Workspace, session_id: str, end: int, card: str | None) -> dict:

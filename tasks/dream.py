@@ -1,108 +1,79 @@
-"""auto_dream's stages as tasks: extract units from changed daily files, integrate each unit into one digest
-node, and finish (checkpoint and report).
+"""auto_dream's stages as tasks: gather the facts of recently changed daily cards, consolidate each subject's
+facts into its digest node, and finish (checkpoint and report).
 
-The dream checkpoint (`metadata/checkpoints/dream.json`) maps each processed daily file to the content hash
-it had; a file is "changed" when its hash differs. Paths of failed units (and of files left out of the
-prompt) are never checkpointed, so the next run retries exactly them.
+A card's facts are structured already (storage/facts.py), so the dream asks the model no extraction (an old
+prose card is the exception: its facts are extracted once, citing its lines). Facts are grouped by what they
+are about; each group is one unit, landing in that subject's node. Per fact, code finds the node facts it
+touches (search over current facts) and asks the model one small question only when there are some: is it
+the `same`, a refinement (`refines`), does it `replace` one, or is it `new`. Code writes the node: what holds
+now under the kind sections, and each replaced fact moved to `## History` with the day it stopped holding and
+a link to what replaced it (validity per fact: `since::`, `until::`).
 
-extract and integrate persist their results: retrying a failed run from the Prefect UI reuses the
-extraction and the successful units, so only the failed units run again. Prefect's default cache key includes
-the flow run id (a new run never reuses an old result), and units carry their files' content hashes.
+A fact is consolidated once a node fact cites it (`source:: [[card#^f2]]`), which makes consolidation
+idempotent: a repeated or retried run never adds a fact twice. The dream checkpoint
+(`metadata/checkpoints/dream.json`) maps each processed daily file to its content hash; files of failed or
+deferred units are never checkpointed, so the next run retries exactly them. gather and consolidate persist
+their results: a Retry from the Prefect UI reuses the gathering and the finished units.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass, replace
 from datetime import date as Date
 from datetime import datetime, timedelta, timezone
-from pathlib import PurePosixPath
 from typing import Literal
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 
 from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
+from engine.toolbox import read_text
 from engine.usage import Usage, charged
-from engine.toolbox import Toolbox, WriteRejected, predict, read_text
+from storage import facts
 from storage.errors import JobFailed
-from storage.markdown import parse_links, split_frontmatter
-from tasks import checkpoints, history, quality, usage
-from tasks.cards import slugify, unwrap_link
+from storage.markdown import split_frontmatter
+from storage.tokenize import terms
+from tasks import checkpoints, extraction, history, usage
+from tasks.cards import describe, extract_facts, fact_key, slugify
 from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
 BUCKETS = ("personal", "procedure", "wiki")
-MAX_FILE_CHARS = 8_000      # per daily file in the extract prompt
-MAX_PROMPT_CHARS = 60_000   # all files together; files beyond wait for the next run
-MAX_NODE_CHARS = 6_000      # per candidate node shown to integrate
-CANDIDATES = 5              # node_search hits offered to integrate (the top 3 with their text)
-SOURCES = re.compile(r"^##[ \t]+Sources[ \t]*$", re.MULTILINE | re.IGNORECASE)
+CANDIDATES = 5          # node facts one new fact is compared with
+SEARCHED = 12           # search hits read for candidates
+MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
+DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")
+USER_WORDS = {"user", "the user", "me", "i", "myself", "you", "the speaker", "speaker", "person", "the person",
+              "the user's", "user's"}
+TOPIC_KINDS = ("plan", "question", "decision")
 
 
-# ---- structured outputs --------------------------------------------------------------------------------
+# ---- what the model answers ------------------------------------------------------------------------------
 
-Bucket = Literal["personal", "procedure", "wiki"]
-MAX_UNITS = 50  # per reply, whatever --max-units says (the schema sent asks for at most max_units)
+class Relation(BaseModel):
+    """How a new fact relates to the numbered facts it was shown; `fact` is 0 for `new`."""
 
+    relation: Literal["new", "same", "refines", "replaces"]
+    fact: int = 0
 
-class Unit(BaseModel):
-    """One piece of durable knowledge that lands in exactly one digest node."""
-
-    name: str = Field(min_length=1, max_length=200)
-    bucket: Bucket = "wiki"
-    summary: str = Field(min_length=1, max_length=2_000)
-    paths: list[str] = Field(default_factory=list, max_length=20)
-    date: str | None = Field(default=None, max_length=40)  # when its facts became true (tasks/history.event_date)
-
-    @field_validator("bucket", mode="before")
+    @field_validator("relation", mode="before")
     @classmethod
-    def _known_bucket(cls, value) -> str:
-        value = str(value or "").strip().lower()
-        return value if value in BUCKETS else "wiki"
+    def _lower(cls, value):
+        return str(value or "").strip().lower()
 
 
-class TopicCandidate(BaseModel):
-    title: str = Field(min_length=1, max_length=200)
-    reason: str = Field(default="", max_length=1_000)
-    evidence: list[str] = Field(default_factory=list, max_length=10)
-    keywords: list[str] = Field(default_factory=list, max_length=10)
-    paths: list[str] = Field(default_factory=list, max_length=20)
+def relation_schema(count: int) -> dict:
+    schema = response_schema(Relation)
+    schema["properties"]["fact"] = {"type": "integer", "enum": list(range(count + 1))}
+    return schema
 
 
-class Extraction(BaseModel):
-    units: list[Unit] = Field(default_factory=list, max_length=MAX_UNITS)
-    topics: list[TopicCandidate] = Field(default_factory=list, max_length=10)
-
-
-class Decision(BaseModel):
-    """The integrate agent's answer: which action on which node, and the node's new body (optional for
-    CORROBORATE, or when the agent wrote the node with a tool). SUPERSEDE writes a new node that replaces the
-    target, which is kept and closed (tasks/history.py)."""
-
-    action: Literal["CREATE", "CORROBORATE", "REFINE", "CORRECT", "SUPERSEDE"]
-    target: str | None = Field(default=None, max_length=300)
-    name: str | None = Field(default=None, max_length=200)
-    description: str | None = Field(default=None, max_length=1_000)
-    content: str | None = Field(default=None, max_length=20_000)
-
-    @field_validator("action", mode="before")
-    @classmethod
-    def _upper(cls, value):
-        return str(value or "").strip().upper()
-
-    @model_validator(mode="after")
-    def _target_of_an_update(self):
-        """An update names its node: a model that leaves `target` out gets a repair turn saying so."""
-        if self.action != "CREATE" and not (self.target or "").strip():
-            raise ValueError(f"{self.action} needs `target`: the path of the node it updates, one of the listed nodes")
-        return self
-
-
-# ---- plain functions: scanning ------------------------------------------------------------------------
+# ---- plain functions: gathering -----------------------------------------------------------------------------
 
 def window(date: str, scan_days: int) -> list[str]:
     """The `scan_days` days ending at `date`, oldest first."""
@@ -131,368 +102,315 @@ def changed_files(texts: dict[str, str], done: dict[str, str]) -> dict[str, str]
     return {path: h for path, h in hashes.items() if done.get(path) != h}
 
 
-def extract_material(texts: dict[str, str], changed: list[str], max_units: int, hint: str | None,
-                     date: str) -> tuple[str, list[str]]:
-    """The extract prompt's user message and the paths that fit in it (the rest waits for the next run)."""
-    parts = [f"Today is {date}. Return at most {max_units} units."]
-    if hint:
-        parts.append(f"Hint from the user: {hint}")
-    sent, size = [], 0
-    for path in changed:
-        text = texts[path]
-        if len(text) > MAX_FILE_CHARS:
-            text = text[:MAX_FILE_CHARS] + "\n[... cut]"
-        if sent and size + len(text) > MAX_PROMPT_CHARS:
-            break
-        parts.append(f'<file path="{path}">\n{text}\n</file>')
-        sent.append(path)
-        size += len(text)
-    return "\n\n".join(parts), sent
+def subject(about: str | None) -> tuple[str, str]:
+    """(key, display name) of what a fact is about: the user under one key whatever the model called them."""
+    words = " ".join(re.sub(r"[^\w\s'-]", " ", str(about or "")).split())
+    plain = re.sub(r"^(?:the|a|an)\s+", "", words.lower()).removesuffix("'s")
+    if not plain or words.lower() in USER_WORDS or plain in USER_WORDS:
+        return "user", "The user"
+    return slugify(plain, "note"), words
 
 
-def extraction_schema(max_units: int, sent: list[str]) -> dict:
-    """The reply schema of one extract call: at most `max_units` units, paths only among the files `sent`."""
-    schema = response_schema(Extraction)
-    schema["properties"]["units"]["maxItems"] = max_units
-    for name in ("Unit", "TopicCandidate"):
-        schema["$defs"][name]["properties"]["paths"]["items"]["enum"] = list(sent)
-    return schema
+def card_facts(path: str, text: str, cited: set[str]) -> list[dict]:
+    """The facts of a card not yet consolidated (`cited`: the anchors some node fact cites), as references."""
+    day = path.split("/")[1]
+    resource = "source_resource" in split_frontmatter(text).meta
+    return [{"source": f"{path}#^{f.id}", "card": path, "day": day, "text": f.text, "kind": f.kind,
+             "about": f.about, "date": f.date, "resource": resource}
+            for f in facts.parse(text) if f.current and f.id and f"^{f.id}" not in cited]
 
 
-def clean_units(extraction: Extraction, sent: list[str], max_units: int) -> tuple[list[Unit], list[str]]:
-    """Units citing only files that were sent (paths not sent are dropped; units left citing none are
-    dropped), at most `max_units`; also returns the paths only dropped units cited, which must not be
-    checkpointed."""
-    units, dropped = [], []
-    for unit in extraction.units:
-        paths = given(unit.paths, sent)
-        if not paths:
-            continue
-        unit = unit.model_copy(update={"paths": paths})
-        (units if len(units) < max_units else dropped).append(unit)
-    kept = {p for u in units for p in u.paths}
-    deferred = sorted({p for u in dropped for p in u.paths} - kept)
-    return units, deferred
+def group(refs: list[dict], hint: str | None) -> list[dict]:
+    """Units: the facts grouped by subject, those matching the `hint` first, then the larger groups."""
+    groups: dict[str, dict] = {}
+    for ref in refs:
+        key, name = subject(ref["about"])
+        unit = groups.setdefault(key, {"key": key, "about": name, "facts": [], "paths": []})
+        unit["facts"].append(ref)
+        if ref["card"] not in unit["paths"]:
+            unit["paths"].append(ref["card"])
+    wanted = set(terms(hint or ""))
+    ranked = sorted(groups.values(), key=lambda u: (-len(wanted & set(terms(" ".join(
+        [u["about"], *(f["text"] for f in u["facts"])])))), -len(u["facts"]), u["key"]))
+    for n, unit in enumerate(ranked, 1):
+        unit["id"] = f"u{n}"
+        unit["bucket"] = _bucket(unit["facts"])
+    return ranked
 
 
-def clean_topics(extraction: Extraction, sent: list[str]) -> list[dict]:
-    """Topic candidates with their paths limited to the files that were sent."""
-    return [t.model_copy(update={"paths": given(t.paths, sent)}).model_dump() for t in extraction.topics]
+def _bucket(refs: list[dict]) -> str:
+    if sum(r["kind"] == "procedure" for r in refs) * 2 > len(refs):
+        return "procedure"
+    return "wiki" if all(r["resource"] for r in refs) else "personal"
 
 
-def given(paths: list[str], sent: list[str]) -> list[str]:
-    """The cited `paths` (wikilink brackets removed, duplicates dropped) that are among the files `sent`."""
-    return [p for p in dict.fromkeys(map(unwrap_link, paths)) if p in sent]
+def topic_candidates(refs: list[dict]) -> list[dict]:
+    """Topics to bring up from the gathered facts: plans, open questions and decisions."""
+    return [{"title": " ".join(r["text"].split()[:12]), "reason": f"a {r['kind']} noted on {r['day']}",
+             "evidence": [r["text"]], "keywords": [subject(r["about"])[1]], "paths": [r["card"]]}
+            for r in refs if r["kind"] in TOPIC_KINDS]
 
 
-# ---- plain functions: integrating ---------------------------------------------------------------------
+# ---- plain functions: consolidating ------------------------------------------------------------------------
 
-def link_targets(text: str) -> set[str]:
-    return {link.target for link in parse_links(text)}
+@dataclass(frozen=True)
+class Candidate:
+    """A current node fact a new fact may touch."""
 
-
-def link_guard(path: str, before: str, after: str) -> None:
-    """Refuse any update of an existing node that would drop one of its wikilinks (sources included)."""
-    lost = link_targets(before) - link_targets(after)
-    if lost:
-        raise WriteRejected(f"update of {path} rejected: it would drop the links {sorted(lost)}")
+    node: str
+    fact: facts.Fact
 
 
-def ensure_sources(body: str, paths: list[str], summary: str, date: str) -> str:
-    """`body` with a `## Sources` sentence linking every path the section does not cite yet."""
-    match = SOURCES.search(body)
-    if match:
-        following = re.search(r"^#{1,2}[ \t]", body[match.end():], re.MULTILINE)
-        end = match.end() + following.start() if following else len(body)
-        cited = link_targets(body[match.end():end])
-    else:
-        end, cited = len(body), set()
-    missing = [p for p in paths if p not in cited]
-    if not missing:
-        return body
-    sentence = " ".join(summary.split())
-    sentence = sentence.split(". ")[0].rstrip(".")[:200]
-    lines = "".join(f"- {date}: {sentence} ([[{p}]]).\n" for p in missing)
-    if not match:
-        return body.rstrip("\n") + "\n\n## Sources\n\n" + lines
-    head, tail = body[:end].rstrip("\n"), body[end:]
-    return head + "\n" + lines + ("\n" + tail if tail else "")
+def candidates(memory, ref: dict, cache: dict[str, str]) -> list[Candidate]:
+    """The current node facts that share a word with `ref` (besides how facts name the user), best first."""
+    mine = fact_key(ref["text"])
+    found: dict[tuple[str, str], tuple[int, Candidate]] = {}
+    for rank, hit in enumerate(memory.search(ref["text"], path_prefix="digest/", limit=SEARCHED, per_file=0,
+                                             expand=0)):
+        text = cache.get(hit["path"]) or cache.setdefault(hit["path"], read_text(memory, hit["path"]) or "")
+        for fact in facts.parse(text):
+            if fact.current and fact.id and hit["start_line"] <= fact.line <= hit["end_line"] \
+                    and mine & fact_key(fact.text):
+                key = (hit["path"], fact.id)
+                if key not in found:
+                    found[key] = (rank, Candidate(hit["path"], fact))
+    ordered = sorted(found.values(), key=lambda rc: (-len(mine & fact_key(rc[1].fact.text)), rc[0]))
+    return [c for _, c in ordered[:CANDIDATES]]
 
 
-def integrate_material(unit: dict, date: str, candidates: list[dict], sources: dict[str, str],
-                       nodes: dict[str, str]) -> str:
-    parts = [
-        f"Today is {date}.",
-        f"Unit: {unit['name']}\nBucket: {unit['bucket']}\nSummary: {unit['summary']}\n"
-        f"Happened on: {history.event_date(unit.get('date'), unit['paths'], date, latest=True)}",
-        "Source files:\n" + "\n".join(f'<file path="{p}">\n{t}\n</file>' for p, t in sources.items()),
-    ]
-    if candidates:
-        lines = [f"- {c['path']}: {c.get('name') or ''} — {c.get('description') or ''}"
-                 + (f" (true since {c['valid_from']})" if c.get("valid_from") else "") for c in candidates]
-        parts.append("Existing digest nodes that may cover it (best first):\n" + "\n".join(lines))
-        parts += [f'<node path="{p}">\n{t}\n</node>' for p, t in nodes.items()]
-    else:
-        parts.append("No existing digest node matches it.")
-    return "\n\n".join(parts)
+def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
+    """The model's answer on how `ref` relates to the `shown` facts (numbered from 1)."""
+    listing = "\n".join(f"{n}. {c.fact.text}" + (f" (since {c.fact.since})" if c.fact.since else "")
+                        for n, c in enumerate(shown, 1))
+    messages = [{"role": "system", "content": load_prompt("compare")},
+                {"role": "user", "content": f"New fact (said on {ref['day']}): {ref['text']}\n\n"
+                                            f"Facts in memory:\n{listing}"}]
+
+    def named(answer: Relation):
+        if answer.relation != "new" and not 1 <= answer.fact <= len(shown):
+            return "relation", f"`{answer.relation}` needs `fact`: the number of the listed fact (1-{len(shown)})"
+        return None
+
+    return llm.structured(messages, Relation, "compare", json_schema=relation_schema(len(shown)), check=named)
 
 
-def decision_schema(candidates: list[dict]) -> dict:
-    """The reply schema of one integrate call: updates may only target a listed node; with none listed,
-    the only action is CREATE."""
-    schema = response_schema(Decision)
-    paths = [c["path"] for c in candidates]
-    if paths:
-        schema["properties"]["target"] = {"anyOf": [{"type": "string", "enum": paths}, {"type": "null"}]}
-    else:
-        schema["properties"]["action"]["enum"] = ["CREATE"]
-        schema["properties"]["target"] = {"type": "null"}
-    return schema
+def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
+    """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
+    same); the model the rest."""
+    if not shown:
+        return "new", None
+    for candidate in shown:
+        if fact_key(candidate.fact.text) == fact_key(ref["text"]):
+            return "same", candidate
+    answer = ask(llm, ref, shown)
+    return answer.relation, (shown[answer.fact - 1] if answer.relation != "new" else None)
 
 
-_writing = threading.Lock()  # units run in threads: read-check-write of a node must not interleave
-
-
-def apply_decision(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) -> dict:
-    """Write the unit's node as decided, enforcing in code: digest/ only, existing targets for updates,
-    a `## Sources` sentence per source file, and no dropped link (checked against the node as it is now,
-    so a unit never undoes what another unit of the run just added). Returns `{action, target}`."""
-    with _writing:
-        return _apply(memory, unit, decision, date, wrote)
-
-
-def _apply(memory, unit: dict, decision: Decision, date: str, wrote: list[str]) -> dict:
-    target = (decision.target or "").strip().removeprefix("[[").removesuffix("]]")
-    before = read_text(memory, target) if target.startswith("digest/") else None
-    if decision.action == "CREATE":
-        if target not in wrote:  # a node its tools wrote is this unit's own
-            named = [target] if before is not None and history.current_of(memory, target) == target else []
-            if _digest_node(target):
-                named += _named(memory, PurePosixPath(target).stem, target.split("/")[1])
-            stem = slugify(decision.name or unit["name"], "node")
-            named += _named(memory, stem, unit["bucket"])
-            if named:
-                return _create_over(memory, unit, decision, date, named[0])
-            target = target if _digest_node(target) else f"digest/{unit['bucket']}/{stem}.md"
-            if read_text(memory, target) is not None:  # taken by a closed node: the new one is dated
-                target = history.successor_path(memory, target, stem, _since(unit, date))
-            before = None
-    elif not target.startswith("digest/"):
-        raise LLMError(f"{decision.action} needs an existing digest node as target, got {target!r}")
-    elif before is None:
-        raise LLMError(f"{decision.action} target {target} does not exist")
-    if decision.action == "SUPERSEDE":
-        return _supersede(memory, unit, decision, date, target, before)
-    body = decision.content
-    if body is None:
-        if before is None:
-            raise LLMError(f"{decision.action} of {target}: the model returned no content")
-        body = before
-    body = split_frontmatter(body).body.strip("\n") + "\n"
-    if decision.action in ("REFINE", "CORRECT") and before is not None and target not in wrote \
-            and history.same_content(body, split_frontmatter(before).body):
-        run_logger().info("%s: %s of %s keeps its body: CORROBORATE instead", unit["name"], decision.action, target)
-        decision = decision.model_copy(update={"action": "CORROBORATE"})
-        body = split_frontmatter(before).body.strip("\n") + "\n"
-    body = ensure_sources(body, unit["paths"], unit["summary"], date)
-    metadata = {"updated": date}
-    if before is None or target in wrote:  # a new node: its facts hold from the unit's day
-        metadata.update(valid_from=_since(unit, date, latest=False), status="current")
-    else:
-        change = {"REFINE": "refined", "CORRECT": "corrected"}.get(decision.action)
-        line = history.history_line(date, f"{change}: {unit['summary'].split('. ')[0]}", unit["paths"]) \
-            if change else None
-        body = history.with_history(body, split_frontmatter(before).body, line)
-    args = {"content": body, "name": decision.name, "description": decision.description, "metadata": metadata}
-    if before is not None:
-        link_guard(target, before, predict("write", before, args))
-    name = decision.name or (None if before is not None else unit["name"])
-    memory.write(target, body, name=name, description=decision.description, metadata=metadata)
-    return {"action": decision.action, "target": target}
-
-
-def _since(unit: dict, date: str, latest: bool = True) -> str:
-    return history.event_date(unit.get("date"), unit["paths"], date, latest=latest)
-
-
-def _supersede(memory, unit: dict, decision: Decision, date: str, old: str, before: str) -> dict:
-    """Write the node that replaces `old` (valid from the unit's day, `supersedes` it, a History line) and
-    close `old`: status superseded, `valid_to` that day, `superseded_by` the new node, a History line; its
-    body and evidence stay. Returns `{action, target, superseded}`."""
-    if not (decision.content or "").strip():
-        raise LLMError(f"SUPERSEDE of {old}: the model returned no content for the new node")
-    meta = memory.frontmatter_get(old)["frontmatter"] or {}
-    since = history.closing_day(meta, _since(unit, date))
-    new = history.successor_path(memory, old, decision.name or unit["name"], since)
-    body = ensure_sources(split_frontmatter(decision.content).body.strip("\n") + "\n", unit["paths"],
-                          unit["summary"], date)
-    body = history.with_history(body, "", history.history_line(since, f"replaces [[{old}]]", unit["paths"]))
-    memory.write(new, body, name=decision.name or unit["name"], description=decision.description,
-                 metadata={"updated": date, "valid_from": since, "status": "current", "supersedes": f"[[{old}]]"})
-    closed = history.with_history(split_frontmatter(before).body, "",
-                                  history.history_line(since, f"superseded by [[{new}]]", unit["paths"]))
-    closing = {"updated": date, "status": "superseded", "valid_to": since, "superseded_by": f"[[{new}]]"}
+def since(ref: dict) -> str:
+    """The day a fact holds from: its own date when that is not after the day it was said (a future date is
+    a plan's, not the start of its truth), else the day it was said."""
+    day, own = Date.fromisoformat(ref["day"]), ref.get("date")
     try:
-        link_guard(old, before, predict("write", before, {"content": closed, "metadata": closing}))
-        memory.write(old, closed, metadata=closing)
-    except Exception:
-        memory.delete(new)  # never two current nodes for one fact
-        raise
-    return {"action": "SUPERSEDE", "target": new, "superseded": old}
+        given = Date.fromisoformat(own) if own else None
+    except ValueError:
+        given = None
+    return given.isoformat() if given and day - MAX_BACK <= given <= day else day.isoformat()
 
 
-def judge_decision(memory, unit: dict, decision: Decision, toolbox: Toolbox, material: quality.Material):
-    """The content checks on what a decision writes (the body it gives or its tools wrote, and the node's
-    name), against the unit's sources, the listed nodes, what its tools read and the node it updates."""
-    target = unwrap_link(decision.target)
-    body = decision.content
-    if body is None and target in toolbox.written:
-        body = read_text(memory, target)
-    if body is None and decision.action == "CREATE":
-        body = ""  # a new node needs a body: refused as empty
-    kept = toolbox.before(target) if target in toolbox.written else \
-        read_text(memory, target) if _digest_node(target) else None
-    name = decision.name or (unit["name"] if decision.action == "CREATE" else None)
-    seen = quality.Material("\n".join([material.sources, *toolbox.seen]), kept or "", material.instructions,
-                            cited=material.cited)
-    return quality.check(name, body, seen)
+def node_for(memory, unit: dict) -> str:
+    """The node of the unit's subject: `digest/<bucket>/<key>.md` in any bucket (the current one, if it was
+    superseded as a whole), else a node search hit about it, else a new node in the unit's bucket."""
+    stem = unit["key"]
+    for bucket in [unit["bucket"], *(b for b in BUCKETS if b != unit["bucket"])]:
+        found = history.current_of(memory, f"digest/{bucket}/{stem}.md")
+        if found:
+            return found
+    for hit in memory.node_search(unit["about"], limit=5):
+        meta = memory.frontmatter_get(hit["path"])["frontmatter"] or {}
+        if meta.get("about") == stem and hit.get("status", "current") == "current":
+            return hit["path"]
+    return f"digest/{unit['bucket']}/{stem}.md"
 
 
-def _named(memory, stem: str, bucket: str) -> list[str]:
-    """The current nodes named `stem` (`digest/<bucket>/<stem>.md`, or the node that superseded it), the
-    unit's own bucket first."""
-    order = [bucket, *(b for b in BUCKETS if b != bucket)]
-    found = (history.current_of(memory, f"digest/{b}/{stem}.md") for b in order)
-    return list(dict.fromkeys(p for p in found if p))
+_writing = threading.Lock()  # units run in threads: read-change-write of a node must not interleave
 
 
-def _create_over(memory, unit: dict, decision: Decision, date: str, existing: str) -> dict:
-    """A CREATE naming an existing node is decided as an update of it, never a second node (`x-2.md`): a
-    REFINE when the new body keeps every link of the node, else a CORROBORATE (the unit's sources added)."""
-    update = decision.model_copy(update={"action": "REFINE", "target": existing})
-    body = split_frontmatter(decision.content or "").body.strip("\n")
-    before = read_text(memory, existing) or ""
-    if not body or link_targets(before) - link_targets(history.with_history(body, split_frontmatter(before).body)):
-        update = decision.model_copy(update={"action": "CORROBORATE", "target": existing, "content": None,
-                                             "name": None, "description": None})
-    run_logger().info("%s: CREATE names the existing node %s: %s instead", unit["name"], existing, update.action)
-    return _apply(memory, unit, update, date, [])
+def land(memory, unit: dict, ref: dict, relation: str, target: Candidate | None, date: str) -> dict:
+    """Write `ref` into its node as decided; returns what was done: `{fact, source, action, node, replaced}`."""
+    with _writing:
+        node = target.node if target else node_for(memory, unit)
+        before = read_text(memory, node)
+        body = split_frontmatter(before).body if before is not None else f"# {unit['about']}\n"
+        label = ref["day"]
+        new = facts.Fact(ref["text"], kind=ref["kind"], since=since(ref), sources=(ref["source"],), labels=(label,))
+        action, replaced = {"new": "created" if before is None else "added", "same": "same",
+                            "refines": "refined", "replaces": "replaced"}[relation], None
+        if relation == "same":
+            body = facts.with_source(body, target.fact.id, ref["source"], label)
+        elif target is None:
+            new = _with_id(new, body)
+            body = facts.add(body, new)
+        else:
+            old = target.fact
+            start = old.since if relation == "refines" and old.since else new.since
+            new = _with_id(new, body, since=start)
+            until = max(new.since if relation == "replaces" else since(ref), old.since or "")
+            body = facts.retire(facts.add(body, new), old.id, until, f"{node}#^{new.id}")
+            replaced = old.text
+        body = _with_source_file(body, ref)
+        starts = [f.since for f in facts.parse(body) if f.since]
+        meta = {"about": unit["key"], "status": "current", "updated": date}
+        if starts:
+            meta["valid_from"] = min(starts)
+        memory.write(node, body, name=None if before is not None else unit["about"], description=describe(body),
+                     metadata=meta)
+    return {"fact": ref["text"], "source": ref["source"], "action": action, "node": node, "replaced": replaced}
 
 
-def _digest_node(path: str) -> bool:
-    parts = path.split("/")
-    return len(parts) == 3 and parts[0] == "digest" and parts[1] in BUCKETS and path.endswith(".md")
+def _with_id(fact: facts.Fact, body: str, **changes) -> facts.Fact:
+    return replace(fact, id=facts.next_id(body), **changes)
+
+
+def _with_source_file(body: str, ref: dict) -> str:
+    """`body` with its `## Sources` listing the card `ref` comes from."""
+    link = f"[[{ref['card']}]]"
+    if link in body:
+        return body
+    line = f"- {ref['day']}: {link}"
+    lines = body.rstrip("\n").split("\n")
+    heading = next((i for i, l in enumerate(lines) if l.strip().lower() == f"## {facts.SOURCES.lower()}"), None)
+    if heading is None:
+        return "\n".join(lines + ["", f"## {facts.SOURCES}", "", line]) + "\n"
+    end = heading + 1
+    while end < len(lines) and not lines[end].startswith("#"):
+        end += 1
+    while end > heading + 1 and not lines[end - 1].strip():
+        end -= 1
+    lines.insert(end, line)
+    return "\n".join(lines) + "\n"
 
 
 # ---- tasks ---------------------------------------------------------------------------------------------
 
 @task(persist_result=True)
-def extract(workspace: str, date: str, scan_days: int, max_units: int, hint: str | None) -> dict:
-    """Scan the window, keep files changed since the checkpoint, and ask the LLM for units and topics."""
+def gather(workspace: str, date: str, scan_days: int, max_units: int, hint: str | None) -> dict:
+    """The facts of the window's cards changed since the checkpoint and not consolidated yet, grouped into
+    units (at most `max_units`; the rest wait); an old prose card's facts are extracted first."""
     memory = memory_of(workspace)
     texts = scan(memory, window(date, scan_days))
     done = checkpoints.load(metadata_of(workspace), "dream").get("files", {})
     changed = changed_files(texts, done)
-    result = {"scanned": len(texts), "changed": sorted(changed), "hashes": {}, "units": [], "topics": [],
-              "deferred": [], "usage": None}
-    if not changed:
-        return result
+    refs, spent, failed = [], Usage(), []
+    for path in sorted(changed):
+        if DAY_PAGE.match(path):
+            continue
+        cited = {link["anchor"] for link in memory.stat(path)["links_in"]
+                 if link["source"].startswith("digest/") and link["predicate"] == "source" and link["anchor"]}
+        if facts.has_facts(texts[path]):
+            refs += card_facts(path, texts[path], cited)
+            continue
+        try:
+            refs += _prose_facts(memory, path, texts[path], cited, spent)
+        except LLMError as exc:
+            failed.append({"unit": path, "name": path, "paths": [path], "error": str(exc),
+                           "usage": getattr(exc, "usage", None)})
+    units = group(refs, hint)
+    kept, waiting = units[:max_units], units[max_units:]
+    in_kept = {p for u in kept for p in u["paths"]}
+    return {"scanned": len(texts), "changed": sorted(changed),
+            "hashes": {p: changed[p] for p in changed},
+            "units": [{**u, "hashes": {p: changed[p] for p in u["paths"]}} for u in kept],
+            "deferred": sorted({p for u in waiting for p in u["paths"]} - in_kept),
+            "failed": failed, "topics": topic_candidates(refs), "usage": spent.as_dict()}
+
+
+def _prose_facts(memory, path: str, text: str, cited: set[str], spent: Usage) -> list[dict]:
+    """The facts of an old prose card, extracted once (citing its lines), minus those consolidated already."""
+    parsed = split_frontmatter(text)
+    day = path.split("/")[1]
+    items = extraction.block_items(path, parsed.body, Date.fromisoformat(day), first_line=parsed.body_line)
+    if not items:
+        return []
     llm = LLM.from_settings()
-    material, sent = extract_material(texts, sorted(changed), max_units, hint, date)
-    messages = [{"role": "system", "content": load_prompt("extract")}, {"role": "user", "content": material}]
-    extraction = llm.structured(messages, Extraction, "extract", json_schema=extraction_schema(max_units, sent))
-    units, deferred = clean_units(extraction, sent, max_units)
-    result.update(
-        hashes={p: changed[p] for p in sent},
-        units=[{"id": f"u{i}", **u.model_dump(), "hashes": {p: changed[p] for p in u.paths}}
-               for i, u in enumerate(units, 1)],
-        topics=clean_topics(extraction, sent),
-        deferred=sorted(set(deferred) | (set(changed) - set(sent))),
-        usage=llm.usage.as_dict(),
-    )
-    return result
+    try:
+        with charged(llm.usage):
+            screened = extract_facts(llm, items, f"Notes {path} of {day}. Their lines:", "extract")
+    finally:
+        spent.add(llm.usage)
+    resource = "source_resource" in parsed.meta
+    return [{"source": f.sources[0], "card": path, "day": day, "text": f.text, "kind": f.kind, "about": f.about,
+             "date": f.date, "resource": resource}
+            for f in screened.kept if f.sources and f.sources[0].partition("#")[2] not in cited]
 
 
-@task(persist_result=True, task_run_name="integrate-{unit[id]}", tags=["llm"])
-def integrate(workspace: str, unit: dict, date: str) -> dict:
-    """Land one unit in one digest node: CREATE, CORROBORATE, REFINE or CORRECT."""
+@task(persist_result=True, task_run_name="consolidate-{unit[id]}", tags=["llm"])
+def consolidate(workspace: str, unit: dict, date: str) -> dict:
+    """Land each fact of one subject in its node: created, added, same (a source added), refined or replaced."""
     llm = LLM.from_settings()
     memory = memory_of(workspace)
-    candidates = memory.node_search(f"{unit['name']}. {unit['summary']}", limit=CANDIDATES)
-    nodes = {c["path"]: (read_text(memory, c["path"]) or "")[:MAX_NODE_CHARS] for c in candidates[:3]}
-    sources = {p: (read_text(memory, p) or "")[:MAX_NODE_CHARS] for p in unit["paths"]}
-    toolbox = Toolbox(memory, metadata_of(workspace), can_write=lambda p: p.startswith("digest/"),
-                      write_scope="under digest/", guard=link_guard)
-    system = load_prompt("integrate")
-    grounds = [*sources.values(), *nodes.values(), *(f"{c.get('name')}. {c.get('description')}" for c in candidates)]
-
-    def judge(decision: Decision):
-        material = quality.Material("\n".join(grounds), "", system, cited=tuple(sources.values()))
-        return judge_decision(memory, unit, decision, toolbox, material)
-
-    messages = [{"role": "system", "content": system},
-                {"role": "user", "content": integrate_material(unit, date, candidates, sources, nodes)}]
+    actions, nodes = [], {}
     with charged(llm.usage):  # failed calls cost tokens too: finish counts them
-        try:
-            decision = llm.agent(messages, Decision, toolbox, "integrate", json_schema=decision_schema(candidates),
-                                 check=judge)
-            outcome = apply_decision(memory, unit, decision, date, toolbox.written)
-        except Exception:
-            toolbox.undo()
-            raise
-    run_logger().info("%s: %s %s", unit["name"], outcome["action"], outcome["target"])
-    return {"unit": unit["id"], "name": unit["name"], **outcome, "usage": llm.usage.as_dict()}
+        for ref in unit["facts"]:
+            shown = candidates(memory, ref, nodes)
+            relation, target = decide(llm, ref, shown)
+            actions.append(land(memory, unit, ref, relation, target, date))
+            nodes.clear()  # the node just changed
+            run_logger().info("%s: %s %s", ref["text"][:80], actions[-1]["action"], actions[-1]["node"])
+    return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict()}
 
 
 @task(cache_policy=NO_CACHE)
-def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], failures: list[dict],
+def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], failures: list[dict],
            topics: dict) -> dict:
     """Refresh the window's day pages, checkpoint every processed file except failed units' and deferred
     paths, and return the run summary."""
     memory, ws = memory_of(workspace), metadata_of(workspace)
-    held = set(extracted["deferred"]) | {p for f in failures for p in f["paths"]}
-    days = sorted({d for d in (p.split("/")[1].removesuffix(".md") for p in extracted["changed"])})
+    failures = gathered["failed"] + failures
+    held = set(gathered["deferred"]) | {p for f in failures for p in f["paths"]}
+    days = sorted({p.split("/")[1].removesuffix(".md") for p in gathered["changed"]})
     refreshed = {}
     for day in days:
         if read_text(memory, f"daily/{day}.md") is not None or memory.daily_list(day)["cards"]:
             page = memory.daily_reindex(day)["path"]
             refreshed[page] = checkpoints.content_hash(read_text(memory, page) or "")
-    usage = Usage().add(extracted["usage"]).add(topics.get("usage"))
+    spent = Usage().add(gathered["usage"]).add(topics.get("usage"))
     for outcome in [*outcomes, *failures]:
-        usage.add(outcome.get("usage"))
+        spent.add(outcome.get("usage"))
+    actions = [{"unit": o["unit"], "name": o["name"], **a} for o in outcomes for a in o["actions"]]
     with checkpoints.update(ws, "dream") as data:
         files = data.setdefault("files", {})
-        files.update({p: h for p, h in extracted["hashes"].items() if p not in held})
+        files.update({p: h for p, h in gathered["hashes"].items() if p not in held})
         files.update({p: h for p, h in refreshed.items() if p not in held})
         if topics.get("path"):
             data.setdefault("interests", {})[date] = checkpoints.content_hash(read_text(memory, topics["path"]) or "")
         data["last_run"] = {"date": date, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            "units": len(extracted["units"]), "failed": len(failures)}
+                            "units": len(gathered["units"]), "facts": len(actions), "failed": len(failures)}
     return {
         "date": date,
-        "scanned": extracted["scanned"],
-        "changed": len(extracted["changed"]),
-        "units": len(extracted["units"]),
-        "actions": [{k: o[k] for k in ("unit", "name", "action", "target", "superseded") if k in o} for o in outcomes],
+        "scanned": gathered["scanned"],
+        "changed": len(gathered["changed"]),
+        "units": len(gathered["units"]),
+        "facts": len(actions),
+        "actions": actions,
         "failed": failures,
-        "deferred": extracted["deferred"],
+        "deferred": gathered["deferred"],
         "topics": len(topics.get("added", [])),
         "interests": topics.get("path"),
-        "usage": usage.as_dict(),
+        "usage": spent.as_dict(),
     }
 
 
 @task(cache_policy=NO_CACHE)
 def publish_report(workspace: str, summary: dict) -> str:
-    """A markdown artifact of the run (units, action taken, target node, failures, tokens per call kind) and
-    the run's entry in the usage log."""
+    """A markdown artifact of the run (per fact: what was done in which node; failures; tokens per call kind)
+    and the run's entry in the usage log."""
     lines = [f"# Dream of {summary['date']}", "",
-             f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['units']} units, "
-             f"{len(summary['failed'])} failed; {summary['topics']} new topics.", "",
-             "| unit | action | target |", "|---|---|---|"]
-    lines += [f"| {a['name']} | {a['action']} | `{a['target']}`"
-              + (f" (replaces `{a['superseded']}`)" if a.get("superseded") else "") + " |" for a in summary["actions"]]
-    lines += [f"| {f['name']} | **FAILED** | {f['error']} |" for f in summary["failed"]]
+             f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['facts']} facts in "
+             f"{summary['units']} subjects, {len(summary['failed'])} failed; {summary['topics']} new topics.", "",
+             "| subject | fact | action | node |", "|---|---|---|---|"]
+    lines += [f"| {a['name']} | {a['fact']} | {a['action']}" + (f" (was: {a['replaced']})" if a.get("replaced") else "")
+              + f" | `{a['node']}` |" for a in summary["actions"]]
+    lines += [f"| {f['name']} | | **FAILED** | {f['error']} |" for f in summary["failed"]]
     if summary["deferred"]:
         lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]
     u = summary["usage"]
@@ -518,7 +436,7 @@ class UnitsFailed(JobFailed, LLMError):
 
 
 def settle(futures: list, units: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Wait for the mapped integrate runs: (outcomes of completed units, failures with their paths)."""
+    """Wait for the mapped unit runs: (outcomes of completed units, failures with their paths)."""
     outcomes, failures = [], []
     for future, unit in zip(futures, units):
         future.wait()
@@ -527,7 +445,7 @@ def settle(futures: list, units: list[dict]) -> tuple[list[dict], list[dict]]:
             outcomes.append(state.result())
         else:
             error = state.result(raise_on_failure=False)
-            failures.append({"unit": unit["id"], "name": unit["name"], "paths": unit["paths"],
+            failures.append({"unit": unit["id"], "name": unit.get("about") or unit.get("name"), "paths": unit["paths"],
                              "error": str(error) if isinstance(error, BaseException) else (state.message or "failed"),
                              "usage": getattr(error, "usage", None)})
     return outcomes, failures

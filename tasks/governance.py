@@ -2,7 +2,7 @@
 
 Each LLM task reads what it needs, asks the model, then writes through memory operations only. The text
 compositions live in storage/graph_edit.py and keep every link by construction; each write is still checked
-here before it happens (the dream's `link_guard` for link mining, the union of both nodes' links for merge,
+here before it happens (`link_guard` for link mining, the union of both nodes' links for merge,
 the original's links for split) and refused with `WriteRejected` if a link would be lost. Every task returns
 an outcome `{item, status: done|skipped, detail, changed, deleted}`; a failed task leaves its files as they were.
 """
@@ -26,12 +26,18 @@ from storage.markdown import render_frontmatter, split_frontmatter
 from tasks import checkpoints, quality, usage
 from tasks.cards import slugify, unique_path
 from tasks.context import memory_of, metadata_of
-from tasks.dream import link_guard
 from tasks.prompts import load_prompt
 
 MAX_NODE_CHARS = 12_000   # node text shown to the model
 CHECKPOINT = "link-mine"  # metadata/checkpoints/link-mine.json: {files: {path: "size:mtime"}}
 _PREDICATE = re.compile(r"^\w[\w-]*$")
+
+
+def link_guard(path: str, before: str, after: str) -> None:
+    """Refuse any update of an existing node that would drop one of its wikilinks (sources included)."""
+    lost = link_targets(before) - link_targets(after)
+    if lost:
+        raise WriteRejected(f"update of {path} rejected: it would drop the links {sorted(lost)}")
 
 
 # ---- structured outputs --------------------------------------------------------------------------------

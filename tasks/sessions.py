@@ -23,11 +23,11 @@ def record_messages(workspace: str, session_id: str, messages: list[dict]) -> di
 
 @task(cache_policy=NO_CACHE)
 def unsummarised(workspace: str, session_id: str) -> dict:
-    """The session's records after its checkpoint: `{start, end, total, records, dates, latest_date}`
-    (`dates`: the days of their timestamps, sorted)."""
+    """The session's next records after its checkpoint: `{start, end, total, records, lines, dates,
+    latest_date}` (`lines`: each record's line in the dialog file; `dates`: the days of their timestamps)."""
     todo = dialog.pending(memory_of(workspace), metadata_of(workspace), session_id)
     return {"start": todo.start, "end": todo.end, "total": todo.total, "records": todo.records,
-            "dates": todo.dates, "latest_date": todo.latest_date}
+            "lines": todo.lines, "dates": todo.dates, "latest_date": todo.latest_date}
 
 
 @task(cache_policy=NO_CACHE)

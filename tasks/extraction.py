@@ -1,0 +1,264 @@
+"""Facts from new material: the one small LLM call that reads a conversation's messages (or a resource's
+lines, or an old prose card's lines) and answers a list of one-sentence facts, and the checks code makes on
+each fact before anything is written.
+
+The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites the numbers it comes from;
+code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
+is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
+that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
+words is dropped; relative times are resolved to dates from its message's day (tasks/relative_dates.py).
+A dropped fact is reported with its rule; the others are kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field, field_validator
+
+from engine.llm import response_schema
+from storage import facts
+from storage.tokenize import terms
+from tasks import quality, relative_dates
+
+MAX_FACTS = 30          # per answer
+MAX_FACT_WORDS = 45     # a fact is one sentence
+MIN_FACT_TERMS = 2      # content terms a fact needs to say something
+MAX_ITEM_CHARS = 1_500  # of one numbered message or block shown to the model
+MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
+# words a fact may add to what its lines say: how facts name the user, and framing words
+FRAMING = frozenset(terms("user users person assistant now currently current also still new anymore longer "
+                          "mention mentioned said says told tells"))
+_ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
+                 "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
+                 "questions": "question", "follow-up": "question", "followup": "question", "todo": "question",
+                 "how-to": "procedure", "howto": "procedure", "instruction": "procedure", "steps": "procedure",
+                 "facts": "fact"}
+
+
+# ---- what the model answers -------------------------------------------------------------------------------
+
+class ExtractedFact(BaseModel):
+    """One fact as the model states it; `source` are the numbers of the material it comes from."""
+
+    text: str = Field(min_length=1, max_length=600)
+    about: str = Field(default="", max_length=120)
+    kind: str = "fact"
+    when: str | None = Field(default=None, max_length=80)
+    source: list[int] = Field(default_factory=list, max_length=10)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _known_kind(cls, value) -> str:
+        word = " ".join(str(value or "").strip().lower().replace("_", " ").split())
+        word = KIND_SYNONYMS.get(word, word)
+        return word if word in facts.KINDS else "fact"
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _numbers(cls, value):
+        values = value if isinstance(value, list) else [value]
+        return [int(v) for v in values if isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit())]
+
+
+class FactList(BaseModel):
+    title: str = Field(default="", max_length=200)
+    facts: list[ExtractedFact] = Field(default_factory=list, max_length=MAX_FACTS)
+
+
+def fact_schema(count: int) -> dict:
+    """The reply schema for material of `count` numbered items: kinds and cited numbers constrained."""
+    schema = response_schema(FactList)
+    item = schema["$defs"]["ExtractedFact"]["properties"]
+    item["kind"] = {"type": "string", "enum": list(facts.KINDS)}
+    item["source"] = {"type": "array", "items": {"type": "integer", "enum": list(range(1, count + 1))},
+                      "minItems": 1, "maxItems": 5}
+    schema["properties"]["facts"]["maxItems"] = MAX_FACTS
+    return schema
+
+
+# ---- numbered material ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Item:
+    """One numbered piece of material: what it says and where a fact citing it links to."""
+
+    number: int
+    text: str
+    anchor: str               # `session/dialog/s1.jsonl#L3`, `resource/x.md#L4-L6`, `daily/d/card.md#L7`
+    label: str = ""           # a message's time, shown in the link
+    said: dt.date | None = None
+    speaker: str = ""
+
+
+def message_items(dialog_path: str, records: list[dict], lines: list[int], fallback: dt.date) -> list[Item]:
+    """Items of a conversation's records; `lines` are their line numbers in the dialog jsonl."""
+    items = []
+    for record, line in zip(records, lines):
+        stamp = record.get("created_at") or ""
+        moment = _moment(stamp)
+        text = _text(record.get("content"))
+        if not text.strip():
+            continue
+        items.append(Item(len(items) + 1, text[:MAX_ITEM_CHARS], f"{dialog_path}#L{line}",
+                          moment.strftime("%Y-%m-%d %H:%M") if moment else "",
+                          moment.date() if moment else fallback, str(record.get("role") or "user")))
+    return items
+
+
+def block_items(path: str, text: str, said: dt.date, first_line: int = 1, anchored: bool = True) -> list[Item]:
+    """Items of a text's paragraphs (at most `MAX_BLOCK_LINES` lines each), headings and blank lines left out;
+    anchors name their lines (`anchored=False`: the file alone, e.g. HTML whose lines the text lost)."""
+    items, block = [], []
+
+    def close():
+        if block:
+            a, b = block[0][0], block[-1][0]
+            anchor = f"{path}#L{a}" + (f"-L{b}" if b > a else "") if anchored else path
+            body = "\n".join(line for _, line in block)[:MAX_ITEM_CHARS]
+            items.append(Item(len(items) + 1, body, anchor, said=said))
+            block.clear()
+
+    for number, line in enumerate(text.split("\n"), first_line):
+        if not line.strip() or re.match(r"^#{1,6}\s", line):
+            close()
+            continue
+        block.append((number, line.rstrip()))
+        if len(block) >= MAX_BLOCK_LINES:
+            close()
+    close()
+    return items
+
+
+def prompt_material(header: str, items: list[Item]) -> str:
+    """The user message: a header, then each item as `[n] speaker, time: text`."""
+    lines = [header, ""]
+    for item in items:
+        who = ", ".join(filter(None, [item.speaker, item.label]))
+        text = item.text.replace("\n", "\n    ")
+        lines.append(f"[{item.number}] {who}: {text}" if who else f"[{item.number}] {text}")
+    return "\n".join(lines)
+
+
+def _moment(stamp: str) -> dt.datetime | None:
+    try:
+        moment = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone() if moment.tzinfo else moment
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else [content]
+    return "\n".join(b if isinstance(b, str) else str(b.get("text") or "") for b in blocks
+                     if isinstance(b, (str, dict)))
+
+
+# ---- screening ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Screened:
+    """The facts kept (ready to write, ids not yet given) and the ones dropped: `{text, rule, why}`."""
+
+    kept: list[facts.Fact] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    recited: int = 0  # kept facts whose citation code corrected
+    title: str = ""   # the answer's title, when the name checks pass it
+
+
+def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
+    """Each fact of `answer` checked on its own against the `items` it cites (see the module docstring)."""
+    by_number = {item.number: item for item in items}
+    material = quality.Material("\n".join(item.text for item in items), "", instructions)
+    out, seen = Screened(), set()
+    for fact in answer.facts:
+        text = " ".join(fact.text.split()).lstrip("-*> ").strip()
+        refused = _refused(text, material)
+        cited = [by_number[n] for n in dict.fromkeys(fact.source) if n in by_number]
+        said = cited[0].said if cited and cited[0].said else (items[0].said if items else dt.date.today())
+        resolved, named = relative_dates.resolve(_own_dates(text, cited), said)
+        added = (set(terms(resolved)) - set(terms(text))) | _days_given(cited)  # date words code wrote or counts
+        if refused is None:
+            grounds = _grounding(resolved, cited, items, added)
+            if grounds is None:
+                missing = sorted(_missing(resolved, cited, added))
+                refused = ("ungrounded", f"its words {', '.join(missing[:5])} are not in the lines it cites"
+                           if cited else "it cites no line of the material")
+        if refused is None:
+            key = frozenset(terms(resolved)) - FRAMING
+            if key in seen:
+                refused = ("duplicate", "another fact of the answer says the same")
+            seen.add(key)
+        if refused is not None:
+            out.dropped.append({"text": text[:300], "rule": refused[0], "why": refused[1]})
+            continue
+        if [i.number for i in grounds] != [i.number for i in cited]:
+            out.recited += 1
+        when = relative_dates.date_of(fact.when, said) if _said_in(fact.when, grounds) else None
+        day = named or when
+        out.kept.append(facts.Fact(
+            text=resolved, kind=fact.kind, about=" ".join(fact.about.split())[:80] or None,
+            date=day.isoformat() if day else None,
+            sources=tuple(i.anchor for i in grounds), labels=tuple(i.label for i in grounds)))
+    return out
+
+
+def _days_given(cited: list[Item]) -> set[str]:
+    """The terms of the dates the cited lines' relative times name (`yesterday` said on 11-05: 2026, 11, 04)."""
+    return {t for item in cited if item.said for day in relative_dates.named_days(item.text, item.said)
+            for t in terms(day.isoformat())}
+
+
+def _own_dates(text: str, cited: list[Item]) -> str:
+    """`text` with a date the model worked out itself (one its lines do not give, where they give one relative
+    time) replaced by the date code counts from the message's day: date arithmetic is code's."""
+    given = "\n".join(item.text for item in cited)
+    computed = [d for d in dict.fromkeys(_ISO_DATE.findall(text)) if d not in given]
+    days = {day for item in cited if item.said for day in relative_dates.named_days(item.text, item.said)}
+    if len(computed) == 1 and len(days) == 1:
+        return text.replace(computed[0], days.pop().isoformat())
+    return text
+
+
+def _refused(text: str, material: quality.Material) -> tuple[str, str] | None:
+    for finding in (quality.markup(text), quality.template(text), quality.tool("", text),
+                    quality.instructions(text, material)):
+        if finding:
+            return finding
+    if len(text.split()) > MAX_FACT_WORDS or "\n" in text:
+        return "long", f"a fact is one sentence of at most {MAX_FACT_WORDS} words"
+    if len(set(terms(text)) - FRAMING) < MIN_FACT_TERMS:
+        return "thin", "it says too little to remember"
+    return None
+
+
+def _missing(text: str, cited: list[Item], added: set[str]) -> set[str]:
+    said = set(terms("\n".join(item.text for item in cited)))
+    return set(terms(text)) - said - FRAMING - added
+
+
+def _grounding(text: str, cited: list[Item], items: list[Item], added: set[str]) -> list[Item] | None:
+    """The items that hold every word of the fact: the cited ones, else the one item (or the cited ones plus one
+    more) that does; None when no line holds them (a fact of the model's own)."""
+    if cited and not _missing(text, cited, added):
+        return cited
+    for item in items:
+        if not _missing(text, [item], added):
+            return [item]
+    for item in items:
+        if item not in cited and cited and not _missing(text, cited + [item], added):
+            return sorted(cited + [item], key=lambda i: i.number)
+    return None
+
+
+def _said_in(words: str | None, items: list[Item]) -> bool:
+    """Whether the fact's `when` is something its lines say (a model may fill it from the instructions)."""
+    if not words or not words.strip():
+        return False
+    wanted = set(terms(words))
+    return bool(wanted) and wanted <= set(terms("\n".join(item.text for item in items)))
