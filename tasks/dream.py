@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from datetime import date as Date
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
+import numpy as np
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
+from engine.embedders import EmbedderError, make_embedder
 from engine.llm import LLM, LLMError, response_schema
+from engine.settings import Settings
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
@@ -45,12 +50,14 @@ from tasks.prompts import load_prompt
 
 BUCKETS = ("personal", "procedure", "wiki")
 CANDIDATES = 5          # node facts one new fact is compared with
+SIMILAR = 0.3           # cosine from which a fact of the subject's node is shown though it shares no word
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")
 USER_WORDS = {"user", "the user", "me", "i", "myself", "you", "the speaker", "speaker", "person", "the person",
               "the user's", "user's"}
 TOPIC_KINDS = ("plan", "question", "decision")
+Embed = Callable[[str, list[str]], list[float]]
 
 
 # ---- what the model answers ------------------------------------------------------------------------------
@@ -161,21 +168,39 @@ class Candidate:
     fact: facts.Fact
 
 
-def candidates(memory, ref: dict, cache: dict[str, str]) -> list[Candidate]:
-    """The current node facts that share a word with `ref` (besides how facts name the user), best first."""
+def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list[Candidate]:
+    """The current node facts `ref` may touch, best first: those sharing a word with it (a search over
+    digest facts), then the facts of its subject's `node` closest in meaning (`SIMILAR` or more, when an
+    embedder is configured): `moved to Porto` is compared with `lives in Lisbon`."""
     mine = fact_key(ref["text"])
+    texts: dict[str, str] = {}
     found: dict[tuple[str, str], tuple[int, Candidate]] = {}
     for rank, hit in enumerate(memory.search(ref["text"], path_prefix="digest/", limit=SEARCHED, per_file=0,
                                              expand=0)):
-        text = cache.get(hit["path"]) or cache.setdefault(hit["path"], read_text(memory, hit["path"]) or "")
+        text = texts.setdefault(hit["path"], read_text(memory, hit["path"]) or "")
         for fact in facts.parse(text):
             if fact.current and fact.id and hit["start_line"] <= fact.line <= hit["end_line"] \
                     and mine & fact_key(fact.text):
-                key = (hit["path"], fact.id)
-                if key not in found:
-                    found[key] = (rank, Candidate(hit["path"], fact))
+                found.setdefault((hit["path"], fact.id), (rank, Candidate(hit["path"], fact)))
     ordered = sorted(found.values(), key=lambda rc: (-len(mine & fact_key(rc[1].fact.text)), rc[0]))
-    return [c for _, c in ordered[:CANDIDATES]]
+    shown = [c for _, c in ordered[:CANDIDATES]]
+    if node and embed and len(shown) < CANDIDATES:
+        others = [f for f in facts.parse(texts.get(node) or read_text(memory, node) or "")
+                  if f.current and f.id and (node, f.id) not in found]
+        if others:
+            scores = embed(ref["text"], [f.text for f in others])
+            near = sorted((s, i) for i, s in enumerate(scores) if s >= SIMILAR)[::-1]
+            shown += [Candidate(node, others[i]) for _, i in near[:CANDIDATES - len(shown)]]
+    return shown
+
+
+def similarity(embedder) -> Embed:
+    """`embed(text, others) -> cosine of each other text to text`, with `embedder` (engine/embedders.py)."""
+    def embed(text: str, others: list[str]) -> list[float]:
+        vectors = np.asarray(embedder.embed([text, *others]), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+        return (vectors[1:] @ vectors[0]).tolist()
+    return embed
 
 
 def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
@@ -290,6 +315,17 @@ def _with_source_file(body: str, ref: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@lru_cache(maxsize=1)
+def _similarity() -> Embed | None:
+    """The configured embedder's similarity, loaded once per process; None when vectors are off or fail."""
+    try:
+        embedder = make_embedder(Settings())
+    except EmbedderError as exc:
+        run_logger().warning("facts are compared by their words only: %s", exc)
+        return None
+    return similarity(embedder) if embedder is not None else None
+
+
 # ---- tasks ---------------------------------------------------------------------------------------------
 
 @task(persist_result=True)
@@ -348,13 +384,14 @@ def consolidate(workspace: str, unit: dict, date: str) -> dict:
     """Land each fact of one subject in its node: created, added, same (a source added), refined or replaced."""
     llm = LLM.from_settings()
     memory = memory_of(workspace)
-    actions, nodes = [], {}
+    embed = _similarity()
+    actions = []
     with charged(llm.usage):  # failed calls cost tokens too: finish counts them
         for ref in unit["facts"]:
-            shown = candidates(memory, ref, nodes)
+            node = node_for(memory, unit)
+            shown = candidates(memory, ref, node if read_text(memory, node) is not None else None, embed)
             relation, target = decide(llm, ref, shown)
             actions.append(land(memory, unit, ref, relation, target, date))
-            nodes.clear()  # the node just changed
             run_logger().info("%s: %s %s", ref["text"][:80], actions[-1]["action"], actions[-1]["node"])
     return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict()}
 

@@ -1,0 +1,171 @@
+"""Dreams over facts: a card's facts land in their subject's node; the model answers only small questions, code
+writes what holds now and the history (real Prefect runs, the scripted OpenAI-compatible server)."""
+
+import pytest
+
+from flows.auto_dream import auto_dream
+from llm_server import Reply, json_reply
+from storage import facts
+from storage.markdown import split_frontmatter
+from storage.memory import Memory
+from tasks import checkpoints
+
+COMPARE = "You keep a memory of facts up to date"
+
+
+@pytest.fixture
+def memory(ws, monkeypatch) -> Memory:
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")  # candidates by their words (one test scripts an embedder)
+    return Memory(ws.root)
+
+
+def card(memory: Memory, day: str, name: str, *lines: tuple, session: str = "s") -> str:
+    """A card as auto_memory writes it: (kind, about, text[, date]) facts, each citing message n of the session."""
+    body = f"# {name}\n"
+    for n, (kind, about, text, *when) in enumerate(lines, 1):
+        body = facts.add(body, facts.Fact(text, id=f"f{n}", kind=kind, about=about, date=when[0] if when else None,
+                                          sources=(f"session/dialog/{session}.jsonl#L{n}",), labels=(f"{day} 18:0{n}",)))
+    path = f"daily/{day}/{name.lower().replace(' ', '-')}.md"
+    memory.write(path, body, name=name, description=name, metadata={"session_id": session})
+    return path
+
+
+def body(memory: Memory, path: str) -> str:
+    return split_frontmatter(memory.read(path, numbered=False)["content"]).body
+
+
+def node_facts(memory: Memory, path: str) -> dict[str, facts.Fact]:
+    return {f.text: f for f in facts.parse(memory.read(path, numbered=False)["content"])}
+
+
+def compares(llm) -> list[dict]:
+    return [r for r in llm.requests if "messages" in r and COMPARE in r["messages"][0]["content"]]
+
+
+def test_a_first_dream_files_each_fact_under_its_subject_without_asking(prefect_harness, llm, memory, ws):
+    day = "2026-11-02"
+    path = card(memory, day, "New flat", ("fact", "user", "The user lives in Lisbon."),
+                ("fact", "Ana", "Ana works at a bakery in Alfama."), ("preference", "the user", "The user likes green tea."))
+    summary = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
+
+    assert llm.requests == [] and summary["facts"] == 3 and summary["failed"] == []
+    assert {(a["node"], a["action"]) for a in summary["actions"]} == {
+        ("digest/personal/user.md", "created"), ("digest/personal/user.md", "added"),
+        ("digest/personal/ana.md", "created")}
+    user = node_facts(memory, "digest/personal/user.md")
+    lives = user["The user lives in Lisbon."]
+    assert lives.current and lives.since == day and lives.sources == (f"{path}#^f1",)
+    assert user["The user likes green tea."].kind == "preference"
+    text = body(memory, "digest/personal/user.md")
+    assert text.startswith("# The user\n") and f"## Sources\n\n- {day}: [[{path}]]" in text
+    meta = memory.frontmatter_get("digest/personal/user.md")["frontmatter"]
+    assert (meta["name"], meta["about"], meta["status"], str(meta["valid_from"])) == ("The user", "user", "current", day)
+    assert checkpoints.load(ws, "dream")["files"][path]
+
+    again = auto_dream(date=day, scan_days=1, workspace=str(ws.root))  # nothing new: no fact twice
+    assert again["facts"] == 0 and len(node_facts(memory, "digest/personal/user.md")) == 2
+
+
+def test_a_fact_that_replaces_another_keeps_it_as_history(prefect_harness, llm, memory, ws):
+    first = card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    moved = card(memory, "2026-11-05", "Moved", ("fact", "user", "The user lives in Porto now.", "2026-11-04"),
+                 session="t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+
+    summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+
+    assert [a["action"] for a in summary["actions"]] == ["replaced"]
+    assert summary["actions"][0]["replaced"] == "The user lives in Lisbon."
+    asked = compares(llm)[0]["messages"][1]["content"]
+    assert "The user lives in Porto now." in asked and "1. The user lives in Lisbon. (since 2026-11-02)" in asked
+    user = node_facts(memory, "digest/personal/user.md")
+    now, was = user["The user lives in Porto now."], user["The user lives in Lisbon."]
+    assert now.current and now.since == "2026-11-04" and now.sources == (f"{moved}#^f1",)
+    assert not was.current and (was.since, was.until) == ("2026-11-02", "2026-11-04")
+    assert was.replaced_by == f"digest/personal/user.md#^{now.id}" and was.sources == (f"{first}#^f1",)
+    text = body(memory, "digest/personal/user.md")
+    assert text.index("## Facts") < text.index("Porto") < text.index("## History") < text.index("Lisbon")
+
+
+def test_a_refinement_keeps_the_start_and_the_older_wording(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Job", ("fact", "user", "The user works at Acme Robotics."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-06", "Job detail", ("fact", "user", "The user works at Acme Robotics as a robotics engineer."),
+         session="t")
+    llm.on(COMPARE, json_reply({"relation": "refines", "fact": 1}))
+    summary = auto_dream(date="2026-11-06", scan_days=1, workspace=str(ws.root))
+
+    assert [a["action"] for a in summary["actions"]] == ["refined"]
+    user = node_facts(memory, "digest/personal/user.md")
+    new, old = user["The user works at Acme Robotics as a robotics engineer."], user["The user works at Acme Robotics."]
+    assert new.current and new.since == "2026-11-02"
+    assert (old.current, old.until) == (False, "2026-11-06") and old.replaced_by.endswith(f"#^{new.id}")
+
+
+def test_the_same_fact_again_only_gains_a_source(prefect_harness, llm, memory, ws):
+    first = card(memory, "2026-11-02", "Tea", ("preference", "user", "The user likes green tea."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    second = card(memory, "2026-11-03", "Tea again", ("preference", "user", "The user likes green tea."), session="t")
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["same"] and compares(llm) == []
+    tea = node_facts(memory, "digest/personal/user.md")["The user likes green tea."]
+    assert tea.sources == (f"{first}#^f1", f"{second}#^f1") and tea.current
+
+
+def test_a_new_subject_gets_its_own_node_and_a_wrong_number_a_repair(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Ana", ("fact", "Ana", "Ana works at a bakery in Alfama."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-03", "Ana again", ("fact", "Ana", "Ana bakes bread at the bakery every morning."),
+         ("fact", "Mia", "Mia teaches piano in Porto."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 0}), json_reply({"relation": "new", "fact": 0}))
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+
+    assert {(a["fact"], a["action"], a["node"]) for a in summary["actions"]} == {
+        ("Ana bakes bread at the bakery every morning.", "added", "digest/personal/ana.md"),
+        ("Mia teaches piano in Porto.", "created", "digest/personal/mia.md")}
+    assert "needs `fact`" in compares(llm)[1]["messages"][-1]["content"]  # the repair turn names what is missing
+    assert all(f.current for f in node_facts(memory, "digest/personal/ana.md").values())
+
+
+def test_a_failed_unit_keeps_its_cards_unchecked_and_the_rest_lands(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    moved = card(memory, "2026-11-05", "Moved", ("fact", "user", "The user lives in Porto now."), session="t")
+    other = card(memory, "2026-11-05", "Ana", ("fact", "Ana", "Ana works at a bakery in Alfama."), session="u")
+    llm.on(COMPARE, Reply(status=500, content="model down"))
+    state = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root), return_state=True)
+
+    assert state.is_failed()
+    summary = state.result(raise_on_failure=False).summary
+    assert [f["paths"] for f in summary["failed"]] == [[moved]] and "model down" in summary["failed"][0]["error"]
+    files = checkpoints.load(ws, "dream")["files"]
+    assert moved not in files and other in files
+    assert "Ana works at a bakery in Alfama." in node_facts(memory, "digest/personal/ana.md")
+    assert "The user lives in Porto now." not in node_facts(memory, "digest/personal/user.md")
+
+
+def test_an_embedder_shows_facts_of_the_subject_that_share_no_word(prefect_harness, llm, memory, ws, monkeypatch):
+    """`moved to Porto` shares no word with `lives in Lisbon`: the subject's node facts closest in meaning are
+    shown too (the scripted embeddings endpoint plays the embedder)."""
+    from tasks import dream
+
+    meaning = {"Porto": [1.0, 0.2, 0.0], "Lisbon": [0.9, 0.3, 0.0], "tea": [0.0, 0.0, 1.0]}
+    llm.embedder = lambda texts: [next((v for k, v in meaning.items() if k in t), [0.0, 1.0, 0.0]) for t in texts]
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "openai")
+    monkeypatch.setenv("DREAMFLOW_EMBED_BASE_URL", llm.base_url)
+    monkeypatch.setenv("DREAMFLOW_EMBED_MODEL", "scripted-embedder")
+    dream._similarity.cache_clear()
+    try:
+        card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."),
+             ("preference", "user", "The user likes green tea."))
+        auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+        card(memory, "2026-11-05", "Moved", ("event", "user", "The user moved to Porto."), session="t")
+        llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+        summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+    finally:
+        dream._similarity.cache_clear()
+    asked = compares(llm)[0]["messages"][1]["content"]
+    assert "1. The user lives in Lisbon." in asked and "green tea" not in asked
+    assert summary["actions"][0]["action"] == "replaced"
+    assert not node_facts(memory, "digest/personal/user.md")["The user lives in Lisbon."].current
