@@ -1,21 +1,22 @@
 """Memory that stays true over a week: a scripted story of 11 facts that change, fed day by day.
 
 Each of 7 days is one conversation (messages stamped with that day), run through `auto_memory` (the job a
-session's turns trigger) and the nightly `auto_dream` of that day. Then, for every fact that changed:
-- `search` for it now: is the first digest hit the current node, stating the new value (and the first hit
-  overall)?
-- `search --as-of` the day before the change: does the first digest hit state the old value?
-- do two current nodes state different values of one fact?
-It also counts what the content checks refused, the actions the dreams took, calls, tokens and time.
+session's turns trigger: the day's card of facts) and the nightly `auto_dream` of that day (the facts into
+subject nodes, what changed kept as history). Printed per day: facts written, re-checked as grounded in the
+messages they cite, dropped by the checks; the dream's actions; seconds and prompt tokens. At the end:
+- the story's statements (each fact's first value and its change): share in a card with a citation that opens
+  the message saying it;
+- card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
+  aside);
+- per changing fact, `search` now (does the first digest hit state the new value?) and `--as-of` the day
+  before the change (the old value?), and whether two current facts state both values.
 
-With `--scripted` the model is tests/llm_server.py playing a careful model (it writes the day's card with
-dates, once the `relative_time` gate has refused its "yesterday", one unit per fact, and SUPERSEDEs a node whose
-value changed): it measures Dreamflow's part (validity,
-supersession, time-aware search). Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL`
-plays every part, e.g. the local model of shared/tools/local-llm.sh:
+With `--scripted` the model is tests/llm_server.py playing a careful model (facts in the messages' words, the
+right relation when asked): it measures Dreamflow's part. Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` /
+`DREAMFLOW_LLM_MODEL` plays every part (README, "Run a local model"):
 
     python benchmarks/temporal.py --scripted
-    DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8091/v1 DREAMFLOW_LLM_MODEL=qwen1.5b python benchmarks/temporal.py
+    DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8080/v1 DREAMFLOW_LLM_MODEL=qwen python benchmarks/temporal.py
 """
 
 from __future__ import annotations
@@ -107,92 +108,129 @@ def since(fact: Fact) -> str:
 # ---- the scripted careful model ---------------------------------------------------------------------------
 
 def careful_model():
-    """Answers as a careful model would: cards with dates (after the gate's repair turn where it first wrote
-    "yesterday"), one unit per fact, SUPERSEDE on a changed value."""
+    """Answers as a careful model would: each user message a fact in its own words (its relative time kept), and
+    `replaces` when a listed fact holds the changed value."""
     from llm_server import Reply
 
-    def card(user: str, repair: bool) -> dict:
-        day = DAYS.index(re.search(r"^Date: (\d{4}-\d{2}-\d{2})", user, re.M).group(1))
-        lines = [f"- {f.name}: {f.says.format(f.old)}" for f in FACTS if f.said == day]
-        lines += [f"- {f.name}: {f.says.format(f.new)} Since "  # first says "yesterday": the gate asks for the date
-                  + (since(f) if repair or not f.back else "yesterday") + f" (before: {f.old})." for f in FACTS
-                  if f.changed == day]
-        return {"name": f"Updates on {DAYS[day]}", "description": "What changed in my life that day",
-                "content": "# Updates\n\n" + "\n".join(lines) + "\n"}
+    def extract(user: str) -> dict:
+        found = []
+        for number, text in re.findall(r"^\[(\d+)\] user, [^:]+:\d\d: (.+)$", user, re.M):
+            fact = next((f for f in FACTS if text in (f.first, f.change)), None)
+            if fact:
+                kind = "event" if text == fact.change else "fact"
+                found.append({"text": text, "about": "user", "kind": kind,
+                              "when": "yesterday" if "yesterday" in text else None, "source": [int(number)]})
+        return {"title": "What changed this week", "facts": found}
 
-    def extract(user: str, repair: bool) -> dict:
-        units = []
-        for path, body in re.findall(r'<file path="([^"]+)">\n(.*?)\n</file>', user, re.S):
-            for f in FACTS:
-                m = re.search(rf"^- {re.escape(f.name)}: (.+)$", body, re.M)
-                if m and "/" in path.removeprefix("daily/"):
-                    when = re.search(r"Since (\d{4}-\d{2}-\d{2})", m.group(1))
-                    units.append({"name": f.name, "bucket": "personal", "summary": f"{f.name}: {m.group(1)}",
-                                  "paths": [path], "date": when.group(1) if when else path.split("/")[1]})
-        return {"units": units, "topics": []}
-
-    def integrate(user: str, repair: bool) -> dict:
-        name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
-        summary = user.split("Summary: ", 1)[1].split("\n", 1)[0]
-        fact = next(f for f in FACTS if f.name == name)
-        value = fact.new if fact.new in summary.split("(before")[0] else fact.old
-        content = f"{fact.name}: {fact.says.format(value)}"
-        for path, listed in re.findall(r"^- (digest/\S+\.md): (.*?) —", user, re.M):
-            if listed == name:
-                node = re.search(rf'<node path="{re.escape(path)}">\n(.*?)\n</node>', user, re.S)
-                if node and value in node.group(1):
-                    return {"action": "CORROBORATE", "target": path}
-                return {"action": "SUPERSEDE", "target": path, "name": name, "description": f"My {name.lower()}",
-                        "content": content}
-        return {"action": "CREATE", "target": None, "name": name, "description": f"My {name.lower()}",
-                "content": content}
+    def compare(user: str) -> dict:
+        new = user.split("): ", 1)[1].split("\n", 1)[0]
+        fact = next((f for f in FACTS if f.new in new), None)  # a change (its relative time resolved)
+        for number, listed in re.findall(r"^(\d+)\. (.+)$", user, re.M):
+            if fact and fact.old in listed and fact.new not in listed:
+                return {"relation": "replaces", "fact": int(number)}
+        return {"relation": "new", "fact": 0}
 
     def respond(body: dict) -> Reply:
+        if "messages" not in body:
+            return None
         system = body["messages"][0]["content"]
         user = "\n".join(m["content"] or "" for m in body["messages"][1:] if m["role"] == "user")
-        for marker, answer in (("Summarise the new messages", card), ("You consolidate", extract),
-                               ("You maintain the long-term digest", integrate)):
-            if marker in system:
-                repair = any(m["role"] == "assistant" for m in body["messages"])
-                return Reply(content=json.dumps(answer(user, repair)))
-        return Reply(content="{}")
+        if "list the facts worth remembering" in system:
+            return Reply(content=json.dumps(extract(user)))
+        if "You keep a memory of facts up to date" in system:
+            return Reply(content=json.dumps(compare(user)))
+        return Reply(content=json.dumps({"topics": []}))
 
     return respond
 
 
 # ---- checks ---------------------------------------------------------------------------------------------
 
-def first_digest(hits: list[dict]) -> dict | None:
-    return next((h for h in hits if h["path"].startswith("digest/")), None)
+def card_facts(memory) -> list[tuple[str, object]]:
+    """(card path, fact) of every card of the story."""
+    from storage import facts
+
+    out = []
+    for entry in memory.list("daily", recursive=True, limit=10_000)["entries"]:
+        path = entry["path"]
+        if entry.get("type") == "file" and path.count("/") == 2 and path.endswith(".md"):
+            out += [(path, f) for f in facts.parse(memory.read(path, numbered=False)["content"])]
+    return out
 
 
-def text_of(memory, path: str) -> str:
-    return memory.read(path, numbered=False)["content"].split("## History")[0]
+def cited_text(memory, source: str) -> str:
+    path, _, anchor = source.partition("#L")
+    start, _, end = anchor.partition("-L")
+    page = memory.read(path, start_line=int(start), end_line=int(end or start), numbered=False)["content"]
+    return "\n".join(json.loads(line).get("content", "") if path.endswith(".jsonl") else line
+                     for line in page.splitlines() if line.strip())
 
 
-def check(memory, days: int) -> dict:
-    """Per fact changed within the first `days` days: the current node first now, the old value as of the day
-    before the change, conflicts."""
-    rows = []
-    current = [n for n in memory.list("digest", recursive=True, limit=10_000)["entries"]
-               if n.get("type") == "file" and n["path"].endswith(".md")]
-    live = {n["path"]: text_of(memory, n["path"]) for n in current
-            if (memory.frontmatter_get(n["path"])["frontmatter"] or {}).get("status", "current") == "current"}
+def unsupported(memory, fact) -> set[str]:
+    """The fact's words its cited lines do not have (besides framing words and the date code wrote)."""
+    from storage.tokenize import terms
+    from tasks.extraction import FRAMING
+
+    said = set()
+    for source in fact.sources:
+        if "#L" in source:
+            said |= set(terms(cited_text(memory, source)))
+    dates = set(terms(fact.date or "")) | set(terms(" ".join(re.findall(r"\d{4}-\d{2}-\d{2}", fact.text))))
+    return set(terms(fact.text)) - said - FRAMING - dates
+
+
+def coverage(memory, found: list) -> tuple[int, int]:
+    """(statements of the story in a card fact citing the message that says it, statements)."""
+    hits, total = 0, 0
+    for f in FACTS:
+        for day, value, words in ((f.said, f.old, f.first), (f.changed, f.new, f.change)):
+            total += 1
+            line = [m["content"] for m in conversation(day) if m["role"] == "user"].index(words) * 2 + 1
+            source = f"session/dialog/day-{day + 1}.jsonl#L{line}"
+            hits += any(source in fact.sources and value.lower() in fact.text.lower() for _, fact in found)
+    return hits, total
+
+
+def stated(memory, hit: dict | None, day: str) -> str:
+    """What the facts of a search hit that held on `day` say (the hit's text for a file without facts)."""
+    from storage import facts
+
+    if hit is None:
+        return ""
+    text = memory.read(hit["path"], numbered=False)["content"]
+    held = [f.text for f in facts.parse(text) if hit["start_line"] <= f.line <= hit["end_line"] and f.holds_on(day)]
+    return " ".join(held) if held or facts.has_facts(text) else hit["text"]
+
+
+def check(memory, days: int) -> list[dict]:
+    """Per fact changed within the first `days` days: the first digest hit now and as of the day before the
+    change, and conflicting current facts."""
+    from storage import facts
+
+    today = date.today().isoformat()
+    current = []
+    for entry in memory.list("digest", recursive=True, limit=10_000)["entries"]:
+        if entry.get("type") == "file" and entry["path"].endswith(".md"):
+            current += [f.text for f in facts.parse(memory.read(entry["path"], numbered=False)["content"]) if f.current]
+    rows = []  # a change statement may name the old value too ("from Vim to Helix"): a conflict is the old alone
     for f in (f for f in FACTS if f.changed < days):
-        now = memory.search(f.query, limit=5, expand=0)
-        top = first_digest(now)
         before = (date.fromisoformat(since(f)) - timedelta(days=1)).isoformat()
+        now = first_digest(memory.search(f.query, limit=5, expand=0))
         then = first_digest(memory.search(f.query, limit=5, expand=0, as_of=before))
-        values = {v for v in (f.old, f.new) for body in live.values() if v in body and f.name.split()[0].lower() in body.lower()}
+        said_now, said_then = stated(memory, now, today), stated(memory, then, before)
+        old, new = f.old.lower(), f.new.lower()
         rows.append({
             "fact": f.name,
-            "now_first_digest": bool(top and f.new in text_of(memory, top["path"]) and top.get("status") == "current"),
-            "now_first_hit": bool(now and f.new in text_of(memory, now[0]["path"])),
-            "as_of_old": bool(then and f.old in text_of(memory, then["path"])),
-            "conflict": len(values) > 1,
-            "top": top and top["path"], "then": then and then["path"],
+            "now": new in said_now.lower(),
+            "as_of": old in said_then.lower() and new not in said_then.lower(),
+            "conflict": any(old in c.lower() and new not in c.lower() for c in current),
+            "top": now and now["path"], "then": then and then["path"],
         })
-    return {"facts": rows, "current_nodes": len(live), "nodes": len(current)}
+    return rows
+
+
+def first_digest(hits: list[dict]) -> dict | None:
+    return next((h for h in hits if h["path"].startswith("digest/")), None)
 
 
 def main() -> None:
@@ -217,45 +255,58 @@ def run(args, home: Path, settings) -> None:
 
     ws = home / "ws"
     memory = Memory(ws)
-    spent, actions, failures, started = Usage(), [], [], time.perf_counter()
+    spent, failures, started, seen = Usage(), [], time.perf_counter(), set()
     print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; {len(FACTS)} facts over {len(DAYS)} days"
           + (f", the first {args.days} run" if args.days < len(DAYS) else ""), flush=True)
+    print(f"{'day':<11} {'card':<44} {'facts':>5} {'grounded':>8} {'dropped':>7} {'dream':<34} {'s':>5} "
+          f"{'prompt tok':>10}", flush=True)
     with prefect_env.interactive_runs():
         for n, day in enumerate(DAYS[:args.days]):
-            t0 = time.perf_counter()
+            t0, day_usage = time.perf_counter(), Usage()
             card = auto_memory(session_id=f"day-{n + 1}", messages=conversation(n), workspace=str(ws),
                                return_state=True).result(raise_on_failure=False)
-            if isinstance(card, BaseException):
-                failures.append(f"{day} auto-memory: {str(card)[:160]}")
-            spent.add(getattr(card, "usage", None) if isinstance(card, BaseException) else card.get("usage"))
+            failed_card = isinstance(card, BaseException)
+            if failed_card:
+                failures.append(f"{day} auto-memory: {str(card)[:200]}")
+            day_usage.add(getattr(card, "usage", None) if failed_card else card.get("usage"))
             result = auto_dream(date=day, scan_days=1, max_units=6, workspace=str(ws),
                                 return_state=True).result(raise_on_failure=False)
             summary = getattr(result, "summary", result)
             if isinstance(summary, dict):
-                spent.add(summary["usage"])
-                actions += [a["action"] for a in summary["actions"]]
-                failures += [f"{day} unit {f['name']}: {f['error'][:160]}" for f in summary["failed"]]
+                day_usage.add(summary["usage"])
+                failures += [f"{day} unit {f['name']}: {f['error'][:200]}" for f in summary["failed"]]
+                actions = [a["action"] for a in summary["actions"]]
+                dream = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions))) or "-"
             else:
-                failures.append(f"{day} dream: {str(summary)[:160]}")
-            print(f"{day}: card {'FAILED' if isinstance(card, BaseException) else card.get('card')}, dream "
-                  + (", ".join(f"{a['action']} {a['target']}" for a in summary["actions"])
-                     if isinstance(summary, dict) else "FAILED") + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
-    report = check(memory, args.days)
-    u = spent.as_dict()
-    rows = report["facts"]
-    print(f"\n{'fact':<24} {'now: 1st node':>13} {'now: 1st hit':>12} {'as of: old':>10} {'conflict':>8}")
+                failures.append(f"{day} dream: {str(summary)[:200]}")
+                dream = "FAILED"
+            new = [(p, f) for p, f in card_facts(memory) if (p, f.id) not in seen]
+            seen |= {(p, f.id) for p, f in new}
+            grounded = sum(not unsupported(memory, f) for _, f in new)
+            dropped = 0 if failed_card else len(card.get("dropped") or [])
+            u = day_usage.as_dict()
+            spent.add(u)
+            print(f"{day:<11} {'FAILED' if failed_card else str(card.get('card')):<44} {len(new):>5} {grounded:>8} "
+                  f"{dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
+    found = card_facts(memory)
+    covered, statements = coverage(memory, found)
+    loose = [(p, f.text, sorted(unsupported(memory, f))) for p, f in found if unsupported(memory, f)]
+    rows = check(memory, args.days)
+    print(f"\nstory statements in a card citing the right message: {covered}/{statements}; card facts "
+          f"{len(found)}, with words not in their cited lines: {len(loose)}")
+    for path, text, words in loose:
+        print(f"  not in its lines ({', '.join(words)}): {text}  [{path}]")
+    print(f"\n{'fact':<24} {'now':>6} {'as of':>6} {'conflict':>8}")
     for r in rows:
-        print(f"{r['fact']:<24} {str(r['now_first_digest']):>13} {str(r['now_first_hit']):>12} "
-              f"{str(r['as_of_old']):>10} {str(r['conflict']):>8}")
-    total = len(rows)
-    print(f"\ncurrent node first now: {sum(r['now_first_digest'] for r in rows)}/{total}; first hit overall: "
-          f"{sum(r['now_first_hit'] for r in rows)}/{total}; old value as of before the change: "
-          f"{sum(r['as_of_old'] for r in rows)}/{total}; facts with conflicting current nodes: "
-          f"{sum(r['conflict'] for r in rows)}")
-    print(f"nodes: {report['nodes']} ({report['current_nodes']} current); actions: "
-          + ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions))))
-    print(f"LLM: {u['calls']} calls, {u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, "
-          f"{u['seconds']:.0f} s in calls; wall {time.perf_counter() - started:.0f} s; {gates_line(u)}")
+        print(f"{r['fact']:<24} {str(r['now']):>6} {str(r['as_of']):>6} {str(r['conflict']):>8}")
+    total, u = len(rows), spent.as_dict()
+    ran = min(args.days, len(DAYS))
+    print(f"\nchanging facts right now: {sum(r['now'] for r in rows)}/{total}; as of the day before the change: "
+          f"{sum(r['as_of'] for r in rows)}/{total}; with both values current: {sum(r['conflict'] for r in rows)}")
+    print(f"LLM: {u['calls']} calls, {u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens "
+          f"({u['prompt_tokens'] // max(ran, 1)} prompt tokens a day), {u['seconds']:.0f} s in calls; wall "
+          f"{time.perf_counter() - started:.0f} s ({(time.perf_counter() - started) / max(ran, 1):.0f} s a day); "
+          f"{gates_line(u)}")
     for failure in failures:
         print(f"  failed: {failure}")
     if args.keep:

@@ -209,8 +209,10 @@ def _record(line: bytes | str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def pending(memory, ws: Workspace, session_id: str, max_chars: int = MAX_PROMPT_CHARS) -> Pending:
-    """The records after the session checkpoint, up to about `max_chars` of text (the rest waits)."""
+def pending(memory, ws: Workspace, session_id: str, max_chars: int | None = None) -> Pending:
+    """The records after the session checkpoint, up to about `max_chars` (`MAX_PROMPT_CHARS`) of text (the rest
+    waits for the next run)."""
+    max_chars = max_chars or MAX_PROMPT_CHARS
     numbered = numbered_records(memory, session_id)
     done = int(checkpoints.load(ws, checkpoint_name(session_id)).get("records", 0))
     start = min(done, len(numbered))  # a shortened file restarts from its end rather than skipping

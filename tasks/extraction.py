@@ -28,9 +28,11 @@ MAX_FACT_WORDS = 45     # a fact is one sentence
 MIN_FACT_TERMS = 2      # content terms a fact needs to say something
 MAX_ITEM_CHARS = 1_500  # of one numbered message or block shown to the model
 MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
-# words a fact may add to what its lines say: how facts name the user, and framing words
+# words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
+# content words must all be in the lines)
 FRAMING = frozenset(terms("user users person assistant now currently current also still new anymore longer "
-                          "mention mentioned said says told tells"))
+                          "mention mentioned said says told tells take get use need make include contain "
+                          "require call named want"))
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
@@ -92,6 +94,7 @@ class Item:
     label: str = ""           # a message's time, shown in the link
     said: dt.date | None = None
     speaker: str = ""
+    context: str = ""         # the heading it stands under (a document's), shown and counted as its words
 
 
 def message_items(dialog_path: str, records: list[dict], lines: list[int], fallback: dt.date) -> list[Item]:
@@ -112,19 +115,21 @@ def message_items(dialog_path: str, records: list[dict], lines: list[int], fallb
 def block_items(path: str, text: str, said: dt.date, first_line: int = 1, anchored: bool = True) -> list[Item]:
     """Items of a text's paragraphs (at most `MAX_BLOCK_LINES` lines each), headings and blank lines left out;
     anchors name their lines (`anchored=False`: the file alone, e.g. HTML whose lines the text lost)."""
-    items, block = [], []
+    items, block, heading = [], [], ""
 
     def close():
         if block:
             a, b = block[0][0], block[-1][0]
             anchor = f"{path}#L{a}" + (f"-L{b}" if b > a else "") if anchored else path
             body = "\n".join(line for _, line in block)[:MAX_ITEM_CHARS]
-            items.append(Item(len(items) + 1, body, anchor, said=said))
+            items.append(Item(len(items) + 1, body, anchor, said=said, context=heading))
             block.clear()
 
     for number, line in enumerate(text.split("\n"), first_line):
-        if not line.strip() or re.match(r"^#{1,6}\s", line):
+        title = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not line.strip() or title:
             close()
+            heading = title.group(1)[:120] if title else heading
             continue
         block.append((number, line.rstrip()))
         if len(block) >= MAX_BLOCK_LINES:
@@ -137,7 +142,7 @@ def prompt_material(header: str, items: list[Item]) -> str:
     """The user message: a header, then each item as `[n] speaker, time: text`."""
     lines = [header, ""]
     for item in items:
-        who = ", ".join(filter(None, [item.speaker, item.label]))
+        who = ", ".join(filter(None, [item.speaker, item.label, item.context and f"under {item.context!r}"]))
         text = item.text.replace("\n", "\n    ")
         lines.append(f"[{item.number}] {who}: {text}" if who else f"[{item.number}] {text}")
     return "\n".join(lines)
@@ -238,7 +243,7 @@ def _refused(text: str, material: quality.Material) -> tuple[str, str] | None:
 
 
 def _missing(text: str, cited: list[Item], added: set[str]) -> set[str]:
-    said = set(terms("\n".join(item.text for item in cited)))
+    said = set(terms("\n".join(f"{item.context}\n{item.text}" for item in cited)))
     return set(terms(text)) - said - FRAMING - added
 
 

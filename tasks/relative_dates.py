@@ -26,6 +26,7 @@ _PHRASE = re.compile(r"\b(?:" + "|".join((
     r"in\s+" + _COUNT.format("n2") + r"\s+" + _UNIT.format("unit2"),
 )) + r")\b", re.IGNORECASE)
 _ON = re.compile(r"\b(?:on|by|to|for|until|till|since|from|before|after)\s*$", re.IGNORECASE)  # a preposition already there
+_VERB = re.compile(r"\s+(?:is|was|will|has|had|'s)\b", re.IGNORECASE)  # the phrase is the sentence's subject
 _ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _MONTH_DAY = re.compile(r"\b(?:(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(" + "|".join(_MONTHS) + r")|(" + "|".join(_MONTHS)
                         + r")\s+(\d{1,2})(?:st|nd|rd|th)?)\b(?:,?\s+(\d{4}))?", re.IGNORECASE)
@@ -42,9 +43,9 @@ def resolve(text: str, said: dt.date) -> tuple[str, dt.date | None]:
             return match.group(0)
         if not first:
             first.append(day)
-        before = text[:match.start()]
-        if words.startswith("on ") and _ON.search(before):
-            words = words[3:]
+        before, after = text[:match.start()], text[match.end():]
+        if words.startswith("on ") and (_ON.search(before) or _VERB.match(after)):
+            words = words[3:]  # "moved to next Friday", "today was my first day": the date alone
         return words[0].upper() + words[1:] if not before.strip() else words
 
     resolved = _PHRASE.sub(swap, text)

@@ -1,4 +1,6 @@
-"""auto_memory, auto_resource, proactive and the maintenance flows: real Prefect runs, scripted LLM server."""
+"""auto_memory, auto_resource, proactive and the maintenance flows: real Prefect runs, scripted LLM server.
+
+Cards are facts: the model lists small facts, code checks each one and writes the card."""
 
 import json
 import logging
@@ -6,22 +8,20 @@ import logging
 import numpy as np
 import pytest
 
+from engine.llm import AnswerRefused, LLMError
 from flows.auto_memory import auto_memory
 from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
-from engine.llm import AnswerRefused
-from llm_server import Reply, json_reply, misbehave, tool_reply
-from storage import vectors
+from llm_server import Reply, json_reply, misbehave
+from storage import facts, vectors
 from storage.db import IndexDB
-from engine.llm import LLMError
 from storage.errors import InvalidInput
 from storage.memory import Memory
-from tasks import checkpoints, dialog, usage
+from tasks import checkpoints, usage
 
-CARD = "Summarise the new messages"
-RESOURCE = "Distil one resource"
-DAY = "2024-05-08"
+FACTS = "list the facts worth remembering"
+DAY = "2026-11-05"
 
 
 @pytest.fixture
@@ -29,72 +29,131 @@ def memory(ws) -> Memory:
     return Memory(ws.root)
 
 
-def text(memory: Memory, path: str) -> str:
-    return memory.read(path, numbered=False)["content"]
+def msg(content: str, minute: int, role: str = "user", day: str = DAY) -> dict:
+    return {"role": role, "content": content, "created_at": f"{day}T18:{minute:02d}:00"}
 
 
-def user_message(request: dict) -> str:
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+STORY = [msg("Hi! Big news: I moved to Porto yesterday.", 0), msg("Congratulations!", 1, "assistant"),
+         msg("My sister Ana works at a bakery in Alfama.", 2), msg("Nice.", 3, "assistant"),
+         msg("I prefer green tea over coffee these days.", 4)]
 
 
-def card_prompt(llm, session: str) -> str:
-    """The first card request of `session` among what the scripted server was sent."""
-    return next(p for p in map(user_message, llm.requests) if f"\nSession: {session}\n" in p)
+def fact(text, about="user", kind="fact", source=(1,), when=None) -> dict:
+    return {"text": text, "about": about, "kind": kind, "when": when, "source": list(source)}
 
 
-def msg(content: str, hour: int, role: str = "user", day: str = DAY) -> dict:
-    return {"role": role, "content": content, "timestamp": f"{day}T{hour:02d}:00:00"}
+def card_of(memory: Memory, result: dict) -> tuple[str, list[facts.Fact]]:
+    text = memory.read(result["card"], numbered=False)["content"]
+    return text, facts.parse(text)
 
 
-# ---- auto_memory --------------------------------------------------------------------------------------------
+def test_a_card_is_the_checked_facts_each_citing_its_message(prefect_harness, llm, memory, ws):
+    llm.on(FACTS, json_reply({"title": "Moving to Porto and family", "facts": [
+        fact("The user moved to Porto yesterday.", kind="event", source=[1]),
+        fact("Ana, the user's sister, works at a bakery in Alfama.", about="Ana", source=[4]),  # wrong number: 3
+        fact("The user prefers green tea over coffee.", kind="preference", source=[5]),
+    ]}))
+    out = auto_memory(session_id="s1", workspace=str(ws.root), messages=STORY)
 
-def test_auto_memory_writes_then_renames_the_card(prefect_harness, llm, memory, ws):
-    llm.on(CARD, json_reply({"name": "Trip planning", "description": "Planning a trip",
-                             "content": "# Trip\n\n- Going to Lisbon in June."}))
-    first = auto_memory(session_id="s1", workspace=str(ws.root), messages=[
-        msg("Let's plan my trip to Lisbon in June", 9), {"role": "tool", "content": "search results"},
-        msg("Sure: flights first.", 10, "assistant")])
-
-    card = f"daily/{DAY}/trip-planning.md"
-    assert (first["card"], first["created"], first["summarised"]) == (card, True, [0, 2])
-    meta = memory.frontmatter_get(card)["frontmatter"]
+    assert out["card"] == f"daily/{DAY}/moving-to-porto-and-family.md" and out["facts"] == 3
+    text, found = card_of(memory, out)
+    by_text = {f.text: f for f in found}
+    moved = by_text["The user moved to Porto on 2026-11-04."]  # the relative time resolved by code
+    assert moved.kind == "event" and moved.date == "2026-11-04" and moved.id
+    assert moved.sources == ("session/dialog/s1.jsonl#L1",) and moved.labels == ("2026-11-05 18:00",)
+    ana = by_text["Ana, the user's sister, works at a bakery in Alfama."]
+    assert ana.sources == ("session/dialog/s1.jsonl#L3",) and ana.about == "Ana"  # re-cited to the right message
+    assert by_text["The user prefers green tea over coffee."].kind == "preference"
+    assert text.index("## Facts") < text.index("## Preferences") < text.index("## Events")
+    # the citation opens the message it names
+    line = int(moved.sources[0].rsplit("#L", 1)[1])
+    record = json.loads(memory.read("session/dialog/s1.jsonl", start_line=line, end_line=line,
+                                    numbered=False)["content"])
+    assert "moved to Porto yesterday" in record["content"]
+    meta = memory.frontmatter_get(out["card"])["frontmatter"]
+    assert meta["name"] == "Moving to Porto and family" and "Porto" in meta["description"]
     assert meta["session_id"] == "s1" and meta["source_conversation"] == "[[session/dialog/s1.jsonl]]"
-    assert f"[[{card}|Trip planning]]" in text(memory, f"daily/{DAY}.md")
-    records = [json.loads(line) for line in text(memory, "session/dialog/s1.jsonl").splitlines()]
-    assert [r["role"] for r in records] == ["user", "assistant"] and records[0]["created_at"].startswith(DAY)
-    assert "search results" not in card_prompt(llm, "s1")
-    assert checkpoints.load(ws, "sessions/s1")["records"] == 2
+    assert checkpoints.load(ws, "sessions/s1")["records"] == 5
+    prompt = llm.requests[0]["messages"][1]["content"]
+    assert "[1] user, 2026-11-05 18:00: Hi! Big news" in prompt and "[2] assistant" in prompt
+    assert llm.requests[0]["response_format"]["type"] == "json_schema"
 
-    memory.write("digest/wiki/lisbon.md", f"Trip notes in [[{card}]].", name="Lisbon")
+
+def test_a_half_bad_answer_keeps_the_good_facts_and_reports_the_rest(prefect_harness, llm, memory, ws):
+    llm.on(FACTS, json_reply({"title": "Ana", "facts": [
+        fact("Ana works at a bakery in Alfama.", about="Ana", source=[3]),
+        fact("Ana is a famous pianist in Vienna.", about="Ana", source=[3]),          # not in any message
+        fact("<string>", source=[1]),                                                  # a placeholder
+        fact("Call daily_list(date=2026-11-05) for more.", source=[1]),               # a tool call
+        fact("Ana works at a bakery in Alfama.", about="Ana", source=[3]),              # said twice
+    ]}))
+    out = auto_memory(session_id="s2", workspace=str(ws.root), messages=STORY)
+
+    _, found = card_of(memory, out)
+    assert [f.text for f in found] == ["Ana works at a bakery in Alfama."]
+    rules = sorted(d["rule"] for d in out["dropped"])
+    assert rules == ["duplicate", "markup", "tool", "ungrounded"]
+    assert out["usage"]["gates"] == {"duplicate": 1, "markup": 1, "tool": 1, "ungrounded": 1}
+
+
+def test_nothing_usable_fails_the_run_and_keeps_the_messages(prefect_harness, llm, memory, ws):
+    invented = json_reply({"title": "x", "facts": [fact("The user owns a yacht in Monaco.", source=[1])]})
+    llm.on(FACTS, invented, invented)
+    state = auto_memory(session_id="s3", workspace=str(ws.root), messages=STORY, return_state=True)
+    assert state.is_failed()
+    assert "ungrounded" in str(state.result(raise_on_failure=False))
+    assert checkpoints.load(ws, "sessions/s3") == {} and not ws.exists(f"daily/{DAY}")
+    repair = llm.requests[1]["messages"][-1]["content"]
+    assert "could not be used" in repair and "ungrounded" in repair
+
     llm.reset()
-    llm.on(CARD, json_reply({"name": "Lisbon trip in June", "description": "Flights and hotel",
-                             "content": "# Lisbon trip\n\n- Flights booked.\n- Hotel in Alfama."}))
-    second = auto_memory(session_id="s1", workspace=str(ws.root), messages=[msg("Booked flights; hotel in Alfama", 11)])
+    llm.on(FACTS, Reply(content="I think the user moved."), Reply(content="still no json"))
+    state = auto_memory(session_id="s3", workspace=str(ws.root), return_state=True)
+    assert state.is_failed() and checkpoints.load(ws, "sessions/s3") == {}
 
-    renamed = f"daily/{DAY}/lisbon-trip-in-june.md"
-    assert (second["card"], second["renamed_from"], second["summarised"]) == (renamed, card, [2, 3])
-    prompt = card_prompt(llm, "s1")
-    assert "Booked flights" in prompt and "Let's plan my trip" not in prompt  # only new messages...
-    assert "Going to Lisbon in June" in prompt  # ...plus the current card
-    assert f"[[{renamed}]]" in text(memory, "digest/wiki/lisbon.md")  # inbound link retargeted
-    assert not ws.exists(card) and "Hotel in Alfama" in text(memory, renamed)
-    assert f"[[{renamed}|Lisbon trip in June]]" in text(memory, f"daily/{DAY}.md")
 
+def test_small_talk_writes_no_card_and_moves_on(prefect_harness, llm, memory, ws):
+    llm.on(FACTS, json_reply({"title": "Greetings", "facts": []}))
+    out = auto_memory(session_id="s4", workspace=str(ws.root), messages=[msg("hi", 0), msg("hello!", 1, "assistant")])
+    assert out["card"] is None and out["facts"] == 0 and not ws.exists(f"daily/{DAY}")
+    assert checkpoints.load(ws, "sessions/s4")["records"] == 2
+
+
+def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, ws):
+    llm.on(FACTS, json_reply({"title": "Tea", "facts": [fact("The user prefers green tea over coffee.",
+                                                              kind="preference", source=[5])]}))
+    first = auto_memory(session_id="s5", workspace=str(ws.root), messages=STORY)
+    llm.reset()
+    llm.on(FACTS, json_reply({"title": "Something else", "facts": [
+        fact("The user prefers green tea over coffee.", kind="preference", source=[1]),
+        fact("The user starts a pottery class next Tuesday.", kind="plan", source=[1])]}))
+    second = auto_memory(session_id="s5", workspace=str(ws.root),
+                         messages=[msg("I prefer green tea over coffee. I start a pottery class next Tuesday.", 9)])
+    assert second["card"] == first["card"] and second["facts"] == 1
+    _, found = card_of(memory, second)
+    assert [(f.id, f.kind) for f in found] == [("f1", "preference"), ("f2", "plan")]
+    plan = found[1]
+    assert plan.text == "The user starts a pottery class on Tuesday 2026-11-10." and plan.date == "2026-11-10"
+    assert plan.sources == ("session/dialog/s5.jsonl#L6",)
+    assert "Something else" not in memory.read(first["card"], numbered=False)["content"]  # the name stays
 
 def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, memory, ws):
     # The service appends turns as they happen, then runs auto_memory with the session id only.
-    dialog.append_messages(memory, "chat-7", [msg("I adopted a cat named Miso", 8), msg("Lovely!", 8, "assistant")])
-    llm.on(CARD, Reply(content="not json"), Reply(content="still not json"))
+    from tasks import dialog
+
+    dialog.append_messages(memory, "chat-7", [msg("I adopted a cat named Miso", 8), msg("Lovely!", 9, "assistant")])
+    llm.on(FACTS, Reply(content="not json"), Reply(content="still not json"))
     state = auto_memory(session_id="chat-7", workspace=str(ws.root), return_state=True)
     assert state.is_failed()
     assert checkpoints.load(ws, "sessions/chat-7") == {}  # a failed run leaves every turn pending
 
-    dialog.append_messages(memory, "chat-7", [msg("Miso is 2 years old", 9)])
+    dialog.append_messages(memory, "chat-7", [msg("Miso is 2 years old", 10)])
     llm.reset()
-    llm.on(CARD, json_reply({"name": "Miso the cat", "description": "A new cat", "content": "- Cat Miso, 2 years."}))
+    llm.on(FACTS, json_reply({"title": "Miso the cat", "facts": [
+        fact("The user adopted a cat named Miso.", source=[1]), fact("Miso is 2 years old.", "Miso", source=[3])]}))
     done = auto_memory(session_id="chat-7", workspace=str(ws.root))
     assert done["summarised"] == [0, 3] and done["card"] == f"daily/{DAY}/miso-the-cat.md"
-    prompt = card_prompt(llm, "chat-7")
+    prompt = llm.requests[0]["messages"][1]["content"]
     assert "adopted a cat" in prompt and "2 years old" in prompt
     assert checkpoints.load(ws, "sessions/chat-7")["records"] == 3
 
@@ -103,48 +162,64 @@ def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, me
     assert llm.requests == []
 
 
-def test_auto_memory_agent_writes_only_its_card(prefect_harness, llm, memory, ws):
-    draft = f"daily/{DAY}/session-s9.md"
-    llm.on(CARD,
-           tool_reply("write", {"path": "digest/wiki/hack.md", "content": "not allowed"}),
-           tool_reply("write", {"path": draft, "content": "- Tool-written card."}),
-           json_reply({"name": "Notes from s9", "description": "d", "content": None}))
-    out = auto_memory(session_id="s9", workspace=str(ws.root), date=DAY, messages=[{"role": "user", "content": "x"}])
-    assert out["card"] == f"daily/{DAY}/notes-from-s9.md"
-    assert "Tool-written card" in text(memory, out["card"]) and not ws.exists(draft)
-    assert not ws.exists("digest/wiki/hack.md")
-    refusal = json.loads(next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")["content"])
-    assert "may only write the card" in refusal["error"]
+def test_a_long_conversation_is_read_in_runs_a_small_model_takes(prefect_harness, llm, memory, ws, monkeypatch):
+    from tasks import dialog
 
+    monkeypatch.setattr(dialog, "MAX_PROMPT_CHARS", 300)
+    messages = [msg(f"Fact number {n}: the user owns {n} plants of kind {n}.", n) for n in range(1, 9)]
+    llm.responder = lambda body: json_reply({"title": "Plants", "facts": [
+        fact(line.split(": ", 2)[2], source=[int(line[1:line.index("]")])])
+        for line in body["messages"][1]["content"].splitlines() if line.startswith("[")]})
+    out = auto_memory(session_id="s6", workspace=str(ws.root), messages=messages)
+    assert len(llm.requests) > 1 and out["facts"] == 8 and out["summarised"] == [0, 8]
+    _, found = card_of(memory, out)
+    assert [f.sources[0] for f in found] == [f"session/dialog/s6.jsonl#L{n}" for n in range(1, 9)]
 
-# ---- auto_resource ------------------------------------------------------------------------------------------
 
 def test_auto_resource_create_update_unchanged_delete(prefect_harness, llm, memory, ws):
     res = f"resource/{DAY}/recipe.md"
-    ws.write_text(res, "# Pancakes\n\n200 g flour, 2 eggs, 300 ml milk.")
-    llm.on(RESOURCE, json_reply({"name": "Pancake recipe", "description": "Pancakes",
-                                 "content": f"- 200 g flour, 2 eggs ([[{res}]])"}))
+    ws.write_text(res, "# Pancakes\n\n200 g flour, 2 eggs, 300 ml milk.\n")
+    llm.on(FACTS, json_reply({"title": "Pancake recipe", "facts": [
+        fact("Pancakes take 200 g flour, 2 eggs and 300 ml milk.", "pancakes", "procedure")]}))
     created = auto_resource(path=res, workspace=str(ws.root))
     card = f"daily/{DAY}/pancake-recipe.md"
     assert (created["action"], created["path"]) == ("created", card)
     assert memory.frontmatter_get(card)["frontmatter"]["source_resource"] == f"[[{res}]]"
-    assert "300 ml milk" in user_message(llm.requests[0])
+    assert "300 ml milk" in llm.requests[0]["messages"][1]["content"]
 
     llm.reset()
     assert auto_resource(path=res, workspace=str(ws.root))["action"] == "unchanged" and llm.requests == []
 
-    ws.write_text(res, "# Pancakes\n\n250 g flour, 3 eggs.")
-    llm.on(RESOURCE, json_reply({"name": "Pancake recipe", "description": "Pancakes v2",
-                                 "content": "- 250 g flour, 3 eggs"}))
+    ws.write_text(res, "# Pancakes\n\n250 g flour, 3 eggs.\n\nServe with lemon.\n")
+    llm.on(FACTS, json_reply({"title": "Pancakes v2", "facts": [
+        fact("Pancakes take 250 g flour and 3 eggs.", "pancakes", "procedure"),
+        fact("Serve the pancakes with lemon.", "pancakes", "procedure", source=[2])]}))
     updated = auto_resource(path=res, workspace=str(ws.root))
     assert (updated["action"], updated["path"]) == ("updated", card)
-    assert "250 g flour" in text(memory, card) and "The current card" in user_message(llm.requests[0])
+    found = facts.parse(memory.read(card, numbered=False)["content"])
+    assert [(f.id, f.text) for f in found] == [("f2", "Pancakes take 250 g flour and 3 eggs."),
+                                               ("f3", "Serve the pancakes with lemon.")]  # ids never reused
 
     ws.resolve(res).unlink()
     deleted = auto_resource(path=res, workspace=str(ws.root))
     assert (deleted["action"], deleted["path"]) == ("deleted", card) and not ws.exists(card)
-    assert card not in text(memory, f"daily/{DAY}.md")
+    assert card not in memory.read(f"daily/{DAY}.md", numbered=False)["content"]
     assert res not in checkpoints.load(ws, "resources")
+
+
+def test_a_resource_card_cites_the_resource_lines(prefect_harness, llm, memory, ws):
+    memory.upload_content(b"# Sourdough\n\nFeed the starter every 12 hours.\nUse equal weights of flour and water.\n\n"
+                          b"Bake at 250 degrees for 40 minutes.\n", "sourdough.md", date="2026-11-05")
+    llm.on(FACTS, json_reply({"title": "Sourdough basics", "facts": [
+        fact("Feed the starter every 12 hours with equal weights of flour and water.", about="sourdough",
+             kind="procedure", source=[1]),
+        fact("Bake at 250 degrees for 40 minutes.", about="sourdough", kind="procedure", source=[2])]}))
+    out = auto_resource(path="resource/2026-11-05/sourdough.md", workspace=str(ws.root))
+    text = memory.read(out["path"], numbered=False)["content"]
+    found = facts.parse(text)
+    assert [f.sources for f in found] == [("resource/2026-11-05/sourdough.md#L3-L4",),
+                                          ("resource/2026-11-05/sourdough.md#L6",)]
+    assert "## How-to" in text and memory.frontmatter_get(out["path"])["frontmatter"]["source_resource"]
 
 
 def test_auto_resource_skips_binary_and_refuses_other_folders(prefect_harness, llm, ws):
@@ -170,7 +245,7 @@ def test_an_unreachable_llm_fails_the_run_with_a_short_message_naming_the_endpoi
 
     dead = f"http://127.0.0.1:{free_port()}/v1"
     monkeypatch.setenv("DREAMFLOW_LLM_BASE_URL", dead)
-    ws.write_text(f"resource/{DAY}/x.md", "# X\n")
+    ws.write_text(f"resource/{DAY}/x.md", "# X\n\nAna moved to Porto.\n")
     records = _Records()
     loggers = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
     for logger in loggers:
@@ -220,75 +295,55 @@ def test_maintenance_flows(prefect_harness, memory, ws):
     assert memory.search("gamma")[0]["path"] == "digest/wiki/b.md"
 
 
-def test_auto_memory_never_takes_a_text_tool_call_for_the_card(prefect_harness, llm, memory, ws):
-    """A local server that writes tool calls as text (the 0.5B model's `{"name": "edit", ...}`): the call is not
-    read as a card named "edit"; auto mode asks again without tools, and remembers it for the endpoint."""
-    llm.on(CARD, json_reply({"name": "edit", "arguments": {"path": f"daily/{DAY}/x.md", "old": "a", "new": "b"}}),
-           json_reply({"name": "Lisbon move", "description": "Moving to Lisbon", "content": "- Moving in May."}))
+def test_a_tool_call_written_as_text_is_not_a_card(prefect_harness, llm, memory, ws):
+    """A local server that writes a tool call as text (the 0.5B model's `{"name": "edit", ...}`) gets the repair
+    turn; its next answer is the card."""
+    llm.on(FACTS, json_reply({"name": "edit", "arguments": {"path": f"daily/{DAY}/x.md", "old": "a", "new": "b"}}),
+           json_reply({"title": "Lisbon move", "facts": [fact("The user moves to Lisbon in May.", kind="plan")]}))
     result = auto_memory(session_id="s9", workspace=str(ws.root), messages=[msg("I move to Lisbon in May", 9)])
 
     assert result["card"] == f"daily/{DAY}/lisbon-move.md"
-    first, second = llm.requests
-    assert "tools" in first and "tools" not in second
-    assert "Moving in May" in text(memory, result["card"])
+    assert "written a call of the tool" in llm.requests[1]["messages"][-1]["content"] or \
+        "call of the tool" in llm.requests[1]["messages"][-1]["content"]
     kinds = result["usage"]["kinds"]
-    assert kinds["card"]["calls"] == 2 and kinds["card"]["first_try"] == 1
+    assert kinds["card"]["answers"] == 1 and kinds["card"]["first_try"] == 0 and kinds["card"]["repairs"] == 1
     entry = usage.recent(str(ws.root))[0]
     assert entry["job"] == "auto-memory" and entry["calls"] == 2 and entry["run_id"]
 
 
 # ---- quality gates: what a small model copies is never written ------------------------------------------------
 
-@pytest.mark.parametrize("copied", [None, "card"])
-def test_auto_memory_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
-    """Prose first, then the example copied (what the repair turn shows now, or the former example): the card
-    is refused, nothing is written, the run fails with exit 9 and the next run summarises the same turns."""
-    misbehave(llm, CARD, copied)
-    messages = [msg("My sister Ana moved from Lisbon to Porto", 9), msg("Is she still at the bakery?", 9, "assistant")]
-    state = auto_memory(session_id="s1", workspace=str(ws.root), messages=messages, return_state=True)
+@pytest.mark.parametrize("flow", ["auto-memory", "auto-resource"])
+def test_the_repair_turns_shape_copied_is_never_written(prefect_harness, llm, memory, ws, flow):
+    """Prose first, then the shape the repair turn shows copied (placeholders): every fact is refused, nothing
+    is written, the run fails with exit 9 and the next run reads the same material."""
+    misbehave(llm, FACTS)
+    res = f"resource/{DAY}/recipe.md"
+    if flow == "auto-memory":
+        state = auto_memory(session_id="s1", workspace=str(ws.root), return_state=True,
+                            messages=[msg("My sister Ana moved from Lisbon to Porto", 9)])
+    else:
+        ws.write_text(res, "# Pancakes\n\n200 g flour, 2 eggs, 300 ml milk.\n")
+        state = auto_resource(path=res, workspace=str(ws.root), return_state=True)
 
     assert state.is_failed()
     error = state.result(raise_on_failure=False)
-    assert isinstance(error, AnswerRefused) and error.exit_code == 9 and "rule `" in str(error)
+    assert isinstance(error, AnswerRefused) and error.exit_code == 9 and "rule `markup`" in str(error)
     assert not ws.exists(f"daily/{DAY}") or memory.list(f"daily/{DAY}")["entries"] == []
-    assert checkpoints.load(ws, "sessions/s1") == {}
+    assert checkpoints.load(ws, "sessions/s1") == {} and res not in checkpoints.load(ws, "resources")
     logged = usage.recent(str(ws.root))[0]
-    assert logged["job"] == "auto-memory" and sum(logged["gates"].values()) >= 1
-    assert "Content checks" in read_artifact("auto-memory-usage")
+    assert logged["job"] == flow and logged["gates"]["markup"] >= 1
+    assert "Content checks" in read_artifact(f"{flow}-usage")
 
     llm.reset()
-    llm.on(CARD, json_reply({"name": "Ana moved to Porto", "description": "Ana's move",
-                             "content": "- Ana moved from Lisbon to Porto."}))
-    done = auto_memory(session_id="s1", workspace=str(ws.root))
-    assert done["summarised"] == [0, 2] and "Porto" in text(memory, done["card"])
+    llm.responder = None
+    llm.on(FACTS, json_reply({"title": "Ana moved", "facts": [fact("Ana moved from Lisbon to Porto.", "Ana")]
+                              if flow == "auto-memory" else
+                              [fact("Pancakes take 200 g flour, 2 eggs and 300 ml milk.", "pancakes")]}))
+    done = auto_memory(session_id="s1", workspace=str(ws.root)) if flow == "auto-memory" else \
+        auto_resource(path=res, workspace=str(ws.root))
+    assert (done.get("summarised") == [0, 1]) if flow == "auto-memory" else done["action"] == "created"
     assert done["usage"]["gates"] == {}
-
-
-@pytest.mark.parametrize("copied", [None, "card"])
-def test_auto_resource_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
-    res = f"resource/{DAY}/recipe.md"
-    ws.write_text(res, "# Pancakes\n\n200 g flour, 2 eggs, 300 ml milk.")
-    misbehave(llm, RESOURCE, copied)
-    state = auto_resource(path=res, workspace=str(ws.root), return_state=True)
-
-    assert state.is_failed() and state.result(raise_on_failure=False).exit_code == 9
-    assert not ws.exists(f"daily/{DAY}") or memory.list(f"daily/{DAY}")["entries"] == []
-    assert res not in checkpoints.load(ws, "resources")
-
-    llm.reset()
-    llm.on(RESOURCE, json_reply({"name": "Pancake recipe", "description": "Pancakes", "content": "- 200 g flour"}))
-    assert auto_resource(path=res, workspace=str(ws.root))["action"] == "created"
-
-
-def test_a_tool_written_card_that_is_refused_is_undone(prefect_harness, llm, memory, ws):
-    draft = f"daily/{DAY}/session-s5.md"
-    llm.on(CARD, tool_reply("write", {"path": draft, "content": "{{daily_list(date=2024-05-08)}}"}),
-           json_reply({"name": "daily_list", "description": "d", "content": None}),
-           json_reply({"name": "daily_list", "description": "d", "content": None}))
-    state = auto_memory(session_id="s5", workspace=str(ws.root), messages=[msg("Ana moved to Porto", 9)],
-                        return_state=True)
-    assert state.is_failed() and not ws.exists(draft)
-    assert "rule `tool`" in llm.requests[-1]["messages"][-1]["content"]
 
 
 def read_artifact(key: str) -> str:
