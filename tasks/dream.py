@@ -169,10 +169,10 @@ class Candidate:
 
 
 def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list[Candidate]:
-    """The current node facts `ref` may touch, best first: those sharing a word with it (a search over
-    digest facts), then the facts of its subject's `node` closest in meaning (`SIMILAR` or more, when an
-    embedder is configured): `moved to Porto` is compared with `lives in Lisbon`."""
-    mine = fact_key(ref["text"])
+    """The current node facts `ref` may touch, best first: those sharing a word with it besides its subject's
+    name (a search over digest facts), then the facts of its subject's `node` closest in meaning (`SIMILAR` or
+    more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`."""
+    mine = fact_key(ref["text"]) - set(terms(ref["about"] or ""))
     texts: dict[str, str] = {}
     found: dict[tuple[str, str], tuple[int, Candidate]] = {}
     for rank, hit in enumerate(memory.search(ref["text"], path_prefix="digest/", limit=SEARCHED, per_file=0,
@@ -392,7 +392,7 @@ def consolidate(workspace: str, unit: dict, date: str) -> dict:
             shown = candidates(memory, ref, node if read_text(memory, node) is not None else None, embed)
             relation, target = decide(llm, ref, shown)
             actions.append(land(memory, unit, ref, relation, target, date))
-            run_logger().info("%s: %s %s", ref["text"][:80], actions[-1]["action"], actions[-1]["node"])
+            run_logger().info("%s: %s in %s", ref["source"], actions[-1]["action"], actions[-1]["node"])
     return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict()}
 
 
@@ -439,15 +439,14 @@ def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], fail
 
 @task(cache_policy=NO_CACHE)
 def publish_report(workspace: str, summary: dict) -> str:
-    """A markdown artifact of the run (per fact: what was done in which node; failures; tokens per call kind)
-    and the run's entry in the usage log."""
+    """A markdown artifact of the run (per fact: what was done in which node, by path; failures; tokens per
+    call kind) and the run's entry in the usage log."""
     lines = [f"# Dream of {summary['date']}", "",
              f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['facts']} facts in "
              f"{summary['units']} subjects, {len(summary['failed'])} failed; {summary['topics']} new topics.", "",
-             "| subject | fact | action | node |", "|---|---|---|---|"]
-    lines += [f"| {a['name']} | {a['fact']} | {a['action']}" + (f" (was: {a['replaced']})" if a.get("replaced") else "")
-              + f" | `{a['node']}` |" for a in summary["actions"]]
-    lines += [f"| {f['name']} | | **FAILED** | {f['error']} |" for f in summary["failed"]]
+             "| fact | action | node |", "|---|---|---|"]  # no memory text: it stays in the workspace
+    lines += [f"| `{a['source']}` | {a['action']} | `{a['node']}` |" for a in summary["actions"]]
+    lines += [f"| {', '.join(f'`{p}`' for p in f['paths'])} | **FAILED** | {f['error']} |" for f in summary["failed"]]
     if summary["deferred"]:
         lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]
     u = summary["usage"]

@@ -1,4 +1,7 @@
-"""auto_dream end to end: real Prefect flow runs (test harness), the scripted LLM server, a real workspace."""
+"""auto_dream end to end: real Prefect flow runs (test harness), the scripted LLM server, a real workspace.
+
+Dreams over facts: a card's facts land in their subject's node; the model answers only small questions, code
+writes what holds now and the history."""
 
 import os
 
@@ -7,167 +10,219 @@ import pytest
 from deployments.launch import run_status
 from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
-from llm_server import Reply, json_reply, misbehave, tool_reply
+from llm_server import Reply, json_reply, text_of
 from results_scan import holding
+from storage import facts
+from storage.markdown import split_frontmatter
 from storage.memory import Memory
 from storage.workspace import Workspace
-from tasks import checkpoints, usage
+from tasks import checkpoints
 from tasks.context import RESULTS
 from tasks.dream import UnitsFailed
 
-EXTRACT = "You consolidate a person's memory"
-DAY = "2024-05-08"
-
-
-def unit_route(name: str) -> str:
-    return f"Unit: {name}\n"
-
-
-def text(memory: Memory, path: str) -> str:
-    return memory.read(path, numbered=False)["content"]
-
-
-def dream_files(ws) -> dict:
-    return checkpoints.load(ws, "dream").get("files", {})
-
-
-def user_message(request: dict) -> str:
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+COMPARE = "You keep a memory of facts up to date"
+FACTS = "list the facts worth remembering"
 
 
 @pytest.fixture
-def memory(ws) -> Memory:
-    m = Memory(ws.root)
-    m.write("digest/wiki/portugal.md", "Portugal: Lisbon is its capital, famous for pastel de nata.",
-            name="Portugal", description="The country")
-    m.write(f"daily/{DAY}/call-with-ana.md", "Ana told me she moved to Lisbon in May and works at a bakery.",
-            name="Call with Ana", description="Ana's news")
-    m.write(f"daily/{DAY}/sourdough.md", "Feed the sourdough starter every 12 hours with equal flour and water.",
-            name="Sourdough", description="Starter routine")
-    return m
+def memory(ws, monkeypatch) -> Memory:
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")  # candidates by their words (one test scripts an embedder)
+    return Memory(ws.root)
 
 
-def read_artifact(key: str) -> str:
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
-        return next(a.data for a in client.read_latest_artifacts() if a.key == key)
-
-
-def test_full_dream_create_then_corroborate(prefect_harness, llm, memory, ws):
-    ana = f"daily/{DAY}/call-with-ana.md"
-    llm.on(EXTRACT, json_reply({
-        "units": [
-            {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon in May 2024.",
-             "paths": [ana]},
-            {"name": "Sourdough feeding", "bucket": "procedures?", "summary": "Feed the starter every 12 hours.",
-             "paths": [f"daily/{DAY}/sourdough.md"]},
-        ],
-        "topics": [{"title": "Visit Ana in Lisbon", "reason": "She just moved", "paths": [ana]}],
-    }))
-    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
-        "action": "CREATE", "target": "digest/personal/ana.md", "name": "Ana", "description": "Ana, a friend",
-        "content": "Ana lives in Lisbon (see [[digest/wiki/portugal.md]]) and works at a bakery.\n\n## Sources\n\n"
-                   f"- {DAY}: Ana told me about her move ([[{ana}]]).\n"}))
-    llm.on(unit_route("Sourdough feeding"),
-           tool_reply("node_search", {"query": "sourdough"}),
-           json_reply({"action": "CREATE", "target": None, "name": "Sourdough starter",
-                       "description": "How to keep a starter", "content": "Feed it every 12 hours."}))
-
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-
-    assert summary["scanned"] == 2 and summary["changed"] == 2 and summary["units"] == 2
-    assert sorted((a["action"], a["target"]) for a in summary["actions"]) == [
-        ("CREATE", "digest/personal/ana.md"), ("CREATE", "digest/wiki/sourdough-starter.md")]
-    node = text(memory, "digest/personal/ana.md")
-    assert "[[digest/wiki/portugal.md]]" in node and f"[[{ana}]]" in node
-    assert memory.frontmatter_get("digest/personal/ana.md")["frontmatter"]["name"] == "Ana"
-    starter = text(memory, "digest/wiki/sourdough-starter.md")  # unknown bucket -> wiki; sources added by code
-    assert f"## Sources\n\n- {DAY}: Feed the starter every 12 hours ([[daily/{DAY}/sourdough.md]])." in starter
-    integrate_ana = next(r for r in llm.requests if unit_route("Ana lives in Lisbon") in user_message(r))
-    assert "digest/wiki/portugal.md" in user_message(integrate_ana)  # node_search offered the related node
-    tools = {t["function"]["name"] for t in integrate_ana["tools"]}
-    assert "write" in tools and "delete" not in tools
-    topics = text(memory, f"daily/{DAY}/interests.yaml")
-    assert "Visit Ana in Lisbon" in topics and "topic_count: 1" in topics
-    assert set(dream_files(ws)) >= {ana, f"daily/{DAY}/sourdough.md", f"daily/{DAY}.md"}
-    assert summary["usage"]["calls"] == 4 and summary["usage"]["total_tokens"] > 0
-    report = read_artifact(f"dream-{DAY}")
-    assert "Ana lives in Lisbon" in report and "digest/personal/ana.md" in report
-
-    # A later day: only the new file is sent, and the unit corroborates the same node.
-    llm.reset()
-    lunch = "daily/2024-05-09/lunch.md"
-    memory.write(lunch, "Lunch with Ana: she confirmed she lives in Lisbon now.", name="Lunch")
-    llm.on(EXTRACT, json_reply({"units": [{"name": "Ana lives in Lisbon", "bucket": "personal",
-                                           "summary": "Ana confirmed she lives in Lisbon.", "paths": [lunch]}],
-                                "topics": [{"title": "visit ana in lisbon!", "reason": "again"}]}))
-    llm.on(unit_route("Ana lives in Lisbon"),
-           json_reply({"action": "CORROBORATE", "target": "digest/personal/ana.md", "content": None}))
-
-    summary = auto_dream(date="2024-05-09", scan_days=2, workspace=str(ws.root))
-
-    extract_request = user_message(llm.requests[0])
-    assert lunch in extract_request and ana not in extract_request
-    assert summary["actions"][0]["action"] == "CORROBORATE" and summary["topics"] == 0  # near-duplicate topic
-    node = text(memory, "digest/personal/ana.md")
-    assert f"[[{lunch}]]" in node and f"[[{ana}]]" in node and "[[digest/wiki/portugal.md]]" in node
+def card(memory: Memory, day: str, name: str, *lines: tuple, session: str = "s") -> str:
+    """A card as auto_memory writes it: (kind, about, text[, date]) facts, each citing message n of the session."""
+    body = f"# {name}\n"
+    for n, (kind, about, text, *when) in enumerate(lines, 1):
+        body = facts.add(body, facts.Fact(text, id=f"f{n}", kind=kind, about=about, date=when[0] if when else None,
+                                          sources=(f"session/dialog/{session}.jsonl#L{n}",), labels=(f"{day} 18:0{n}",)))
+    path = f"daily/{day}/{name.lower().replace(' ', '-')}.md"
+    memory.write(path, body, name=name, description=name, metadata={"session_id": session})
+    return path
 
 
-def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memory, ws, monkeypatch):
+def body(memory: Memory, path: str) -> str:
+    return split_frontmatter(memory.read(path, numbered=False)["content"]).body
+
+
+def node_facts(memory: Memory, path: str) -> dict[str, facts.Fact]:
+    return {f.text: f for f in facts.parse(memory.read(path, numbered=False)["content"])}
+
+
+def compares(llm) -> list[dict]:
+    return [r for r in llm.requests if "messages" in r and COMPARE in r["messages"][0]["content"]]
+
+
+def test_a_first_dream_files_each_fact_under_its_subject_without_asking(prefect_harness, llm, memory, ws):
+    day = "2026-11-02"
+    path = card(memory, day, "New flat", ("fact", "user", "The user lives in Lisbon."),
+                ("fact", "Ana", "Ana works at a bakery in Alfama."), ("preference", "the user", "The user likes green tea."))
+    summary = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
+
+    assert llm.requests == [] and summary["facts"] == 3 and summary["failed"] == []
+    assert {(a["node"], a["action"]) for a in summary["actions"]} == {
+        ("digest/personal/user.md", "created"), ("digest/personal/user.md", "added"),
+        ("digest/personal/ana.md", "created")}
+    user = node_facts(memory, "digest/personal/user.md")
+    lives = user["The user lives in Lisbon."]
+    assert lives.current and lives.since == day and lives.sources == (f"{path}#^f1",)
+    assert user["The user likes green tea."].kind == "preference"
+    text = body(memory, "digest/personal/user.md")
+    assert text.startswith("# The user\n") and f"## Sources\n\n- {day}: [[{path}]]" in text
+    meta = memory.frontmatter_get("digest/personal/user.md")["frontmatter"]
+    assert (meta["name"], meta["about"], meta["status"], str(meta["valid_from"])) == ("The user", "user", "current", day)
+    assert checkpoints.load(ws, "dream")["files"][path]
+
+    again = auto_dream(date=day, scan_days=1, workspace=str(ws.root))  # nothing new: no fact twice
+    assert again["facts"] == 0 and len(node_facts(memory, "digest/personal/user.md")) == 2
+
+
+def test_a_fact_that_replaces_another_keeps_it_as_history(prefect_harness, llm, memory, ws):
+    first = card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    moved = card(memory, "2026-11-05", "Moved", ("fact", "user", "The user lives in Porto now.", "2026-11-04"),
+                 session="t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+
+    summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+
+    assert [a["action"] for a in summary["actions"]] == ["replaced"]
+    assert summary["actions"][0]["replaced"] == "The user lives in Lisbon."
+    asked = compares(llm)[0]["messages"][1]["content"]
+    assert "The user lives in Porto now." in asked and "1. The user lives in Lisbon. (since 2026-11-02)" in asked
+    user = node_facts(memory, "digest/personal/user.md")
+    now, was = user["The user lives in Porto now."], user["The user lives in Lisbon."]
+    assert now.current and now.since == "2026-11-04" and now.sources == (f"{moved}#^f1",)
+    assert not was.current and (was.since, was.until) == ("2026-11-02", "2026-11-04")
+    assert was.replaced_by == f"digest/personal/user.md#^{now.id}" and was.sources == (f"{first}#^f1",)
+    text = body(memory, "digest/personal/user.md")
+    assert text.index("## Facts") < text.index("Porto") < text.index("## History") < text.index("Lisbon")
+
+
+def test_a_refinement_keeps_the_start_and_the_older_wording(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Job", ("fact", "user", "The user works at Acme Robotics."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-06", "Job detail", ("fact", "user", "The user works at Acme Robotics as a robotics engineer."),
+         session="t")
+    llm.on(COMPARE, json_reply({"relation": "refines", "fact": 1}))
+    summary = auto_dream(date="2026-11-06", scan_days=1, workspace=str(ws.root))
+
+    assert [a["action"] for a in summary["actions"]] == ["refined"]
+    user = node_facts(memory, "digest/personal/user.md")
+    new, old = user["The user works at Acme Robotics as a robotics engineer."], user["The user works at Acme Robotics."]
+    assert new.current and new.since == "2026-11-02"
+    assert (old.current, old.until) == (False, "2026-11-06") and old.replaced_by.endswith(f"#^{new.id}")
+
+
+def test_the_same_fact_again_only_gains_a_source(prefect_harness, llm, memory, ws):
+    first = card(memory, "2026-11-02", "Tea", ("preference", "user", "The user likes green tea."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    second = card(memory, "2026-11-03", "Tea again", ("preference", "user", "The user likes green tea."), session="t")
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["same"] and compares(llm) == []
+    tea = node_facts(memory, "digest/personal/user.md")["The user likes green tea."]
+    assert tea.sources == (f"{first}#^f1", f"{second}#^f1") and tea.current
+
+
+def test_a_new_subject_gets_its_own_node_and_a_wrong_number_a_repair(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Ana", ("fact", "Ana", "Ana works at a bakery in Alfama."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-03", "Ana again", ("fact", "Ana", "Ana bakes bread at the bakery every morning."),
+         ("fact", "Mia", "Mia teaches piano in Porto."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 0}), json_reply({"relation": "new", "fact": 0}))
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+
+    assert {(a["fact"], a["action"], a["node"]) for a in summary["actions"]} == {
+        ("Ana bakes bread at the bakery every morning.", "added", "digest/personal/ana.md"),
+        ("Mia teaches piano in Porto.", "created", "digest/personal/mia.md")}
+    assert "needs `fact`" in compares(llm)[1]["messages"][-1]["content"]  # the repair turn names what is missing
+    assert all(f.current for f in node_facts(memory, "digest/personal/ana.md").values())
+
+
+def test_a_failed_unit_keeps_its_cards_unchecked_and_the_rest_lands(prefect_harness, llm, memory, ws):
+    card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    moved = card(memory, "2026-11-05", "Moved", ("fact", "user", "The user lives in Porto now."), session="t")
+    other = card(memory, "2026-11-05", "Ana", ("fact", "Ana", "Ana works at a bakery in Alfama."), session="u")
+    llm.on(COMPARE, Reply(status=500, content="model down"))
+    state = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root), return_state=True)
+
+    assert state.is_failed()
+    summary = state.result(raise_on_failure=False).summary
+    assert [f["paths"] for f in summary["failed"]] == [[moved]] and "model down" in summary["failed"][0]["error"]
+    files = checkpoints.load(ws, "dream")["files"]
+    assert moved not in files and other in files
+    assert "Ana works at a bakery in Alfama." in node_facts(memory, "digest/personal/ana.md")
+    assert "The user lives in Porto now." not in node_facts(memory, "digest/personal/user.md")
+
+
+def test_an_embedder_shows_facts_of_the_subject_that_share_no_word(prefect_harness, llm, memory, ws, monkeypatch):
+    """`moved to Porto` shares no word with `lives in Lisbon`: the subject's node facts closest in meaning are
+    shown too (the scripted embeddings endpoint plays the embedder)."""
+    from tasks import dream
+
+    meaning = {"Porto": [1.0, 0.2, 0.0], "Lisbon": [0.9, 0.3, 0.0], "tea": [0.0, 0.0, 1.0]}
+    llm.embedder = lambda texts: [next((v for k, v in meaning.items() if k in t), [0.0, 1.0, 0.0]) for t in texts]
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "openai")
+    monkeypatch.setenv("DREAMFLOW_EMBED_BASE_URL", llm.base_url)
+    monkeypatch.setenv("DREAMFLOW_EMBED_MODEL", "scripted-embedder")
+    dream._similarity.cache_clear()
+    try:
+        card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."),
+             ("preference", "user", "The user likes green tea."))
+        auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+        card(memory, "2026-11-05", "Moved", ("event", "user", "The user moved to Porto."), session="t")
+        llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+        summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+    finally:
+        dream._similarity.cache_clear()
+    asked = compares(llm)[0]["messages"][1]["content"]
+    assert "1. The user lives in Lisbon." in asked and "green tea" not in asked
+    assert summary["actions"][0]["action"] == "replaced"
+    assert not node_facts(memory, "digest/personal/user.md")["The user lives in Lisbon."].current
+
+
+def test_a_ui_retry_reruns_only_the_failed_unit(prefect_harness, llm, memory, ws, monkeypatch):
     monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "3")
-    paths = {n: f"daily/{DAY}/{n}.md" for n in ("ok", "badjson", "slow", "dropper")}
-    for name, path in paths.items():
-        memory.write(path, f"Notes about {name}.", name=name)
-    memory.write("digest/wiki/dropper.md", "Dropper node, see [[digest/wiki/portugal.md]].", name="Dropper")
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": n, "bucket": "wiki", "summary": f"About {n}.", "paths": [p]} for n, p in paths.items()]}))
-    llm.on(unit_route("ok"), json_reply({"action": "CREATE", "name": "OK node", "content": "Fine."}))
-    llm.on(unit_route("badjson"), Reply(content="{broken"), Reply(content="still not json"))
-    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "content": "late"}, delay=8))
-    llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
-                                              "content": "Dropper node, rewritten without its link."}))
+    card(memory, "2026-11-02", "Start", ("fact", "user", "The user lives in Lisbon."),
+         ("fact", "Ana", "Ana works at a bakery in Alfama."), ("fact", "Mia", "Mia teaches piano in Porto."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    day = "2026-11-05"
+    paths = {"user": card(memory, day, "Home", ("fact", "user", "The user lives in Porto now."), session="a"),
+             "ana": card(memory, day, "Ana", ("fact", "Ana", "Ana works at a cafe in Alfama now."), session="b"),
+             "mia": card(memory, day, "Mia", ("fact", "Mia", "Mia teaches piano in Braga now."), session="c")}
+    llm.on(lambda b: "messages" in b and "Porto now" in text_of(b),
+           json_reply({"relation": "replaces", "fact": 1}))
+    llm.on(lambda b: "messages" in b and "cafe" in text_of(b),
+           Reply(content="{broken"), Reply(content="still not json"))
+    llm.on(lambda b: "messages" in b and "Braga" in text_of(b),
+           json_reply({"relation": "replaces", "fact": 1}, delay=8))
 
-    state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
+    state = auto_dream(date=day, scan_days=1, workspace=str(ws.root), return_state=True)
 
     assert state.is_failed()
     error = state.result(raise_on_failure=False)
-    assert isinstance(error, UnitsFailed)
+    assert isinstance(error, UnitsFailed) and error.exit_code == 9
     failed = {f["name"]: f["error"] for f in error.summary["failed"]}
-    assert set(failed) == {"badjson", "slow", "dropper"}
-    assert "after one repair" in failed["badjson"] and "timed out" in failed["slow"]
-    assert "drop the links" in failed["dropper"]
-    assert "[[digest/wiki/portugal.md]]" in text(memory, "digest/wiki/dropper.md")
-    done = dream_files(ws)
-    assert paths["ok"] in done and not {paths["badjson"], paths["slow"], paths["dropper"]} & set(done)
-    assert "**FAILED**" in read_artifact(f"dream-{DAY}")
-    assert error.summary["usage"]["calls"] == 6  # extract, ok, badjson twice, slow (timed out), dropper
+    assert set(failed) == {"Ana", "Mia"}
+    assert "after one repair" in failed["Ana"] and "timed out" in failed["Mia"]
+    done = checkpoints.load(ws, "dream")["files"]
+    assert paths["user"] in done and paths["ana"] not in done and paths["mia"] not in done
+    assert "**FAILED**" in read_artifact(f"dream-{day}")
 
     # Retrying the run the way the UI does (same flow run, AwaitingRetry) re-runs only the failed units.
     llm.reset()
-    llm.on(unit_route("badjson"), json_reply({"action": "CREATE", "name": "Bad JSON", "content": "Fixed."}))
-    llm.on(unit_route("slow"), json_reply({"action": "CREATE", "name": "Slow", "content": "On time."}))
-    llm.on(unit_route("dropper"), json_reply({"action": "REFINE", "target": "digest/wiki/dropper.md",
-                                              "content": "Still no link."}))
+    llm.on(lambda b: "messages" in b and "cafe" in text_of(b),
+           json_reply({"relation": "replaces", "fact": 1}))
+    llm.on(lambda b: "messages" in b and "Braga" in text_of(b),
+           json_reply({"relation": "replaces", "fact": 1}))
     state = retry_from_ui(state)
-    asked = [user_message(r) for r in llm.requests]
-    assert not any(EXTRACT in r["messages"][0]["content"] for r in llm.requests)  # extraction reused
-    assert not any(unit_route("ok") in m for m in asked)  # the completed unit is cached
-    assert state.is_failed() and [f["name"] for f in state.result(raise_on_failure=False).summary["failed"]] == ["dropper"]
-    done = dream_files(ws)
-    assert {paths["ok"], paths["badjson"], paths["slow"]} <= set(done) and paths["dropper"] not in done
-
-    # The next run sends only the still-failed unit's file.
-    llm.reset()
-    llm.on(EXTRACT, json_reply({"units": [{"name": "again", "bucket": "wiki", "summary": "Retried.",
-                                           "paths": [paths["dropper"]]}]}))
-    llm.on(unit_route("again"), json_reply({"action": "CREATE", "name": "Retried", "content": "Now fine."}))
-
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-
-    sent = user_message(llm.requests[0])
-    assert paths["dropper"] in sent and not any(paths[n] in sent for n in ("ok", "badjson", "slow"))
-    assert summary["failed"] == [] and paths["dropper"] in dream_files(ws)
+    asked = [r["messages"][-1]["content"] for r in llm.requests if "messages" in r]
+    assert len(asked) == 2 and not any("Porto now" in a for a in asked)  # the finished unit is cached
+    assert state.is_completed()
+    assert {paths["ana"], paths["mia"]} <= set(checkpoints.load(ws, "dream")["files"])
+    assert not node_facts(memory, "digest/personal/ana.md")["Ana works at a bakery in Alfama."].current
+    assert len(node_facts(memory, "digest/personal/user.md")) == 2  # the cached unit wrote nothing twice
 
 
 def retry_from_ui(state):
@@ -183,222 +238,71 @@ def retry_from_ui(state):
     return run_flow_sync(auto_dream, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
 
 
-def test_two_units_on_one_node_keep_both_sources(prefect_harness, llm, memory, ws):
-    a, b = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Lisbon one", "bucket": "wiki", "summary": "Lisbon fact one.", "paths": [a]},
-        {"name": "Lisbon two", "bucket": "wiki", "summary": "Lisbon fact two.", "paths": [b]}]}))
-    for name in ("Lisbon one", "Lisbon two"):
-        llm.on(unit_route(name), json_reply({"action": "CORROBORATE", "target": "digest/wiki/portugal.md"}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert [a["action"] for a in summary["actions"]] == ["CORROBORATE", "CORROBORATE"]
-    node = text(memory, "digest/wiki/portugal.md")
-    assert f"[[{a}]]" in node and f"[[{b}]]" in node and node.count("## Sources") == 1
+def read_artifact(key: str) -> str:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return next(a.data for a in client.read_latest_artifacts() if a.key == key)
+
+
+def test_an_old_prose_card_is_read_for_its_facts_once(prefect_harness, llm, memory, ws):
+    """A card written before cards were facts: its facts are extracted (citing its lines) and consolidated."""
+    day = "2024-05-08"
+    memory.write(f"daily/{day}/call-with-ana.md", "# Call with Ana\n\nAna told me she moved to Lisbon in May.\n"
+                 "She works at a bakery.\n", name="Call with Ana")
+    llm.on(FACTS, json_reply({"title": "Ana", "facts": [
+        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "when": "May", "source": [1]}]}))
+    summary = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
+    ana = node_facts(memory, "digest/personal/ana.md")["Ana moved to Lisbon in May."]
+    assert ana.sources == (f"daily/{day}/call-with-ana.md#L6-L7",) and summary["facts"] == 1  # its two lines
+    lines = memory.read(f"daily/{day}/call-with-ana.md", start_line=6, end_line=7, numbered=False)["content"]
+    assert lines.startswith("Ana told me")
+    assert "Ana told me" in memory.read(f"daily/{day}/call-with-ana.md", numbered=False)["content"]  # kept as is
+    llm.reset()
+    memory.append(f"daily/{day}/call-with-ana.md", "\nShe likes pastel de nata.\n")
+    llm.on(FACTS, json_reply({"title": "Ana", "facts": [
+        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "when": None, "source": [1]},
+        {"text": "Ana likes pastel de nata.", "about": "Ana", "kind": "preference", "when": None, "source": [2]}]}))
+    again = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
+    assert [a["fact"] for a in again["actions"]] == ["Ana likes pastel de nata."]  # the first is consolidated
 
 
 def test_nothing_changed_is_a_quiet_success(prefect_harness, llm, ws):
-    summary = auto_dream(date=DAY, workspace=str(ws.root))
+    summary = auto_dream(date="2026-11-02", workspace=str(ws.root))
     assert (summary["changed"], summary["units"], summary["actions"]) == (0, 0, [])
     assert llm.requests == []
 
 
 def test_no_llm_fails_at_once_and_checkpoints_nothing(prefect_harness, no_llm, memory, ws):
     with pytest.raises(LLMNotConfigured, match="DREAMFLOW_LLM_BASE_URL"):
-        auto_dream(date=DAY, workspace=str(ws.root))
+        auto_dream(date="2026-11-02", workspace=str(ws.root))
     assert checkpoints.load(ws, "dream") == {}
 
 
-def test_small_model_guards_paths_schema_and_no_tools(prefect_harness, llm, memory, ws, monkeypatch):
-    """What a small local model needs: paths it was not given are dropped (its unit kept if any remain),
-    the schema sent names the given files and the listed nodes, and with tools off no tool is sent."""
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    ana, dough = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
-    invented = "daily/2024-05-08/trip.md"
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.",
-         "paths": [f"[[{ana}]]", invented]},
-        {"name": "A trip", "bucket": "wiki", "summary": "Made up.", "paths": [invented]}],
-        "topics": [{"title": "Visit Ana", "reason": "She moved", "paths": [invented, ana]}]}))
-    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
-        "action": "CORROBORATE", "target": "digest/wiki/portugal.md", "content": None}))
-
-    summary = auto_dream(date=DAY, scan_days=1, max_units=4, workspace=str(ws.root))
-
-    assert summary["units"] == 1 and summary["actions"][0]["target"] == "digest/wiki/portugal.md"
-    node = text(memory, "digest/wiki/portugal.md")
-    assert f"[[{ana}]]" in node and invented not in node
-    extract_body, integrate_body = llm.requests[:2]
-    schema = extract_body["response_format"]["json_schema"]["schema"]
-    assert schema["properties"]["units"]["maxItems"] == 4
-    assert schema["$defs"]["Unit"]["properties"]["paths"]["items"]["enum"] == [ana, dough]
-    assert schema["$defs"]["Unit"]["properties"]["bucket"]["enum"] == ["personal", "procedure", "wiki"]
-    assert extract_body["max_tokens"] > 0 and "personal|procedure|wiki" not in extract_body["messages"][0]["content"]
-    assert "tools" not in integrate_body and "tools" not in extract_body
-    decision = integrate_body["response_format"]["json_schema"]["schema"]["properties"]
-    assert decision["action"]["enum"] == ["CREATE", "CORROBORATE", "REFINE", "CORRECT", "SUPERSEDE"]
-    assert decision["target"]["anyOf"][0]["enum"][0] == "digest/wiki/portugal.md"
-    assert "Portugal: Lisbon is its capital" in user_message(integrate_body)  # candidate's text in the prompt
-    assert "Ana told me she moved" in user_message(integrate_body)  # and the source's
-    assert "Visit Ana" in text(memory, f"daily/{DAY}/interests.yaml") and invented not in text(
-        memory, f"daily/{DAY}/interests.yaml")
-    kinds = summary["usage"]["kinds"]
-    assert kinds["extract"]["first_try"] == 1 and kinds["integrate"]["calls"] == 1
-    assert "| integrate | 1 | 1/1 |" in read_artifact(f"dream-{DAY}")
-    assert "| extract |" in read_artifact("auto-dream-usage")
-    assert usage.recent(str(ws.root))[0]["job"] == "auto-dream"
-
-
-def test_without_candidates_the_only_action_is_create(prefect_harness, llm, ws, monkeypatch):
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    Memory(ws.root).write(f"daily/{DAY}/piano.md", "Sam takes piano lessons on Tuesdays.", name="Piano")
-    llm.on(EXTRACT, json_reply({"units": [{"name": "Piano", "bucket": "personal", "summary": "Sam's lessons.",
-                                           "paths": [f"daily/{DAY}/piano.md"]}]}))
-    llm.on(unit_route("Piano"), json_reply({"action": "CREATE", "target": None, "name": "Piano lessons",
-                                            "content": "Sam takes piano lessons on Tuesdays."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert summary["actions"][0]["target"] == "digest/personal/piano-lessons.md"
-    decision = llm.requests[1]["response_format"]["json_schema"]["schema"]["properties"]
-    assert decision["action"]["enum"] == ["CREATE"] and decision["target"] == {"type": "null"}
-
-
-# ---- quality gates and node names ---------------------------------------------------------------------------
-
-@pytest.mark.parametrize("copied", [None, "decision"])
-def test_integrate_never_writes_the_repair_turns_example(prefect_harness, llm, memory, ws, copied):
-    """Prose first, then the example copied: the unit fails, no node is written, the dream ends Failed (exit 9)
-    and the next run sends the unit's file again."""
-    ana = f"daily/{DAY}/call-with-ana.md"
-    unit = {"name": "Ana lives in Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.", "paths": [ana]}
-    llm.on(EXTRACT, json_reply({"units": [unit]}))
-    misbehave(llm, unit_route("Ana lives in Lisbon"), copied)
-    nodes = {e["path"] for e in memory.list("digest", recursive=True)["entries"]}
-
-    state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
-
-    assert state.is_failed()
-    error = state.result(raise_on_failure=False)
-    assert isinstance(error, UnitsFailed) and error.exit_code == 9
-    assert [f["name"] for f in error.summary["failed"]] == ["Ana lives in Lisbon"]
-    assert {e["path"] for e in memory.list("digest", recursive=True)["entries"]} == nodes
-    assert ana not in dream_files(ws)
-    if copied:
-        assert "rule `ungrounded`" in error.summary["failed"][0]["error"]
-        assert error.summary["usage"]["gates"] == {"ungrounded": 2}
-        assert "ungrounded 2" in read_artifact(f"dream-{DAY}")
-
-    llm.reset()
-    llm.on(EXTRACT, json_reply({"units": [unit]}))
-    llm.on(unit_route("Ana lives in Lisbon"), json_reply({
-        "action": "CREATE", "name": "Ana", "content": "Ana moved to Lisbon and works at a bakery."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert ana in user_message(llm.requests[0]) and summary["actions"][0]["target"] == "digest/personal/ana.md"
-    assert ana in dream_files(ws)
-
-
-def test_a_create_naming_an_existing_node_updates_it(prefect_harness, llm, memory, ws, monkeypatch):
-    """No `portugal-2.md`, and no second `portugal.md` in another bucket: a CREATE named after an existing
-    node becomes a REFINE of it when its body keeps the node's links, else a CORROBORATE (sources added)."""
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    ana, dough = f"daily/{DAY}/call-with-ana.md", f"daily/{DAY}/sourdough.md"
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Lisbon", "bucket": "personal", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
-    llm.on(unit_route("Lisbon"), json_reply({"action": "CREATE", "name": "Portugal",
-                                             "content": "Ana moved to Lisbon, in Portugal."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert summary["actions"][0]["action"] == "REFINE" and summary["actions"][0]["target"] == "digest/wiki/portugal.md"
-    assert "Ana moved to Lisbon" in text(memory, "digest/wiki/portugal.md")
-    assert [e["path"] for e in memory.list("digest", recursive=True)["entries"] if e["type"] == "file"] == [
-        "digest/wiki/portugal.md"]
-
-    memory.write("digest/wiki/portugal.md", "Portugal, see [[digest/wiki/lisbon.md]].", name="Portugal")
-    memory.write(dough, "Ana bakes in Portugal now.", name="Sourdough")
-    llm.reset()
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Bakes", "bucket": "wiki", "summary": "Ana bakes in Portugal.", "paths": [dough]}]}))
-    llm.on(unit_route("Bakes"), json_reply({"action": "CREATE", "target": "digest/wiki/portugal.md",
-                                            "name": "Portugal", "content": "Ana bakes in Portugal."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert summary["actions"][0]["action"] == "CORROBORATE"  # the new body would drop the node's link
-    node = text(memory, "digest/wiki/portugal.md")
-    assert "[[digest/wiki/lisbon.md]]" in node and f"[[{dough}]]" in node and not ws.exists("digest/wiki/portugal-2.md")
-
-
-def test_a_refine_that_keeps_the_body_is_a_corroboration(prefect_harness, llm, memory, ws, monkeypatch):
-    """A REFINE or CORRECT whose body is the node's body unchanged (what a real 1.5B model answered) claims
-    no refinement: it lands as a CORROBORATE, the sources added and no `refined` History line."""
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    ana = f"daily/{DAY}/call-with-ana.md"
-    before = text(memory, "digest/wiki/portugal.md")
-    for action in ("REFINE", "CORRECT"):
-        memory.write(ana, f"Ana moved to Lisbon in May ({action}).", name="Call with Ana")
-        llm.reset()
-        llm.on(EXTRACT, json_reply({"units": [
-            {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
-        llm.on(unit_route("Ana"), json_reply({"action": action, "target": "digest/wiki/portugal.md",
-                                              "content": "Portugal:  Lisbon is its capital,\nfamous for pastel de nata.\n"}))
-        summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-        assert summary["actions"][0]["action"] == "CORROBORATE"
-    node = text(memory, "digest/wiki/portugal.md")
-    assert "Lisbon is its capital, famous for pastel de nata." in node and f"[[{ana}]]" in node
-    assert "## History" not in node and "## History" not in before
-
-    llm.reset()
-    memory.write(ana, "Ana moved to Lisbon in May and bakes.", name="Call with Ana")
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
-    llm.on(unit_route("Ana"), json_reply({"action": "REFINE", "target": "digest/wiki/portugal.md",
-                                          "content": "Portugal: Lisbon is its capital. Ana moved there in May."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert summary["actions"][0]["action"] == "REFINE" and "refined: Ana moved to Lisbon" in text(memory, "digest/wiki/portugal.md")
-
-
-def test_an_update_without_a_target_gets_a_repair_turn(prefect_harness, llm, memory, ws, monkeypatch):
-    """A REFINE that names no node (what the real 1.5B model answered) is not a failed unit at once: the model is
-    told the update needs its node's path and answers again."""
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    ana = f"daily/{DAY}/call-with-ana.md"
-    llm.on(EXTRACT, json_reply({"units": [
-        {"name": "Ana", "bucket": "wiki", "summary": "Ana moved to Lisbon.", "paths": [ana]}]}))
-    llm.on(unit_route("Ana"),
-           json_reply({"action": "REFINE", "target": "", "content": "Portugal: Lisbon. Ana moved there in May."}),
-           json_reply({"action": "REFINE", "target": "digest/wiki/portugal.md",
-                       "content": "Portugal: Lisbon is its capital. Ana moved there in May."}))
-    summary = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root))
-    assert summary["failed"] == [] and summary["actions"][0]["action"] == "REFINE"
-    assert "needs `target`" in llm.requests[-1]["messages"][-1]["content"]
-    assert "Ana moved there in May" in text(memory, "digest/wiki/portugal.md")
-
-
-# ---- persisted results stay in their workspace ------------------------------------------------------------
-
-def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path):
-    """Everything a dream persists (the extraction, each unit, the run's summary) lands in its workspace's
+def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path,
+                                                        monkeypatch):
+    """Everything a dream persists (the gathering, each unit, the run's summary) lands in its workspace's
     metadata/, never in Prefect's or Dreamflow's home; two workspaces keep their own; the summary reads back."""
-    secrets = {}
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")
+    secrets, day = {}, "2024-05-08"
     for name in ("alpha", "beta"):
         ws = Workspace(tmp_path / name)
         secret = f"{name} keeps bees on the roof of the quartz-heron-{name} building"
-        Memory(ws.root).write(f"daily/{DAY}/bees.md", f"Notes: {secret}.", name="Bees")
-        llm.on(EXTRACT, json_reply({"units": [{"name": f"Bees {name}", "bucket": "personal",
-                                               "summary": f"{secret}.", "paths": [f"daily/{DAY}/bees.md"]}]}))
-        llm.on(unit_route(f"Bees {name}"), json_reply({"action": "CREATE", "name": f"Bees {name}",
-                                                       "content": f"{secret}, since May."}))
-        state = auto_dream(date=DAY, scan_days=1, workspace=str(ws.root), return_state=True)
+        path = card(Memory(ws.root), day, "Bees", ("fact", f"Bees {name}", f"The user {secret}."))
+        state = auto_dream(date=day, scan_days=1, workspace=str(ws.root), return_state=True)
         assert state.is_completed()
-        secrets[name] = (ws, secret, str(state.state_details.flow_run_id))
+        secrets[name] = (ws, secret, str(state.state_details.flow_run_id), path)
 
     homes = [os.environ["PREFECT_HOME"], os.environ["DREAMFLOW_HOME"]]  # this process's: results only
-    for name, (ws, secret, run_id) in secrets.items():
+    for name, (ws, secret, run_id, path) in secrets.items():
         for home in [*homes, dreamflow_service.home]:  # also the Prefect server's database (runs, logs, artifacts)
             assert holding(home, secret) == [], f"{name}'s memory text outside its workspace"
         for home in homes:
             assert holding(home, f"Bees {name}") == [], f"{name}'s results outside its workspace"
-        assert len(holding(ws.root / RESULTS, secret)) == 1  # the extraction
-        assert len(holding(ws.root / RESULTS, f"Bees {name}")) == 3  # + the unit, the summary
+        assert len(holding(ws.root / RESULTS, secret)) == 3  # the gathering, the unit, the summary
         other = next(o for o in secrets.values() if o[0] is not ws)
         assert holding(other[0].root / RESULTS, secret) == []  # two workspaces, one process: each keeps its own
         summary = run_status(run_id)["summary"]  # read back from the workspace, as the service does
-        assert summary["actions"] == [{"unit": "u1", "name": f"Bees {name}", "action": "CREATE",
-                                       "target": f"digest/personal/bees-{name}.md"}]
+        assert [(a["action"], a["node"]) for a in summary["actions"]] == [("created", f"digest/personal/bees-{name}.md")]
         hits = {h["path"] for h in Memory(ws.root).search(secret)}  # never indexed as memory
         assert hits and not any(p.startswith("metadata/") for p in hits)
