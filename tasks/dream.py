@@ -39,12 +39,12 @@ from engine.settings import Settings
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
-from storage import facts
+from storage import facts, validity
 from storage.errors import JobFailed
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
-from tasks import checkpoints, extraction, history, usage
-from tasks.cards import describe, extract_facts, fact_key, slugify
+from tasks import checkpoints, extraction, usage
+from tasks.cards import describe, extract_facts, fact_key, slugify, unwrap_link
 from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
@@ -53,6 +53,7 @@ CANDIDATES = 5          # node facts one new fact is compared with
 SIMILAR = 0.3           # cosine from which a fact of the subject's node is shown though it shares no word
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
+MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor
 DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")
 USER_WORDS = {"user", "the user", "me", "i", "myself", "you", "the speaker", "speaker", "person", "the person",
               "the user's", "user's"}
@@ -247,7 +248,7 @@ def node_for(memory, unit: dict) -> str:
     superseded as a whole), else a node search hit about it, else a new node in the unit's bucket."""
     stem = unit["key"]
     for bucket in [unit["bucket"], *(b for b in BUCKETS if b != unit["bucket"])]:
-        found = history.current_of(memory, f"digest/{bucket}/{stem}.md")
+        found = current_of(memory, f"digest/{bucket}/{stem}.md")
         if found:
             return found
     for hit in memory.node_search(unit["about"], limit=5):
@@ -255,6 +256,25 @@ def node_for(memory, unit: dict) -> str:
         if meta.get("about") == stem and hit.get("status", "current") == "current":
             return hit["path"]
     return f"digest/{unit['bucket']}/{stem}.md"
+
+
+def current_of(memory, path: str) -> str | None:
+    """The current node that `path` is, or that replaced it as a whole through `superseded_by` links (a node
+    superseded before facts carried their own validity); None when the chain ends at a missing, expired or
+    looping node."""
+    seen = set()
+    while path and path not in seen and len(seen) < MAX_CHAIN:
+        seen.add(path)
+        if read_text(memory, path) is None:
+            return None
+        meta = memory.frontmatter_get(path)["frontmatter"] or {}
+        state = validity.status(meta, Date.today())
+        if state == validity.CURRENT:
+            return path
+        if state == validity.EXPIRED:
+            return None
+        path = unwrap_link(meta.get("superseded_by"))
+    return None
 
 
 _writing = threading.Lock()  # units run in threads: read-change-write of a node must not interleave

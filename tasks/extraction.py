@@ -33,6 +33,9 @@ MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 FRAMING = frozenset(terms("user users person assistant now currently current also still new anymore longer "
                           "mention mentioned said says told tells take get use need make include contain "
                           "require call named want"))
+# words of what is said to be polite, not to be remembered: a "fact" of nothing else says nothing
+SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "
+                             "congratulations nice cool welcome good night morning please sorry yes no"))
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
@@ -237,7 +240,7 @@ def _refused(text: str, material: quality.Material) -> tuple[str, str] | None:
             return finding
     if len(text.split()) > MAX_FACT_WORDS or "\n" in text:
         return "long", f"a fact is one sentence of at most {MAX_FACT_WORDS} words"
-    if len(set(terms(text)) - FRAMING) < MIN_FACT_TERMS:
+    if len(set(terms(text)) - FRAMING - SMALL_TALK) < MIN_FACT_TERMS:
         return "thin", "it says too little to remember"
     return None
 

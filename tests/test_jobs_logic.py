@@ -1,18 +1,19 @@
-"""The memory jobs' plain logic, without Prefect or an LLM: message filtering, checkpoints, naming, the
-dream's scanning, link-drop guard and sources, topic dedup, and the toolbox's write restrictions."""
+"""The memory jobs' plain logic, without Prefect or an LLM: message filtering, checkpoints, naming, facts and
+their checks, relative times, the dream's scanning, grouping and node edits, the link-drop guard, topic dedup."""
 
+import datetime as dt
 import json
 
 import pytest
 
-from engine.toolbox import Toolbox, WriteRejected, predict
+from engine.toolbox import WriteRejected, predict
+from storage import facts
 from storage.errors import InvalidInput
 from storage.memory import Memory
-from tasks import checkpoints, dialog, interests
-from tasks.cards import CardDraft, find_card, save_card, slugify, unique_path
-from tasks.dream import (
-    Decision, Extraction, apply_decision, changed_files, clean_units, ensure_sources, link_guard, window,
-)
+from tasks import checkpoints, dialog, extraction, interests, relative_dates
+from tasks.cards import add_facts, find_card, slugify, unique_path
+from tasks.dream import changed_files, group, since, subject, window
+from tasks.governance import link_guard
 
 
 @pytest.fixture
@@ -84,30 +85,86 @@ def test_slugify_keeps_any_script():
     assert slugify("东京 旅行") == "东京-旅行"
     assert slugify("../../etc") == "etc"
     assert slugify("!!!") == "card"
-    with pytest.raises(ValueError):
-        CardDraft(name="???")
-
-
-def test_save_card_renames_and_retargets_links(memory):
-    first = save_card(memory, "daily/2024-05-08", None, "daily/2024-05-08/session-s1.md",
-                      CardDraft(name="Trip planning", description="d", content="Plan a trip."),
-                      {"session_id": "s1"}, wrote_with_tools=False)
-    assert first == {"path": "daily/2024-05-08/trip-planning.md", "created": True, "renamed_from": None}
-    memory.write("digest/wiki/trips.md", "See [[daily/2024-05-08/trip-planning.md]].")
-    assert find_card(memory, "daily/2024-05-08", "session_id", "s1") == first["path"]
-    second = save_card(memory, "daily/2024-05-08", first["path"], first["path"],
-                       CardDraft(name="Lisbon trip plan", description="d2", content="---\nx: 1\n---\nLisbon."),
-                       {"session_id": "s1"}, wrote_with_tools=False)
-    assert second["renamed_from"] == first["path"]
-    assert "[[daily/2024-05-08/lisbon-trip-plan.md]]" in memory.read("digest/wiki/trips.md", numbered=False)["content"]
-    meta = memory.frontmatter_get(second["path"])["frontmatter"]
-    assert meta == {"name": "Lisbon trip plan", "description": "d2", "session_id": "s1"}
 
 
 def test_unique_path_skips_taken_names(memory):
     memory.write("daily/2024-05-08/notes.md", "a")
     assert unique_path(memory, "daily/2024-05-08", "notes") == "daily/2024-05-08/notes-2.md"
     assert unique_path(memory, "daily/2024-05-08", "notes", keep="daily/2024-05-08/notes.md").endswith("/notes.md")
+    memory.write("daily/2024-05-08/notes.md", "a", metadata={"session_id": "s1"})
+    assert find_card(memory, "daily/2024-05-08", "session_id", "s1") == "daily/2024-05-08/notes.md"
+
+
+# ---- facts --------------------------------------------------------------------------------------------------
+
+def test_a_fact_line_round_trips_and_edits_keep_everything_else():
+    line = ("- Ana works at a bakery (in Alfama). (about:: Ana) (date:: 2026-11-04) (mood:: happy) "
+            "(source:: [[session/dialog/s.jsonl#L3|18:02]], [[session/dialog/s.jsonl#L5]]) ^f2")
+    fact = facts.parse_line(line)
+    assert (fact.text, fact.about, fact.date, fact.id) == ("Ana works at a bakery (in Alfama).", "Ana", "2026-11-04", "f2")
+    assert fact.sources == ("session/dialog/s.jsonl#L3", "session/dialog/s.jsonl#L5") and fact.labels == ("18:02", "")
+    assert fact.extra == {"mood": "happy"} and facts.parse_line(fact.render()) == fact
+    assert facts.parse_line("- plain item") is None and facts.parse_line("text ^f1") is None
+    body = "# Ana\n\nA note a person wrote.\n\n## Facts\n\n" + line + "\n\n## Sources\n\n- [[daily/d/c.md]]\n"
+    edited = facts.retire(facts.add(body, facts.Fact("Ana works at a cafe.", id="f3", since="2026-11-06")),
+                          "f2", "2026-11-06", "digest/personal/ana.md#^f3")
+    assert "A note a person wrote." in edited and edited.index("## History") < edited.index("## Sources")
+    by_id = facts.by_id(edited)
+    assert by_id["f3"].current and not by_id["f2"].current and by_id["f2"].until == "2026-11-06"
+    assert by_id["f2"].holds_on("2026-11-05") and not by_id["f2"].holds_on("2026-11-06")
+    assert facts.next_id(edited) == "f4" and facts.next_id(edited, used=9) == "f10"
+
+
+def items(*texts, said=dt.date(2026, 11, 5)):
+    return [extraction.Item(n, t, f"session/dialog/s.jsonl#L{n}", said=said) for n, t in enumerate(texts, 1)]
+
+
+def screen(*answers, material=("I moved to Porto yesterday.", "Ana works at a bakery in Alfama.")):
+    answer = extraction.FactList(facts=[extraction.ExtractedFact(text=t, about=a, source=src) for t, a, src in answers])
+    return extraction.screen(answer, items(*material), "You keep a person's long-term memory.")
+
+
+def test_screening_keeps_grounded_facts_recites_and_resolves_dates():
+    out = screen(("The user moved to Porto yesterday.", "user", [1]), ("Ana works at a bakery.", "Ana", [1]))
+    assert [(f.text, f.date, f.sources) for f in out.kept] == [
+        ("The user moved to Porto on 2026-11-04.", "2026-11-04", ("session/dialog/s.jsonl#L1",)),
+        ("Ana works at a bakery.", None, ("session/dialog/s.jsonl#L2",))]  # its words are in message 2
+    assert out.recited == 1 and out.dropped == []
+    worked_out = screen(("The user moved to Porto on 2026-11-03.", "user", [1]))  # a date the model computed
+    assert worked_out.kept[0].text == "The user moved to Porto on 2026-11-04."
+
+
+def test_screening_drops_each_bad_fact_with_its_rule():
+    out = screen(("Ana is a famous pianist.", "Ana", [2]), ("<string>", "user", [1]), ("Thanks a lot.", "user", [1]),
+                 ("Use daily_list for that day.", "user", [1]), ("Ana works at a bakery in Alfama.", "Ana", [2]),
+                 ("Ana works at the bakery in Alfama!", "Ana", [2]), ("word " * 50, "user", [1]),
+                 material=("Thanks a lot.", "Ana works at a bakery in Alfama.", "word " * 50))
+    assert [f.text for f in out.kept] == ["Ana works at a bakery in Alfama."]
+    assert [d["rule"] for d in out.dropped] == ["ungrounded", "markup", "thin", "tool", "duplicate", "long"]
+    assert "pianist" in out.dropped[0]["why"] and "famous" in out.dropped[0]["why"]
+
+
+def test_relative_times_count_from_the_day_said():
+    said = dt.date(2026, 11, 5)  # a Thursday
+    assert relative_dates.resolve("I moved to Porto yesterday.", said) == ("I moved to Porto on 2026-11-04.",
+                                                                            dt.date(2026, 11, 4))
+    assert relative_dates.resolve("The deadline moved to next Friday.", said)[0] == \
+        "The deadline moved to Friday 2026-11-06."
+    assert relative_dates.resolve("Today was my first day.", said)[0] == "2026-11-05 was my first day."
+    assert relative_dates.resolve("We met 3 days ago", said)[1] == dt.date(2026, 11, 2)
+    assert relative_dates.resolve("next month I start", said)[0] == "In December 2026 I start"
+    assert relative_dates.resolve("last Thursday", said)[1] == dt.date(2026, 10, 29)
+    assert relative_dates.resolve("no time here", said) == ("no time here", None)
+    assert relative_dates.date_of("4 November", said) == dt.date(2026, 11, 4)
+    assert relative_dates.date_of("soon", said) is None
+
+
+def test_a_card_gains_only_the_facts_it_lacks_with_fresh_ids():
+    body, added = add_facts("# Tea\n", [facts.Fact("The user likes green tea.", kind="preference")])
+    body, again = add_facts(body, [facts.Fact("The user likes green tea!", kind="preference"),
+                                   facts.Fact("The user drinks it at 80 degrees.")], used=4)
+    assert [f.id for f in added] == ["f1"] and [f.id for f in again] == ["f5"]
+    assert [f.text for f in facts.parse(body)] == ["The user drinks it at 80 degrees.", "The user likes green tea."]
 
 
 # ---- dream --------------------------------------------------------------------------------------------------
@@ -118,17 +175,21 @@ def test_window_and_changed_files():
     assert list(changed_files({"daily/a.md": "same", "daily/b.md": "new"}, done)) == ["daily/b.md"]
 
 
-def test_unknown_bucket_is_wiki_and_units_are_capped():
-    extraction = Extraction.model_validate({"units": [
-        {"name": "a", "bucket": "Recipes", "summary": "s", "paths": ["daily/x.md", "daily/unsent.md"]},
-        {"name": "b", "bucket": "personal", "summary": "s", "paths": ["daily/nope.md"]},
-        {"name": "c", "bucket": "procedure", "summary": "s", "paths": ["daily/y.md"]},
-        {"name": "d", "bucket": "procedure", "summary": "s", "paths": ["daily/z.md", "daily/x.md"]},
-    ]})
-    units, deferred = clean_units(extraction, ["daily/x.md", "daily/y.md", "daily/z.md"], max_units=2)
-    assert [(u.name, u.bucket, u.paths) for u in units] == [("a", "wiki", ["daily/x.md"]),
-                                                             ("c", "procedure", ["daily/y.md"])]
-    assert deferred == ["daily/z.md"]
+def test_subjects_group_facts_and_the_user_is_one():
+    assert subject("the user") == subject("Me") == subject("I") == subject(None) == ("user", "The user")
+    assert subject("The Atlas project") == ("atlas-project", "The Atlas project")
+    refs = [{"card": "daily/d/a.md", "text": t, "about": a, "kind": k, "resource": False} for t, a, k in (
+        ("The user lives in Lisbon.", "user", "fact"), ("Ana bakes.", "Ana", "fact"),
+        ("The user likes tea.", "me", "preference"), ("Feed the starter twice a day.", "sourdough", "procedure"))]
+    units = group(refs, hint="starter")
+    assert [(u["key"], len(u["facts"]), u["bucket"]) for u in units] == [
+        ("sourdough", 1, "procedure"), ("user", 2, "personal"), ("ana", 1, "personal")]
+
+
+def test_a_fact_holds_from_its_own_date_unless_that_is_a_plan():
+    assert since({"day": "2026-11-05", "date": "2026-11-04"}) == "2026-11-04"
+    assert since({"day": "2026-11-05", "date": "2026-12-24"}) == "2026-11-05"  # a plan's date, not its start
+    assert since({"day": "2026-11-05", "date": None}) == "2026-11-05"
 
 
 def test_link_guard():
@@ -137,60 +198,6 @@ def test_link_guard():
     link_guard("n.md", before, "[[daily/2024-05-08/a.md#L3-L9]] [[digest/wiki/x.md]]")  # anchors may change
     with pytest.raises(WriteRejected, match="daily/2024-05-08/a.md"):
         link_guard("n.md", before, "A [[digest/wiki/x.md]].")
-
-
-def test_ensure_sources_adds_missing_sentences_only():
-    body = "# Lisbon\n\nText.\n\n## Sources\n\n- 2024-05-07: met ([[daily/a.md]]).\n\n## Notes\n\nn\n"
-    out = ensure_sources(body, ["daily/a.md", "daily/b.md"], "Ana moved. Then more.", "2024-05-08")
-    assert "- 2024-05-08: Ana moved ([[daily/b.md]]).\n\n## Notes" in out
-    assert out.count("[[daily/a.md]]") == 1
-    assert ensure_sources(out, ["daily/a.md", "daily/b.md"], "x", "d") == out
-    fresh = ensure_sources("Just text.", ["daily/c.md"], "Fact", "2024-05-08")
-    assert fresh.endswith("## Sources\n\n- 2024-05-08: Fact ([[daily/c.md]]).\n")
-
-
-def test_apply_decision_rejects_dropped_links(memory):
-    memory.write("digest/wiki/lisbon.md", "Lisbon. See [[digest/wiki/portugal.md]].\n\n## Sources\n\n"
-                 "- 2024-05-07: x ([[daily/2024-05-07/a.md]]).\n", name="Lisbon")
-    unit = {"name": "Lisbon", "bucket": "wiki", "summary": "Ana lives in Lisbon.", "paths": ["daily/2024-05-08/b.md"]}
-    bad = Decision(action="REFINE", target="digest/wiki/lisbon.md", content="Lisbon, rewritten without links.")
-    before = memory.read("digest/wiki/lisbon.md", numbered=False)["content"]
-    with pytest.raises(WriteRejected, match="portugal"):
-        apply_decision(memory, unit, bad, "2024-05-08", wrote=[])
-    assert memory.read("digest/wiki/lisbon.md", numbered=False)["content"] == before
-    ok = apply_decision(memory, unit, Decision(action="corroborate", target="[[digest/wiki/lisbon.md]]"),
-                        "2024-05-08", wrote=[])
-    assert ok == {"action": "CORROBORATE", "target": "digest/wiki/lisbon.md"}
-    text = memory.read("digest/wiki/lisbon.md", numbered=False)["content"]
-    assert "[[daily/2024-05-08/b.md]]" in text and "[[digest/wiki/portugal.md]]" in text
-
-
-def test_apply_decision_create_picks_a_digest_path(memory):
-    unit = {"name": "Sourdough", "bucket": "procedure", "summary": "How to feed a starter.", "paths": ["daily/d/a.md"]}
-    out = apply_decision(memory, unit, Decision(action="CREATE", target="notes/elsewhere.md", name="Sourdough",
-                                                content="Feed daily."), "2024-05-08", wrote=[])
-    assert out["target"] == "digest/procedure/sourdough.md"
-    with pytest.raises(Exception, match="does not exist"):
-        apply_decision(memory, unit, Decision(action="REFINE", target="digest/wiki/none.md", content="x"), "d", [])
-
-
-# ---- toolbox ------------------------------------------------------------------------------------------------
-
-def test_toolbox_restricts_writes_and_guards_links(memory, ws):
-    memory.write("digest/wiki/a.md", "A links [[digest/wiki/b.md]].")
-    box = Toolbox(memory, ws, can_write=lambda p: p.startswith("digest/"), write_scope="under digest/",
-                  guard=link_guard)
-    assert {s["function"]["name"] for s in box.schemas()} >= {"read", "search", "write", "edit"}
-    assert "delete" not in {s["function"]["name"] for s in box.schemas()}
-    refused = box.call("write", json.dumps({"path": "daily/2024-05-08/x.md", "content": "no"}))
-    assert "only write under digest/" in refused["error"]
-    assert box.call("delete", {"path": "digest/wiki/a.md"})["error"].startswith("unknown tool")
-    assert "error" in box.call("read", {"path": "../outside.md"})
-    assert box.call("append", {"path": "digest/wiki/a.md", "content": "More."})["path"] == "digest/wiki/a.md"
-    with pytest.raises(WriteRejected):
-        box.call("edit", {"path": "digest/wiki/a.md", "old": " links [[digest/wiki/b.md]]", "new": ""})
-    assert "[[digest/wiki/b.md]]" in memory.read("digest/wiki/a.md", numbered=False)["content"]
-    assert box.written == ["digest/wiki/a.md"]
 
 
 def test_predict_matches_memory_write(memory):
