@@ -217,14 +217,16 @@ def _show_dream(summary: dict) -> None:
         out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "
                        "last dream; nothing to do", style="dim"))
         return
-    table = _table(f"Dream of {summary['date']}", "unit", "action", "target")
+    table = _table(f"Dream of {summary['date']}", "subject", "fact", "action", "node")
     for a in summary["actions"]:
-        table.add_row(Text(a["name"]), Text(a["action"], style="green"), Text(a["target"]))
+        action = a["action"] + (f" (was: {a['replaced']})" if a.get("replaced") else "")
+        table.add_row(Text(a["name"]), Text(a["fact"]), Text(action, style="green"), Text(a["node"]))
     for f in summary["failed"]:
-        table.add_row(Text(f["name"]), Text("FAILED", style="bold red"), Text(f["error"]))
+        table.add_row(Text(f["name"]), Text(", ".join(f["paths"])), Text("FAILED", style="bold red"), Text(f["error"]))
     out.print(table)
     out.print(Text(f"{counted(summary['scanned'], 'file')} scanned, {summary['changed']} changed, "
-                   f"{counted(summary['units'], 'unit')}, {len(summary['failed'])} failed, "
+                   f"{counted(summary['facts'], 'fact')} in {counted(summary['units'], 'subject')}, "
+                   f"{len(summary['failed'])} failed, "
                    f"{counted(summary['topics'], 'new topic')}; "
                    + (usage_text(summary["usage"]) or "no LLM calls")))
     if summary["deferred"]:
@@ -245,4 +247,26 @@ def _show_topics(result: dict) -> None:
     out.print(table)
 
 
-SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive": _show_topics}
+def _show_card(result: dict) -> None:
+    from rich.text import Text
+
+    from dreamflow.render import counted, out
+
+    if result.get("skipped"):
+        out.print(Text(f"nothing to do: {result['skipped']}", style="dim"))
+        return
+    card = result.get("card") or result.get("path")
+    added = result["facts"] if "facts" in result else len(result.get("added") or [])
+    if result.get("action") in ("unchanged", "deleted"):
+        out.print(Text(f"card {card}: {result['action']}"))
+        return
+    out.print(Text((f"card {card}" if card else "no card (nothing worth remembering)") + f": {counted(added, 'fact')}"
+                   " added" + (f", {len(result['dropped'])} dropped" if result.get("dropped") else "")))
+    for dropped in result.get("dropped") or []:
+        out.print(Text(f"  dropped ({dropped['rule']}): {dropped['text'][:100]}: {dropped['why']}", style="dim"))
+    if usage_text(result.get("usage")):
+        out.print(Text(usage_text(result["usage"])))
+
+
+SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive": _show_topics,
+                                           "auto_memory": _show_card, "auto_resource": _show_card}

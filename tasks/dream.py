@@ -31,7 +31,7 @@ import numpy as np
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, field_validator
 
 from engine.embedders import EmbedderError, make_embedder
 from engine.llm import LLM, LLMError, response_schema

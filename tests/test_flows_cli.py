@@ -6,6 +6,7 @@ from click.testing import CliRunner
 
 from dreamflow.cli import cli
 from llm_server import json_reply
+from storage.memory import Memory
 
 DAY = "2024-05-08"
 
@@ -21,24 +22,27 @@ def test_no_llm_is_a_clear_error_before_prefect_starts(no_llm, ws):
     assert result.exit_code == 2 and "not valid JSON" in result.output
 
 
-def test_auto_memory_and_dream_commands(prefect_harness, llm, ws):
-    llm.on("Summarise the new messages", json_reply({"name": "Piano", "description": "Lessons",
-                                                     "content": "- Piano lessons on Tuesdays."}))
+def test_auto_memory_and_dream_commands(prefect_harness, llm, ws, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")
+    llm.on("list the facts worth remembering", json_reply({"title": "Piano", "facts": [
+        {"text": "The user starts piano lessons on Tuesday.", "about": "user", "kind": "plan", "when": "Tuesday",
+         "source": [1]},
+        {"text": "The user owns a violin.", "about": "user", "kind": "fact", "when": None, "source": [1]}]}))
     messages = json.dumps([{"role": "user", "content": "I start piano lessons on Tuesday",
                             "created_at": f"{DAY}T09:00:00"}])
     result = run(ws, "auto-memory", "--session-id", "s1", "--messages", messages, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["card"] == f"daily/{DAY}/piano.md"
+    out = json.loads(result.output)
+    assert out["card"] == f"daily/{DAY}/piano.md" and out["facts"] == 1 and out["dropped"][0]["rule"] == "ungrounded"
+    result = run(ws, "auto-memory", "--session-id", "s1")
+    assert result.exit_code == 0 and "no new messages" in result.output
 
-    llm.on("You consolidate a person's memory", json_reply({"units": [
-        {"name": "Piano", "bucket": "personal", "summary": "Piano on Tuesdays.", "paths": [f"daily/{DAY}/piano.md"]},
-        {"name": "Broken", "bucket": "wiki", "summary": "x", "paths": [f"daily/{DAY}.md"]}]}))
-    llm.on("Unit: Piano\n", json_reply({"action": "CREATE", "name": "Piano lessons", "content": "Tuesdays."}))
-    llm.on("Unit: Broken\n", json_reply({"nonsense": True}), json_reply({"still": "nonsense"}))
+    Memory(ws.root).write("digest/personal/user.md", "# The user\n\n## Plans\n\n- The user plays piano lessons "
+                          "on Mondays. (since:: 2024-01-01) ^f1\n", metadata={"about": "user"})
+    llm.on("You keep a memory of facts up to date", json_reply({"nonsense": True}), json_reply({"still": "nonsense"}))
     result = run(ws, "dream", "--date", DAY, "--scan-days", "1")
     assert result.exit_code == 9  # a failed unit: the summary is printed, the exit code says it
-    assert "Piano lessons" not in result.output and "digest/personal/piano-lessons.md" in result.output
-    assert "FAILED" in result.output and "1 failed" in result.output
+    assert "FAILED" in result.output and "1 failed" in result.output and f"daily/{DAY}/piano.md" in result.output
 
 
 def test_proactive_command_runs_without_prefect(ws):

@@ -51,48 +51,55 @@ def ui_retry(svc, run_id: str, what: str) -> dict:
         svc.prefect("GET", f"/flow_runs/{run_id}")), 120, f"the retried {what} to finish")
 
 
+def fact_card(svc, path: str, about: str, text: str) -> None:
+    """A card as auto-memory writes it: one fact citing a message."""
+    svc.memory.write(path, content=f"# {about}\n\n## Facts\n\n- {text} (about:: {about}) "
+                                   "(source:: [[session/dialog/s.jsonl#L1]]) ^f1\n")
+
+
 def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_unit(dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-07-01"
-    svc.memory.write(f"daily/{day}/oslo.md", content="# Oslo\n\nAna moved to Oslo in June.\n")
-    svc.memory.write(f"daily/{day}/kayak.md", content="# Kayak\n\nAna bought a sea kayak.\n")
+    svc.memory.write("digest/personal/ana.md", content="# Ana\n\n## Facts\n\n- Ana lives in Bergen. "
+                     "(since:: 2024-01-01) ^f1\n", metadata={"about": "ana"})
+    svc.memory.write("digest/personal/bo.md", content="# Bo\n\n## Facts\n\n- Bo paddles a canoe. "
+                     "(since:: 2024-01-01) ^f1\n", metadata={"about": "bo"})
+    fact_card(svc, f"daily/{day}/oslo.md", "Ana", "Ana lives in Oslo now.")
+    fact_card(svc, f"daily/{day}/kayak.md", "Bo", "Bo paddles a sea kayak now.")
     llm_server.reset()
-    llm_server.on("You consolidate a person's memory", json_reply({"units": [
-        {"name": "Oslo move", "bucket": "personal", "summary": "Ana lives in Oslo.", "paths": [f"daily/{day}/oslo.md"]},
-        {"name": "Kayak", "bucket": "personal", "summary": "Ana kayaks.", "paths": [f"daily/{day}/kayak.md"]}]}))
-    llm_server.on("Unit: Oslo move\n", json_reply({"action": "CREATE", "name": "Ana in Oslo",
-                                                   "content": "Ana lives in Oslo since June."}))
-    llm_server.on("Unit: Kayak\n", Reply(status=500, content="model overloaded"))
+    llm_server.on(lambda b: "messages" in b and "Oslo" in text_of(b), json_reply({"relation": "replaces", "fact": 1}))
+    llm_server.on(lambda b: "messages" in b and "kayak" in text_of(b), Reply(status=500, content="model overloaded"))
     before = len(llm_server.requests)
 
     dream = cli(svc, "dream", "--date", day, "--scan-days", "1")
 
     # a planned failure: summary printed, Failed run, the documented exit code (not 1, not a traceback)
     assert dream.returncode == 9, dream.stdout + dream.stderr
-    assert "FAILED" in dream.stdout and "1 failed" in dream.stdout and "digest/personal/ana-in-oslo.md" in dream.stdout
-    assert "Oslo move: CREATE" in dream.stderr and "auto-dream/manual: Failed" in dream.stderr  # streamed
+    assert "FAILED" in dream.stdout and "1 failed" in dream.stdout and "digest/personal/ana.md" in dream.stdout
+    assert f"daily/{day}/oslo.md#^f1: replaced in digest/personal/ana.md" in dream.stderr  # streamed
+    assert "auto-dream/manual: Failed" in dream.stderr
     assert "Traceback" not in dream.stderr and "unexpected exception" not in dream.stderr
     run = run_by(svc, "auto-dream/manual", date=day)
     assert run["state_type"] == "FAILED" and run["state"]["message"].startswith("1 of 2 units failed")
     assert run["parameters"]["workspace"] == str(svc.workspace) and run["parameters"]["scan_days"] == 1
-    assert len(llm_calls(llm_server, before)) == 3  # extraction + two units: the service's LLM, not the shell's
+    assert len(llm_calls(llm_server, before)) == 2  # a question per unit: the service's LLM, not the shell's
     status = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
     assert status["deployment"] == "auto-dream/manual" and status["state_type"] == "FAILED"
-    assert status["summary"]["failed"][0]["name"] == "Kayak" and status["ui_url"].endswith(run["id"])
+    assert status["summary"]["failed"][0]["name"] == "Bo" and status["ui_url"].endswith(run["id"])
 
-    llm_server.on("Unit: Kayak\n", json_reply({"action": "CREATE", "name": "Sea kayak", "content": "Ana kayaks."}))
+    llm_server.on(lambda b: "messages" in b and "kayak" in text_of(b), json_reply({"relation": "replaces", "fact": 1}))
     before = len(llm_server.requests)
     done = ui_retry(svc, run["id"], "dream")
     assert done["state_type"] == "COMPLETED", done["state"]
     calls = llm_calls(llm_server, before)
-    assert len(calls) == 1 and "Unit: Kayak\n" in calls[0]  # no new extraction, Oslo's unit not re-run
-    assert svc.memory.read("digest/personal/sea-kayak.md")["content"]
+    assert len(calls) == 1 and "kayak" in calls[0]  # Ana's unit not re-run
+    assert "Bo paddles a sea kayak now." in svc.memory.read("digest/personal/bo.md")["content"]
     status = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
     assert status["state"] == "Completed" and status["summary"]["failed"] == []
-    # the run's results (the extraction the retry reused, the units, the summaries read above) are the workspace's:
-    # none in the service's home, neither in Prefect's result storage nor in its database
+    # the run's results (the gathering the retry reused, the units, the summaries read above) are the
+    # workspace's: none in the service's home, neither in Prefect's result storage nor in its database
     results = svc.workspace / RESULTS
-    assert holding(results, "Ana lives in Oslo.") and len(holding(results, "Kayak")) >= 3
-    assert holding(svc.home, "Ana lives in Oslo.") == [] and holding(svc.home / "prefect/storage", "Kayak") == []
+    assert holding(results, "Ana lives in Oslo now.") and len(holding(results, "kayak")) >= 3
+    assert holding(svc.home, "Ana lives in Oslo now.") == [] and holding(svc.home / "prefect/storage", "kayak") == []
 
 
 def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, llm_server):
@@ -188,10 +195,10 @@ def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_ser
     assert status["error"]["type"] == "PathError" and status["error"]["exit_code"] == 2, status
     assert "escapes the workspace" in status["error"]["message"]
 
-    svc.memory.write(f"daily/{day}/tea.md", content="# Tea\n\nAna drinks green tea.\n")
     llm_server.reset()
-    llm_server.on("You consolidate a person's memory", Reply(status=500, content="model down"))
-    down = cli(svc, "dream", "--date", day, "--scan-days", "1")
+    llm_server.on("list the facts worth remembering", Reply(status=500, content="model down"))
+    messages = json.dumps([{"role": "user", "content": "Ana drinks green tea.", "created_at": f"{day}T09:00:00"}])
+    down = cli(svc, "auto-memory", "--session-id", "tea", "--messages", messages)
     assert down.returncode == 7, down.stdout + down.stderr
     assert "model down" in down.stderr and "Traceback" not in down.stderr
 

@@ -452,17 +452,15 @@ def test_stdio_forwards_to_the_running_service(dreamflow_service):
 
 def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(dreamflow_service, llm_server):
     svc, day, card = dreamflow_service, "2023-02-14", "daily/2023-02-14/bakery.md"
-    llm_server.on(lambda body: "You consolidate a person's memory" in text_of(body) and card in text_of(body),
-                  json_reply({"units": [{"name": "Ana bakes", "bucket": "personal", "summary": "Ana runs a bakery.",
-                                         "paths": [card]}], "topics": []}))
-    llm_server.on("Unit: Ana bakes\n", json_reply({
-        "action": "CREATE", "target": "digest/personal/ana-bakery.md", "name": "Ana's bakery",
-        "description": "Ana runs a bakery", "content": "Ana runs a bakery in Porto.\n"}))
+    svc.memory.write("digest/personal/ana.md", content="# Ana\n\n## Facts\n\n- Ana runs a bakery in Lisbon. ^f1\n",
+                     metadata={"about": "ana"})
+    llm_server.on(lambda body: "You keep a memory of facts up to date" in text_of(body) and "Porto" in text_of(body),
+                  json_reply({"relation": "replaces", "fact": 1}))
 
     async def session():
         async with http(svc) as client:
-            await call(client, "write", path=card, content="Ana opened a bakery in Porto.", name="Bakery",
-                       description="Ana's bakery")
+            await call(client, "write", path=card, name="Bakery", description="Ana's bakery", content=(
+                "# Bakery\n\n## Facts\n\n- Ana runs a bakery in Porto now. (about:: Ana) ^f1\n"))
             started = time.monotonic()
             run = await call(client, "dream", date=day, scan_days=1)
             launched_in = time.monotonic() - started
@@ -484,7 +482,8 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
     assert day in status.content[0].text and report["ui_url"] in status.content[0].text
     prefect_run = next(r for r in svc.flow_runs("auto-dream/manual") if r["id"] == report["id"])
     assert prefect_run["state_type"] == "COMPLETED"
-    assert "Ana runs a bakery" in svc.memory.read("digest/personal/ana-bakery.md", numbered=False)["content"]
+    node = svc.memory.read("digest/personal/ana.md", numbered=False)["content"]
+    assert "Ana runs a bakery in Porto now." in node and "(until:: " in node  # Lisbon's fact kept as history
 
 
 def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):

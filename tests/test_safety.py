@@ -419,9 +419,11 @@ def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, ll
     from llm_server import json_reply
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "5000")
-    llm.on("Summarise the new messages", json_reply({"name": "Runaway", "description": "too long",
-                                                     "content": "word " * 5000}))
-    messages = [{"role": "user", "content": "plan the trip", "timestamp": "2024-05-08T09:00:00"}]
+    words = [f"word{n}" for n in range(400)]
+    llm.on("list the facts worth remembering", json_reply({"title": "Runaway", "facts": [
+        {"text": " ".join(words[i * 12:(i + 1) * 12]) + ".", "about": "user", "kind": "fact", "when": None,
+         "source": [1]} for i in range(30)]}))
+    messages = [{"role": "user", "content": " ".join(words), "timestamp": "2024-05-08T09:00:00"}]
     with pytest.raises(Exception, match="at most 5,000 characters"):
         auto_memory(session_id="s1", workspace=str(mem.ws.root), messages=messages)
     assert not list((mem.ws.root / "daily").rglob("*.md"))
