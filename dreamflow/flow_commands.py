@@ -217,12 +217,14 @@ def _show_dream(summary: dict) -> None:
         out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "
                        "last dream; nothing to do", style="dim"))
         return
-    table = _table(f"Dream of {summary['date']}", "subject", "fact", "action", "node")
+    table = _table(f"Dream of {summary['date']}", "fact", "action", "node")
+    for column in table.columns[1:]:
+        column.no_wrap = True  # paths and actions whole; the facts wrap
     for a in summary["actions"]:
-        action = a["action"] + (f" (was: {a['replaced']})" if a.get("replaced") else "")
-        table.add_row(Text(a["name"]), Text(a["fact"]), Text(action, style="green"), Text(a["node"]))
+        fact = a["fact"] + (f" (was: {a['replaced']})" if a.get("replaced") else "")
+        table.add_row(Text(fact), Text(a["action"], style="green"), Text(a["node"]))
     for f in summary["failed"]:
-        table.add_row(Text(f["name"]), Text(", ".join(f["paths"])), Text("FAILED", style="bold red"), Text(f["error"]))
+        table.add_row(Text(f"{f['name']}: {f['error']}"), Text("FAILED", style="bold red"), Text(", ".join(f["paths"])))
     out.print(table)
     out.print(Text(f"{counted(summary['scanned'], 'file')} scanned, {summary['changed']} changed, "
                    f"{counted(summary['facts'], 'fact')} in {counted(summary['units'], 'subject')}, "

@@ -26,7 +26,7 @@ from tasks import quality, relative_dates
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence
 MIN_FACT_TERMS = 2      # content terms a fact needs to say something
-MAX_ITEM_CHARS = 1_500  # of one numbered message or block shown to the model
+MAX_ITEM_CHARS = 6_000  # of one numbered message or block shown to the model (the rest of it is not read)
 MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 # words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
 # content words must all be in the lines)

@@ -419,11 +419,12 @@ def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, ll
     from llm_server import json_reply
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "5000")
-    words = [f"word{n}" for n in range(400)]
+    words = [f"word{n}" for n in range(1200)]
     llm.on("list the facts worth remembering", json_reply({"title": "Runaway", "facts": [
-        {"text": " ".join(words[i * 12:(i + 1) * 12]) + ".", "about": "user", "kind": "fact", "when": None,
-         "source": [1]} for i in range(30)]}))
-    messages = [{"role": "user", "content": " ".join(words), "timestamp": "2024-05-08T09:00:00"}]
+        {"text": " ".join(words[i * 40:(i + 1) * 40]) + ".", "about": "user", "kind": "fact", "when": None,
+         "source": [i // 10 + 1]} for i in range(30)]}))  # 30 grounded facts of 40 words: ~10k characters
+    messages = [{"role": "user", "content": " ".join(words[n * 400:(n + 1) * 400]), "timestamp": "2024-05-08T09:00:00"}
+                for n in range(3)]
     with pytest.raises(Exception, match="at most 5,000 characters"):
         auto_memory(session_id="s1", workspace=str(mem.ws.root), messages=messages)
     assert not list((mem.ws.root / "daily").rglob("*.md"))
