@@ -291,15 +291,12 @@ def _broken_anchors(con: duckdb.DuckDBPyConnection, ws: Workspace, links: list[d
     return out
 
 
-_BLOCK_ID = re.compile(r"\s\^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*\r?$", re.MULTILINE)
-
-
 def _block_ids(ws: Workspace, path: str) -> set[str]:
     """The block ids (`... ^f2` at a line's end) of a Markdown file; none for other files."""
     if not path.endswith(".md"):
         return set()
     try:
-        return set(_BLOCK_ID.findall(ws.read_text(path)))
+        return markdown.block_ids(ws.read_text(path))
     except (OSError, DreamflowError):
         return set()
 

@@ -472,6 +472,14 @@ def headings(text: str) -> list[str]:
     return out
 
 
+_BLOCK_ID = re.compile(r"\s\^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*\r?$", re.MULTILINE)
+
+
+def block_ids(text: str) -> set[str]:
+    """The block ids of a Markdown text: `^id` ending a line (a fact's `^f2`, Obsidian's block references)."""
+    return set(_BLOCK_ID.findall(text))
+
+
 def heading_slug(text: str) -> str:
     """GitHub-style anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text.strip().lower()))

@@ -28,7 +28,8 @@ from typing import Callable
 
 from storage import facts, validity
 from storage.errors import DreamflowError, InvalidInput, NotFound
-from storage.markdown import parse_links
+from storage.graph_edit import line_ranges
+from storage.markdown import block_ids, parse_links
 
 MAX_DEPTH = 8  # links followed from the fact traced
 MAX_STEPS = 200  # steps in one answer
@@ -38,8 +39,6 @@ RAW = ("resource/", "session/")  # raw material: its lines are leaves, never fol
 Read = Callable[[str], list[str]]  # workspace path -> its lines; raises DreamflowError (missing, outside, binary)
 
 _LINE = re.compile(r"^L?(\d+)$")
-_RANGE = re.compile(r"^L(\d+)(?:-L?(\d+))?$")
-_BLOCK_ID = re.compile(r"\s\^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*$")
 
 
 def start(path: str, fact: str | None) -> tuple[str, str]:
@@ -74,7 +73,7 @@ def trace(read: Read, path: str, anchor: str, today: dt.date) -> dict:
     tracer.files[path] = lines
     if anchor.startswith("^"):
         found = _facts(lines).get(anchor[1:])
-        if found is None and anchor[1:] not in _block_ids(lines):
+        if found is None and anchor[1:] not in block_ids("\n".join(lines)):
             ids = [f"^{f.id}" for f in facts.parse("\n".join(lines)) if f.id]
             has = f"its facts: {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}" if ids else "it holds no facts"
             raise NotFound(f"{path} has no fact {anchor} ({has}; or give a line number)")
@@ -122,7 +121,7 @@ class _Tracer:
             return [self.step({"type": "file", "path": path, "anchor": None})]
         if anchor.startswith("^"):
             return self.block(path, lines, anchor, depth, above + (key,))
-        ranges = _ranges(anchor)
+        ranges = line_ranges(anchor)
         if ranges is None:  # a heading: the file as cited
             return [self.step({"type": "file", "path": path, "anchor": anchor})]
         if any(first < 1 or last < first or last > len(lines) for first, last in ranges):
@@ -153,8 +152,7 @@ class _Tracer:
         if fact is not None:
             return self.markdown_line(path, lines, fact.line, fact, depth, above)
         for n, line in enumerate(lines, 1):
-            found = _BLOCK_ID.search(line)
-            if found and found.group(1) == anchor[1:]:
+            if anchor[1:] in block_ids(line):
                 return self.markdown_line(path, lines, n, None, depth, above)
         return [self.broken(path, anchor, f"{path} has no block {anchor}")]
 
@@ -211,21 +209,6 @@ def _facts(lines: list[str], by_line: bool = False) -> dict:
     found = facts.parse("\n".join(lines))
     return {f.line: f for f in found} if by_line else {f.id: f for f in found if f.id}
 
-
-def _block_ids(lines: list[str]) -> set[str]:
-    return {m.group(1) for line in lines if (m := _BLOCK_ID.search(line))}
-
-
-def _ranges(anchor: str) -> list[tuple[int, int]] | None:
-    """Line ranges of an anchor `L3`, `L3-L9` or `L9-L10,L15-L20`; None for any other anchor (a heading)."""
-    out = []
-    for part in anchor.split(","):
-        found = _RANGE.match(part.strip())
-        if not found:
-            return None
-        first = int(found.group(1))
-        out.append((first, int(found.group(2) or first)))
-    return out
 
 
 def _content(value) -> str:
