@@ -156,3 +156,16 @@ def test_trace_on_the_cli_http_and_mcp(mem, ws):
     assert text.startswith(f"{NODE}#^f1 (fact, superseded 2026-03-02..2026-09-07): Ana lives in Porto.")
     assert "BROKEN" in text and "[2 link(s) lead nowhere" in text
     assert result.structured_content["chain"]["anchor"] == "^f1"
+
+
+def test_a_long_chain_stops_at_its_bounds(ws):
+    from storage import trace
+
+    mem = Memory(ws.root)
+    for i in range(trace.MAX_DEPTH + 3):  # each node fact cites the next node's fact
+        mem.write(f"digest/chain/n{i}.md", f"# N{i}\n\n- Step {i}. (source:: [[digest/chain/n{i + 1}.md#^f1]]) ^f1\n")
+    answer = mem.trace("digest/chain/n0.md", "f1")
+    depth, step = 0, answer["chain"]
+    while step.get("sources"):
+        depth, step = depth + 1, step["sources"][0]
+    assert depth == trace.MAX_DEPTH and answer["truncated"] is True and answer["problems"] == []
