@@ -23,7 +23,7 @@ import duckdb
 
 from storage import search_cache, timeref, validity
 from storage.model import normalize_tag
-from storage.sql import CHUNK_WINDOW, FILE_FACTS, in_list, sql_literal
+from storage.sql import FILE_FACTS, in_list, sql_literal
 from storage.tokenize import terms
 
 K1 = 1.2
@@ -387,7 +387,8 @@ def _chunk_texts(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tu
     if (cache := search_cache.of(con)) is not None and (held := cache.chunk_texts(con, ids)) is not None:
         return held
     return {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, headings, text, {CHUNK_WINDOW} FROM chunks WHERE id IN ({in_list(ids)})").fetchall()}
+        "SELECT id, headings, text, strftime(valid_from, '%Y-%m-%d'), strftime(valid_to, '%Y-%m-%d') FROM chunks "
+        f"WHERE id IN ({in_list(ids)})").fetchall()}
 
 
 def _vector_candidates(

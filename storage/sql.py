@@ -1,5 +1,5 @@
 """SQL text that search (storage/search.py) and its in-memory cache (storage/search_arrays.py) both write:
-values as literals, and the select lists of a file's facts and of a chunk's fact window."""
+values as literals, and the select list of a file's facts."""
 
 from __future__ import annotations
 
@@ -35,6 +35,3 @@ def in_list(values: Iterable[Any]) -> str:
 # date, and the validity keys of its frontmatter as written
 FILE_FACTS = "name, description, strftime(date, '%Y-%m-%d'), " + ", ".join(
     f"json_extract_string(frontmatter, '$.{k}')" for k in validity.KEYS[:4])
-
-# A chunk's fact window (a digest node fact's `since`/`until`) as search and its cache read it
-CHUNK_WINDOW = "strftime(valid_from, '%Y-%m-%d'), strftime(valid_to, '%Y-%m-%d')"
