@@ -57,8 +57,7 @@ PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "nea
 NOTES = ("moved", "stale", "expired", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
-ARCHIVE = "digest/archive/"
-_DIGEST = f"starts_with(f.path, 'digest/') AND NOT starts_with(f.path, '{ARCHIVE}') AND f.kind = 'markdown'"
+_DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
 
 
 def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_threshold: float = DUP_THRESHOLD,
@@ -140,7 +139,8 @@ def _fact_problems(con: duckdb.DuckDBPyConnection, ws: Workspace, disk: dict, to
                 texts[path] = read_regular(os.path.join(str(ws.root), path)).decode("utf-8", errors="replace")
             except (OSError, DreamflowError):
                 continue
-    return [row for row in validity.fact_problems(texts, disk, today) if not row["path"].startswith(ARCHIVE)]
+    rows = validity.fact_problems(texts, disk, today)
+    return [row for row in rows if not row["path"].startswith("digest/archive/")]
 
 
 def describe(key: str, row: dict) -> str:
