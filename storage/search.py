@@ -242,8 +242,8 @@ def search(
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
     digest/archive/), `as_of` (only what was valid on that day: digest nodes by their validity window, their facts
     by their own `since`/`until`, dated files up to it), `history` (also superseded and expired digest nodes and
-    retired facts, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
-    vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
+    retired facts, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1
+    and the vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
     `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
     as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
     result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file

@@ -445,8 +445,8 @@ class SearchCache:
 
     def nbytes(self) -> int:
         """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
-        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.terms, self.offsets,
-                  self.post_idx, self.post_tf]
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.terms,
+                  self.offsets, self.post_idx, self.post_tf]
         if self.link_table is not None:
             t = self.link_table
             arrays += [t.source, t.target, t.anchor, t.predicate, t.line, t.alive, t.by_target, t.target_sorted]
