@@ -81,6 +81,8 @@ def trace(read: Read, path: str, anchor: str, today: dt.date) -> dict:
         number = int(anchor[1:])
         if not 1 <= number <= len(lines):
             raise NotFound(f"{path} has no line {number} (it has {len(lines)} lines)")
+        if not lines[number - 1].strip():
+            raise NotFound(f"line {number} of {path} is blank: nothing to trace")
     chain = tracer.follow(path, anchor, depth=0, above=())[0]
     return {"path": path, "anchor": anchor, "chain": chain, "steps": tracer.steps, "truncated": tracer.truncated,
             "problems": tracer.problems}

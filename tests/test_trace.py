@@ -110,6 +110,8 @@ def test_what_cannot_be_traced_is_a_clear_error(mem):
         mem.trace(NODE, "f7")
     with pytest.raises(NotFound, match="has no line 400"):
         mem.trace(NODE, "400")
+    with pytest.raises(NotFound, match="is blank"):
+        mem.trace(NODE, str(facts.by_id(mem.ws.read_text(NODE))["f2"].line - 1))
     with pytest.raises(PathError):
         mem.trace("metadata/index.duckdb", "f1")
     with pytest.raises(PathError):
