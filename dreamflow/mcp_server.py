@@ -49,7 +49,7 @@ from engine.grants import ADMIN, Grant
 from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
-    "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "frontmatter_get",
+    "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "trace", "frontmatter_get",
     "daily_list", "node_search", "turn", "dream", "job_status", "workspaces",
 )
 TOOL_SETS = ("default", "all")

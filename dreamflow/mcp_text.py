@@ -107,6 +107,48 @@ def _traverse(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _trace(r: dict) -> str:
+    return "\n".join(trace_lines(r))
+
+
+def trace_lines(r: dict) -> list[str]:
+    """A trace answer as an indented tree, one line per step (its text's further lines indented under it), then
+    what was cut or broken."""
+    lines: list[str] = []
+
+    def walk(step: dict, depth: int) -> None:
+        first, *rest = _step_text(step).split("\n")
+        pad = "  " * depth
+        lines.append(pad + ("└ " if depth else "") + first)
+        lines.extend(pad + ("  " if depth else "") + "  " + more for more in rest)
+        for child in step.get("sources") or []:
+            walk(child, depth + 1)
+
+    walk(r["chain"], 0)
+    if r.get("truncated"):
+        lines.append(f"[truncated after {r['steps']} steps: the chain goes on]")
+    if r.get("problems"):
+        lines.append(f"[{len(r['problems'])} link(s) lead nowhere: see the steps marked BROKEN]")
+    return lines
+
+
+def _step_text(step: dict) -> str:
+    """One trace step: where it is, when, and its text."""
+    where = step["path"] + (f"#{step['anchor']}" if step.get("anchor") else "")
+    kind = step["type"]
+    if kind == "fact":
+        when = (validity.label({"status": step.get("status"), "valid_from": step.get("since"),
+                                "valid_to": step.get("until")}) if step.get("status") else step.get("date"))
+        return f"{where} ({step['kind']}{', ' + when if when else ''}): {step['text']}"
+    if kind == "record":
+        return f"{where} {step.get('created_at') or '(no time)'} {step.get('role') or '?'}: {step.get('text')}"
+    if kind in ("line", "lines"):
+        return f"{where}: {step.get('text')}"
+    if kind == "broken":
+        return f"{where}: BROKEN: {step['problem']}"
+    return f"{where} (the whole file)"
+
+
 def _days(r: dict) -> str:
     if "days" not in r:  # one day: its cards
         head = f"{r['date']}: {len(r['cards'])} card(s)" + (", index page" if r.get("index_page") else "")
@@ -158,5 +200,5 @@ def structured(tool: str, result: Any) -> Any:
 
 RENDERERS = {
     "read": _read, "search": _search, "recall": _recall, "node_search": _nodes, "list": _list, "traverse": _traverse,
-    "daily_list": _days, "turn": _turn, "dream": _run, "auto_memory": _run, "job_status": _status,
+    "trace": _trace, "daily_list": _days, "turn": _turn, "dream": _run, "auto_memory": _run, "job_status": _status,
 }

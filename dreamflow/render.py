@@ -115,6 +115,14 @@ def show_recall(result: dict) -> None:
     err.print(Text(recall_note(result), style="dim"))
 
 
+def show_trace(result: dict) -> None:
+    from dreamflow.mcp_text import trace_lines
+
+    for line in trace_lines(result):
+        style = "yellow" if ": BROKEN: " in line or line.startswith("[") else None
+        out.print(Text(line, style=style) if style else Text(line))
+
+
 def show_list(result: dict) -> None:
     table = _table("path", "size", "modified")
     for entry in result["entries"]:
@@ -251,6 +259,7 @@ RENDERERS: dict[str, Callable[[Any], None]] = {
     "daily_list": show_daily_list,
     "daily_reindex": show_daily_reindex,
     "traverse": show_traverse,
+    "trace": show_trace,
     "delete": show_delete,
     "move": show_move,
     **{name: show_change for name in ("write", "create", "edit", "append", "prepend", "frontmatter_update",

@@ -100,6 +100,7 @@ OPS: tuple[Op, ...] = (
     # metadata/ (derived state, never memory files), so a repeat answers with what is new
     Op("node_search", writes=False, args=("query",), across=True),
     Op("traverse", writes=False, args=("paths",)),
+    Op("trace", writes=False, args=("path", "fact")),
     # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/governance_commands.py)
     Op("doctor", writes=False),
     Op("doctor_fix", writes=True, destructive=True, idempotent=True),  # retargets links in files, as relink does
@@ -158,6 +159,8 @@ PARAM_HELP: dict[str, str] = {
     "path_prefix": "Only files under this path prefix, e.g. digest/",
     "expand": "Linked neighbours to attach per hit (0 = none)",
     "per_file": "Hits per file at most (0 = no cap); a file's other matching line ranges are listed in `more`",
+    "fact": "The fact to trace: its block id (f2 or ^f2), its line number (12 or L12), or path#^f2; omit it when "
+            "the path carries it (digest/people/ana.md#^f2)",
     "paths": "Workspace-relative paths to start from",
     "depth": "How many link hops to follow",
     "direction": "Follow links forward (out), backward (in) or both",

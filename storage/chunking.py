@@ -15,6 +15,11 @@ Chunking a Markdown body (`chunk_markdown`):
 - chunk text is the source lines of its range, joined by "\\n" (a CR before it dropped), plus only those
   repeated headers, fences and `[Part i/N]` markers; ancestor headings are not copied into the text: they
   are in `Chunk.headings`. Blank-only pieces are never emitted.
+- a fact line (a one-line top-level list item storage/facts.py reads as a fact) is a chunk of its own, never
+  packed with its neighbours: its text is the line, its headings its section skeleton, its `search_text` the
+  fact's sentence and `about` (`fact_windows`: its `since`/`until` as `valid_from`/`valid_to`); a section
+  holding facts is never one chunk whole, and in a file with facts a chunk of headings alone is not emitted
+  (the fact chunks carry those headings). A body without facts is chunked exactly as without this rule.
 
 `.jsonl` files are chunked by records (`chunk_jsonl`); other text by size with a small line overlap
 (`chunk_text`).
@@ -27,6 +32,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from storage.facts import Fact, parse_line
 from storage.model import Chunk, split_lines
 from storage.outline import Block, Outline, parse_blocks, trim
 
@@ -44,7 +50,8 @@ _OPENING_FENCE = re.compile(r"(`{3,}|~{3,})")
 class _Piece:
     """Part of a chunk: lines start..end, or an explicit `body` (with a cut line), between synthetic text."""
 
-    __slots__ = ("start", "end", "prefix", "body", "suffix", "joins_prev", "group", "headings", "heading_only")
+    __slots__ = ("start", "end", "prefix", "body", "suffix", "joins_prev", "group", "headings", "heading_only",
+                 "fact")
 
     def __init__(self, start, end, prefix="", body=None, suffix="", joins_prev=True):
         self.start, self.end = start, end
@@ -52,18 +59,32 @@ class _Piece:
         self.joins_prev = joins_prev and not prefix  # may follow other lines in one chunk
         self.group = self.headings = None
         self.heading_only = False
+        self.fact: Fact | None = None  # a fact line: a chunk of its own
 
 
 class _Lines:
-    """Body lines with O(1) lengths of line ranges."""
+    """Body lines with O(1) lengths of line ranges, and the body's fact lines."""
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str], facts: dict[int, Fact] | None = None, headings: set[int] | None = None):
         self.lines = lines
         self.offsets = [0]
         total = 0
         for line in lines:
             total += len(line) + 1
             self.offsets.append(total)
+        self.facts = facts or {}  # 0-based line -> the fact it holds
+        self.fact_lines = sorted(self.facts)
+        self.heading_lines = headings or set()
+
+    def only_headings(self, p: _Piece) -> bool:
+        """Whether a piece holds nothing but headings and blank lines."""
+        return p.body is None and all(i in self.heading_lines or not self.lines[i].strip()
+                                      for i in range(p.start, p.end + 1))
+
+    def holds_fact(self, a: int, b: int) -> bool:
+        """Whether lines a..b hold a fact line."""
+        at = bisect_right(self.fact_lines, b) - 1
+        return at >= 0 and self.fact_lines[at] >= a
 
     def size(self, a: int, b: int) -> int:
         return self.offsets[b + 1] - self.offsets[a] - 1 if b >= a else 0
@@ -231,7 +252,11 @@ def _block_pieces(src: _Lines, block: Block, max_chars: int, lead: int = 0) -> l
 
     `lead`: characters of a heading waiting to join the first piece of a block that is cut anyway.
     """
-    if src.size(block.start, block.end) <= max_chars:
+    if block.start in src.facts and block.kind == "item":
+        piece = _Piece(block.start, block.end, joins_prev=False)
+        piece.fact = src.facts[block.start]
+        return [piece]
+    if src.size(block.start, block.end) <= max_chars and not src.holds_fact(block.start, block.end):
         return [_Piece(block.start, block.end)]
     if block.kind == "table":
         return _table_pieces(src, block, max_chars, lead)
@@ -291,7 +316,7 @@ def _section_pieces(
     a, b = trim(src.lines, s.start, s.end)
     if a > b:
         return []
-    if src.size(a, b) <= max_chars:
+    if src.size(a, b) <= max_chars and not src.holds_fact(a, b):
         piece = _Piece(a, b)
         piece.group, piece.headings = parent or s, s.headings
         return [piece]
@@ -317,12 +342,18 @@ def _section_pieces(
     return pieces
 
 
-def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) -> list[Chunk]:
+def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int, fact_windows: bool = False
+          ) -> list[Chunk]:
     """Join neighbouring pieces of the same section (or after a lone heading) while they fit; make chunks."""
     chunks: list[Chunk] = []
     cur: _Piece | None = None
 
     def flush(p: _Piece) -> None:
+        if p.fact is not None:
+            chunks.append(_fact_chunk(src, p, first_line, fact_windows))
+            return
+        if src.facts and src.only_headings(p):
+            return  # headings alone: the fact chunks under them carry them
         text = src.piece_text(p)
         if text.strip():
             chunks.append(Chunk(text, p.start + first_line, p.end + first_line, p.headings))
@@ -330,6 +361,7 @@ def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) ->
     for p in pieces:
         if (
             cur is not None
+            and cur.fact is None
             and (cur.group is p.group or cur.heading_only)
             and cur.body is None
             and not cur.suffix
@@ -353,21 +385,38 @@ def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int) ->
     return chunks
 
 
+def _fact_chunk(src: _Lines, p: _Piece, first_line: int, fact_windows: bool) -> Chunk:
+    """The chunk of one fact line (see the module docstring)."""
+    fact = p.fact
+    return Chunk(src.piece_text(p), p.start + first_line, p.end + first_line, p.headings,
+                 search_text="\n".join(filter(None, (fact.text, fact.about))),
+                 valid_from=fact.since if fact_windows else None, valid_to=fact.until if fact_windows else None)
+
+
+def _facts(outline: Outline) -> dict[int, Fact]:
+    """{0-based line: fact} of the one-line items of top-level lists that are fact lines."""
+    return {item.start: fact for block in outline.blocks if block.kind == "list" for item in block.children
+            if item.start == item.end and (fact := parse_line(outline.lines[item.start])) is not None}
+
+
 def chunk_markdown(
-    body: str, first_line: int = 1, max_chars: int = MAX_CHARS, outline: Outline | None = None
+    body: str, first_line: int = 1, max_chars: int = MAX_CHARS, outline: Outline | None = None,
+    fact_windows: bool = False,
 ) -> list[Chunk]:
     """Structure-aware chunks of a Markdown body whose first line is line `first_line` of its file.
 
-    Pass the `outline` from `parse_blocks(body)` when you already have one.
+    Pass the `outline` from `parse_blocks(body)` when you already have one. `fact_windows`: fact chunks take
+    their fact's `since`/`until` as their validity (a digest node's facts).
     """
     outline = outline or parse_blocks(body)
     if not outline.blocks:
         return []
-    src = _Lines(outline.lines)
+    facts = _facts(outline)
+    src = _Lines(outline.lines, facts, {b.start for b in outline.blocks if b.kind == "heading"} if facts else None)
     root = _sections(outline)
     while not root.blocks and len(root.children) == 1:  # a document under one title is that section
         root = root.children[0]
-    return _pack(src, _section_pieces(src, root, None, max_chars), first_line, max_chars)
+    return _pack(src, _section_pieces(src, root, None, max_chars), first_line, max_chars, fact_windows)
 
 
 # ---------------------------------------------------------------------------------------------- other files

@@ -50,7 +50,7 @@ if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 # The index layout; the DuckDB version is part of it because postings store DuckDB's hash() of each term.
-SCHEMA_VERSION = f"5 duckdb {duckdb.__version__}"  # 5: tags stored normalised (storage.markdown.normalize_tag)
+SCHEMA_VERSION = f"6 duckdb {duckdb.__version__}"  # 6: fact chunks (search_text, valid_from, valid_to)
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")
@@ -81,7 +81,10 @@ CREATE TABLE IF NOT EXISTS chunks (
     headings VARCHAR[],
     text VARCHAR,
     text_hash VARCHAR,
-    length INTEGER
+    length INTEGER,
+    search_text VARCHAR,  -- a fact chunk: what BM25 and the vectors read instead of `text` (storage/model.Chunk)
+    valid_from DATE,      -- a digest node's fact: its `since` ...
+    valid_to DATE         -- ... and `until` (exclusive)
 );
 -- BM25 postings: `term` is DuckDB's hash() of the term string (integers scan and sort several times faster
 -- than strings); `length` repeats the chunk's BM25 length so scoring needs no join. Kept sorted by term

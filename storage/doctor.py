@@ -3,7 +3,8 @@
 Problems (each a list of rows; any row makes the report not ok):
 - `broken_links`: wikilinks whose target file does not exist
 - `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`),
-  and heading anchors (`#Setup`, `#setup-steps`, `#Parent#Child`) naming no heading of their Markdown target
+  heading anchors (`#Setup`, `#setup-steps`, `#Parent#Child`) naming no heading of their Markdown target, and
+  block anchors (`#^f2`: a fact's `source` or `replaced_by`) naming no block id of it
 - `orphans`: digest nodes with no inbound and no outbound link
 - `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
   sources are all missing
@@ -12,6 +13,9 @@ Problems (each a list of rows; any row makes the report not ok):
 - `same_names`: one node file name in two or more buckets (`digest/personal/x.md` and `digest/wiki/x.md`)
 - `supersession`: broken validity (storage/validity.chain_problems): a successor missing, a chain that
   loops, `valid_to` before `valid_from`, a node still current after its expiry day
+- `facts`: broken validity of single facts (storage/validity.fact_problems): a `replaced_by` naming no fact,
+  a fact under `## History` without `until`, `until` before `since`, a fact outside History whose `until` has
+  come or that names a `replaced_by`, a block id twice in one file, replacements that loop
 - `bad_frontmatter`: files whose YAML frontmatter does not parse, or holds a bad value (e.g. `date: 2024-13-45`)
 - `drift`: files added, changed or deleted behind the index's back
 - `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
@@ -49,7 +53,7 @@ from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
-            "supersession", "bad_frontmatter", "drift", "special_files")
+            "supersession", "facts", "bad_frontmatter", "drift", "special_files")
 NOTES = ("moved", "stale", "expired", "overlong")
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
@@ -76,6 +80,7 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["near_duplicates"] = _near_duplicates(con, current, dup_threshold)  # a node and its successor are history
     report["same_names"] = same_names(nodes)
     report["supersession"] = validity.chain_problems(metas, today)
+    report["facts"] = _fact_problems(con, ws, scan.disk, today)
     report["bad_frontmatter"] = _bad_frontmatter(con, scan.disk)
     report["drift"] = scan.drift
     report["special_files"] = scan.special
@@ -122,6 +127,22 @@ def _validity(con: duckdb.DuckDBPyConnection, disk) -> dict[str, dict]:
     return {r[0]: dict(zip(validity.KEYS, r[1:])) for r in rows if r[0] in disk}
 
 
+def _fact_problems(con: duckdb.DuckDBPyConnection, ws: Workspace, disk: dict, today: dt.date) -> list[dict]:
+    """validity.fact_problems over the files the index holds facts of (archived nodes and raw material left out)."""
+    paths = [r[0] for r in con.execute(
+        "SELECT DISTINCT path FROM chunks WHERE search_text IS NOT NULL AND NOT starts_with(path, 'resource/') "
+        "AND NOT starts_with(path, 'session/') ORDER BY path").fetchall()]
+    texts = {}
+    for path in paths:
+        if path in disk:
+            try:
+                texts[path] = read_regular(os.path.join(str(ws.root), path)).decode("utf-8", errors="replace")
+            except (OSError, DreamflowError):
+                continue
+    rows = validity.fact_problems(texts, disk, today)
+    return [row for row in rows if not row["path"].startswith("digest/archive/")]
+
+
 def describe(key: str, row: dict) -> str:
     """One finding row as a line of text (artifact and CLI)."""
     if "source" in row:
@@ -136,6 +157,8 @@ def describe(key: str, row: dict) -> str:
         return f"`{row['from']}` → `{row['to']}`"
     if key == "supersession":
         return f"`{row['path']}`: {row['problem']}: {row['detail']}"
+    if key == "facts":
+        return f"`{row['path']}:{row['line']}` ^{row['id']}: {row['problem']}: {row['detail']}"
     detail = (row.get("reason") or row.get("error") or row.get("state") or row.get("kind") or row.get("updated")
               or row.get("lines") or "")
     return f"`{row['path']}`" + (f": {detail}" if detail != "" else "")
@@ -243,10 +266,17 @@ def _link_row(link: dict) -> dict:
 def _broken_anchors(con: duckdb.DuckDBPyConnection, ws: Workspace, links: list[dict], disk: dict) -> list[dict]:
     lengths = dict(con.execute("SELECT path, line_count FROM files").fetchall())
     titles: dict[str, set[str]] = {}  # target -> its headings, as written and as slugs (read once per target)
+    blocks: dict[str, set[str]] = {}  # target -> its block ids (read once per target)
     out = []
     for link in links:
         anchor, target = link["anchor"], link["target"]
-        if not anchor or target not in disk or anchor.startswith("^"):  # `^id`: a block reference, not checked
+        if not anchor or target not in disk:
+            continue
+        if anchor.startswith("^"):
+            if target not in blocks:
+                blocks[target] = _block_ids(ws, target)
+            if anchor[1:] not in blocks[target]:
+                out.append({**_link_row(link), "target_lines": lengths.get(target) or 0})
             continue
         ranges = graph_edit.line_ranges(anchor)
         if ranges is not None:
@@ -259,6 +289,16 @@ def _broken_anchors(con: duckdb.DuckDBPyConnection, ws: Workspace, links: list[d
             if any(_anchor_key(part) not in titles[target] for part in anchor.split("#") if part.strip()):
                 out.append({**_link_row(link), "target_lines": lengths.get(target) or 0})
     return out
+
+
+def _block_ids(ws: Workspace, path: str) -> set[str]:
+    """The block ids (`... ^f2` at a line's end) of a Markdown file; none for other files."""
+    if not path.endswith(".md"):
+        return set()
+    try:
+        return markdown.block_ids(ws.read_text(path))
+    except (OSError, DreamflowError):
+        return set()
 
 
 def _anchor_key(text: str) -> str:

@@ -215,7 +215,8 @@ def _parse(rel: str, data: bytes) -> ParsedFile:
 
 
 def chunk_terms(parsed: ParsedFile, text: str, headings: Iterable[str]) -> list[str]:
-    """BM25 terms of one chunk: its text plus the file's name, description and the heading skeleton."""
+    """BM25 terms of one chunk: its text (a fact's: its `search_text`) plus the file's name, description and the
+    heading skeleton."""
     return terms("\n".join(filter(None, (text, parsed.name, parsed.description, *headings))))
 
 
@@ -321,7 +322,8 @@ _LIST = "CASE WHEN {0} = '' THEN []::VARCHAR[] ELSE string_split({0}, chr(31)) E
 
 FILE_COLUMNS = ("path", "kind", "mtime", "size", "hash", "name", "description", "frontmatter", "tags", "date",
                 "line_count", "errors")
-CHUNK_COLUMNS = ("id", "path", "ord", "start_line", "end_line", "headings", "text", "text_hash", "length")
+CHUNK_COLUMNS = ("id", "path", "ord", "start_line", "end_line", "headings", "text", "text_hash", "length",
+                 "search_text", "valid_from", "valid_to")
 POSTING_COLUMNS = ("term", "chunk_id", "tf", "length")
 LINK_COLUMNS = ("source", "target", "anchor", "alias", "predicate", "line")
 
@@ -343,10 +345,11 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
             parsed.date or "", parsed.line_count, _joined(parsed.errors),
         ))
         for ord_, chunk in enumerate(parsed.chunks):
-            toks = chunk_terms(parsed, chunk.text, chunk.headings)
+            toks = chunk_terms(parsed, chunk.search_text or chunk.text, chunk.headings)
             chunks.append((
                 chunk_id, parsed.path, ord_, chunk.start_line, chunk.end_line, _joined(chunk.headings), chunk.text,
-                content_hash(chunk.text.encode("utf-8")), len(toks),
+                content_hash(chunk.text.encode("utf-8")), len(toks), chunk.search_text, chunk.valid_from or "",
+                chunk.valid_to or "",
             ))
             counts = Counter(toks)
             post_term += counts.keys()
@@ -362,7 +365,8 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
         {time.time()}""")
     if chunks:
         _insert(con, "chunks", _columns(CHUNK_COLUMNS, chunks), f"""
-            id, path, ord, start_line, end_line, {_LIST.format('headings')}, text, text_hash, length""")
+            id, path, ord, start_line, end_line, {_LIST.format('headings')}, text, text_hash, length, search_text,
+            try_cast(nullif(valid_from, '') AS DATE), try_cast(nullif(valid_to, '') AS DATE)""")
     if post_term:
         _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
                 "hash(term), chunk_id, tf, length")

@@ -472,6 +472,14 @@ def headings(text: str) -> list[str]:
     return out
 
 
+_BLOCK_ID = re.compile(r"\s\^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*\r?$", re.MULTILINE)
+
+
+def block_ids(text: str) -> set[str]:
+    """The block ids of a Markdown text: `^id` ending a line (a fact's `^f2`, Obsidian's block references)."""
+    return set(_BLOCK_ID.findall(text))
+
+
 def heading_slug(text: str) -> str:
     """GitHub-style anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text.strip().lower()))
@@ -541,7 +549,8 @@ def parse_file(path: str, data: bytes) -> ParsedFile:
     """Everything the index needs from one file; bad input never raises, it lands in `errors`.
 
     Markdown: frontmatter (JSON-ready copy in `frontmatter`), name, description, tags, date (a valid
-    `date` key wins over the date in the path), structure-aware chunks of the body and links. A file whose
+    `date` key wins over the date in the path), structure-aware chunks of the body (each fact line its own,
+    with its `since`/`until` as validity in digest nodes) and links. A file whose
     body is empty gets one chunk of its frontmatter text; malformed frontmatter is chunked as plain text.
     JSON Lines: chunks by records (lines with NUL bytes skipped). Other text: chunks by size (CSV repeats its
     header row). Bytes that are not UTF-8 are read as U+FFFD and reported. Binary: no chunks.
@@ -589,7 +598,7 @@ def _parse_markdown(parsed: ParsedFile, text: str) -> None:
     outline = parse_blocks(body)
     if outline.problem:
         parsed.errors.append(f"Markdown structure not read ({outline.problem}); indexed as plain text")
-    chunks += chunk_markdown(body, body_line, outline=outline)
+    chunks += chunk_markdown(body, body_line, outline=outline, fact_windows=parsed.path.startswith("digest/"))
     if not chunks and found is not None:
         chunks = chunk_text(found[0], first_line=2)  # frontmatter only: name/description stay searchable
     parsed.chunks = chunks

@@ -589,6 +589,26 @@ class Memory:
             return _search.traverse(con, rels, depth=depth, direction={"out": "forward", "in": "backward"}.get(
                 direction, direction), predicate=predicate, limit=limit)
 
+    def trace(self, path: str, fact: str | None = None) -> dict:
+        """Trace a fact to where it comes from: from a fact of a digest node or card (its block id `f2`,
+        `path#^f2`, or a line number) down through the facts it was consolidated from to the original dialog
+        records (role, created_at, text, jsonl line) or resource lines, as a tree of steps in `chain`. A line of
+        an older prose card or node is traced through the links on it; links that lead nowhere (a missing file
+        or anchor, a cycle) are steps of type `broken`, also listed in `problems`."""
+        import datetime as dt
+
+        from storage import trace as _trace
+
+        check_text(path=path, fact=fact)
+        target, anchor = _trace.start(path, fact)
+        rel = self._file(target)
+
+        def read(link: str) -> list[str]:
+            checked = self._rel(link)
+            return text_lines(checked, self.ws.read_bytes(checked))
+
+        return _trace.trace(read, rel, anchor, dt.date.today())
+
     # ---- graph governance ----------------------------------------------------------------------------
 
     def doctor(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:

@@ -24,12 +24,19 @@ class Link:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A searchable piece of a file: lines `start_line`..`end_line` (1-based, inclusive) of the original."""
+    """A searchable piece of a file: lines `start_line`..`end_line` (1-based, inclusive) of the original.
+
+    A fact line (storage/facts.py) is a chunk of its own: `search_text` is then what BM25 and the vectors read
+    instead of `text` (its sentence and what it is about, without the inline fields), and in a digest node
+    `valid_from`/`valid_to` are its `since`/`until` (YYYY-MM-DD)."""
 
     text: str
     start_line: int
     end_line: int
     headings: tuple[str, ...] = ()  # heading skeleton, outermost first, e.g. ("Title", "Setup")
+    search_text: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
 
 
 @dataclass

@@ -37,6 +37,8 @@ DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the q
 DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
 DATE_SPANS = 8  # at most this many of the periods a query names are looked up
 
+Window = tuple[dt.date | None, dt.date]  # fact chunks kept: `valid_from <= first` (None: any) and `day < valid_to`
+
 
 class Vectors(Protocol):
     """What search needs from a vector index (storage/vectors.py)."""
@@ -45,8 +47,9 @@ class Vectors(Protocol):
         self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None,
         filters: str = "TRUE", params: dict[str, Any] | None = None,
     ) -> list[tuple[int, float]]: ...
-    # [(chunk id, score)] best first, only live chunks under `path_prefix` whose file passes `filters` (an SQL
-    # condition over `files f`, with `params`, as for BM25): search takes them as they are
+    # [(chunk id, score)] best first, only live chunks under `path_prefix` that pass `filters` (an SQL condition
+    # over the chunk `c` and its file `f`, with `params`: the file filters and the fact window, as for BM25):
+    # search takes them as they are
 
 
 # BM25 of the chunks that contain any query term, best first. Postings carry the chunk length and a hash of
@@ -80,14 +83,17 @@ def bm25(
     limit: int,
     filters: str = "TRUE",
     params: dict[str, Any] | None = None,
+    window: Window | None = None,
 ) -> list[tuple[int, float]]:
-    """Top `limit` (chunk_id, BM25 score) for `query`, restricted by a SQL condition over `c` and `f`."""
+    """Top `limit` (chunk_id, BM25 score) for `query`, restricted by a SQL condition over `c` and `f` and to the
+    fact chunks that hold in `window` (see `_fact_window`)."""
     qterms = list(dict.fromkeys(terms(query)))
     if not qterms:
         return []
     cache = search_cache.of(con)  # the service's in-memory postings: same ranking, no SQL
-    if cache is not None and (found := cache.bm25(con, qterms, limit, filters, params, K1, B)) is not None:
+    if cache is not None and (found := cache.bm25(con, qterms, limit, filters, params, K1, B, window)) is not None:
         return found
+    filters = _within(filters, window)
     sql = _BM25_SQL.format(
         terms=", ".join(f"hash({sql_literal(t)})" for t in qterms),
         k1=f"{K1!r}::DOUBLE", b=f"{B!r}::DOUBLE", limit=int(limit),  # DOUBLE: decimal arithmetic is slower
@@ -144,6 +150,28 @@ def _file_filters(
         prefix = path_prefix.strip("/") + ("/" if path_prefix.endswith("/") else "")
         conds.append(f"starts_with(f.path, {sql_literal(prefix)})")
     return (" AND ".join(conds) or "TRUE"), {}
+
+
+def _fact_window(as_of: Any = None, history: bool = False) -> Window | None:
+    """Which fact chunks (their `valid_from`/`valid_to`, a digest node fact's `since`/`until`) search keeps on
+    top of the file filters: `as_of` a day, those that held on it (`since <= day < until`); by default those
+    whose `until` has not come (retired facts are history); with `history` all (None). Open ends hold, and
+    chunks without a window (not facts, or facts of cards) always pass."""
+    if as_of:
+        day = _as_date(as_of)
+        return day, day
+    return None if history else (None, dt.date.today())
+
+
+def _within(filters: str, window: Window | None) -> str:
+    """`filters` and the fact window as one SQL condition over the chunk `c` and its file `f`."""
+    if window is None:
+        return filters
+    first, day = window
+    cond = f"coalesce(c.valid_to > {sql_literal(day)}, TRUE)"
+    if first is not None:
+        cond = f"coalesce(c.valid_from <= {sql_literal(first)}, TRUE) AND {cond}"
+    return cond if filters == "TRUE" else f"{filters} AND {cond}"
 
 
 def _fm_date(key: str) -> str:
@@ -212,9 +240,10 @@ def search(
     Filters: `start_date`/`end_date` (inclusive, on the file's daily/frontmatter date; undated files pass
     unless `strict_dates`), `tags` (any of, normalised),
     `path_prefix`, `min_score` (minimum BM25 score for a keyword candidate), `include_archived` (also
-    digest/archive/), `as_of` (only what was valid on that day: digest nodes by their validity window, dated
-    files up to it), `history` (also superseded and expired digest nodes, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1 and the
-    vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
+    digest/archive/), `as_of` (only what was valid on that day: digest nodes by their validity window, their facts
+    by their own `since`/`until`, dated files up to it), `history` (also superseded and expired digest nodes and
+    retired facts, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1
+    and the vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
     `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
     as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
     result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
@@ -223,7 +252,8 @@ def search(
     the keyword list (`date_boost`); relative times count from `as_of` when given.
     Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, signals
     (which lists found it, see `signals`, and "date" when its file is dated in a period the query names),
-    headings, text, name, description, date, status, valid_from, valid_to, chunk_id, more, neighbors (up to
+    headings, text, name, description, date, status, valid_from, valid_to (a node fact's: its own window, and
+    `superseded` once its `until` has come), chunk_id, more, neighbors (up to
     `expand` outgoing and `expand` incoming links of the hit's file, each with the neighbour's name and
     description).
     """
@@ -231,18 +261,19 @@ def search(
         return []
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates,
                                     as_of, history)
+    window = _fact_window(as_of, history)
     pool = max(CANDIDATES, 3 * limit)
     spans = timeref.periods(query, _as_date(as_of) if as_of else None)[:DATE_SPANS]
     _prepare(vectors, con, query)
     weights = weights or (1.0, _vector_weight(vectors))
     rrf_k = rrf_k or _vector_rrf_k(vectors)
     while True:  # a file with many matching chunks can fill the pool: widen it until `limit` files are found
-        keyword = bm25(con, query, pool, filters, params)
+        keyword = bm25(con, query, pool, filters, params, window)
         full = len(keyword) >= pool
         if min_score is not None:
             keyword = [(cid, s) for cid, s in keyword if s >= min_score]
         keyword, dated = date_boost(con, keyword, spans)
-        semantic = _vector_candidates(con, vectors, query, pool, path_prefix, filters, params)
+        semantic = _vector_candidates(con, vectors, query, pool, path_prefix, _within(filters, window), params)
         full = full or len(semantic) >= pool
         fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
         kept, more = _top_hits(con, fused, limit, per_file)
@@ -265,8 +296,13 @@ def search(
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
     # one files lookup for the hits and all their neighbours
     info = _file_info(con, {h["path"] for h in results} | {n["path"] for ns in neighbours.values() for n in ns})
+    today = dt.date.today()
     for hit in results:
+        fact_window = hit.pop("valid_from"), hit.pop("valid_to")
         hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None,) * len(_FILE_COLUMNS))))
+        if any(fact_window):  # a node fact: its own validity
+            hit["valid_from"], hit["valid_to"] = fact_window
+            hit["status"] = validity.fact_status(hit["status"], fact_window[1], today)
         hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
         for n in hit["neighbors"]:
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
@@ -333,7 +369,7 @@ def _top_hits(
                 more.setdefault(last[path], []).append([start, end])
     texts = _chunk_texts(con, [h["chunk_id"] for h, _ in kept]) if kept else {}
     for hit, _ in kept:
-        hit["headings"], hit["text"] = texts[hit["chunk_id"]]
+        hit["headings"], hit["text"], hit["valid_from"], hit["valid_to"] = texts[hit["chunk_id"]]
     return kept, more
 
 
@@ -347,11 +383,12 @@ def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tup
 
 
 def _chunk_texts(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple]:
-    """{chunk id: (headings, text)} of the chunks among `ids`."""
+    """{chunk id: (headings, text, valid_from, valid_to)} of the chunks among `ids` (the window as YYYY-MM-DD)."""
     if (cache := search_cache.of(con)) is not None and (held := cache.chunk_texts(con, ids)) is not None:
         return held
     return {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, headings, text FROM chunks WHERE id IN ({in_list(ids)})").fetchall()}
+        "SELECT id, headings, text, strftime(valid_from, '%Y-%m-%d'), strftime(valid_to, '%Y-%m-%d') FROM chunks "
+        f"WHERE id IN ({in_list(ids)})").fetchall()}
 
 
 def _vector_candidates(
@@ -455,11 +492,12 @@ def node_search(
     if limit <= 0:
         return []
     filters, params = _file_filters(path_prefix="digest/", as_of=as_of, history=history)
+    window = _fact_window(as_of, history)
     pool = max(CANDIDATES, 5 * limit)
     _prepare(vectors, con, query)
     while True:  # a node with many matching chunks can fill the pool: widen it until `limit` nodes are found
-        keyword = bm25(con, query, pool, filters, params)
-        semantic = _vector_candidates(con, vectors, query, pool, "digest/", filters, params)
+        keyword = bm25(con, query, pool, filters, params, window)
+        semantic = _vector_candidates(con, vectors, query, pool, "digest/", _within(filters, window), params)
         ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
         if not ids:
             return []

@@ -1,11 +1,12 @@
 """What search reads, held in memory for the service (storage/search_cache.py says when): BM25 postings,
-chunk line ranges, file facts (name, description, date) and links.
+chunk line ranges and fact windows, file facts (name, description, date) and links.
 
 The SQL BM25 query (storage/search.py) costs a few ms at a thousand chunks and tens of ms at a million, and
 each point lookup of a search (chunk rows, links, file facts) costs 0.3-10 ms of DuckDB planning; the same
 answers from numpy arrays and dicts held in memory cost a fraction of that.
 
-Layout: chunk ids sorted (ids only grow) with their BM25 length, file and line range, and a liveness mask;
+Layout: chunk ids sorted (ids only grow) with their BM25 length, file, line range, fact window (`valid_from`,
+`valid_to` as days since 1970, open ends as the int32 extremes) and a liveness mask;
 postings by term (DuckDB's `hash()` of the term, as in the `postings` table) in one CSR array of dense chunk
 positions and term frequencies, plus the postings of chunks added since the load, by term in small pieces;
 {path: (name, description, date)} of every file; the links as arrays over a table of path names (`_Links`);
@@ -26,11 +27,13 @@ Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over l
 in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
 conditions over the file `f`: each is evaluated once per file with one query, cached per condition, and
 re-evaluated for files whose chunks changed. A condition naming the chunk `c`, or one whose answer moves
-with the clock (`current_date`, `now()`: the mask would go stale), falls back to SQL.
+with the clock (`current_date`, `now()`: the mask would go stale), falls back to SQL. The fact window
+(storage/search.py `_fact_window`) comes apart from the filters and is compared on the held window arrays.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import threading
@@ -53,6 +56,10 @@ _VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re
 _HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
 _M64 = (1 << 64) - 1
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
+_OPEN_FROM, _OPEN_TO = -(2**31), 2**31 - 1  # a fact window's open ends (NULL) in the int32 day arrays
+_EPOCH = dt.date(1970, 1, 1)
+_WINDOW_DAYS = (f"coalesce(valid_from - DATE '1970-01-01', {_OPEN_FROM})::INTEGER AS valid_from, "
+                f"coalesce(valid_to - DATE '1970-01-01', {_OPEN_TO})::INTEGER AS valid_to")
 
 
 class SearchCache:
@@ -71,6 +78,7 @@ class SearchCache:
         self.lengths = np.zeros(0, dtype=np.float64)
         self.file_of = np.zeros(0, dtype=np.int32)
         self.lines = np.zeros((0, 2), dtype=np.int64)
+        self.windows = np.zeros((0, 2), dtype=np.int32)  # per chunk: valid_from, valid_to (days since 1970)
         self.paths: list[str] = []
         self.file_index: dict[str, int] = {}
         self.terms = np.zeros(0, dtype=np.uint64)
@@ -105,8 +113,8 @@ class SearchCache:
         self._reset()
         self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
         self.file_index = {p: i for i, p in enumerate(self.paths)}
-        rows = con.execute("""
-            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length FROM chunks c
+        rows = con.execute(f"""
+            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length, {_WINDOW_DAYS} FROM chunks c
             JOIN (SELECT path, (row_number() OVER (ORDER BY path) - 1) AS i FROM (SELECT DISTINCT path FROM chunks)) p
             USING (path) ORDER BY c.id
         """).fetchnumpy()
@@ -114,6 +122,7 @@ class SearchCache:
         self.file_of = rows["i"].astype(np.int32)
         self.lines = np.stack([rows["start_line"].astype(np.int64), rows["end_line"].astype(np.int64)], axis=1)
         self.lengths = rows["length"].astype(np.float64)
+        self.windows = np.stack([rows["valid_from"].astype(np.int32), rows["valid_to"].astype(np.int32)], axis=1)
         self.live = np.ones(len(self.ids), dtype=bool)
         self.n_live, self.total_length = len(self.ids), int(rows["length"].astype(np.int64).sum())
         total, top_tf = con.execute("SELECT count(*), coalesce(max(tf), 0) FROM postings").fetchone()
@@ -221,10 +230,11 @@ class SearchCache:
         self._catch_up_files(con, changed, files)
 
     def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
-        rows = con.execute(f"SELECT id, path, start_line, end_line, length{', headings, text' * (self.texts is not None)} "
-                           f"FROM chunks WHERE id > {held} ORDER BY id").fetchall()
+        rows = con.execute(f"SELECT id, path, start_line, end_line, length, {_WINDOW_DAYS}"
+                           f"{', headings, text' * (self.texts is not None)} FROM chunks WHERE id > {held} ORDER BY id"
+                           ).fetchall()
         if self.texts is not None:
-            self.texts.update((r[0], r[5:]) for r in rows)
+            self.texts.update((r[0], r[7:]) for r in rows)
         files = []
         for _, path, *_rest in rows:
             if path not in self.file_index:
@@ -238,6 +248,7 @@ class SearchCache:
         self.file_of = np.concatenate([self.file_of, np.array(files, dtype=np.int32)])
         self.lines = np.concatenate([self.lines, np.array([r[2:4] for r in rows], dtype=np.int64).reshape(-1, 2)])
         self.lengths = np.concatenate([self.lengths, np.array([r[4] for r in rows], dtype=np.float64)])
+        self.windows = np.concatenate([self.windows, np.array([r[5:7] for r in rows], dtype=np.int32).reshape(-1, 2)])
         self.live = np.concatenate([self.live, np.ones(len(rows), dtype=bool)])
         self.n_live += len(rows)
         self.total_length += sum(int(r[4]) for r in rows)
@@ -273,9 +284,11 @@ class SearchCache:
     # ---- querying --------------------------------------------------------------------------------------
 
     def bm25(self, con: duckdb.DuckDBPyConnection, qterms: list[str], limit: int, filters: str,
-             params: dict[str, Any] | None, k1: float, b: float) -> list[tuple[int, float]] | None:
-        """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them; None when the SQL path must
-        answer (a filter over the chunk `c`, or one that moves with the clock)."""
+             params: dict[str, Any] | None, k1: float, b: float,
+             window: tuple[dt.date | None, dt.date] | None = None) -> list[tuple[int, float]] | None:
+        """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them, fact chunks only within
+        `window`; None when the SQL path must answer (a filter over the chunk `c`, or one that moves with the
+        clock)."""
         if _CHUNK_REF.search(filters) or _VOLATILE.search(filters):
             return None
         with self._lock:
@@ -285,6 +298,11 @@ class SearchCache:
             cand, scores = self._score(hashes, k1, b)
             if len(cand) and filters.strip() != "TRUE":
                 keep = self._mask(con, filters, params)[self.file_of[cand]]
+                cand, scores = cand[keep], scores[keep]
+            if len(cand) and window is not None:
+                keep = self.windows[cand, 1] > (window[1] - _EPOCH).days
+                if window[0] is not None:
+                    keep &= self.windows[cand, 0] <= (window[0] - _EPOCH).days
                 cand, scores = cand[keep], scores[keep]
             if len(cand) > limit:
                 cut = np.partition(scores, len(scores) - limit)[len(scores) - limit]
@@ -324,11 +342,15 @@ class SearchCache:
             return {p: self.info[p] for p in paths if p in self.info}
 
     def chunk_texts(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple] | None:
-        """{chunk id: (headings, text)} of the live chunks among `ids`; None when texts are not held."""
+        """{chunk id: (headings, text, valid_from, valid_to)} of the live chunks among `ids` (as storage.search
+        reads them: the window as YYYY-MM-DD or None); None when texts are not held."""
         with self._lock:
             if not self.sync(con) or self.texts is None:
                 return None
-            return {cid: (list(self.texts[cid][0]), self.texts[cid][1]) for cid in ids if cid in self.texts}
+            held = [cid for cid in ids if cid in self.texts]
+            windows = self.windows[np.searchsorted(self.ids, np.asarray(held, dtype=np.int64))].tolist()
+            return {cid: (list(self.texts[cid][0]), self.texts[cid][1], _day(start, _OPEN_FROM), _day(end, _OPEN_TO))
+                    for cid, (start, end) in zip(held, windows)}
 
     def _hash(self, con: duckdb.DuckDBPyConnection, qterms: list[str]) -> list[int]:
         """DuckDB's hash() of each term (asked once per new term), deduplicated."""
@@ -423,8 +445,8 @@ class SearchCache:
 
     def nbytes(self) -> int:
         """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
-        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.terms, self.offsets,
-                  self.post_idx, self.post_tf]
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.terms,
+                  self.offsets, self.post_idx, self.post_tf]
         if self.link_table is not None:
             t = self.link_table
             arrays += [t.source, t.target, t.anchor, t.predicate, t.line, t.alive, t.by_target, t.target_sorted]
@@ -523,6 +545,11 @@ def duckdb_hash(text: str) -> int:
     h ^= h >> 32
     h = (h * 0xD6E8FEB86659FD93) & _M64
     return h ^ (h >> 32)
+
+
+def _day(days: int, open_end: int) -> str | None:
+    """A fact window's end as YYYY-MM-DD (None when open)."""
+    return None if days == open_end else (_EPOCH + dt.timedelta(days=days)).isoformat()
 
 
 def _tf_dtype(top: int) -> type:

@@ -8,12 +8,20 @@ A digest node may carry (README "Layout"):
 - `superseded_by` / `supersedes`: wikilinks between a node and the node that replaced it.
 
 Daily cards are history: they have no status, and their day is when their facts were said.
+
+Facts (storage/facts.py) carry a validity of their own: a node fact holds `since` .. `until` (exclusive), a fact
+under `## History` has ended and names what replaced it (`replaced_by`); `fact_status` and `fact_problems` read
+it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import re
+from collections import Counter
+from typing import Any, Container
+
+from storage import facts as facts_
 
 CURRENT, SUPERSEDED, EXPIRED = "current", "superseded", "expired"
 STATUSES = (CURRENT, SUPERSEDED, EXPIRED)
@@ -42,6 +50,15 @@ def status(meta: dict, today: dt.date) -> str:
     if said == EXPIRED or any(d <= today for d in ended):
         return EXPIRED
     return CURRENT
+
+
+def fact_status(node_status: str | None, until: Any, today: dt.date) -> str:
+    """A node fact's status on `today`: superseded once its `until` has come, else its node's (current when the
+    node has none)."""
+    end = as_date(until)
+    if end and end <= today:
+        return SUPERSEDED
+    return node_status or CURRENT
 
 
 def window(meta: dict) -> dict:
@@ -88,6 +105,96 @@ def chain_problems(metas: dict[str, dict], today: dt.date) -> list[dict]:
         if step == path:
             add(path, "cycle", " -> ".join(seen + [path]))
     return rows
+
+
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$")
+
+
+def fact_problems(texts: dict[str, str], exists: Container[str], today: dt.date) -> list[dict]:
+    """Broken validity among the facts of `texts` ({path: Markdown text} of the files holding facts; `exists`:
+    the workspace's files): `{path, line, id, problem, detail}` rows for a `replaced_by` naming no fact
+    (`successor_missing`), a fact under `## History` without `until` (`no_until`), `until` before `since`
+    (`window`), a `since`/`until` that is not a YYYY-MM-DD day (`bad_date`), a fact outside History whose `until`
+    has come (`ended`) or that names a `replaced_by` (`replaced_current`), a block id twice in one file
+    (`duplicate_id`), and replacements that loop (`cycle`)."""
+    parsed = {path: facts_.parse(text) for path, text in texts.items()}
+    ids = {path: {f.id: f for f in found if f.id} for path, found in parsed.items()}
+    rows = []
+
+    def add(path: str, fact: facts_.Fact, problem: str, detail: str) -> None:
+        rows.append({"path": path, "line": fact.line, "id": fact.id, "problem": problem, "detail": detail})
+
+    for path, found in sorted(parsed.items()):
+        retired = _history_lines(texts[path])
+        counts = Counter(f.id for f in found if f.id)
+        for fact in found:
+            if counts[fact.id] > 1:
+                add(path, fact, "duplicate_id", f"^{fact.id} is the block id of {counts[fact.id]} facts")
+            bad = [k for k in ("since", "until") if getattr(fact, k) and not _iso_day(getattr(fact, k))]
+            for key in bad:
+                add(path, fact, "bad_date", f"{key} {getattr(fact, key)!r} is not a YYYY-MM-DD day")
+            start, end = as_date(fact.since), as_date(fact.until)
+            if start and end and end < start:
+                add(path, fact, "window", f"until {end} is before since {start}")
+            if fact.line in retired:
+                if not fact.until:
+                    add(path, fact, "no_until", "under History, but no until says when it stopped holding")
+            else:
+                if end and end <= today:
+                    add(path, fact, "ended", f"its until {end} has come, but it is not under History")
+                if fact.replaced_by:
+                    add(path, fact, "replaced_current", f"replaced_by {fact.replaced_by}, but not under History")
+            if fact.replaced_by:
+                target, _, anchor = fact.replaced_by.partition("#")
+                target = target or path
+                if target not in exists:
+                    add(path, fact, "successor_missing", f"replaced_by {fact.replaced_by}: {target} does not exist")
+                elif not anchor.startswith("^") or anchor[1:] not in ids.get(target, {}):
+                    add(path, fact, "successor_missing", f"replaced_by {fact.replaced_by} names no fact of {target}")
+                else:
+                    seen, step = [f"{path}#^{fact.id}"], f"{target}#{anchor}"
+                    while step not in seen and (nxt := _fact_at(ids, step)) is not None:
+                        seen.append(step)
+                        step = _ref(step.partition("#")[0], nxt.replaced_by)
+                    if step == seen[0]:
+                        add(path, fact, "cycle", " -> ".join(seen + [step]))
+    return rows
+
+
+def _ref(path: str, link: str | None) -> str:
+    """A `replaced_by` link written in `path` as `path#^id` (a link into the same file names no path)."""
+    target, _, anchor = (link or "").partition("#")
+    return f"{target or path}#{anchor}" if link else ""
+
+
+def _fact_at(ids: dict[str, dict[str, facts_.Fact]], ref: str) -> facts_.Fact | None:
+    """The fact `path#^id` names, if any."""
+    target, _, anchor = ref.partition("#")
+    return ids.get(target, {}).get(anchor[1:]) if anchor.startswith("^") else None
+
+
+def _history_lines(text: str) -> set[int]:
+    """1-based numbers of the lines under a `History` heading, up to the next heading (as storage.facts.parse
+    reads sections: fenced code skipped)."""
+    lines, under, fence = set(), False, None
+    for number, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if fence or stripped.startswith(("```", "~~~")):
+            fence = None if fence and stripped.startswith(fence) else (fence or stripped[:3])
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            under = heading.group(1).strip().lower() == facts_.HISTORY.lower()
+        elif under:
+            lines.add(number)
+    return lines
+
+
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _iso_day(value: str) -> bool:
+    return bool(_DAY.match(value)) and as_date(value) is not None
 
 
 def label(hit: dict) -> str | None:

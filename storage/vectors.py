@@ -131,10 +131,11 @@ def use_model(con: duckdb.DuckDBPyConnection, model_id: str, dim: int) -> bool:
 
 
 def pending(con: duckdb.DuckDBPyConnection, limit: int = BATCH) -> list[tuple[str, str]]:
-    """Up to `limit` (text_hash, text) pairs of chunk texts that have no vectors yet."""
+    """Up to `limit` (text_hash, text) pairs of chunk texts that have no vectors yet (a fact chunk's text: its
+    `search_text`)."""
     return con.execute(
         """
-        SELECT c.text_hash, any_value(c.text) FROM chunks c
+        SELECT c.text_hash, any_value(coalesce(c.search_text, c.text)) FROM chunks c
         WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.text_hash = c.text_hash)
         GROUP BY c.text_hash ORDER BY min(c.id) LIMIT ?
         """,
@@ -145,7 +146,8 @@ def pending(con: duckdb.DuckDBPyConnection, limit: int = BATCH) -> list[tuple[st
 def _some_texts(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[str, str]]:
     """Up to `limit` (text_hash, text) pairs of any chunk texts (to start a new model with)."""
     return con.execute(
-        "SELECT text_hash, any_value(text) FROM chunks GROUP BY text_hash ORDER BY min(id) LIMIT ?", [limit]
+        "SELECT text_hash, any_value(coalesce(search_text, text)) FROM chunks GROUP BY text_hash ORDER BY min(id) "
+        "LIMIT ?", [limit]
     ).fetchall()
 
 
@@ -481,7 +483,8 @@ class VectorIndex:
     def candidates(self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None,
                    filters: str = "TRUE", params: dict | None = None) -> list[tuple[int, float]]:
         """The `k` chunks closest to the query: [(chunk_id, cosine)], best first, only chunks under
-        `path_prefix` whose file `f` passes the SQL condition `filters` (named `params`), as search builds it.
+        `path_prefix` that pass the SQL condition `filters` over the chunk `c` and its file `f` (named `params`),
+        as search builds it.
 
         Exact: texts are taken best-first in growing slices until k such chunks are found or none remain.
         """
@@ -519,7 +522,8 @@ class VectorIndex:
 
 def _passing(con: duckdb.DuckDBPyConnection, ranked: list[tuple[int, float]], path_prefix: str | None,
              filters: str = "TRUE", params: dict | None = None) -> list[tuple[int, float]]:
-    """The (chunk id, score) pairs, in order, whose chunk still exists and passes the filters."""
+    """The (chunk id, score) pairs, in order, whose chunk `c` still exists and passes the filters (over `c` and
+    its file `f`)."""
     if not ranked:
         return []
     # Literal ids: chunk ids are sequential, so zone maps find them (a bound list becomes a slower join).

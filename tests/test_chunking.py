@@ -302,3 +302,53 @@ def test_a_heading_longer_than_two_chunks_is_cut_like_any_long_line():
     for text in ("# " + "long" * 800, "# T\n\n## " + "long" * 800 + "\ntext\n"):
         chunks = parse_file("digest/wiki/a.md", text.encode()).chunks
         assert chunks and all(len(c.text) <= MAX_CHARS for c in chunks), [len(c.text) for c in chunks]
+
+
+NODE = """---
+name: Ana
+---
+# Ana
+
+Ana is my sister.
+
+## Facts
+
+- Ana lives in Lisbon. (about:: Ana) (since:: 2026-11-04) (source:: [[daily/2026-11-04/move.md#^f1]]) ^f2
+- Ana works at a bakery in Alfama. (about:: Ana) (since:: 2026-01-10) ^f3
+- a note a person added
+- and one more
+
+## Open questions
+
+## History
+
+- Ana lives in Porto. (about:: Ana) (since:: 2026-11-02) (until:: 2026-11-04) (replaced_by:: [[digest/people/ana.md#^f2]]) ^f1
+
+## Sources
+
+- [[daily/2026-11-04/move.md]]
+"""
+
+
+def test_each_fact_line_is_a_chunk_of_its_own_the_rest_as_before():
+    chunks = parse_file("digest/people/ana.md", NODE.encode()).chunks
+    lines = split_lines(NODE)
+    facts = [c for c in chunks if c.search_text]
+    assert [(c.start_line, c.end_line) for c in facts] == [(10, 10), (11, 11), (19, 19)]
+    assert all(c.text == lines[c.start_line - 1] for c in facts)  # the exact line: what search shows
+    assert [c.headings for c in facts] == [("Ana", "Facts"), ("Ana", "Facts"), ("Ana", "History")]
+    assert facts[0].search_text == "Ana lives in Lisbon.\nAna"  # the sentence and `about`, no inline fields
+    assert [(c.valid_from, c.valid_to) for c in facts] == [("2026-11-04", None), ("2026-01-10", None),
+                                                          ("2026-11-02", "2026-11-04")]
+    rest = [(c.text, c.start_line, c.end_line) for c in chunks if not c.search_text]
+    assert rest == [("# Ana\n\nAna is my sister.", 4, 6), ("- a note a person added\n- and one more", 12, 13),
+                    ("## Sources\n\n- [[daily/2026-11-04/move.md]]", 21, 23)]  # headings alone: not chunks
+    card = parse_file("daily/2026-11-04/move.md", NODE.encode()).chunks  # a card's facts: their day is the path's
+    assert [c.text for c in card] == [c.text for c in chunks] and not any(c.valid_from or c.valid_to for c in card)
+
+
+def test_a_body_without_facts_chunks_as_it_did():
+    body = NODE.replace(" ^f", " f")  # no block ids: no facts
+    before = chunk_markdown(body)
+    assert not any(c.search_text for c in before)
+    assert len(before) == 1 and before[0].text == body.rstrip("\n")  # one small document: one chunk, as always

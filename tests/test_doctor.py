@@ -53,15 +53,16 @@ def test_a_clean_graph_has_no_findings(mem):
     assert report["digest_nodes"] == 2 and report["files"] == 3 and report["links"] == 4
 
 
-def test_heading_anchors_must_name_a_heading_of_their_target(mem):
-    mem.write("digest/wiki/brewing.md", "# Setup\n\nFill the kettle.\n\n## Water temperature!\n\n80 °C.\n\n"
+def test_heading_and_block_anchors_must_name_a_heading_or_block_of_their_target(mem):
+    mem.write("digest/wiki/brewing.md", "# Setup\n\nFill the kettle. ^block-1\n\n## Water temperature!\n\n80 °C.\n\n"
               "```\n# Cleanup\n```\n", name="Brewing", description="Brewing steps")
     links = ["Setup", "setup", "water-temperature", "Water  temperature!", "Setup#Water temperature!", "^block-1",
-             "Cleanup", "Setup#Storage"]
+             "Cleanup", "Setup#Storage", "^block-2"]
     node(mem, "digest/wiki/links.md", "".join(f"- [[digest/wiki/brewing.md#{a}]]\n" for a in links) + sources(CARD),
          "Links", "Links into brewing")
     report = check(mem)
-    assert sorted(r["anchor"] for r in report["broken_anchors"]) == ["Cleanup", "Setup#Storage"]  # Cleanup: in code
+    assert sorted(r["anchor"] for r in report["broken_anchors"]) == [  # Cleanup: in code; ^block-2: no such block
+        "Cleanup", "Setup#Storage", "^block-2"]
     assert all(r["source"] == "digest/wiki/links.md" for r in report["broken_anchors"])
 
 

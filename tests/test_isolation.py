@@ -47,6 +47,7 @@ ARGS = {
     "recall": {"query": QUERY, "session": "iso-{t}"},
     "node_search": {"query": QUERY},
     "traverse": {"paths": ["digest/wiki/{m}-page.md"]},
+    "trace": {"path": "digest/wiki/{m}-page.md", "fact": "L3"},
     "doctor": {},
     "doctor_fix": {},
     "relink": {"target": "digest/none.md", "new_target": "digest/none2.md"},

@@ -170,3 +170,58 @@ def test_query_terms_hash_as_duckdb_hashes_them():
 
     for text in texts:
         assert search_arrays.duckdb_hash(text) == con.execute(f"SELECT hash({sql_literal(text)})").fetchone()[0]
+
+
+def _fact_node(i: int, rng: random.Random) -> str:
+    """A node of facts: current ones, and retired ones under History with their windows (some open-ended)."""
+    lines = [f"# Node {i}", "", "## Facts", ""]
+    history = ["", "## History", ""]
+    for k in range(6):
+        words = " ".join(rng.choice(WORDS) for _ in range(4 + k + i % 5))
+        since = f"2024-0{1 + (i + k) % 6}-1{k}"
+        if k % 2:
+            history.append(f"- {words} (about:: n{i}) (since:: {since}) (until:: 2024-0{2 + (i + k) % 6}-0{1 + k}) "
+                           f"(replaced_by:: [[digest/facts/n{i}.md#^f{k - 1}]]) ^f{k}")
+        else:
+            lines.append(f"- {words} (about:: n{i}) {'(since:: ' + since + ') ' if k else ''}^f{k}")
+    return "\n".join(lines + history) + "\n"
+
+
+def test_the_cache_filters_facts_by_their_windows_as_sql(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    rng = random.Random(11)
+    _workspace(ws, rng)
+    for i in range(8):
+        ws.write_text(f"digest/facts/n{i}.md", _fact_node(i, rng))
+    db = IndexDB(ws, keep_open=True)
+    try:
+        mem = Memory(ws.root, db=db)
+        with db.session() as con:
+            windows = [{}, {"history": True}, {"as_of": "2024-02-12"}, {"as_of": "2024-04-01"},
+                       {"as_of": "2024-07-20", "path_prefix": "digest/"}]
+
+            def same():
+                cache = search_cache.wait(con, 30)
+                assert cache is not None and cache.sync(con)
+                for query in QUERIES:
+                    for kw in windows:
+                        held = search(con, query, limit=8, per_file=None, **kw)
+                        with _sql_only(con):
+                            sql = search(con, query, limit=8, per_file=None, **kw)
+                        assert [h.pop("bm25") for h in held] == pytest.approx([h.pop("bm25") for h in sql], rel=1e-12)
+                        assert held == sql, (query, kw)
+                        nodes = node_search(con, query, **{k: v for k, v in kw.items() if k != "path_prefix"})
+                        with _sql_only(con):
+                            assert nodes == node_search(con, query, **{k: v for k, v in kw.items() if k != "path_prefix"})
+                assert search_cache.of(con) is cache  # answered from memory, not left to SQL
+
+            same()
+            hits = search(con, "ridge trail lisbon harbour", limit=50, per_file=None, history=True)
+            assert {h["status"] for h in hits if h["path"].startswith("digest/facts/") and h["valid_to"]} == {"superseded"}
+            text = ws.read_text("digest/facts/n0.md")
+            assert "(until:: 2024-03-02)" in text
+            mem.write("digest/facts/n0.md", text.replace("(until:: 2024-03-02)", "(until:: 2024-06-30)"))  # caught up
+            assert any(h["valid_to"] == "2024-06-30" for h in search(con, "n0", limit=20, per_file=None, history=True))
+            same()
+    finally:
+        db.close()
