@@ -118,8 +118,7 @@ def careful_model():
             fact = next((f for f in FACTS if text in (f.first, f.change)), None)
             if fact:
                 kind = "event" if text == fact.change else "fact"
-                found.append({"text": text, "about": "user", "kind": kind,
-                              "when": "yesterday" if "yesterday" in text else None, "source": [int(number)]})
+                found.append({"text": text, "about": "user", "kind": kind, "source": [int(number)]})
         return {"title": "What changed this week", "facts": found}
 
     def compare(user: str) -> dict:

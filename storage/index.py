@@ -21,7 +21,7 @@ import duckdb
 
 from storage import search_cache
 from storage.markdown import parse_file
-from storage.model import ParsedFile, normalize_tag
+from storage.model import Chunk, ParsedFile, normalize_tag
 from storage.tokenize import terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8, read_regular
@@ -214,10 +214,13 @@ def _parse(rel: str, data: bytes) -> ParsedFile:
         return ParsedFile(path=rel, kind="binary", errors=[f"could not parse ({type(exc).__name__}: {exc})"])
 
 
-def chunk_terms(parsed: ParsedFile, text: str, headings: Iterable[str]) -> list[str]:
-    """BM25 terms of one chunk: its text (a fact's: its `search_text`) plus the file's name, description and the
-    heading skeleton."""
-    return terms("\n".join(filter(None, (text, parsed.name, parsed.description, *headings))))
+def chunk_terms(parsed: ParsedFile, chunk: Chunk) -> list[str]:
+    """BM25 terms of one chunk: its text plus the file's name, description and the heading skeleton; a fact's:
+    its `search_text` plus the file's name and headings (a node's description sums up its other facts, whose
+    words would make every fact match)."""
+    if chunk.search_text:
+        return terms("\n".join(filter(None, (chunk.search_text, parsed.name, *chunk.headings))))
+    return terms("\n".join(filter(None, (chunk.text, parsed.name, parsed.description, *chunk.headings))))
 
 
 # ---- writing -----------------------------------------------------------------------------------------
@@ -345,7 +348,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
             parsed.date or "", parsed.line_count, _joined(parsed.errors),
         ))
         for ord_, chunk in enumerate(parsed.chunks):
-            toks = chunk_terms(parsed, chunk.search_text or chunk.text, chunk.headings)
+            toks = chunk_terms(parsed, chunk)
             chunks.append((
                 chunk_id, parsed.path, ord_, chunk.start_line, chunk.end_line, _joined(chunk.headings), chunk.text,
                 content_hash(chunk.text.encode("utf-8")), len(toks), chunk.search_text, chunk.valid_from or "",

@@ -6,7 +6,8 @@ The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites
 code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
 that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
-words is dropped; relative times are resolved to dates from its message's day (tasks/relative_dates.py).
+words is dropped; relative times are resolved to dates from its message's day (tasks/relative_dates.py), and
+the first day a fact names is its `date`.
 A dropped fact is reported with its rule; the others are kept.
 """
 
@@ -52,7 +53,6 @@ class ExtractedFact(BaseModel):
     text: str = Field(min_length=1, max_length=600)
     about: str = Field(default="", max_length=120)
     kind: str = "fact"
-    when: str | None = Field(default=None, max_length=80)
     source: list[int] = Field(default_factory=list, max_length=10)
 
     @field_validator("kind", mode="before")
@@ -207,8 +207,7 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
             continue
         if [i.number for i in grounds] != [i.number for i in cited]:
             out.recited += 1
-        when = relative_dates.date_of(fact.when, said) if _said_in(fact.when, grounds) else None
-        day = named or when
+        day = named or relative_dates.date_of(resolved, said)
         out.kept.append(facts.Fact(
             text=resolved, kind=fact.kind, about=" ".join(fact.about.split())[:80] or None,
             date=day.isoformat() if day else None,
@@ -262,11 +261,3 @@ def _grounding(text: str, cited: list[Item], items: list[Item], added: set[str])
         if item not in cited and cited and not _missing(text, cited + [item], added):
             return sorted(cited + [item], key=lambda i: i.number)
     return None
-
-
-def _said_in(words: str | None, items: list[Item]) -> bool:
-    """Whether the fact's `when` is something its lines say (a model may fill it from the instructions)."""
-    if not words or not words.strip():
-        return False
-    wanted = set(terms(words))
-    return bool(wanted) and wanted <= set(terms("\n".join(item.text for item in items)))

@@ -38,8 +38,8 @@ STORY = [msg("Hi! Big news: I moved to Porto yesterday.", 0), msg("Congratulatio
          msg("I prefer green tea over coffee these days.", 4)]
 
 
-def fact(text, about="user", kind="fact", source=(1,), when=None) -> dict:
-    return {"text": text, "about": about, "kind": kind, "when": when, "source": list(source)}
+def fact(text, about="user", kind="fact", source=(1,)) -> dict:
+    return {"text": text, "about": about, "kind": kind, "source": list(source)}
 
 
 def card_of(memory: Memory, result: dict) -> tuple[str, list[facts.Fact]]:

@@ -25,9 +25,9 @@ def test_no_llm_is_a_clear_error_before_prefect_starts(no_llm, ws):
 def test_auto_memory_and_dream_commands(prefect_harness, llm, ws, monkeypatch):
     monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")
     llm.on("list the facts worth remembering", json_reply({"title": "Piano", "facts": [
-        {"text": "The user starts piano lessons on Tuesday.", "about": "user", "kind": "plan", "when": "Tuesday",
+        {"text": "The user starts piano lessons on Tuesday.", "about": "user", "kind": "plan",
          "source": [1]},
-        {"text": "The user owns a violin.", "about": "user", "kind": "fact", "when": None, "source": [1]}]}))
+        {"text": "The user owns a violin.", "about": "user", "kind": "fact", "source": [1]}]}))
     messages = json.dumps([{"role": "user", "content": "I start piano lessons on Tuesday",
                             "created_at": f"{DAY}T09:00:00"}])
     result = run(ws, "auto-memory", "--session-id", "s1", "--messages", messages, "--json")

@@ -251,7 +251,7 @@ def test_an_old_prose_card_is_read_for_its_facts_once(prefect_harness, llm, memo
     memory.write(f"daily/{day}/call-with-ana.md", "# Call with Ana\n\nAna told me she moved to Lisbon in May.\n"
                  "She works at a bakery.\n", name="Call with Ana")
     llm.on(FACTS, json_reply({"title": "Ana", "facts": [
-        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "when": "May", "source": [1]}]}))
+        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "source": [1]}]}))
     summary = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
     ana = node_facts(memory, "digest/personal/ana.md")["Ana moved to Lisbon in May."]
     assert ana.sources == (f"daily/{day}/call-with-ana.md#L6-L7",) and summary["facts"] == 1  # its two lines
@@ -261,8 +261,8 @@ def test_an_old_prose_card_is_read_for_its_facts_once(prefect_harness, llm, memo
     llm.reset()
     memory.append(f"daily/{day}/call-with-ana.md", "\nShe likes pastel de nata.\n")
     llm.on(FACTS, json_reply({"title": "Ana", "facts": [
-        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "when": None, "source": [1]},
-        {"text": "Ana likes pastel de nata.", "about": "Ana", "kind": "preference", "when": None, "source": [2]}]}))
+        {"text": "Ana moved to Lisbon in May.", "about": "Ana", "kind": "event", "source": [1]},
+        {"text": "Ana likes pastel de nata.", "about": "Ana", "kind": "preference", "source": [2]}]}))
     again = auto_dream(date=day, scan_days=1, workspace=str(ws.root))
     assert [a["fact"] for a in again["actions"]] == ["Ana likes pastel de nata."]  # the first is consolidated
 
