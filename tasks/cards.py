@@ -35,6 +35,7 @@ from tasks.prompts import load_prompt
 MAX_RESOURCE_CHARS = 40_000  # of a resource read into cards (the rest is left out, and said so)
 MAX_CALL_CHARS = 12_000      # of material per extraction call (a small local model reads ~25 tokens/s)
 TITLE_WORDS = 8
+GENERIC_TITLE = frozenset(terms("conversation chat session messages message notes note summary facts day user"))
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}
 
 
@@ -129,7 +130,7 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
         out.kept += result.kept
         out.dropped += result.dropped
         out.recited += result.recited
-        out.title = out.title or _title(answer.title, batch, system)
+        out.title = out.title or _title(answer.title, batch, system, header)
     return out
 
 
@@ -145,11 +146,14 @@ def _batches(items: list[extraction.Item]) -> list[list[extraction.Item]]:
     return runs + ([run] if run else [])
 
 
-def _title(title: str, items: list[extraction.Item], system: str) -> str:
-    """The model's title when the name checks pass it, else '' (the card then takes its first fact's words)."""
+def _title(title: str, items: list[extraction.Item], system: str, header: str) -> str:
+    """The model's title when the name checks pass it and it says more than the prompt's header (`Conversation
+    s1 on 2026-11-03`), else '' (the card then takes its first fact's words)."""
     title = " ".join((title or "").split())
     material = quality.Material("\n".join(item.text for item in items), "", system)
     if not title or len(title.split()) > 2 * TITLE_WORDS or quality.check(title, None, material):
+        return ""
+    if set(terms(title)) <= set(terms(header)) | GENERIC_TITLE:
         return ""
     return title
 

@@ -50,7 +50,8 @@ from tasks.prompts import load_prompt
 
 BUCKETS = ("personal", "procedure", "wiki")
 CANDIDATES = 5          # node facts one new fact is compared with
-SIMILAR = 0.3           # cosine from which a fact of the subject's node is shown though it shares no word
+SIMILAR = 0.35          # cosine from which a fact of the subject's node is shown though it shares no word
+KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor
@@ -222,14 +223,22 @@ def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
 
 def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
     """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
-    same); the model the rest."""
+    same); the model the rest. A `same` or `refines` must keep at least `KEPT_WORDS` of the listed fact's words
+    (a small model called `I work at Acme` a refinement of `I live in Lisbon`): otherwise it is `new`."""
     if not shown:
         return "new", None
     for candidate in shown:
         if fact_key(candidate.fact.text) == fact_key(ref["text"]):
             return "same", candidate
     answer = ask(llm, ref, shown)
-    return answer.relation, (shown[answer.fact - 1] if answer.relation != "new" else None)
+    if answer.relation == "new":
+        return "new", None
+    target = shown[answer.fact - 1]
+    if answer.relation in ("same", "refines"):
+        theirs = fact_key(target.fact.text) - set(terms(ref["about"] or ""))
+        if len(theirs & fact_key(ref["text"])) < KEPT_WORDS * len(theirs):
+            return "new", None
+    return answer.relation, target
 
 
 def since(ref: dict) -> str:

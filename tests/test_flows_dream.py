@@ -306,3 +306,14 @@ def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflo
         assert [(a["action"], a["node"]) for a in summary["actions"]] == [("created", f"digest/personal/bees-{name}.md")]
         hits = {h["path"] for h in Memory(ws.root).search(secret)}  # never indexed as memory
         assert hits and not any(p.startswith("metadata/") for p in hits)
+
+
+def test_a_refinement_that_keeps_none_of_the_words_is_a_new_fact(prefect_harness, llm, memory, ws):
+    """A small model called `works at Acme` a refinement of `lives in Lisbon`: code keeps both as they are."""
+    card(memory, "2026-11-02", "Home", ("fact", "user", "The user lives in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-03", "Work", ("fact", "user", "The user works in Lisbon at Acme Robotics."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "refines", "fact": 1}))
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["added"] and len(compares(llm)) == 1
+    assert all(f.current for f in node_facts(memory, "digest/personal/user.md").values())
