@@ -200,8 +200,23 @@ def retire(text: str, fact_id: str, until: str, replaced_by: str | None = None) 
         raise KeyError(fact_id)
     lines = text.split("\n")
     del lines[fact.line - 1]
+    _drop_if_empty(lines, fact.line - 1)
     closed = replace(fact, until=until, replaced_by=replaced_by or fact.replaced_by, current=False)
     return add("\n".join(lines), closed)
+
+
+def _drop_if_empty(lines: list[str], at: int) -> None:
+    """Remove the `## kind` section around line index `at` when no line of it is left but blank ones."""
+    start = at - 1
+    while start >= 0 and not _HEADING.match(lines[start]):
+        start -= 1
+    if start < 0 or (_HEADING.match(lines[start]).group(2).strip().lower() not in HEADINGS):
+        return
+    end = start + 1
+    while end < len(lines) and not _HEADING.match(lines[end]):
+        end += 1
+    if all(not line.strip() for line in lines[start + 1:end]):
+        del lines[start:end]
 
 
 def with_source(text: str, fact_id: str, source: str, label: str = "") -> str:
