@@ -265,3 +265,26 @@ def test_dreamflow_home_and_a_workspace_never_share_a_folder(tmp_path, home, mon
     monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "w/state"))
     with pytest.raises(InvalidInput, match="overlap"):
         resolve(str(tmp_path / "w"))
+
+
+def test_status_without_the_service_shows_every_registered_workspace(tmp_path, home):
+    from storage.workspace import Workspace
+    from tasks import checkpoints
+
+    folders = registered(tmp_path, home)
+    checkpoints.save(Workspace(folders["web"]), "dream", {"last_run": {
+        "date": "2024-07-01", "at": "2024-07-02T03:00:05+00:00", "units": 4, "failed": 1}})
+    assert run("workspace", "add", "unused", str(tmp_path / "unused"), env=home).returncode == 0
+    status = json.loads(run("status", "--json", env=home).stdout)
+    rows = {r["name"]: r for r in status["workspaces"]}
+    assert list(rows) == ["api", "personal", "unused", "web"] and rows["personal"]["default"]
+    assert [rows[n]["index"]["files"] for n in rows] == [1, 1, 0, 1] and rows["web"]["path"] == str(folders["web"])
+    assert rows["web"]["last_dream"] == {"start_time": "2024-07-02T03:00:05+00:00",
+                                         "state": "of 2024-07-01: 4 units, 1 failed"}
+    assert rows["api"]["last_dream"] is None and all(r["next_dream"] is None for r in rows.values())
+    assert not (tmp_path / "unused").exists(), "status never creates a workspace nobody used yet"
+    text = run("status", env=home).stdout
+    assert "Workspaces  4 registered, none served while no service runs;" in text, text
+    assert re.search(rf"\n  web +{re.escape(str(folders['web']))}\n +1 files, 1 chunks, 0 links; last dream "
+                     r"2024-07-02T03:00\+00:00 \(of 2024-07-01: 4 units, 1 failed\); next dream when a service runs",
+                     text), text
