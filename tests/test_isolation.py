@@ -297,21 +297,25 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     from test_cli import invoke
 
     service, secrets, folders = isolated
-    beta = service.deployment("auto-dream/nightly-wsbeta2")
-    service.prefect("POST", f"/deployments/{beta['id']}/create_flow_run", {})  # a dream of beta (fails: no LLM)
+    beta = service.deployment("auto-dream/nightly-wsbeta2")  # a dream of beta that ran, as Prefect records one
+    dreamt = service.prefect("POST", f"/deployments/{beta['id']}/create_flow_run", {"state": {"type": "RUNNING"}})
+    service.prefect("POST", f"/flow_runs/{dreamt['id']}/set_state", {"state": {"type": "COMPLETED"}, "force": True})
 
     def status(token: str) -> dict:
         return httpx.get(f"{service.url}/status", headers={"Authorization": f"Bearer {secrets[token]}"},
                          timeout=60).json()
 
-    def settled() -> dict | None:
-        answer = status("admin")
-        rows = {r["name"]: r for r in answer.get("workspaces", [])}
-        return answer if len(rows) == 3 and all(r["next_dream"] for r in rows.values()) and \
-            rows["wsbeta2"]["last_dream"] else None
+    seen: dict = {}
 
-    rows = {r["name"]: r for r in wait_for(settled, 120, "each workspace's scheduled and beta's started dream")
-            ["workspaces"]}
+    def scheduled() -> bool:  # Prefect's scheduler plans each nightly deployment's runs soon after it is made
+        seen.update(status("admin"))
+        return len(seen.get("workspaces", [])) == 3 and all(r["next_dream"] for r in seen["workspaces"])
+
+    try:
+        wait_for(scheduled, 120, "a scheduled dream of each workspace")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {seen.get('workspaces')}") from None
+    rows = {r["name"]: r for r in seen["workspaces"]}
     assert list(rows) == list(NAMES) and [r["default"] for r in rows.values()] == [True, False, False]
     for name, row in rows.items():
         counts = httpx.post(f"{service.url}/workspaces/{name}/ops/index_stats", json={}, headers=service.headers,
@@ -323,7 +327,8 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     planned = datetime.fromisoformat(rows["wsbeta2"]["next_dream"]["expected_start_time"]).astimezone(
         ZoneInfo("Asia/Kolkata"))
     assert (planned.hour, planned.minute) == (2, 15)
-    assert rows["wsbeta2"]["last_dream"]["start_time"] and rows["wsalpha1"]["last_dream"] is None
+    assert rows["wsbeta2"]["last_dream"]["id"] == dreamt["id"] and rows["wsbeta2"]["last_dream"]["state"] == "Completed"
+    assert rows["wsalpha1"]["last_dream"] is None and rows["wsgamma3"]["last_dream"] is None
 
     for token in ("a", "b", "ab"):
         answer = status(token)
@@ -337,8 +342,9 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     for name in NAMES:
         files = rows[name]["index"]["files"]
         assert re.search(rf"\n  {name}( \(default\))? +{re.escape(str(folders[name]))}\n +{files} files, ", text), text
-    moment = planned.strftime("%Y-%m-%d %H:%M")
-    assert f"; next dream {moment} Asia/Kolkata (cron 15 2 * * *)" in text, text
+    started = datetime.fromisoformat(rows["wsbeta2"]["last_dream"]["start_time"]).astimezone(ZoneInfo("Asia/Kolkata"))
+    assert (f"; last dream {started:%Y-%m-%d %H:%M} Asia/Kolkata (Completed); "
+            f"next dream {planned:%Y-%m-%d %H:%M} Asia/Kolkata (cron 15 2 * * *)") in text, text
     narrow = invoke(["--workspace", str(folders["wsalpha1"]), "status", "--json"],
                     env={**env, "DREAMFLOW_API_TOKEN": secrets["a"]})
     assert [r["name"] for r in json.loads(narrow.stdout)["workspaces"]] == ["wsalpha1"], narrow.stdout

@@ -171,6 +171,10 @@ def test_every_command_says_what_is_wrong_with_the_registry_and_exits_2(tmp_path
         done = run(*command, "--json", env=home)
         assert done.returncode == InvalidInput.exit_code and "Traceback" not in done.stderr, (command, done.stderr)
         assert json.loads(done.stdout)["error"]["message"].startswith(said), (command, done.stdout)
+    for command in (["start", "--port", "1"], ["mcp"]):  # refused before anything listens
+        done = run(*command, env=home, stdin="")
+        assert done.returncode == InvalidInput.exit_code, done.stderr
+        assert "".join(said.split()) in "".join(done.stderr.split()), done.stderr  # the terminal may fold the path
     hook = run("hook", "claude-code", env=home, stdin=json.dumps({"session_id": "s", "hook_event_name": "Stop",
                                                                    "cwd": str(tmp_path)}))
     assert hook.returncode == 0 and said in " ".join(hook.stderr.split()), hook.stderr  # a hook never fails its host
