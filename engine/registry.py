@@ -12,10 +12,11 @@
         dream_cron: "10 3 * * *"
         optimize_cron: "40 4 * * *"
 
-One folder and one index per workspace: no workspace lies inside another or overlaps Dreamflow's own home
-(Prefect's database, logs), so nothing of one is ever indexed as the other. `resolve` turns what a caller
-names (`--workspace NAME|DIR`, `DREAMFLOW_WORKSPACE`) into a folder; a folder that is not registered keeps
-working as before, under the name `default`.
+Whatever a hand edit gets wrong is an error naming `workspaces.yaml:LINE` and what is wrong (`_Reader`); an
+empty file means no workspaces. One folder and one index per workspace: no workspace lies inside another or
+overlaps Dreamflow's own home (Prefect's database, logs), so nothing of one is ever indexed as the other.
+`resolve` turns what a caller names (`--workspace NAME|DIR`, `DREAMFLOW_WORKSPACE`) into a folder; a folder
+that is not registered keeps working as before, under the name `default`.
 """
 
 from __future__ import annotations

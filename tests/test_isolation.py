@@ -348,3 +348,23 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     narrow = invoke(["--workspace", str(folders["wsalpha1"]), "status", "--json"],
                     env={**env, "DREAMFLOW_API_TOKEN": secrets["a"]})
     assert [r["name"] for r in json.loads(narrow.stdout)["workspaces"]] == ["wsalpha1"], narrow.stdout
+
+
+def test_a_broken_registry_leaves_the_service_serving_the_one_it_read_before(isolated):
+    """Shares this module's service (three workspaces): the registry it re-reads is cut in half by a hand edit."""
+    from service_harness import wait_for
+
+    service, _, _ = isolated
+    path = service.home / "workspaces.yaml"
+    good = path.read_text()
+    cut = good[:good.index("wsgamma3:")] + "wsgamma3:\n    pa"  # the file cut in half
+    try:
+        path.write_text(cut)
+        said = f"WARNING: workspace registry {path}:{cut.count(chr(10)) + 1}: the folder of workspace 'wsgamma3' " \
+               "must be an absolute folder"
+        wait_for(lambda: said in service.log(), 30, "the service to say why it keeps the registry it read before")
+        listed = httpx.get(f"{service.url}/workspaces", headers=service.headers, timeout=60).json()
+        assert [w["name"] for w in listed] == list(NAMES)
+        assert service.log().count(said) == 1, "said once per change, not on every look"
+    finally:
+        path.write_text(good)

@@ -72,7 +72,9 @@ def test_overlapping_folders_and_bad_names_are_refused(tmp_path, home):
                       (["outer", str(tmp_path)], "overlap"),
                       (["state", str(tmp_path / "home/x")], "Dreamflow's own folder"),
                       (["Bad Name", str(tmp_path / "x")], "must be 1-63 lower-case"),
-                      (["loop", str(tmp_path / "loop"), "--reads", "nobody"], "no workspace 'nobody'")]:
+                      (["loop", str(tmp_path / "loop"), "--reads", "nobody"], "no workspace 'nobody'"),
+                      (["tz", str(tmp_path / "tz"), "--timezone", "Mars/Base"], "is not an IANA timezone"),
+                      (["cron", str(tmp_path / "cron"), "--dream-cron", "nightly"], "is not a cron schedule")]:
         done = run("workspace", "add", *args, env=home)
         assert done.returncode != 0 and why in " ".join(done.stderr.split()), (args, done.stderr)
     assert len(Registry.load(tmp_path / "home/workspaces.yaml").entries) == 3
