@@ -1,0 +1,96 @@
+"""Reads without a watcher: the index caught up with what changed on disk first, within a time budget.
+
+The service's watcher (deployments/watch.py) re-indexes what an editor changes as it happens. A process
+without one (the CLI without the service, `dreamflow mcp` over stdio, the Claude Code hook, a flow run in
+this process) would answer from an index that misses it. So a read that answers from the index first calls
+`catch_up`: one `os.scandir` walk stats every file (`Workspace.iter_stats`), `index.catch_up` compares size
+and mtime with the `files` table (the rule of `reconcile`) and re-indexes what was added, modified or
+deleted. All of it within `budget()` seconds: past it the read stops (what it indexed stays), answers from the
+index as it is and says so (`behind`). An index that cannot be written (a read-only workspace) is compared
+only. The report reaches the user as one warning line on stderr (this module's logger, as storage's other
+warnings), as the `index_behind` field of a read's dict answer, and through `noticed` for surfaces whose
+answer has no room for a field (a list of hits).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from storage.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+BUDGET = 0.1  # seconds; measured: LoCoMo's 272 files 2 ms, 10k files 45-70 ms, 100k 0.5-0.7 s (docs/benchmarks.md)
+CLOCK_EVERY = 256  # files walked between two looks at the clock
+CATCH_UP = "run `dreamflow reconcile`, or `dreamflow start` (its watcher keeps the index up to date)"
+
+_noticed: ContextVar[list[dict] | None] = ContextVar("index_behind", default=None)
+
+
+def budget() -> float:
+    """Seconds a read may spend catching the index up: `DREAMFLOW_CATCH_UP_SECONDS` (default 0.1; 0: reads never
+    look at the files)."""
+    try:
+        return max(0.0, float(os.environ.get("DREAMFLOW_CATCH_UP_SECONDS", BUDGET)))
+    except ValueError:
+        return BUDGET
+
+
+def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, seconds: float, writable: bool = True) -> dict | None:
+    """Index what changed on disk since the index last saw it, within `seconds`: None when the index is now up
+    to date, else `behind`'s report (also logged and passed to `noticed`)."""
+    from storage import index  # not at import: a surface that only forwards to the service never loads DuckDB
+
+    deadline = time.monotonic() + seconds
+    on_disk = {}
+    for n, (rel, st) in enumerate(ws.iter_stats()):
+        if n % CLOCK_EVERY == 0 and n and time.monotonic() > deadline:
+            return behind(None, "time", f"comparing its {n:,}+ files with the index takes longer than the "
+                                        f"{seconds:g} s a read allows")
+        on_disk[rel] = st
+    found = index.changes(con, on_disk, racy=writable)  # the racy ones need a hash and a write to settle
+    if not found.todo and not found.deleted:
+        return None
+    if not writable:
+        return behind(len(found.todo) + len(found.deleted), "read_only", "the index cannot be written here",
+                      "run `dreamflow reconcile` where the workspace can be written")
+    loading = time.monotonic()
+    index.load_writer()  # once per process, not counted: the budget bounds what grows with the files
+    deadline += time.monotonic() - loading
+    pending = index.catch_up(con, ws, on_disk, found, deadline=deadline)["pending"]
+    return behind(pending, "time", f"indexing them takes longer than the {seconds:g} s a read allows") if pending \
+        else None
+
+
+def behind(pending: int | None, reason: str, why: str, how: str = CATCH_UP) -> dict:
+    """The `index_behind` report: `pending` changed files not indexed yet (None: unknown, the walk did not
+    finish), `reason` (`time` or `read_only`) and the message a person reads: what, why, how to catch up."""
+    if pending is None:
+        what = "the index may be behind the files"
+    else:
+        what = f"the index is behind the files: {pending:,} changed file{'' if pending == 1 else 's'} not indexed"
+    report = {"pending": pending, "reason": reason, "message": f"{what} ({why}); {how}"}
+    log.warning("warning: %s", report["message"])
+    found = _noticed.get()
+    if found is not None:
+        found.append(report)
+    return report
+
+
+@contextmanager
+def noticed() -> Iterator[list[dict]]:
+    """Collect the reports of the reads run in this context (this thread), for a surface to put in its answer."""
+    found: list[dict] = []
+    token = _noticed.set(found)
+    try:
+        yield found
+    finally:
+        _noticed.reset(token)
