@@ -60,8 +60,8 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, seconds: float, writ
     if not found.todo and not found.deleted:
         return None
     if not writable:
-        return behind(len(found.todo) + len(found.deleted), "read_only", "the index cannot be written here",
-                      "run `dreamflow reconcile` where the workspace can be written")
+        return behind(len(found.todo) + len(found.deleted), "read_only", "this workspace is read-only here",
+                      "run `dreamflow reconcile` where it can be written")
     loading = time.monotonic()
     index.load_writer()  # once per process, not counted: the budget bounds what grows with the files
     deadline += time.monotonic() - loading
