@@ -3,9 +3,8 @@
 The service's watcher (deployments/watch.py) re-indexes what an editor changes as it happens. A process
 without one (the CLI without the service, `dreamflow mcp` over stdio, the Claude Code hook, a flow run in
 this process) would answer from an index that misses it. So a read that answers from the index first calls
-`catch_up`: one `os.scandir` walk stats every file (`Workspace.iter_stats`), `index.catch_up` compares size
-and mtime with the `files` table (the rule of `reconcile`) and re-indexes what was added, modified or
-deleted. All of it within `budget()` seconds: past it the read stops (what it indexed stays), answers from the
+`catch_up`: one `os.scandir` walk stats every file (`Workspace.iter_stats`), `index.changes` compares size
+and mtime with the `files` table and `index.catch_up` re-indexes what was added, modified or deleted. All of it within `budget()` seconds: past it the read stops (what it indexed stays), answers from the
 index as it is and says so (`behind`). An index that cannot be written (a read-only workspace) is compared
 only. The report reaches the user as one warning line on stderr (this module's logger, as storage's other
 warnings), as the `index_behind` field of a read's dict answer, and through `noticed` for surfaces whose
@@ -56,7 +55,9 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, seconds: float, writ
             return behind(None, "time", f"comparing its {n:,}+ files with the index takes longer than the "
                                         f"{seconds:g} s a read allows")
         on_disk[rel] = st
-    found = index.changes(con, on_disk, racy=writable)  # the racy ones need a hash and a write to settle
+    # By size and mtime alone: re-reading files indexed within 2 s of a change, as reconcile does for clocks too
+    # coarse to tell (FAT), would cost every read after a write Dreamflow made a hash, a write and ~0.1 s of imports.
+    found = index.changes(con, on_disk, racy=False)
     if not found.todo and not found.deleted:
         return None
     if not writable:
