@@ -5,7 +5,9 @@ process, readers included. So every use of the index goes through `IndexDB.sessi
 file lock `metadata/index.lock` (waiting up to `DREAMFLOW_LOCK_TIMEOUT` seconds, default 30, then
 `IndexBusy`), opens the database, and closes it and releases the lock when the outermost session ends.
 Sessions nest; threads of one process take turns through an RLock and share the connection. The long-running
-service passes `keep_open=True` to hold both for its lifetime.
+service passes `keep_open=True` to hold both for its lifetime. A process that may not write metadata/ (a
+read-only file system, no write permission) opens the index read-only: reads answer from it as it is, and it is
+neither created, healed nor rebuilt there.
 
 The index is derived state and heals itself. It is (re)created and rebuilt from the workspace files on first
 open and after a schema version change. A file DuckDB cannot open or whose write-ahead log fails to replay, an
@@ -162,7 +164,8 @@ class IndexDB:
 
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Hold the index lock and yield the shared read-write connection (nested sessions reuse it)."""
+        """Hold the index lock and yield the shared connection, read-write unless `read_only` (nested sessions
+        reuse it)."""
         state = self._state
         timeout = lock_timeout()
         if not state.thread_lock.acquire(timeout=timeout):

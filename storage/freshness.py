@@ -4,11 +4,12 @@ The service's watcher (deployments/watch.py) re-indexes what an editor changes a
 without one (the CLI without the service, `dreamflow mcp` over stdio, the Claude Code hook, a flow run in
 this process) would answer from an index that misses it. So a read that answers from the index first calls
 `catch_up`: one `os.scandir` walk stats every file (`Workspace.iter_stats`), `index.changes` compares size
-and mtime with the `files` table and `index.catch_up` re-indexes what was added, modified or deleted. All of it within `budget()` seconds: past it the read stops (what it indexed stays), answers from the
-index as it is and says so (`behind`). An index that cannot be written (a read-only workspace) is compared
-only. The report reaches the user as one warning line on stderr (this module's logger, as storage's other
-warnings), as the `index_behind` field of a read's dict answer, and through `noticed` for surfaces whose
-answer has no room for a field (a list of hits).
+and mtime with the `files` table and `index.catch_up` re-indexes what was added, modified or deleted. All of
+it within `budget()` seconds: past it the read stops (what it indexed stays), answers from the index as it
+is and says so (`behind`). An index that cannot be written (a read-only workspace) is compared only. The
+report reaches the user as one warning line on stderr (this module's logger, as storage's other warnings),
+as the `index_behind` field of a read's dict answer, and through `noticed` for surfaces whose answer has no
+room for a field (a list of hits).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Iterator
+
+from storage.errors import InvalidInput
 
 if TYPE_CHECKING:
     import duckdb
@@ -37,10 +40,11 @@ _noticed: ContextVar[list[dict] | None] = ContextVar("index_behind", default=Non
 def budget() -> float:
     """Seconds a read may spend catching the index up: `DREAMFLOW_CATCH_UP_SECONDS` (default 0.1; 0: reads never
     look at the files)."""
+    value = os.environ.get("DREAMFLOW_CATCH_UP_SECONDS") or str(BUDGET)
     try:
-        return max(0.0, float(os.environ.get("DREAMFLOW_CATCH_UP_SECONDS", BUDGET)))
+        return max(0.0, float(value))
     except ValueError:
-        return BUDGET
+        raise InvalidInput(f"DREAMFLOW_CATCH_UP_SECONDS must be a number of seconds, got {value!r}") from None
 
 
 def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, seconds: float, writable: bool = True) -> dict | None:
@@ -55,8 +59,8 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, seconds: float, writ
             return behind(None, "time", f"comparing its {n:,}+ files with the index takes longer than the "
                                         f"{seconds:g} s a read allows")
         on_disk[rel] = st
-    # By size and mtime alone: re-reading files indexed within 2 s of a change, as reconcile does for clocks too
-    # coarse to tell (FAT), would cost every read after a write Dreamflow made a hash, a write and ~0.1 s of imports.
+    # Size and mtime alone (reconcile also re-reads files indexed within 2 s of a change, for clocks too coarse
+    # to tell): so a read after one of Dreamflow's own writes hashes, writes and imports nothing.
     found = index.changes(con, on_disk, racy=False)
     if not found.todo and not found.deleted:
         return None

@@ -10,6 +10,7 @@ middle leaves the index as it was before, and the next `reconcile` brings it up 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -211,9 +212,8 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
 
 def load_writer() -> None:
     """Import what indexing a file needs and reads never do (the parser, numpy): ~0.1 s once per process."""
-    import numpy  # noqa: F401
-
-    from storage import markdown  # noqa: F401
+    for module in ("numpy", "storage.markdown"):
+        importlib.import_module(module)
 
 
 # ---- reading and parsing -----------------------------------------------------------------------------

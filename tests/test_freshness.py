@@ -18,6 +18,7 @@ from test_mcp import call, stdio
 
 from storage import freshness
 from storage.db import IndexDB
+from storage.errors import InvalidInput
 from storage.memory import Memory
 
 pytestmark = pytest.mark.timeout(240)
@@ -219,3 +220,10 @@ def test_a_read_only_workspace_answers_reads_and_says_what_it_cannot_index(tmp_p
     assert not (ws / "notes/new.md").exists()
     assert found(ws, "badger") == ["notes/sett.md"]  # writable again: the next read catches up
 
+
+
+def test_a_budget_that_is_not_a_number_is_a_clear_error(tmp_path, monkeypatch):
+    mem = Memory(tmp_path / "ws")
+    monkeypatch.setenv("DREAMFLOW_CATCH_UP_SECONDS", "fast")
+    with pytest.raises(InvalidInput, match="DREAMFLOW_CATCH_UP_SECONDS must be a number of seconds, got 'fast'"):
+        mem.search("heron")
