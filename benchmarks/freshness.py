@@ -1,6 +1,7 @@
 """What a read without the service pays to catch the index up with the files first (storage/freshness.py).
 
-    python benchmarks/freshness.py [--sizes 272 10000 100000] [--root DIR [--reuse]] [--data DIR] [--queries 20]
+    python benchmarks/freshness.py [--sizes 272 10000 100000] [--root DIR [--reuse]] [--data PATH
+                                   [--conversations IDS]] [--queries 20]
 
 For each size, a workspace of that many small notes (folders of 20 under daily/, a third under digest/wiki/),
 indexed once, then in this process, on an open index session:
@@ -12,10 +13,11 @@ indexed once, then in this process, on an open index session:
 
 Each as wall and CPU time of this process (on a shared machine the wall time includes waiting for a core).
 
-With `--data DIR` (the `conv-*.json` files of the LoCoMo benchmark, from its public repository
-github.com/snap-research/locomo), the one-shot CLI search over the LoCoMo workspace `benchmarks/locomo.py`
-builds: wall p50 / p95 of `dreamflow search QUERY --json` (a fresh process per query) with the catch-up off
-(`DREAMFLOW_CATCH_UP_SECONDS=0`: reads as before it) and on, and right after one note was edited outside.
+With `--data PATH` (LoCoMo, as `benchmarks/locomo.py` takes it: its public data/locomo10.json holds ten
+conversations, 272 sessions), the one-shot CLI search over the workspace `benchmarks/locomo.py` builds: wall
+p50 / p95 of `dreamflow search QUERY --json` (a fresh process per query) with the catch-up off
+(`DREAMFLOW_CATCH_UP_SECONDS=0`: reads as before it) and on, taking turns, and right after one note was edited
+outside.
 `--root DIR --reuse` keeps the generated workspaces there between runs (100k notes take minutes to write and
 index).
 """
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from cli_search import dreamflow_command, summary, wall  # noqa: E402
-from locomo import build_workspace, questions  # noqa: E402
+from locomo import add_data_options, build_workspace, load, questions  # noqa: E402
 
 from storage import freshness, index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402
@@ -124,9 +126,9 @@ def measure(root: Path, files: int, reuse: bool) -> None:
         freshness.catch_up(con, ws, float("inf"))  # the last budgeted round's rest
 
 
-def cli_search(data: str, queries: int) -> None:
+def cli_search(convs: dict[str, dict], queries: int) -> None:
     """One-shot `dreamflow search` over the LoCoMo workspace: catch-up off, on, and after an outside edit."""
-    root, ws, convs, turn_lines = build_workspace(data, None, "freshness-locomo-")
+    root, ws, turn_lines = build_workspace(convs, None, "freshness-locomo-")
     try:
         with IndexDB(ws).session() as con:
             index.rebuild(con, ws)
@@ -138,15 +140,18 @@ def cli_search(data: str, queries: int) -> None:
         off = {**env, "DREAMFLOW_CATCH_UP_SECONDS": "0"}
         wall([*cmd, asked[0], "--json"], env)  # warm the bytecode and file caches
         print(f"\n== one-shot CLI search, LoCoMo workspace ({len(turn_lines)} notes)")
-        print(summary("catch-up off (before)", [wall([*cmd, q, "--json"], off) for q in asked]))
-        print(summary("catch-up on", [wall([*cmd, q, "--json"], env) for q in asked]))
+        before, after = [], []
+        for q in asked:  # taking turns, so that the machine's load weighs on both alike
+            before.append(wall([*cmd, q, "--json"], off))
+            after.append(wall([*cmd, q, "--json"], env))
+        print(summary("catch-up off (before)", before))
+        print(summary("catch-up on", after))
         edited = []
         for n, rel in enumerate(list(turn_lines)[:queries]):
             with open(ws.root / rel, "a", encoding="utf-8") as fh:  # an editor adds a line in place
                 fh.write(f"\nEdited outside Dreamflow ({n}).\n")
             edited.append(wall([*cmd, asked[n % len(asked)], "--json"], env))
         print(summary("after one outside edit", edited))
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(root.parent / f"{root.name}-pycache", ignore_errors=True)
@@ -157,7 +162,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[272, 10_000, 100_000])
     parser.add_argument("--root", type=Path, help="keep the generated workspaces here (default: a temp folder)")
     parser.add_argument("--reuse", action="store_true", help="with --root: reuse workspaces an earlier run left")
-    parser.add_argument("--data", help="folder of LoCoMo conv-*.json files: also time the one-shot CLI search")
+    add_data_options(parser)  # with data: also the one-shot CLI search over the LoCoMo workspace
     parser.add_argument("--queries", type=int, default=20)
     args = parser.parse_args()
     logging.getLogger(freshness.__name__).setLevel(logging.ERROR)  # what catch_up reports is printed below
@@ -167,7 +172,7 @@ def main() -> None:
         for size in args.sizes:
             measure(base / f"ws-{size}", size, args.reuse)
         if args.data:
-            cli_search(args.data, args.queries)
+            cli_search(load(args.data, args.conversations), args.queries)
     finally:
         if not args.root:
             shutil.rmtree(base, ignore_errors=True)

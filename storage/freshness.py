@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BUDGET = 0.1  # seconds; measured: LoCoMo's 272 files 2 ms, 10k files 45-70 ms, 100k 0.5-0.7 s (docs/benchmarks.md)
+BUDGET = 0.1  # seconds; a check took 5 ms at 272 files, 80-100 ms at 10k, 1.3 s at 100k (docs/benchmarks.md)
 CLOCK_EVERY = 256  # files walked between two looks at the clock
 CATCH_UP = "run `dreamflow reconcile`, or `dreamflow start` (its watcher keeps the index up to date)"
 
