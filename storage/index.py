@@ -211,7 +211,8 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
 
 
 def load_writer() -> None:
-    """Import what indexing a file needs and reads never do (the parser, numpy): ~0.1 s once per process."""
+    """Import what indexing a file needs and reads never do (the parser, numpy): a few tenths of a second, once
+    per process."""
     for module in ("numpy", "storage.markdown"):
         importlib.import_module(module)
 
