@@ -22,7 +22,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -272,6 +272,23 @@ class Workspace:
         when `skipped` is a list, each is appended to it as `{path, kind}`. Symlinked folders are not
         descended into.
         """
+        for rel, _ in self._walk(prefix, include_metadata, skipped):
+            yield rel
+
+    def iter_stats(self, skipped: list[dict] | None = None) -> Iterator[tuple[str, os.stat_result]]:
+        """Yield (path, stat) of every file `iter_files` yields, each stat taken from the walk's own folder
+        entry (no path resolved again: 4-8 µs a file, where `Path.stat` and `isfile` per path took 35); a file
+        gone meanwhile is left out."""
+        for rel, entry in self._walk("", False, skipped):
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield rel, st
+
+    def _walk(self, prefix: str, include_metadata: bool, skipped: list[dict] | None):
+        """(path, folder entry) of each file `iter_files` yields."""
         base = self.resolve(prefix) if prefix else self.root
         if not base.is_dir():
             return
@@ -301,7 +318,7 @@ class Workspace:
                 else:  # the type scandir saw; a FIFO, socket or device is not a regular file
                     kind = None if entry.is_file(follow_symlinks=False) else special_kind(entry.path)
                 if kind is None:
-                    yield rel
+                    yield rel, entry
                 elif skipped is not None and kind not in ("folder", "missing"):  # symlinked folders: not followed
                     skipped.append({"path": rel, "kind": kind})
             stack.extend(reversed(subfolders))
