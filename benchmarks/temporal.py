@@ -13,7 +13,7 @@ messages they cite, dropped by the checks; the dream's actions; seconds and prom
 
 With `--scripted` the model is tests/llm_server.py playing a careful model (facts in the messages' words, the
 right relation when asked): it measures Dreamflow's part. Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` /
-`DREAMFLOW_LLM_MODEL` plays every part (README, "Run a local model"):
+`DREAMFLOW_LLM_MODEL` plays every part (README, "A local model"):
 
     python benchmarks/temporal.py --scripted
     DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8080/v1 DREAMFLOW_LLM_MODEL=qwen python benchmarks/temporal.py

@@ -184,15 +184,29 @@ def flush_events(timeout: float = 5.0) -> None:
     EventsWorker.drain_all(timeout=timeout)
 
 
-def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10,
-         tag: str | None = None) -> list[dict]:
+def dreams(names: list[str]) -> dict[str, tuple[dict | None, dict | None]]:
+    """Each named workspace's last started and next scheduled auto_dream run (None where there is none): one
+    client, two queries a workspace."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        known = _deployment_names(client)
+
+        def first(**query) -> dict | None:
+            return next(iter(runs(client, known, "auto_dream", limit=1, **query)), None)
+
+        return {name: (first(started=True, tag=f"workspace:{name}"),
+                       first(started=False, states=["SCHEDULED"], tag=f"workspace:{name}")) for name in names}
+
+
+def runs(client, known: dict, flow: str, started: bool | None = None, states: list[str] | None = None,
+         limit: int = 10, tag: str | None = None) -> list[dict]:
     """Runs of `flow`'s deployments (scheduled and manual), newest first: `{id, name, deployment, state,
-    parameters, ..._time}`.
+    parameters, ..._time}`; `client` a sync Prefect client, `known` its `_deployment_names`.
 
     `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
     filters by state type (e.g. ["COMPLETED", "FAILED"]); `tag` keeps runs with that tag (`workspace:NAME`).
     """
-    from prefect import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterName,
@@ -214,30 +228,28 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
         run_filter.state = FlowRunFilterState(type=FlowRunFilterStateType(any_=states))
     if tag:
         run_filter.tags = FlowRunFilterTags(all_=[tag])
-    with get_client(sync_client=True) as client:
-        names = _deployment_names(client)
-        found = client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
-            deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
-                any_=[name.split("/", 1)[1] for name in deployment.full_names])),
-            flow_run_filter=run_filter,
-            sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
-            limit=limit,
-        )
-    return [_summary(r, names.get(r.deployment_id, deployment.full_name)) for r in found]
+    found = client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
+        deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
+            any_=[name.split("/", 1)[1] for name in deployment.full_names])),
+        flow_run_filter=run_filter,
+        sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
+        limit=limit,
+    )
+    return [_summary(r, known.get(r.deployment_id, deployment.full_name)) for r in found]
 
 
 def _deployment_names(client) -> dict:
-    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments."""
-    from prefect.exceptions import ObjectNotFound
+    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments (two queries)."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName, FlowFilter, FlowFilterName
 
-    names = {}
-    for name in (name for d in DEPLOYMENTS.values() for name in d.full_names):
-        try:
-            names[client.read_deployment_by_name(name).id] = name
-        except ObjectNotFound:
-            continue
-    return names
+    wanted = {name for d in DEPLOYMENTS.values() for name in d.full_names}
+    flows = FlowFilter(name=FlowFilterName(any_=sorted({name.split("/", 1)[0] for name in wanted})))
+    flow_names = {flow.id: flow.name for flow in client.read_flows(flow_filter=flows)}
+    found = client.read_deployments(flow_filter=flows, deployment_filter=DeploymentFilter(
+        name=DeploymentFilterName(any_=sorted({name.split("/", 1)[1] for name in wanted}))))
+    named = {d.id: f"{flow_names.get(d.flow_id)}/{d.name}" for d in found}
+    return {id_: name for id_, name in named.items() if name in wanted}
 
 
 def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:

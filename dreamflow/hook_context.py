@@ -83,14 +83,17 @@ def answer(event: str, text: str) -> dict:
 def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
                    min_relevance: float | None) -> str | None:
     """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
+    from dreamflow.mcp_text import behind_note
+
     if not prompt.strip():
         return None
     result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
                            min_score=min_score, min_relevance=min_relevance)
     if not result["items"]:
         return None
+    behind = f"\n\n{behind_note(result['index_behind'])}" if result.get("index_behind") else ""
     return ("Dreamflow memory: possibly relevant to this prompt (each piece cited [path:lines]; `read` for more)."
-            "\n\n" + result["text"])
+            "\n\n" + result["text"] + behind)
 
 
 def start_context(memory, budget: int, session: str | None = None) -> str | None:

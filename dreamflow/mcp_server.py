@@ -151,9 +151,18 @@ class Dispatcher:
         return ops.json_schema(self.model(tool))
 
     def call(self, name: str, arguments: dict | None, grant: Grant | None = ADMIN,
-             workspace: str | None = None) -> tuple[Any, DreamflowError | None]:
-        """(result, None) or (None, the Dreamflow error to report as a tool error) of a call by `grant` (None:
-        an unauthenticated caller, refused) in the connection's default `workspace`. Runs in a worker thread."""
+             workspace: str | None = None) -> tuple[Any, DreamflowError | None, list[dict]]:
+        """(result, None, behind) or (None, the Dreamflow error to report as a tool error, behind) of a call by
+        `grant` (None: an unauthenticated caller, refused) in the connection's default `workspace`; `behind`: what
+        its reads found of the index lagging the files (storage/freshness.py). Runs in a worker thread."""
+        from storage import freshness
+
+        with freshness.noticed() as behind:
+            result, error = self._call(name, arguments, grant, workspace)
+        return result, error, behind
+
+    def _call(self, name: str, arguments: dict | None, grant: Grant | None,
+              workspace: str | None) -> tuple[Any, DreamflowError | None]:
         from pydantic import ValidationError
 
         tool = self.tools.get(name)
@@ -214,16 +223,16 @@ def build_server(dispatcher: Dispatcher):
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         grant, workspace = dispatcher.caller(ctx)
-        result, error = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments, grant,
-                                                       workspace)
+        result, error, behind = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments,
+                                                               grant, workspace)
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
                                         structured_content=error_object(error), is_error=True)
         data = json_ready(mcp_text.structured(params.name, result))
         if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             data = {"results": data}
-        return types.CallToolResult(content=[types.TextContent(text=mcp_text.text(params.name, result))],
-                                    structured_content=data)
+        text = mcp_text.text(params.name, result) + "".join(f"\n{mcp_text.behind_note(b)}" for b in behind)
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
         try:
@@ -517,4 +526,10 @@ def register(cli) -> None:
         service (`dreamflow start`) when there is one, else run in this process; several hosts may run it on
         one workspace at once. The service itself serves the same tools over HTTP at /mcp.
         """
-        serve_stdio(workspace or obj.workspace_arg, tool_set)
+        from dreamflow.cli import fail
+        from storage.errors import DreamflowError
+
+        try:
+            serve_stdio(workspace or obj.workspace_arg, tool_set)
+        except DreamflowError as exc:  # before serving: e.g. a malformed workspace registry
+            fail(exc)

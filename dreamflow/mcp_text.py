@@ -78,6 +78,11 @@ def recall_note(r: dict) -> str:
     return note + "]"
 
 
+def behind_note(report: dict) -> str:
+    """The line under an answer read from an index behind the files (storage/freshness.py): what and what to do."""
+    return f"[{report['message']}]"
+
+
 def _about(row: dict) -> str:
     return ": ".join(str(x) for x in (row.get("name"), row.get("description")) if x)
 

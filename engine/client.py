@@ -55,7 +55,9 @@ def read_all(memory, path: str) -> str:
 
 
 def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
-    """An in-process `Memory`; `keep_open=True` holds the index for the life of the process (service only)."""
+    """An in-process `Memory`; `keep_open=True` holds the index for the life of the process (service only: its
+    watcher keeps the index up to date, so its reads never look at the files first). Without it, each read
+    first indexes what changed on disk, within `DREAMFLOW_CATCH_UP_SECONDS` (storage/freshness.py)."""
     from storage.memory import Memory
 
     if not keep_open:
@@ -67,7 +69,7 @@ def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
     from storage.db import IndexDB
     from storage.workspace import Workspace
 
-    return Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True))
+    return Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True), watched=True)
 
 
 def service_info(workspace: str | os.PathLike[str]) -> dict | None:

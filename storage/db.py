@@ -5,7 +5,9 @@ process, readers included. So every use of the index goes through `IndexDB.sessi
 file lock `metadata/index.lock` (waiting up to `DREAMFLOW_LOCK_TIMEOUT` seconds, default 30, then
 `IndexBusy`), opens the database, and closes it and releases the lock when the outermost session ends.
 Sessions nest; threads of one process take turns through an RLock and share the connection. The long-running
-service passes `keep_open=True` to hold both for its lifetime.
+service passes `keep_open=True` to hold both for its lifetime. A process that may not write metadata/ (a
+read-only file system, no write permission) opens the index read-only: reads answer from it as it is, and it is
+neither created, healed nor rebuilt there.
 
 The index is derived state and heals itself. It is (re)created and rebuilt from the workspace files on first
 open and after a schema version change. A file DuckDB cannot open or whose write-ahead log fails to replay, an
@@ -39,7 +41,7 @@ from typing import Iterator
 import duckdb
 
 from storage import search_cache
-from storage.errors import IndexBusy, IndexRebuilt
+from storage.errors import DreamflowError, IndexBusy, IndexRebuilt
 from storage.locks import FileLock, LockTimeout
 from storage.workspace import Workspace
 
@@ -134,6 +136,7 @@ class _Shared:
     con: duckdb.DuckDBPyConnection | None = None
     depth: int = 0
     keep_open: bool = False
+    read_only: bool = False  # the open connection's: metadata/ could not be written when it was opened
     caches: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # told to forget when the index is re-created
 
 
@@ -156,9 +159,16 @@ class IndexDB:
             shared.keep_open = True
         self._state = shared
 
+    @property
+    def read_only(self) -> bool:
+        """True while the connection is read-only: this process may not write metadata/ (a read-only file
+        system, no write permission). Reads answer from the index as it is; nothing heals or rebuilds it."""
+        return self._state.read_only
+
     @contextmanager
     def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Hold the index lock and yield the shared read-write connection (nested sessions reuse it)."""
+        """Hold the index lock and yield the shared connection, read-write unless `read_only` (nested sessions
+        reuse it)."""
         state = self._state
         timeout = lock_timeout()
         if not state.thread_lock.acquire(timeout=timeout):
@@ -172,7 +182,7 @@ class IndexDB:
             try:
                 yield state.con
             except BaseException as exc:
-                if state.depth == 1 and is_damage(exc):
+                if state.depth == 1 and is_damage(exc) and not state.read_only:
                     raise self._heal(exc) from exc
                 raise
             finally:
@@ -249,7 +259,9 @@ class IndexDB:
 
     def _open(self, timeout: float) -> None:
         state = self._state
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        state.read_only = not _writable(self.path)
+        if not state.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             state.file_lock.acquire(timeout=timeout)
         except LockTimeout:
@@ -257,7 +269,13 @@ class IndexDB:
                 f"the index {self.path} is locked by another Dreamflow process (waited {timeout:g} s); "
                 "retry, or raise DREAMFLOW_LOCK_TIMEOUT"
             ) from None
+        except OSError:  # no lock file, and none can be made: nobody writes here (DuckDB's own lock still holds)
+            if not state.read_only:
+                raise
         try:
+            if state.read_only:
+                state.con = self._connect_read_only()
+                return
             # A write-ahead log left behind: the last owner died before closing (the file lock is ours now).
             state.con = self._connect(unclean=self.path.with_name(self.path.name + ".wal").exists())
         except BaseException:
@@ -273,6 +291,23 @@ class IndexDB:
             finally:
                 state.con = None
                 state.file_lock.release()
+
+    def _connect_read_only(self) -> duckdb.DuckDBPyConnection:
+        """Open the index for reading only (it cannot be created, healed or rebuilt here): a clear error when
+        it is missing, unreadable or of another schema version."""
+        how = "run `dreamflow reindex` where the workspace can be written"
+        try:
+            con = _connect(self.path, read_only=True)
+        except duckdb.Error as exc:
+            if "could not set lock" in str(exc).lower():
+                raise IndexBusy(f"the index {self.path} is held by another process: {exc}") from exc
+            raise DreamflowError(f"the index {self.path} cannot be read, and this workspace cannot be written "
+                                 f"(read-only) to rebuild it ({_first_line(exc)}); {how}") from exc
+        if _schema_version(con) != SCHEMA_VERSION:
+            con.close()
+            raise DreamflowError(f"the index {self.path} was built by another version of Dreamflow or DuckDB, and "
+                                 f"this workspace cannot be written (read-only) to rebuild it; {how}")
+        return con
 
     def _connect(self, unclean: bool) -> duckdb.DuckDBPyConnection:
         """Open the file, ensure the schema, rebuild when it is new; set it aside and rebuild when it cannot be
@@ -311,14 +346,21 @@ class IndexDB:
         return con
 
 
-def _connect(path: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(str(path))
+def _connect(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(path), read_only=read_only)
     con.execute("SET enable_progress_bar = false")  # long statements must not draw on the user's terminal
     # Index queries take a few ms; a second DuckDB thread costs more in hand-offs than it saves there and
     # competes with the agent's own work (measured at 100k chunks on 2 busy cores: search p50 50 ms with one
     # thread, 79 ms with two). Bulk indexing is bound by Python parsing either way.
     con.execute("SET threads = 1")
     return con
+
+
+def _writable(index: Path) -> bool:
+    """Whether this process may write the index file and its folder (metadata/, or the workspace while
+    metadata/ does not exist yet): False on a read-only file system or without write permission."""
+    folder = index.parent if index.parent.exists() else index.parent.parent
+    return os.access(folder, os.W_OK) and (not index.exists() or os.access(index, os.W_OK))
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection) -> str | None:

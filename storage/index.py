@@ -10,17 +10,17 @@ middle leaves the index as it was before, and the next `reconcile` brings it up 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
 from collections import Counter
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import duckdb
 
 from storage import search_cache
-from storage.markdown import parse_file
 from storage.model import Chunk, ParsedFile, normalize_tag
 from storage.tokenize import terms
 from storage.errors import DreamflowError
@@ -87,39 +87,78 @@ def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
 def reconcile(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | None = None) -> dict:
     """Bring the index in line with the files: added, modified (mtime+size, hash on doubt), deleted; special
     entries (FIFOs, sockets, devices, symlink loops, dangling symlinks) are skipped and listed."""
-    indexed = {r[0]: r[1:] for r in con.execute("SELECT path, mtime, size, hash, indexed_at FROM files").fetchall()}
     special: list[dict] = []
     on_disk = _stat_files(ws, special)
-    deleted = [p for p in indexed if p not in on_disk]
-    added = [p for p in on_disk if p not in indexed]
-    doubtful = [p for p, st in on_disk.items() if p in indexed and not _same_stat(indexed[p], st)]
+    counts = catch_up(con, ws, on_disk, changes(con, on_disk), progress=progress)
+    del counts["pending"]  # none: no deadline
+    return {**counts, "skipped": len(special), "special_files": special}
+
+
+class Changes(NamedTuple):
+    """What the index has not caught up with: `todo` (added paths, then those whose stat changed), `deleted`,
+    and the `files` rows compared (path -> mtime, size, hash, indexed_at)."""
+
+    todo: list[str]
+    deleted: list[str]
+    indexed: dict[str, tuple]
+
+
+def changes(con: duckdb.DuckDBPyConnection, on_disk: dict[str, os.stat_result], racy: bool = True) -> Changes:
+    """The files of `on_disk` (path -> stat, as `Workspace.iter_stats` yields them) the index has not caught up
+    with by their size and mtime; with `racy`, also those indexed too soon after their last change to be sure
+    (`catch_up` hashes them, and records their stat when the content is the same)."""
+    indexed = {r[0]: r[1:] for r in con.execute("SELECT path, mtime, size, hash, indexed_at FROM files").fetchall()}
+    todo = [p for p in on_disk if p not in indexed]  # added first, then the modified ones
+    if racy:
+        todo += [p for p, st in on_disk.items() if p in indexed and not _same_stat(indexed[p], st)]
+    else:
+        todo += [p for p, st in on_disk.items() if p in indexed and indexed[p][:2] != (st.st_mtime, st.st_size)]
+    return Changes(todo, [p for p in indexed if p not in on_disk], indexed)
+
+
+def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, on_disk: dict[str, os.stat_result], found: Changes,
+             progress: Progress | None = None, deadline: float | None = None) -> dict:
+    """Index the `found` changes of `on_disk` in one transaction (none when there are none). With `deadline`
+    (a `time.monotonic()` value), changed files are read until it has passed (at least one, so repeated calls
+    get through); `pending` counts those left for later."""
+    todo, deleted, indexed = found
     total = len(on_disk)  # progress counts every file, so it ends where added + modified + unchanged does
-    done = total - len(doubtful) - len(added)  # settled by their stat alone
-    counts = {"added": 0, "modified": 0, "deleted": len(deleted), "unchanged": done}
+    done = total - len(todo)  # settled by their stat alone
+    counts = {"added": 0, "modified": 0, "deleted": len(deleted), "unchanged": done, "pending": 0}
     if progress:
         progress(done, total)
+    if not deleted and not todo:
+        return counts
+    items: list[Item] = []
+    touched: list[tuple[str, float, int]] = []
+
+    def flush() -> None:
+        _delete_paths(con, [item[0].path for item in items if item[0].path in indexed])
+        _insert_files(con, items)
+        items.clear()
+        if progress:
+            progress(done, total)
+
     with _transaction(con):
         _delete_paths(con, deleted)
-        touched = []
-        for batch in _batches(added + doubtful, BATCH_FILES):
-            items = []
-            for rel in batch:
-                item = _read_and_parse(ws, rel, on_disk[rel], known_hash=indexed[rel][2] if rel in indexed else None)
-                if item is None:  # content unchanged: only the stat moved
-                    touched.append((rel, on_disk[rel].st_mtime, on_disk[rel].st_size))
-                    counts["unchanged"] += 1
-                else:
-                    items.append(item)
-                    counts["modified" if rel in indexed else "added"] += 1
-            _delete_paths(con, [item[0].path for item in items if item[0].path in indexed])
-            _insert_files(con, items)
-            done += len(batch)
-            if progress:
-                progress(done, total)
+        for at, rel in enumerate(todo):
+            if deadline is not None and at and time.monotonic() > deadline:
+                counts["pending"] = len(todo) - at
+                break
+            st = on_disk[rel]
+            item = _read_and_parse(ws, rel, st, known_hash=indexed[rel][2] if rel in indexed else None)
+            if item is None:  # content unchanged: only the stat moved
+                touched.append((rel, st.st_mtime, st.st_size))
+                counts["unchanged"] += 1
+            else:
+                items.append(item)
+                counts["modified" if rel in indexed else "added"] += 1
+            done += 1
+            if len(items) == BATCH_FILES:
+                flush()
+        flush()
         _touch(con, touched)
     compact(con)
-    counts["skipped"] = len(special)
-    counts["special_files"] = special
     return counts
 
 
@@ -171,6 +210,13 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
     return result
 
 
+def load_writer() -> None:
+    """Import what indexing a file needs and reads never do (the parser, numpy): a few tenths of a second, once
+    per process."""
+    for module in ("numpy", "storage.markdown"):
+        importlib.import_module(module)
+
+
 # ---- reading and parsing -----------------------------------------------------------------------------
 
 Item = tuple[ParsedFile, float, int, str]  # parsed file, mtime, size, content hash
@@ -178,15 +224,7 @@ Item = tuple[ParsedFile, float, int, str]  # parsed file, mtime, size, content h
 
 def _stat_files(ws: Workspace, skipped: list[dict] | None = None) -> dict[str, os.stat_result]:
     """stat of every indexable file; special entries (FIFOs, loops, ...) are appended to `skipped`."""
-    out = {}
-    for rel in ws.iter_files(skipped=skipped):
-        try:
-            st = os.stat(ws.root / rel)
-        except OSError:
-            continue
-        if os.path.isfile(ws.root / rel):
-            out[rel] = st
-    return out
+    return dict(ws.iter_stats(skipped))
 
 
 def _same_stat(row: tuple, st: os.stat_result) -> bool:
@@ -208,6 +246,8 @@ def _read_and_parse(ws: Workspace, rel: str, st: os.stat_result, known_hash: str
 
 
 def _parse(rel: str, data: bytes) -> ParsedFile:
+    from storage.markdown import parse_file  # the parser's imports (PyYAML, marko): ~90 ms reads never need
+
     try:
         return parse_file(rel, data)
     except Exception as exc:  # parse_file promises not to raise; indexing must go on even if it does

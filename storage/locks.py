@@ -9,6 +9,7 @@ other inside one process too, as across processes.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -89,7 +90,12 @@ class FileLock:
                 self._count += 1
                 return True
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # a read-only file system, no write permission: an existing file still locks
+                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    raise
+                fd = os.open(self.path, os.O_RDONLY)
             try:
                 _lock(fd)
             except OSError:

@@ -3,6 +3,8 @@
 Each public method is an operation: workspace-relative paths in (checked by `Workspace.resolve`), JSON-ready
 dicts/lists out. Methods that change files do so atomically and re-index the changed files inside one
 `IndexDB.session()` before returning, so `write` then `search` finds the new text at once, from any process.
+Methods that answer from the index first index what other programs changed on disk, unless a watcher does
+(storage/freshness.py); what that left behind is their answer's `index_behind`.
 `engine/ops.py` lists these methods once; the CLI, routes and tool schemas are built from their signatures,
 type hints and docstrings, so keep those accurate. Argument checks live in storage/arguments.py, how `read`
 shows a file in storage/text_view.py, the day page's card list in storage/day_page.py.
@@ -14,10 +16,11 @@ import mimetypes
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 from storage.arguments import (check_counts, check_mapping, check_query, check_text, check_texts, new_path_problem,
                                parse_date, search_date)
@@ -54,11 +57,14 @@ class Memory:
     """File tools, search and index maintenance over one workspace.
 
     `db` defaults to a short-lived-session `IndexDB` for the workspace; `vectors` (optional, see
-    storage/vectors.py) adds semantic candidates to `search` and `node_search`.
+    storage/vectors.py) adds semantic candidates to `search` and `node_search`. `watched`: a watcher keeps the
+    index up to date (the service's), so reads answer from it without looking at the files first.
     """
 
-    def __init__(self, workspace_root: str | os.PathLike[str], db: IndexDB | None = None, vectors: Any = None):
+    def __init__(self, workspace_root: str | os.PathLike[str], db: IndexDB | None = None, vectors: Any = None,
+                 watched: bool = False):
         self.ws = Workspace(workspace_root)
+        self.watched = watched
         if db is None:
             from storage.db import IndexDB
 
@@ -339,9 +345,9 @@ class Memory:
         st = full.stat()
         data = read_regular(full)
         parsed = parse_file(rel, data)
-        with self.db.session() as con:
+        with self._reading() as (con, behind):
             links_in = index.inbound(con, rel)
-        return {
+        return _telling(behind, {
             "path": rel,
             "type": "file",
             "kind": parsed.kind,
@@ -358,7 +364,7 @@ class Memory:
             "links_out": [asdict(link) for link in parsed.links],
             "links_in": links_in,
             "hash": content_hash(data),
-        }
+        })
 
     def _folder_stat(self, rel: str) -> dict:
         full = self.ws.resolve(rel)
@@ -425,7 +431,7 @@ class Memory:
         check_counts(limit=limit)
         check_text(tag=tag)
         tag = normalize_tag(tag) if tag is not None else None
-        with self.db.session() as con:
+        with self._reading() as (con, _):
             rows = con.execute(
                 """SELECT tag, count(*) AS files, min(date) AS first_date, max(date) AS last_date
                    FROM (SELECT unnest(tags) AS tag, date FROM files)
@@ -516,7 +522,7 @@ class Memory:
         check_counts(limit=limit, expand=expand, per_file=per_file)
         check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, as_of=as_of)
         check_texts("tags", tags)
-        with self.db.session() as con:
+        with self._reading() as (con, _):
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
                 start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None, path_prefix=path_prefix or None, expand=expand, vectors=self.vectors,
@@ -544,16 +550,16 @@ class Memory:
         check_texts("tags", tags)
         if session is not None:
             check_session_id(session)
-        with self.db.session() as con:
+        with self._reading() as (con, behind):
             seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
                 con, self.ws, query, budget, given=seen, vectors=self.vectors,
                 start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None,
                 path_prefix=path_prefix or None, min_score=min_score,
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
-            if session:
+            if session and not self.db.read_only:  # a read-only workspace keeps no record: all is new each time
                 _recall.remember(self.ws, session, keys)
-        return {**answer, "session": session}
+        return _telling(behind, {**answer, "session": session})
 
     def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score, status, valid_from,
@@ -564,7 +570,7 @@ class Memory:
         check_query(query)
         check_counts(limit=limit)
         check_text(as_of=as_of)
-        with self.db.session() as con:
+        with self._reading() as (con, _):
             return _search.node_search(con, query, limit=limit, vectors=self.vectors,
                                        as_of=search_date(as_of), history=history)
 
@@ -585,9 +591,9 @@ class Memory:
         check_texts("paths", paths)
         check_text(predicate=predicate)
         rels = [self._node(p) for p in paths]
-        with self.db.session() as con:
-            return _search.traverse(con, rels, depth=depth, direction={"out": "forward", "in": "backward"}.get(
-                direction, direction), predicate=predicate, limit=limit)
+        with self._reading() as (con, behind):
+            return _telling(behind, _search.traverse(con, rels, depth=depth, direction={
+                "out": "forward", "in": "backward"}.get(direction, direction), predicate=predicate, limit=limit))
 
     def trace(self, path: str, fact: str | None = None) -> dict:
         """Trace a fact to where it comes from: from a fact of a digest node or card (its block id `f2`,
@@ -664,8 +670,8 @@ class Memory:
         """Counts of indexed files, chunks and links, and other index facts."""
         from storage import index
 
-        with self.db.session() as con:
-            return index.stats(con)
+        with self._reading() as (con, behind):
+            return _telling(behind, index.stats(con))
 
     def optimize(self) -> dict:
         """Compact the search index now (writes do it as they pile up): drop the rows of replaced text and the
@@ -678,6 +684,16 @@ class Memory:
             return {"compacted": compacted, "vectors_pruned": pruned, **index.stats(con)}
 
     # ---- helpers -------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[tuple[Any, dict | None]]:
+        """An index session for a read: (connection, what the index is still behind the files: None when
+        nothing). Unless `watched`, what changed on disk is indexed first, within `freshness.budget()`."""
+        from storage import freshness
+
+        with self.db.session() as con:
+            seconds = 0 if self.watched else freshness.budget()
+            yield con, freshness.catch_up(con, self.ws, seconds, writable=not self.db.read_only) if seconds else None
 
     def _rel(self, path: str) -> str:
         """Normalised workspace-relative path, refusing `..`, absolute paths, escaping symlinks and anything
@@ -895,6 +911,11 @@ class Memory:
             return {"path": rel, "type": "folder"}
         st = self.ws.resolve(rel).stat()
         return {"path": rel, "type": "file", "size": st.st_size, "mtime": _iso(st.st_mtime), "mtime_ns": st.st_mtime_ns}
+
+
+def _telling(behind: dict | None, result: dict) -> dict:
+    """A read's answer with `index_behind` when the index is behind the files (the field is absent otherwise)."""
+    return {**result, "index_behind": behind} if behind else result
 
 
 def _appended(text: str, addition: str) -> str:
