@@ -37,6 +37,9 @@ FRAMING = frozenset(terms("user users person assistant now currently current als
 # words of what is said to be polite, not to be remembered: a "fact" of nothing else says nothing
 SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "
                              "congratulations nice cool welcome good night morning please sorry yes no"))
+# a transcript line's head: a time, `[stamp]` or speaker label before the words (`- **18:00**: User: ...`)
+_TRANSCRIPT = re.compile(r"^[\W_]{0,6}(?:\[[^\]\n]{0,40}\]|\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}\S*|\d{1,2}:\d{2}"
+                         r"(?::\d{2})?(?:\s?[ap]m)?\b|(?:user|assistant|system|human|ai|bot)[\W_]{0,4}:)", re.IGNORECASE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
@@ -237,6 +240,8 @@ def _refused(text: str, material: quality.Material) -> tuple[str, str] | None:
                     quality.instructions(text, material)):
         if finding:
             return finding
+    if _TRANSCRIPT.match(text):
+        return "copy", "a fact is a statement, not a line of the transcript (a time or speaker label before it)"
     if len(text.split()) > MAX_FACT_WORDS or "\n" in text:
         return "long", f"a fact is one sentence of at most {MAX_FACT_WORDS} words"
     if len(set(terms(text)) - FRAMING - SMALL_TALK) < MIN_FACT_TERMS:

@@ -138,9 +138,12 @@ def test_screening_drops_each_bad_fact_with_its_rule():
     out = screen(("Ana is a famous pianist.", "Ana", [2]), ("<string>", "user", [1]), ("Thanks a lot.", "user", [1]),
                  ("Use daily_list for that day.", "user", [1]), ("Ana works at a bakery in Alfama.", "Ana", [2]),
                  ("Ana works at the bakery in Alfama!", "Ana", [2]), ("word " * 50, "user", [1]),
+                 ("**2026-11-05T18:02:00**: User: Ana works at a bakery in Alfama.", "Ana", [2]),
+                 ("[18:02] Ana works at a bakery in Alfama.", "Ana", [2]),
                  material=("Thanks a lot.", "Ana works at a bakery in Alfama.", "word " * 50))
     assert [f.text for f in out.kept] == ["Ana works at a bakery in Alfama."]
-    assert [d["rule"] for d in out.dropped] == ["ungrounded", "markup", "thin", "tool", "duplicate", "long"]
+    assert [d["rule"] for d in out.dropped] == ["ungrounded", "markup", "thin", "tool", "duplicate", "long", "copy",
+                                                "copy"]
     assert "pianist" in out.dropped[0]["why"] and "famous" in out.dropped[0]["why"]
 
 
