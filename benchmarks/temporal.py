@@ -9,7 +9,8 @@ messages they cite, dropped by the checks; the dream's actions; seconds and prom
 - card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
   aside);
 - per changing fact, `search` now (does the first digest hit state the new value?) and `--as-of` the day
-  before the change (the old value?), and whether two current facts state both values.
+  before the change (the old value?), and whether two current facts state both values; with vectors when an
+  embedder is configured (`DREAMFLOW_EMBEDDER=local`: the chunks are embedded first, as the service does).
 
 With `--scripted` the model is tests/llm_server.py playing a careful model (facts in the messages' words, the
 right relation when asked): it measures Dreamflow's part. Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` /
@@ -228,6 +229,21 @@ def check(memory, days: int) -> list[dict]:
     return rows
 
 
+def with_vectors(memory):
+    """`memory` searching with vectors as the service does (its chunks embedded first), when an embedder is
+    configured (`DREAMFLOW_EMBEDDER`); else as it is, keyword only."""
+    from engine.embedders import make_embedder
+    from engine.semantic import vector_index
+    from storage import vectors
+
+    embedder = make_embedder()
+    if embedder is None:
+        return memory
+    vectors.backfill(memory.db, embedder)
+    memory.vectors = vector_index()
+    return memory
+
+
 def first_digest(hits: list[dict]) -> dict | None:
     return next((h for h in hits if h["path"].startswith("digest/")), None)
 
@@ -287,11 +303,13 @@ def run(args, home: Path, settings) -> None:
             spent.add(u)
             print(f"{day:<11} {'FAILED' if failed_card else str(card.get('card')):<44} {len(new):>5} {grounded:>8} "
                   f"{dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
+    searching = with_vectors(memory)
     found = card_facts(memory)
     covered, statements = coverage(memory, found)
     loose = [(p, f.text, sorted(unsupported(memory, f))) for p, f in found if unsupported(memory, f)]
-    rows = check(memory, args.days)
-    print(f"\nstory statements in a card citing the right message: {covered}/{statements}; card facts "
+    rows = check(searching, args.days)
+    print(f"\nsearch: {'keyword + vectors, as the service searches' if searching.vectors else 'keyword only'}")
+    print(f"story statements in a card citing the right message: {covered}/{statements}; card facts "
           f"{len(found)}, with words not in their cited lines: {len(loose)}")
     for path, text, words in loose:
         print(f"  not in its lines ({', '.join(words)}): {text}  [{path}]")

@@ -105,12 +105,14 @@ def resource_text(raw: str, path: str) -> str:
 
 
 def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str) -> extraction.Screened:
-    """Ask for the facts of the numbered `items` (in calls of at most `MAX_CALL_CHARS`), screen each one, and
-    return what is kept and dropped (each dropped fact counted as a refusal of its rule). A call whose facts
-    are all dropped gets one repair turn, then fails the job (`AnswerRefused`): its input stays unconsumed."""
+    """Ask for the facts of the numbered `items`, screen each one, and return what is kept and dropped (each
+    dropped fact counted as a refusal of its rule). A conversation is asked turn by turn (`turns`: a small model
+    given several messages gave one speaker's facts to another), other material in runs of at most
+    `MAX_CALL_CHARS`. A call whose facts are all dropped gets one repair turn, then fails the job
+    (`AnswerRefused`): its input stays unconsumed."""
     system = load_prompt("facts")
     out = extraction.Screened()
-    for batch in _batches(items):
+    for batch in turns(items) if any(item.speaker for item in items) else _batches(items):
         screened: dict[str, extraction.Screened] = {}
 
         def judge(answer: extraction.FactList, batch=batch):
@@ -131,6 +133,18 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
         out.dropped += result.dropped
         out.recited += result.recited
         out.title = out.title or _title(answer.title, batch, system, header)
+    return out
+
+
+def turns(items: list[extraction.Item]) -> list[list[extraction.Item]]:
+    """A conversation's items as turns, renumbered from 1: each user message with the message before it (the
+    question it may answer); replies after the last user message join the last turn."""
+    starts = [i for i, item in enumerate(items) if item.speaker == "user"] or [0]
+    out = []
+    for n, start in enumerate(starts):
+        first = start - 1 if start > 0 and items[start - 1].speaker != "user" else start
+        last = len(items) if n == len(starts) - 1 else start + 1
+        out.append([replace(item, number=k) for k, item in enumerate(items[first:last], 1)])
     return out
 
 

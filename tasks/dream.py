@@ -124,9 +124,11 @@ def card_facts(path: str, text: str, cited: set[str]) -> list[dict]:
     """The facts of a card not yet consolidated (`cited`: the anchors some node fact cites), as references."""
     day = path.split("/")[1]
     resource = "source_resource" in split_frontmatter(text).meta
+    found = [f for f in facts.parse(text) if f.current and f.id]
+    said = {f.id: sorted(f.sources) for f in found}  # each card fact's messages
     return [{"source": f"{path}#^{f.id}", "card": path, "day": day, "text": f.text, "kind": f.kind,
-             "about": f.about, "date": f.date, "resource": resource}
-            for f in facts.parse(text) if f.current and f.id and f"^{f.id}" not in cited]
+             "about": f.about, "date": f.date, "resource": resource, "said": said[f.id], "siblings": said}
+            for f in found if f"^{f.id}" not in cited]
 
 
 def group(refs: list[dict], hint: str | None) -> list[dict]:
@@ -173,7 +175,8 @@ class Candidate:
 def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list[Candidate]:
     """The current node facts `ref` may touch, best first: those sharing a word with it besides its subject's
     name (a search over digest facts), then the facts of its subject's `node` closest in meaning (`SIMILAR` or
-    more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`."""
+    more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`. Facts of the
+    card `ref` comes from are never shown: what is said together is not a change."""
     mine = fact_key(ref["text"]) - set(terms(ref["about"] or ""))
     texts: dict[str, str] = {}
     found: dict[tuple[str, str], tuple[int, Candidate]] = {}
@@ -182,18 +185,27 @@ def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list
         text = texts.setdefault(hit["path"], read_text(memory, hit["path"]) or "")
         for fact in facts.parse(text):
             if fact.current and fact.id and hit["start_line"] <= fact.line <= hit["end_line"] \
-                    and mine & fact_key(fact.text):
+                    and mine & fact_key(fact.text) and not _said_with(fact, ref):
                 found.setdefault((hit["path"], fact.id), (rank, Candidate(hit["path"], fact)))
     ordered = sorted(found.values(), key=lambda rc: (-len(mine & fact_key(rc[1].fact.text)), rc[0]))
     shown = [c for _, c in ordered[:CANDIDATES]]
     if node and embed and len(shown) < CANDIDATES:
         others = [f for f in facts.parse(texts.get(node) or read_text(memory, node) or "")
-                  if f.current and f.id and (node, f.id) not in found]
+                  if f.current and f.id and (node, f.id) not in found and not _said_with(f, ref)]
         if others:
             scores = embed(ref["text"], [f.text for f in others])
             near = sorted((s, i) for i, s in enumerate(scores) if s >= SIMILAR)[::-1]
             shown += [Candidate(node, others[i]) for _, i in near[:CANDIDATES - len(shown)]]
     return shown
+
+
+def _said_with(fact: facts.Fact, ref: dict) -> bool:
+    """Whether a node fact comes from a message `ref` comes from too: facts said together never replace each
+    other (a small model read `Sam and I broke up. My partner is now Alex.` as one change replacing the
+    other)."""
+    mine = f"{ref['card']}#^"
+    return any(set(ref["siblings"].get(source[len(mine):], ())) & set(ref["said"])
+               for source in fact.sources if source.startswith(mine))
 
 
 def similarity(embedder) -> Embed:
@@ -404,7 +416,7 @@ def _prose_facts(memory, path: str, text: str, cited: set[str], spent: Usage) ->
         spent.add(llm.usage)
     resource = "source_resource" in parsed.meta
     return [{"source": f.sources[0], "card": path, "day": day, "text": f.text, "kind": f.kind, "about": f.about,
-             "date": f.date, "resource": resource}
+             "date": f.date, "resource": resource, "said": [f.sources[0]], "siblings": {}}
             for f in screened.kept if f.sources and f.sources[0].partition("#")[2] not in cited]
 
 

@@ -42,17 +42,34 @@ def fact(text, about="user", kind="fact", source=(1,)) -> dict:
     return {"text": text, "about": about, "kind": kind, "source": list(source)}
 
 
+def answer_by_message(llm, title: str, *scripted: tuple) -> None:
+    """Answer every facts request turn by turn: each scripted `(said, fact...)` fact where the message that
+    says `said` is in the turn, citing that message's number (`+ shift`: a wrong number, as small models give)."""
+    import re
+
+    def respond(body: dict):
+        if "messages" not in body:
+            return None
+        lines = {text: int(n) for n, text in re.findall(r"^\[(\d+)\] \w+, [\d-]+ [\d:]+: (.*)$",
+                                                        body["messages"][1]["content"], re.M)}
+        found = [{**f, "source": [lines[text] + shift]} for said, f, shift in (s if len(s) == 3 else (*s, 0)
+                                                                               for s in scripted)
+                 for text in lines if said in text]
+        return json_reply({"title": title, "facts": found})
+
+    llm.responder = respond
+
+
 def card_of(memory: Memory, result: dict) -> tuple[str, list[facts.Fact]]:
     text = memory.read(result["card"], numbered=False)["content"]
     return text, facts.parse(text)
 
 
 def test_a_card_is_the_checked_facts_each_citing_its_message(prefect_harness, llm, memory, ws):
-    llm.on(FACTS, json_reply({"title": "Moving to Porto and family", "facts": [
-        fact("The user moved to Porto yesterday.", kind="event", source=[1]),
-        fact("Ana, the user's sister, works at a bakery in Alfama.", about="Ana", source=[4]),  # wrong number: 3
-        fact("The user prefers green tea over coffee.", kind="preference", source=[5]),
-    ]}))
+    answer_by_message(llm, "Moving to Porto and family",
+                      ("moved to Porto", fact("The user moved to Porto yesterday.", kind="event")),
+                      ("sister Ana", fact("Ana, the user's sister, works at a bakery in Alfama.", about="Ana"), -1),
+                      ("green tea", fact("The user prefers green tea over coffee.", kind="preference")))
     out = auto_memory(session_id="s1", workspace=str(ws.root), messages=STORY)
 
     assert out["card"] == f"daily/{DAY}/moving-to-porto-and-family.md" and out["facts"] == 3
@@ -63,6 +80,7 @@ def test_a_card_is_the_checked_facts_each_citing_its_message(prefect_harness, ll
     assert moved.sources == ("session/dialog/s1.jsonl#L1",) and moved.labels == ("2026-11-05 18:00",)
     ana = by_text["Ana, the user's sister, works at a bakery in Alfama."]
     assert ana.sources == ("session/dialog/s1.jsonl#L3",) and ana.about == "Ana"  # re-cited to the right message
+    assert out["recited"] == 1
     assert by_text["The user prefers green tea over coffee."].kind == "preference"
     assert text.index("## Facts") < text.index("## Preferences") < text.index("## Events")
     # the citation opens the message it names
@@ -74,19 +92,19 @@ def test_a_card_is_the_checked_facts_each_citing_its_message(prefect_harness, ll
     assert meta["name"] == "Moving to Porto and family" and "Porto" in meta["description"]
     assert meta["session_id"] == "s1" and meta["source_conversation"] == "[[session/dialog/s1.jsonl]]"
     assert checkpoints.load(ws, "sessions/s1")["records"] == 5
-    prompt = llm.requests[0]["messages"][1]["content"]
-    assert "[1] user, 2026-11-05 18:00: Hi! Big news" in prompt and "[2] assistant" in prompt
+    turns = [r["messages"][1]["content"] for r in llm.requests]  # one call a turn: a user message, what came before
+    assert len(turns) == 3 and "[1] user, 2026-11-05 18:00: Hi! Big news" in turns[0]
+    assert "[1] assistant, 2026-11-05 18:01: Congratulations!" in turns[1] and "[2] user" in turns[1]
     assert llm.requests[0]["response_format"]["type"] == "json_schema"
 
 
 def test_a_half_bad_answer_keeps_the_good_facts_and_reports_the_rest(prefect_harness, llm, memory, ws):
-    llm.on(FACTS, json_reply({"title": "Ana", "facts": [
-        fact("Ana works at a bakery in Alfama.", about="Ana", source=[3]),
-        fact("Ana is a famous pianist in Vienna.", about="Ana", source=[3]),          # not in any message
-        fact("<string>", source=[1]),                                                  # a placeholder
-        fact("Call daily_list(date=2026-11-05) for more.", source=[1]),               # a tool call
-        fact("Ana works at a bakery in Alfama.", about="Ana", source=[3]),              # said twice
-    ]}))
+    answer_by_message(llm, "Ana", *(("sister Ana", f) for f in (
+        fact("Ana works at a bakery in Alfama.", about="Ana"),
+        fact("Ana is a famous pianist in Vienna.", about="Ana"),          # not in any message
+        fact("<string>"),                                                  # a placeholder
+        fact("Call daily_list(date=2026-11-05) for more."),               # a tool call
+        fact("Ana works at a bakery in Alfama.", about="Ana"))))           # said twice
     out = auto_memory(session_id="s2", workspace=str(ws.root), messages=STORY)
 
     _, found = card_of(memory, out)
@@ -97,8 +115,7 @@ def test_a_half_bad_answer_keeps_the_good_facts_and_reports_the_rest(prefect_har
 
 
 def test_nothing_usable_fails_the_run_and_keeps_the_messages(prefect_harness, llm, memory, ws):
-    invented = json_reply({"title": "x", "facts": [fact("The user owns a yacht in Monaco.", source=[1])]})
-    llm.on(FACTS, invented, invented)
+    llm.responder = lambda body: json_reply({"title": "x", "facts": [fact("The user owns a yacht in Monaco.")]})
     state = auto_memory(session_id="s3", workspace=str(ws.root), messages=STORY, return_state=True)
     assert state.is_failed()
     assert "ungrounded" in str(state.result(raise_on_failure=False))
@@ -120,8 +137,7 @@ def test_small_talk_writes_no_card_and_moves_on(prefect_harness, llm, memory, ws
 
 
 def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, ws):
-    llm.on(FACTS, json_reply({"title": "Tea", "facts": [fact("The user prefers green tea over coffee.",
-                                                              kind="preference", source=[5])]}))
+    answer_by_message(llm, "Tea", ("green tea", fact("The user prefers green tea over coffee.", kind="preference")))
     first = auto_memory(session_id="s5", workspace=str(ws.root), messages=STORY)
     llm.reset()
     llm.on(FACTS, json_reply({"title": "Something else", "facts": [
@@ -149,12 +165,12 @@ def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, me
 
     dialog.append_messages(memory, "chat-7", [msg("Miso is 2 years old", 10)])
     llm.reset()
-    llm.on(FACTS, json_reply({"title": "Miso the cat", "facts": [
-        fact("The user adopted a cat named Miso.", source=[1]), fact("Miso is 2 years old.", "Miso", source=[3])]}))
+    answer_by_message(llm, "Miso the cat", ("adopted a cat", fact("The user adopted a cat named Miso.")),
+                      ("2 years old", fact("Miso is 2 years old.", "Miso")))
     done = auto_memory(session_id="chat-7", workspace=str(ws.root))
-    assert done["summarised"] == [0, 3] and done["card"] == f"daily/{DAY}/miso-the-cat.md"
-    prompt = llm.requests[0]["messages"][1]["content"]
-    assert "adopted a cat" in prompt and "2 years old" in prompt
+    assert done["summarised"] == [0, 3] and done["card"] == f"daily/{DAY}/miso-the-cat.md" and done["facts"] == 2
+    prompts = "".join(r["messages"][1]["content"] for r in llm.requests)
+    assert "adopted a cat" in prompts and "2 years old" in prompts
     assert checkpoints.load(ws, "sessions/chat-7")["records"] == 3
 
     llm.reset()

@@ -317,3 +317,14 @@ def test_a_refinement_that_keeps_none_of_the_words_is_a_new_fact(prefect_harness
     summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
     assert [a["action"] for a in summary["actions"]] == ["added"] and len(compares(llm)) == 1
     assert all(f.current for f in node_facts(memory, "digest/personal/user.md").values())
+
+
+def test_facts_said_in_one_message_never_replace_each_other(prefect_harness, llm, memory, ws):
+    """`Sam and I broke up. My partner is now Alex.`: two facts of one message are one change, not two."""
+    body = "# Breakup\n"
+    for n, text in enumerate(("The user and Sam broke up.", "The user's partner is now Alex, not Sam."), 1):
+        body = facts.add(body, facts.Fact(text, id=f"f{n}", about="user", sources=("session/dialog/s.jsonl#L1",)))
+    memory.write("daily/2026-11-07/breakup.md", body, name="Breakup")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    summary = auto_dream(date="2026-11-07", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["created", "added"] and compares(llm) == []

@@ -420,9 +420,14 @@ def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, ll
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "5000")
     words = [f"word{n}" for n in range(1200)]
-    llm.on("list the facts worth remembering", json_reply({"title": "Runaway", "facts": [
-        {"text": " ".join(words[i * 40:(i + 1) * 40]) + ".", "about": "user", "kind": "fact", "when": None,
-         "source": [i // 10 + 1]} for i in range(30)]}))  # 30 grounded facts of 40 words: ~10k characters
+
+    def ten_long_facts(body):  # per turn: its message's words as ten grounded facts of 40 words (~3k characters)
+        said = body["messages"][1]["content"].rsplit(": ", 1)[1].split()
+        return json_reply({"title": "Runaway", "facts": [{"text": " ".join(said[i * 40:(i + 1) * 40]) + ".",
+                                                          "about": "user", "kind": "fact", "source": [1]}
+                                                         for i in range(10)]})
+
+    llm.responder = ten_long_facts
     messages = [{"role": "user", "content": " ".join(words[n * 400:(n + 1) * 400]), "timestamp": "2024-05-08T09:00:00"}
                 for n in range(3)]
     with pytest.raises(Exception, match="at most 5,000 characters"):
