@@ -8,8 +8,9 @@ messages they cite, dropped by the checks; the dream's actions; seconds and prom
   the message saying it;
 - card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
   aside);
-- per changing fact, `search` now (does the first digest hit state the new value?) and `--as-of` the day
-  before the change (the old value?), and whether two current facts state both values; with vectors when an
+- per changing fact, what memory answers now (the first digest fact among the search hits that states either
+  value: is it the new one?) and `--as-of` the day before the change (the old one?), and whether a current fact
+  still states the old value alone; with vectors when an
   embedder is configured (`DREAMFLOW_EMBEDDER=local`: the chunks are embedded first, as the service does).
 
 With `--scripted` the model is tests/llm_server.py playing a careful model (facts in the messages' words, the
@@ -191,20 +192,26 @@ def coverage(memory, found: list) -> tuple[int, int]:
     return hits, total
 
 
-def stated(memory, hit: dict | None, day: str) -> str:
-    """What the facts of a search hit that held on `day` say (the hit's text for a file without facts)."""
+def answer(memory, fact: Fact, day: str, as_of: str | None = None) -> str:
+    """What memory answers to the fact's question: the first digest fact among the search hits (`as_of` the
+    day given) that states either of its values and held on `day` ('' when none does)."""
     from storage import facts
 
-    if hit is None:
-        return ""
-    text = memory.read(hit["path"], numbered=False)["content"]
-    held = [f.text for f in facts.parse(text) if hit["start_line"] <= f.line <= hit["end_line"] and f.holds_on(day)]
-    return " ".join(held) if held or facts.has_facts(text) else hit["text"]
+    values = (fact.old.lower(), fact.new.lower())
+    for hit in memory.search(fact.query, limit=10, expand=0, per_file=0, as_of=as_of):
+        if not hit["path"].startswith("digest/"):
+            continue
+        text = memory.read(hit["path"], numbered=False)["content"]
+        for found in facts.parse(text):
+            if hit["start_line"] <= found.line <= hit["end_line"] and found.holds_on(day) \
+                    and any(v in found.text.lower() for v in values):
+                return found.text
+    return ""
 
 
 def check(memory, days: int) -> list[dict]:
-    """Per fact changed within the first `days` days: the first digest hit now and as of the day before the
-    change, and conflicting current facts."""
+    """Per fact changed within the first `days` days: what memory answers now and as of the day before the
+    change, and whether a current fact still states the old value alone."""
     from storage import facts
 
     today = date.today().isoformat()
@@ -215,16 +222,11 @@ def check(memory, days: int) -> list[dict]:
     rows = []  # a change statement may name the old value too ("from Vim to Helix"): a conflict is the old alone
     for f in (f for f in FACTS if f.changed < days):
         before = (date.fromisoformat(since(f)) - timedelta(days=1)).isoformat()
-        now = first_digest(memory.search(f.query, limit=5, expand=0))
-        then = first_digest(memory.search(f.query, limit=5, expand=0, as_of=before))
-        said_now, said_then = stated(memory, now, today), stated(memory, then, before)
+        now, then = answer(memory, f, today).lower(), answer(memory, f, before, as_of=before).lower()
         old, new = f.old.lower(), f.new.lower()
         rows.append({
-            "fact": f.name,
-            "now": new in said_now.lower(),
-            "as_of": old in said_then.lower() and new not in said_then.lower(),
+            "fact": f.name, "now": new in now, "as_of": old in then and new not in then,
             "conflict": any(old in c.lower() and new not in c.lower() for c in current),
-            "top": now and now["path"], "then": then and then["path"],
         })
     return rows
 
@@ -242,10 +244,6 @@ def with_vectors(memory):
     vectors.backfill(memory.db, embedder)
     memory.vectors = vector_index()
     return memory
-
-
-def first_digest(hits: list[dict]) -> dict | None:
-    return next((h for h in hits if h["path"].startswith("digest/")), None)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.client import read_all
-from engine.llm import LLM
+from engine.llm import LLM, AnswerRefused
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import charged
@@ -108,10 +108,11 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
     """Ask for the facts of the numbered `items`, screen each one, and return what is kept and dropped (each
     dropped fact counted as a refusal of its rule). A conversation is asked turn by turn (`turns`: a small model
     given several messages gave one speaker's facts to another), other material in runs of at most
-    `MAX_CALL_CHARS`. A call whose facts are all dropped gets one repair turn, then fails the job
-    (`AnswerRefused`): its input stays unconsumed."""
+    `MAX_CALL_CHARS`. A call whose facts are all dropped gets one repair turn; refused again, its facts count as
+    dropped and the others stand. When no call kept a fact and one was refused, the job fails
+    (`AnswerRefused`, exit 9): its input stays unconsumed. Any other failed call fails the job at once."""
     system = load_prompt("facts")
-    out = extraction.Screened()
+    out, refused = extraction.Screened(), None
     for batch in turns(items) if any(item.speaker for item in items) else _batches(items):
         screened: dict[str, extraction.Screened] = {}
 
@@ -124,15 +125,21 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
 
         messages = [{"role": "system", "content": system},
                     {"role": "user", "content": extraction.prompt_material(header, batch)}]
-        answer = llm.structured(messages, extraction.FactList, kind, json_schema=extraction.fact_schema(len(batch)),
-                                check=judge)
+        try:
+            answer = llm.structured(messages, extraction.FactList, kind,
+                                    json_schema=extraction.fact_schema(len(batch)), check=judge)
+        except AnswerRefused as exc:
+            refused = refused or exc
+            answer = None
         result = screened["last"]
         for dropped in result.dropped:
             llm.usage.gate(dropped["rule"])
         out.kept += result.kept
         out.dropped += result.dropped
         out.recited += result.recited
-        out.title = out.title or _title(answer.title, batch, system, header)
+        out.title = out.title or (_title(answer.title, batch, system, header) if answer else "")
+    if refused is not None and not out.kept:
+        raise refused
     return out
 
 

@@ -367,3 +367,18 @@ def read_artifact(key: str) -> str:
 
     with get_client(sync_client=True) as client:
         return next(a.data for a in client.read_latest_artifacts() if a.key == key)
+
+
+def test_a_turn_whose_facts_are_all_refused_leaves_the_others_standing(prefect_harness, llm, memory, ws):
+    def respond(body):
+        if "sister Ana" in body["messages"][1]["content"]:
+            return json_reply({"title": "Ana", "facts": [fact("Ana's bakery has been renamed.", "Ana")]})
+        return json_reply({"title": "Porto", "facts": [fact("The user moved to Porto yesterday.")]
+                           if "moved to Porto" in body["messages"][1]["content"] else []})
+
+    llm.responder = respond
+    out = auto_memory(session_id="s7", workspace=str(ws.root), messages=STORY)
+    _, found = card_of(memory, out)
+    assert [f.text for f in found] == ["The user moved to Porto on 2026-11-04."]
+    assert [d["rule"] for d in out["dropped"]] == ["ungrounded"]  # as the repaired answer stated it
+    assert checkpoints.load(ws, "sessions/s7")["records"] == 5

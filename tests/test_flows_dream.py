@@ -328,3 +328,16 @@ def test_facts_said_in_one_message_never_replace_each_other(prefect_harness, llm
     llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
     summary = auto_dream(date="2026-11-07", scan_days=1, workspace=str(ws.root))
     assert [a["action"] for a in summary["actions"]] == ["created", "added"] and compares(llm) == []
+
+
+def test_a_refinement_that_restates_the_fact_anew_replaces_it(prefect_harness, llm, memory, ws):
+    """The 1.5B model called `my coffee order is a flat white` a refinement of `... an espresso`: it shares the
+    words of what it is about but not the value, so it replaces it."""
+    card(memory, "2026-11-02", "Coffee", ("preference", "user", "My usual coffee order is an espresso."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-08", "Coffee now", ("preference", "user", "My coffee order is a flat white."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "refines", "fact": 1}))
+    summary = auto_dream(date="2026-11-08", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["replaced"]
+    old = node_facts(memory, "digest/personal/user.md")["My usual coffee order is an espresso."]
+    assert (old.current, old.until) == (False, "2026-11-08")
