@@ -66,12 +66,13 @@ class QueryTerms:
 
 def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[int], min_score: float | None = None,
              min_relevance: float | None = None, min_words: int | None = None) -> bool:
-    """Whether one of the chunks holds at least `min_words` distinct words of the query, with a score (BM25 with the
-    weights of `relevance_weights`) of at least `min_score` and at least `min_relevance` times the query's weight
-    (all its words' weights together: about 1 for a chunk holding every word once)."""
+    """Whether one of the chunks holds at least `min_words` distinct words of the query with a score (BM25 with the
+    weights of `relevance_weights`) of at least `min_score` and of at least `min_relevance` times the query's
+    weight (its words' weights together, what a chunk holding each word once about scores)."""
     weights = query.relevance_weights()
     floor = max(min_score or 0.0, (min_relevance or 0.0) * sum(weights.values()))
-    for words in _held(con, query, chunk_ids).values():
+    held = _held(con, query, chunk_ids)
+    for words in (held.get(cid, []) for cid in chunk_ids):  # a hit found by meaning alone: no words, score 0
         score = sum(weights[t] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / query.avgdl))
                     for t, tf, length in words)
         if len(words) >= (min_words or 0) and score >= floor:
