@@ -550,10 +550,10 @@ class Memory:
         with self.db.session() as con:
             seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
-                con, self.ws, query, budget, given=seen, vectors=self.vectors,
+                con, self.ws, query, budget, given=seen, vectors=self.vectors, min_words=min_words,
                 start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None,
-                path_prefix=path_prefix or None, min_score=min_score, min_relevance=min_relevance,
-                min_words=min_words, as_of=search_date(as_of), history=history)
+                path_prefix=path_prefix or None, min_score=min_score,
+                min_relevance=min_relevance, as_of=search_date(as_of), history=history)
             if session:
                 _recall.remember(self.ws, session, keys)
         return {**answer, "session": session}
