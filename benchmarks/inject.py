@@ -10,7 +10,7 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   prompt injected (averaged over prompts); tokens injected per prompt;
 - quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
   conversations (a sample) and small talk; share that inject nothing;
-- by memory size (`--sizes`): the same, at budget 600 in fresh sessions, on memories of one session and of two
+- by memory size (`--sizes [--filler 2000]`; with `min_words` too): the same, at budget 600 in fresh sessions, on memories of one session and of two
   sessions of a conversation (its questions whose evidence they hold; 30 other conversations' questions each),
   the whole conversation, and the conversation among N generated sessions (`--filler`, default 2,000; the
   turns of half the other conversations, speakers renamed, in random sessions; the other conversations'
@@ -21,7 +21,7 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   `dreamflow start`.
 
     DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
-                                                        [--service] [--latency-only] [--sizes [--filler 2000]]
+                                                        [--service] [--latency-only]
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
 
-from benchmarks.locomo import (DEFAULT_DATA, evidence_sessions, questions, session_date, session_of,  # noqa: E402
-                               write_conversation)
+from benchmarks.locomo import DEFAULT_DATA, evidence_sessions, questions, session_of, write_conversation  # noqa: E402
 from benchmarks.service import pct  # noqa: E402
 from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
 from dreamflow import hook_context  # noqa: E402
@@ -209,7 +208,7 @@ def _generated(ws: Workspace, sources: list[dict], n: int, rng: random.Random) -
              if re.fullmatch(r"session_\d+", key) and value for turn in value if turn.get("text")]
     speakers = sorted({conv[k] for conv in sources for k in ("speaker_a", "speaker_b")}, key=len, reverse=True)
     named = re.compile(r"\b(" + "|".join(map(re.escape, speakers)) + r")\b")
-    day = session_date("1:00 pm on 1 January, 2020")
+    day = dt.date(2020, 1, 1)
     for i in range(n):
         pair = rng.sample(NAMES, 2)
         picked = rng.sample(turns, rng.randint(8, 16))
@@ -314,8 +313,7 @@ def main() -> None:
     started = time.perf_counter()
     built = build(Path(args.data))
     print(f"{len(built)} workspaces (one per conversation), keyword only; min_score {s.inject_min_score}, "
-          f"min_relevance {s.inject_min_relevance}, min_words {s.inject_min_words}; "
-          f"built in {time.perf_counter() - started:.0f} s")
+          f"min_relevance {s.inject_min_relevance}; built in {time.perf_counter() - started:.0f} s")
     if args.latency_only:
         return timing(built, args)
     print()

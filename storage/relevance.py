@@ -4,14 +4,15 @@ dreamflow/hook_context.py) are compared with.
 
 BM25 weighs a word by its inverse document frequency, ln(1 + (N - df + 0.5) / (df + 0.5)): about -ln of the
 share of the N chunks that hold it, so a score is a statement about shares (4: the matched words together are
-as rare as one word in 1 chunk of ~55), whatever N is. Below FLOOR chunks a share cannot be that small (a word
+as rare as a word held by about one chunk in 55), whatever N is. Below FLOOR chunks a share cannot be that small (a word
 in 1 of 2 notes weighs 0.69, and no match reached 4 until a memory had about ten files), so the memory counts
 as FLOOR chunks, the missing ones holding none of the query's words: a word in 1 of 2 notes weighs what it
 will once the memory has grown around it. From FLOOR chunks on, the score is the hit's BM25 score as search
 ranks it. A query word no chunk holds weighs as much as the rarest word can.
 
 A match must also hold `min_words` distinct words of the query: one shared word ("thanks", "line") tells
-nothing, however rare it is in the memory. Measured at 1 session to 2,000+ files: docs/benchmarks.md.
+nothing, however rare it is in the memory. Measured from one session to 20,000 files: docs/benchmarks.md
+("The same thresholds at any size of memory").
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from storage.search import B, K1
 from storage.sql import in_list, sql_literal
 from storage.tokenize import terms
 
-FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%)
+FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
+# thresholds were tuned on LoCoMo conversations of 45-86 chunks
 
 
 def idf(df: int, n: int) -> float:
