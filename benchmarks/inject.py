@@ -6,15 +6,16 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
 - usefulness: every question of categories 1-4 asked as a prompt with the hook's recall (`min_score`,
   `min_relevance`, `min_words` from the settings) at several budgets, each in a fresh session, and all of a
   conversation's questions in order in one session (the session's record: nothing given twice, so a later
-  prompt gets only what is new): share of prompts that inject something; share of their evidence sessions cited in what the
-  prompt injected (averaged over prompts); tokens injected per prompt;
+  prompt gets only what is new): share of prompts that inject something; share of their evidence sessions
+  cited in what the prompt injected (averaged over prompts); tokens injected per prompt;
 - quiet: prompts with nothing relevant in that workspace, each in a fresh session: the questions of the other
   conversations (a sample) and small talk; share that inject nothing;
-- by memory size (`--sizes [--filler 2000]`; with `min_words` too): the same, at budget 600 in fresh sessions, on memories of one session and of two
-  sessions of a conversation (its questions whose evidence they hold; 30 other conversations' questions each),
-  the whole conversation, and the conversation among N generated sessions (`--filler`, default 2,000; the
-  turns of half the other conversations, speakers renamed, in random sessions; the other conversations'
-  questions from the rest), so the thresholds can be seen to hold from a few chunks to thousands of files;
+- by memory size (`--sizes`, only this table): the same at the hook's budget in fresh sessions, on memories of
+  one and of two sessions of a conversation (its questions whose evidence they hold; 30 other conversations'
+  questions each), the whole conversation, and a conversation among N generated sessions (`--filler`, default
+  2,000: turns of half the other conversations, speakers renamed, in random sessions; the other
+  conversations' questions from the rest), so the thresholds can be seen to hold from a few chunks to
+  thousands of files;
 - latency: `dreamflow hook claude-code` as Claude Code runs it (a fresh process per event, stdin JSON; the
   console script as pyproject.toml declares it) for UserPromptSubmit and SessionStart, and the hook's own
   answer time inside a process (`hook_context.context`), in-process and, with `--service`, through a running
