@@ -72,6 +72,7 @@ class InjectRequest(BaseModel):
     prompt: str | None = Field(None, description="The user's prompt (UserPromptSubmit)")
     min_score: float | None = Field(None, description=ops.PARAM_HELP["min_score"])
     min_relevance: float | None = Field(None, description=ops.PARAM_HELP["min_relevance"])
+    min_words: int | None = Field(None, description=ops.PARAM_HELP["min_words"])
 
 
 class TurnResult(BaseModel):

@@ -2,8 +2,10 @@
 
 `UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/recall.py) within
 `inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
-something new in it comes from a keyword match scoring at least `inject_min_score` and `inject_min_relevance`
-times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected.
+something new in it comes from a keyword match holding `inject_min_words` distinct words of the prompt and
+scoring at least `inject_min_score` and `inject_min_relevance` times the prompt's term weight, numbers that
+mean the same on a memory of 2 files or 200,000 (storage/relevance.py): nothing relevant enough, nothing
+injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
 each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
@@ -61,17 +63,19 @@ def question(payload: dict, settings) -> dict | None:
         if not isinstance(prompt, str) or not prompt.strip():
             return None
         return {**asked, "prompt": prompt[:MAX_PROMPT_CHARS], "budget": settings.inject_prompt_tokens,
-                "min_score": settings.inject_min_score, "min_relevance": settings.inject_min_relevance}
+                "min_score": settings.inject_min_score, "min_relevance": settings.inject_min_relevance,
+                "min_words": settings.inject_min_words}
     if event == "SessionStart" and settings.inject_start:
         return {**asked, "budget": settings.inject_start_tokens}
     return None
 
 
 def inject(memory, event: str, session: str | None, budget: int, prompt: str | None = None,
-           min_score: float | None = None, min_relevance: float | None = None) -> str | None:
+           min_score: float | None = None, min_relevance: float | None = None,
+           min_words: int | None = None) -> str | None:
     """The text for `event` from `memory` (a `Memory`: in the hook's process or in the service), None: nothing."""
     if event == "UserPromptSubmit":
-        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance)
+        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance, min_words)
     return start_context(memory, budget, session)
 
 
@@ -81,14 +85,14 @@ def answer(event: str, text: str) -> dict:
 
 
 def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
-                   min_relevance: float | None) -> str | None:
+                   min_relevance: float | None, min_words: int | None = None) -> str | None:
     """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
     from dreamflow.mcp_text import behind_note
 
     if not prompt.strip():
         return None
     result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
-                           min_score=min_score, min_relevance=min_relevance)
+                           min_score=min_score, min_relevance=min_relevance, min_words=min_words)
     if not result["items"]:
         return None
     behind = f"\n\n{behind_note(result['index_behind'])}" if result.get("index_behind") else ""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,8 @@ import duckdb
 from storage import validity
 from storage.errors import IndexBusy, NotFound
 from storage.locks import FileLock, LockTimeout
-from storage.search import search, term_weights
+from storage.relevance import QueryTerms, relevant
+from storage.search import search
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
 
@@ -69,18 +69,17 @@ class Piece:
 
 def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: int, given: set[str] | None = None,
            vectors: Any = None, min_score: float | None = None, min_relevance: float | None = None,
-           **filters: Any) -> tuple[dict, list[str]]:
+           min_words: int | None = None, **filters: Any) -> tuple[dict, list[str]]:
     """(answer, keys of the lines it gives) for `query` within `budget` tokens, leaving out lines whose key is
-    in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score` or
-    `min_relevance`, the answer is empty unless a piece it gives comes from a hit whose keyword (BM25) score
-    reaches `min_score` and `min_relevance` times the query's weight (`query_weight`): evidence only when there
-    is something that relevant not given before (then the budget is filled as without them). When what is left
-    does not fill the budget (a session given much already), the search goes deeper, up to MAX_POOL hits."""
+    in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score`,
+    `min_relevance` or `min_words`, the answer is empty unless a piece it gives comes from a hit that reaches
+    them (storage/relevance.py: a keyword score, a share of the query's weight, distinct words of the query, in
+    numbers that mean the same at any size of the memory): evidence only when there is something that relevant
+    not given before (then the budget is filled as without them). When what is left does not fill the budget (a
+    session given much already), the search goes deeper, up to MAX_POOL hits."""
     given = given or set()
-    weights = term_weights(con, query)
-    floor = None
-    if min_score is not None or min_relevance is not None:
-        floor = max(min_score or 0.0, (min_relevance or 0.0) * query_weight(con, query, weights))
+    query_terms = QueryTerms.of(con, query)
+    weights = query_terms.weights()
     pool = min(MAX_POOL, max(10, budget // 40))
     candidates = _Candidates(ws, weights, given)
     searched = 0  # the limit of the last search
@@ -94,7 +93,9 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
         if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
             break
         pool = min(MAX_POOL, DEEPER * pool)
-    if floor is not None and not any((hits[p.rank]["bm25"] or 0.0) >= floor for p, _ in chosen):
+    if (min_score, min_relevance, min_words) != (None, None, None) and not relevant(
+            con, query_terms, list(dict.fromkeys(hits[p.rank]["chunk_id"] for p, _ in chosen)), min_score,
+            min_relevance, min_words):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = "\n\n".join(text for _, text in chosen)
     items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line,
@@ -103,17 +104,6 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     keys = [line_key(p.path, text) for p, _ in chosen for _, text in p.lines]
     return {"query": query, "budget": budget, "tokens": tokens(answer), "text": answer, "items": items,
             "withheld": withheld}, keys
-
-
-def query_weight(con: duckdb.DuckDBPyConnection, query: str, weights: dict[str, float] | None = None) -> float:
-    """What the query's terms weigh together: the sum of their inverse document frequencies, a term no chunk has
-    weighing as much as the rarest can. A hit's BM25 score over this is how much of the query it carries
-    (about 1 for a hit on all of it, near 0 for one on its commonest words): comparable across queries and
-    workspaces, which the raw score is not (it grows with the query's length and the index's size)."""
-    weights = term_weights(con, query) if weights is None else weights
-    n = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    unknown = math.log(1 + (n + 0.5) / 0.5)
-    return sum(weights.get(t, unknown) for t in set(terms(query)))
 
 
 class _Candidates:
