@@ -552,7 +552,7 @@ class Memory:
                 path_prefix=path_prefix or None, min_score=min_score,
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
             if session:
-                _recall.remember(self.ws, session, keys)
+                _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
         return {**answer, "session": session}
 
     def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:
