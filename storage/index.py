@@ -156,7 +156,8 @@ def inbound(con: duckdb.DuckDBPyConnection, rel: str) -> list[dict]:
 
 
 def stats(con: duckdb.DuckDBPyConnection) -> dict:
-    """Counts: files, chunks, links, postings (and those awaiting compaction), files with errors, by kind."""
+    """Counts: files, chunks, links, postings (and those awaiting compaction), files with errors, files by kind
+    and by bucket (`daily`, `digest/wiki`, `digest/archive`, `resource`, ...; `.` for top-level files)."""
     files, errors = con.execute("SELECT count(*), count(*) FILTER (WHERE len(errors) > 0) FROM files").fetchone()
     result = {
         "files": files,
@@ -167,6 +168,12 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
         "unsorted_postings": _unsorted_postings(con),
         "files_with_errors": errors,
         "by_kind": dict(con.execute("SELECT kind, count(*) FROM files GROUP BY kind ORDER BY kind").fetchall()),
+        "by_bucket": dict(con.execute(
+            """SELECT CASE WHEN NOT contains(path, '/') THEN '.'
+                           WHEN starts_with(path, 'digest/') AND contains(path[8:], '/')
+                                THEN 'digest/' || split_part(path, '/', 2)
+                           ELSE split_part(path, '/', 1) END AS bucket, count(*)
+               FROM files GROUP BY bucket ORDER BY bucket""").fetchall()),
     }
     return result
 
