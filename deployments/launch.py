@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
-from storage.errors import InvalidInput, NotFound
+from storage.errors import Conflict, InvalidInput, NotFound
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
@@ -69,6 +69,25 @@ def run_status(run_id: str) -> dict:
         "error": error,
         "ui_url": run_url(str(run.id)),
     }
+
+
+def retry(run_id: str, message: str = "Retry from the Dreamflow dashboard") -> dict:
+    """Retry a failed run the way the Prefect UI's Retry does (AwaitingRetry forced on the same run, which its
+    runner or worker picks up: finished tasks come from their persisted results, so a dream re-runs only its
+    failed units); returns its `run_status`. Conflict for a run that did not fail or has no deployment."""
+    from prefect import get_client
+    from prefect.states import AwaitingRetry
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        state = run.state.type.value if run.state else None
+        if state not in ("FAILED", "CRASHED"):
+            raise Conflict(f"run {run.name} is {run.state.name if run.state else 'not started'}: only a failed "
+                           "run can be retried")
+        if run.deployment_id is None:
+            raise Conflict(f"run {run.name} ran in a process, not as a deployment run: nothing can run its retry")
+        client.set_flow_run_state(run.id, AwaitingRetry(message=message), force=True)
+    return run_status(run_id)
 
 
 def run_parameters(run_id: str) -> dict:
@@ -269,6 +288,22 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     return [_summary(r, names.get(r.deployment_id)) for r in found]
 
 
+def recent_runs(tag: str, limit: int = 10) -> list[dict]:
+    """The newest runs of Dreamflow's deployments tagged `tag` (`workspace:NAME`) that have started, newest
+    first (as `runs` answers)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterStartTime, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        names = _deployment_names(client)
+        found = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["dreamflow", tag]),
+                                          start_time=FlowRunFilterStartTime(is_null_=False)),
+            sort=FlowRunSort.START_TIME_DESC, limit=limit)
+    return [_summary(r, names.get(r.deployment_id)) for r in found]
+
+
 def _summary(run, deployment: str | None) -> dict:
     def iso(moment):
         return moment.isoformat() if moment else None
@@ -279,7 +314,9 @@ def _summary(run, deployment: str | None) -> dict:
         "deployment": deployment,
         "state": run.state.name if run.state else None,
         "parameters": run.parameters,
+        "state_type": run.state.type.value if run.state else None,
         "expected_start_time": iso(run.expected_start_time),
         "start_time": iso(run.start_time),
         "end_time": iso(run.end_time),
+        "ui_url": run_url(str(run.id)),
     }
