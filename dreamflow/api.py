@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dreamflow import __version__
 from dreamflow.access import Access, grant_of, workspace_of
 from dreamflow.http_guard import RequestGuard, allowed_hosts
-from dreamflow.web import app as dashboard
+from dreamflow import web
 from engine import ops, scoped
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
@@ -246,7 +246,7 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
     if mcp is not None:
         app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     tokens = Tokens(token)
-    dashboard.mount(app, catalog, service, tokens)
+    web.mount(app, catalog, service, tokens)  # the dashboard at /ui
     app.add_middleware(Access, tokens=tokens)
     app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
                        max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check

@@ -1,5 +1,5 @@
-"""The dashboard as a sub-application mounted at `/ui` on the service's API: who is visiting (`Visitor`), how a
-page is answered (templates, security headers, the session cookie) and how errors show.
+"""What the dashboard's pages share: who is visiting (`Visitor`), how a page is answered (templates, security
+headers, the session cookie), how errors show, and the pages' URLs.
 
 Every page reads and changes memory through the operations every surface uses: `engine.scoped.open_scoped`
 (the grant check: a workspace outside the token's grant answers as one that does not exist, a change with a
@@ -18,7 +18,6 @@ from urllib.parse import quote, urlencode
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,7 +25,7 @@ from dreamflow.access import DASHBOARD, grant_of
 from dreamflow.web.markdown_html import compact
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine import scoped
-from engine.grants import Grant, Tokens
+from engine.grants import Grant
 from storage.errors import DreamflowError, InvalidInput
 
 # The page may load only its own scripts, styles and images; it can be framed by nobody.
@@ -52,20 +51,6 @@ class CrossSite(DreamflowError):
 
     exit_code = 1
     http_status = 403
-
-
-def mount(app: FastAPI, catalog, service, tokens: Tokens) -> None:
-    """Serve the dashboard at `/ui` on `app` over `catalog` (the service's workspaces, or one memory), with the
-    service's jobs when `service` is given; `tokens` as the API checks them."""
-    from dreamflow.web import changes, pages
-
-    ui = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    ui.state.dashboard = Dashboard(catalog, service, Sessions(tokens))
-    ui.mount("/static", StaticFiles(packages=[("dreamflow.web", "static")]), name="static")
-    ui.include_router(pages.router)
-    ui.include_router(changes.router)
-    _add_error_pages(ui)
-    app.mount(DASHBOARD, ui)
 
 
 class Dashboard:
@@ -230,7 +215,9 @@ class URLS:
 
 # ---- errors as pages -----------------------------------------------------------------------------------------
 
-def _add_error_pages(ui: FastAPI) -> None:
+def add_error_pages(ui: FastAPI) -> None:
+    """Errors as pages: a missing session goes to sign-in, an error's page says what went wrong (a workspace the
+    token does not grant answers as one that does not exist, naming nothing)."""
     def page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
         dashboard: Dashboard = request.app.state.dashboard
         return dashboard.render(getattr(request.state, "visitor", None), "error.html", status=status,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
-from dreamflow.web import markdown_html
+from dreamflow.web.markdown_html import compact, line_range, mark, render_body, render_source
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from engine import scoped
@@ -110,7 +110,7 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
             args["workspaces"] = visible
         hits = scoped.search_across(who.catalog, who.grant, None if scope == ALL else scope, "search", args)
         for hit in hits:
-            hit["html"] = markdown_html.mark(markdown_html.compact(hit["text"]), set(terms(q)))
+            hit["html"] = mark(compact(hit["text"]), set(terms(q)))
     who.workspace = scope if scope in visible else None
     return who.dashboard.render(who, "search.html", q=q, scope=scope, visible=visible, hits=hits, start=start,
                                 end=end, as_of=as_of, history=history, archived=archived, prefix=prefix,
@@ -138,16 +138,16 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
 
     def link_to(target: str, anchor: str | None) -> tuple[str, bool, str | None]:
         known = exists.get(target) or {}
-        return URLS.file(name, target, markdown_html.line_range(anchor)), known.get("exists", True), known.get("name")
+        return URLS.file(name, target, line_range(anchor)), known.get("exists", True), known.get("name")
 
     if page is not None:
         text, head_lines = page["text"], 0
         if info["kind"] == "markdown" and view != "source" and first == 1:
             split = split_frontmatter(text)
             head_lines = text[:len(text) - len(split.body)].count("\n") if split.body != text else 0
-            body_html = markdown_html.render_body(split.body, head_lines + 1, link_to, q, wanted)
+            body_html = render_body(split.body, head_lines + 1, link_to, q, wanted)
         else:
-            source_html = markdown_html.render_source(text, page["start_line"], q, wanted)
+            source_html = render_source(text, page["start_line"], q, wanted)
     sections = _sections(info, page)
     node = info["path"].startswith("digest/") and info["kind"] == "markdown"
     for link in info["links_out"]:

@@ -1,0 +1,122 @@
+"""The dashboard's pages at scale: overview and search page load times over a 100k-chunk workspace.
+
+    python benchmarks/dashboard.py [--chunks 100000] [--samples 60] [--root DIR [--reuse]]
+
+Writes the workspace as benchmarks/scale.py does (Zipf text, one wikilink per section) and indexes it before
+the service starts, then runs a real `dreamflow start` over it (its own Prefect server, no runner: no job runs
+here) and times, from an HTTP client on the same machine with a kept-alive connection, each page's HTML as a
+browser asks for it (its style sheet and script are static files, cached):
+- the overview (`GET /ui/`): each workspace's counts and last dream. Its health and jobs parts load after it,
+  each a request of its own, timed apart: the health report (the `doctor` operation) reads every file, so it
+  is computed once and reused for 5 minutes; the jobs part asks Prefect;
+- search (`GET /ui/search?q=...`): 2-7 word queries drawn from the workspace's vocabulary, 20 hits with their
+  words marked and their links;
+- a file page opened from a hit (rendered Markdown, links out and in).
+Prints p50 / p95 / max wall time per page. Target: overview and search <= 100 ms at 100k chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from scale import make_vocabulary, write_workspace, zipf_words  # noqa: E402
+from service_harness import RunningService  # noqa: E402
+from storage.memory import Memory  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(label: str, seconds: list[float]) -> str:
+    ms = [s * 1000 for s in seconds]
+    return f"{label:<34} p50 {pct(ms, .5):7.1f} ms   p95 {pct(ms, .95):7.1f} ms   max {max(ms):7.1f} ms   (n={len(ms)})"
+
+
+def timed_get(client: httpx.Client, path: str) -> tuple[float, httpx.Response]:
+    started = time.perf_counter()
+    answer = client.get(path)
+    took = time.perf_counter() - started
+    assert answer.status_code == 200, (path, answer.status_code, answer.text[:300])
+    return took, answer
+
+
+def prepare(root: Path, chunks: int, reuse: bool) -> None:
+    """The workspace at `root/ws`, written and indexed (kept with --reuse when it is there)."""
+    ws = root / "ws"
+    if reuse and (ws / "metadata/index.duckdb").exists():
+        print(f"reusing {ws}")
+        return
+    shutil.rmtree(ws, ignore_errors=True)
+    started = time.perf_counter()
+    write_workspace(ws, chunks)
+    print(f"workspace written in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    built = Memory(ws).reindex()
+    print(f"indexed in {time.perf_counter() - started:.0f} s: {built['files']:,} files, {built['chunks']:,} chunks")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=60)
+    parser.add_argument("--root", type=Path, default=None, help="keep the workspace here (default: a temp folder)")
+    parser.add_argument("--reuse", action="store_true", help="reuse the workspace an earlier run left in --root")
+    args = parser.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="dreamflow-dashboard-"))
+    root.mkdir(parents=True, exist_ok=True)
+    prepare(root, args.chunks, args.reuse)
+
+    started = time.perf_counter()
+    svc = RunningService.start(root, runner=False, timeout=900)
+    print(f"service ready in {time.perf_counter() - started:.0f} s")
+    rng = np.random.default_rng(1)
+    vocab = make_vocabulary(np.random.default_rng(7))
+    queries = [" ".join(zipf_words(rng, vocab, int(rng.integers(2, 8)))) for _ in range(args.samples)]
+    try:
+        with httpx.Client(base_url=svc.url, timeout=120) as client:
+            stats = client.post("/ops/index_stats", json={}).json()
+            print(f"index: {stats['files']:,} files, {stats['chunks']:,} chunks, {stats['links']:,} links")
+            for query in queries[:5]:  # warm: templates compiled, search cache loaded
+                timed_get(client, "/ui/")
+                timed_get(client, f"/ui/search?q={quote(query)}")
+            overview = [timed_get(client, "/ui/")[0] for _ in range(args.samples)]
+            searched, opened, paths = [], [], []
+            for query in queries:
+                took, answer = timed_get(client, f"/ui/search?q={quote(query)}")
+                searched.append(took)
+                paths += [html.unescape(part.split('"')[0])
+                          for part in answer.text.split('href="/ui/w/default/file/')[1:2]]
+            for path in paths:
+                opened.append(timed_get(client, f"/ui/w/default/file/{path}")[0])
+            health_first = timed_get(client, "/ui/w/default/health?fresh=1")[0]
+            health = [timed_get(client, "/ui/w/default/health")[0] for _ in range(10)]
+            jobs = [timed_get(client, "/ui/w/default/jobs")[0] for _ in range(10)]
+        print(report("overview (GET /ui/)", overview))
+        print(report("search (GET /ui/search?q=...)", searched))
+        print(report("a hit's file page", opened))
+        print(report("overview: health part, computed", [health_first]))
+        print(report("overview: health part, reused", health))
+        print(report("overview: jobs part (Prefect)", jobs))
+    finally:
+        svc.stop()
+        if args.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
