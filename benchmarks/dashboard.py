@@ -32,19 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
+from benchmarks.service import line as report  # noqa: E402
 from scale import make_vocabulary, write_workspace, zipf_words  # noqa: E402
 from service_harness import RunningService  # noqa: E402
 from storage.memory import Memory  # noqa: E402
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def report(label: str, seconds: list[float]) -> str:
-    ms = [s * 1000 for s in seconds]
-    return f"{label:<34} p50 {pct(ms, .5):7.1f} ms   p95 {pct(ms, .95):7.1f} ms   max {max(ms):7.1f} ms   (n={len(ms)})"
 
 
 def timed_get(client: httpx.Client, path: str) -> tuple[float, httpx.Response]:

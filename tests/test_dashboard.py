@@ -128,7 +128,10 @@ class Visit:
         """Requests that went anywhere but this service."""
         return [u for u in self.requested if not u.startswith(self.url + "/")]
 
-    def close(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         self.context.close()
 
 
@@ -136,9 +139,8 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
     svc, secrets = guarded
     assert f"Dashboard   {svc.url}/ui/" in svc.log()  # the start banner names it
     svc.memory.recall("where does Ana live", budget=300, session="claude-7f3a")  # an agent was given memory
-    visit = Visit(browser, svc.url, secrets["admin"])
-    page = visit.page
-    try:
+    with Visit(browser, svc.url, secrets["admin"]) as visit:
+        page = visit.page
         cookie = next(c for c in visit.context.cookies() if c["name"].startswith("dreamflow_ui"))
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
         assert secrets["admin"] not in " ".join(visit.requested)  # never in a URL
@@ -207,15 +209,12 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
 
         assert visit.foreign() == [], "the dashboard loaded something from elsewhere"
         assert {u.split("/")[3] for u in visit.requested} == {"ui"}
-    finally:
-        visit.close()
 
 
 def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
     svc, secrets = guarded
-    visit = Visit(browser, svc.url, secrets["a"])
-    page = visit.page
-    try:
+    with Visit(browser, svc.url, secrets["a"]) as visit:
+        page = visit.page
         visit.go(f"/ui/w/{ALPHA}/file/digest/wiki/portugal.md")
         page.locator(".file-actions a", has_text="Edit").click()
         frontmatter = page.input_value("#frontmatter")
@@ -241,16 +240,13 @@ def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
         assert page.input_value("#body") == "my edit"
         assert "Changed by an agent" in svc.memory.read("digest/wiki/portugal.md")["content"]
         assert visit.foreign() == []
-    finally:
-        visit.close()
 
 
 def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
     svc, secrets = guarded
-    visit = Visit(browser, svc.url, secrets["a-read"])
-    page = visit.page
-    before = svc.memory.read(NEW)["content"]
-    try:
+    with Visit(browser, svc.url, secrets["a-read"]) as visit:
+        page = visit.page
+        before = svc.memory.read(NEW)["content"]
         visit.go(f"/ui/w/{ALPHA}/file/{NEW}")
         actions = page.locator(".file-actions").inner_text()
         assert "Graph" in actions and "Edit" not in actions and "Forget" not in actions
@@ -265,17 +261,14 @@ def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
             answer = page.request.post(svc.url + path, form=form, headers={"Origin": svc.url})
             assert answer.status == 403 and "may only read" in answer.text(), (path, answer.text()[:300])
         assert svc.memory.read(NEW)["content"] == before
-    finally:
-        visit.close()
 
 
 def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
     svc, secrets = guarded
-    visit = Visit(browser, svc.url, secrets["a"])
-    page = visit.page
-    forbidden = (BETA, SECRET_OF_BETA, "beta-store")
-    seen = []
-    try:
+    with Visit(browser, svc.url, secrets["a"]) as visit:
+        page = visit.page
+        forbidden = (BETA, SECRET_OF_BETA, "beta-store")
+        seen = []
         for path in ("/ui/", "/ui/search?q=lives+lisbon&in=*",
                      f"/ui/w/{ALPHA}/graph/{NEW}?depth=3", f"/ui/w/{ALPHA}/day/2024-05-08", f"/ui/w/{ALPHA}/days",
                      f"/ui/w/{ALPHA}/sessions", f"/ui/w/{ALPHA}/health", f"/ui/w/{ALPHA}/jobs"):
@@ -295,28 +288,26 @@ def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
         visit.go("/ui/search?q=lisbon&in=*")
         assert {o.get_attribute("value") for o in page.locator("select[name=in] option").all()} == {ALPHA}
         assert visit.foreign() == []
-    finally:
-        visit.close()
 
 
 def test_a_cross_site_post_is_refused(browser, guarded):
     svc, secrets = guarded
-    visit = Visit(browser, svc.url, secrets["admin"])
     target = f"{svc.url}/ui/w/{ALPHA}/edit/digest/wiki/portugal.md"
     before = svc.memory.read("digest/wiki/portugal.md")["content"]
     evil = ThreadedServer(_attacker_page(target))  # another origin (another port), as any web page the user opens
     try:
-        visit.page.goto(evil.url)
-        visit.page.wait_for_url(target)  # the page's form, sent by the browser
-        assert "CrossSiteRequest" in visit.page.content()  # the request guard, before any route
-        # a same-origin form without its session's CSRF token (what a token-less service would otherwise take)
-        visit.go("/ui/")
-        answer = visit.page.request.post(target, form={"body": "defaced", "hash": "x"}, headers={"Origin": svc.url})
-        assert answer.status == 403 and "reload the page" in answer.text()
+        with Visit(browser, svc.url, secrets["admin"]) as visit:
+            page = visit.page
+            page.goto(evil.url)
+            page.wait_for_url(target)  # the page's form, sent by the browser
+            assert "CrossSiteRequest" in page.content()  # the request guard, before any route
+            # a same-origin form without its session's CSRF token (what a token-less service would otherwise take)
+            visit.go("/ui/")
+            answer = page.request.post(target, form={"body": "defaced", "hash": "x"}, headers={"Origin": svc.url})
+            assert answer.status == 403 and "reload the page" in answer.text()
         assert svc.memory.read("digest/wiki/portugal.md")["content"] == before
     finally:
         evil.stop()
-        visit.close()
 
 
 def _attacker_page(target: str):
@@ -356,6 +347,13 @@ def test_without_a_token_the_dashboard_is_open_and_says_so(ws):
         server.stop()
 
 
+def test_status_names_the_dashboard():
+    from dreamflow.service_commands import format_status
+
+    shown = format_status({"running": True, "service": {"url": "http://127.0.0.1:8420", "uptime_s": 5}})
+    assert "Dashboard   http://127.0.0.1:8420/ui/" in shown
+
+
 def test_a_failed_dream_shows_on_its_day_and_is_retried_from_the_dashboard(browser, dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-09-03"
     svc.memory.write(f"daily/{day}/harbour.md", content="# Harbour\n\nAna moved her boat to the Nyhavn harbour.\n")
@@ -370,9 +368,8 @@ def test_a_failed_dream_shows_on_its_day_and_is_retried_from_the_dashboard(brows
     run = httpx.post(f"{svc.url}/flows/auto_dream", json={"date": day, "scan_days": 1}, timeout=60).json()
     wait_for(lambda: httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["state_type"] == "FAILED",
              180, "the dream to fail")
-    visit = Visit(browser, svc.url, None)  # no token configured: no sign-in
-    page = visit.page
-    try:
+    with Visit(browser, svc.url, None) as visit:  # no token configured: no sign-in
+        page = visit.page
         visit.go(f"/ui/w/default/day/{day}")
         decided = page.locator("table.units").inner_text()
         assert "digest/personal/ana-s-boat.md" in decided
@@ -391,5 +388,3 @@ def test_a_failed_dream_shows_on_its_day_and_is_retried_from_the_dashboard(brows
         page.wait_for_selector("#ws-default .jobs table.runs")
         assert page.locator("#ws-default .jobs a", has_text="Prefect UI").count() >= 1
         assert visit.foreign() == []
-    finally:
-        visit.close()
