@@ -234,7 +234,6 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
     if tag:
         run_filter.tags = FlowRunFilterTags(all_=[tag])
     with get_client(sync_client=True) as client:
-        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
             deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
@@ -243,20 +242,22 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
             sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
             limit=limit,
         )
+        names = _deployment_names(client, found)
     return [_summary(r, names.get(r.deployment_id, deployment.full_name)) for r in found]
 
 
-def _deployment_names(client) -> dict:
-    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments."""
-    from prefect.exceptions import ObjectNotFound
+def _deployment_names(client, runs) -> dict:
+    """Deployment id -> `flow/deployment` of the deployments `runs` (flow runs) belong to: two API calls, however
+    many deployments there are."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowFilter, FlowFilterId
 
-    names = {}
-    for name in (name for d in DEPLOYMENTS.values() for name in d.full_names):
-        try:
-            names[client.read_deployment_by_name(name).id] = name
-        except ObjectNotFound:
-            continue
-    return names
+    ids = list({run.deployment_id for run in runs if run.deployment_id is not None})
+    if not ids:
+        return {}
+    deployments = client.read_deployments(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=ids)))
+    flows = {flow.id: flow.name for flow in client.read_flows(
+        flow_filter=FlowFilter(id=FlowFilterId(any_=list({d.flow_id for d in deployments}))))}
+    return {d.id: f"{flows.get(d.flow_id)}/{d.name}" for d in deployments}
 
 
 def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
@@ -275,7 +276,6 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     with get_client(sync_client=True) as client:
-        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow", *([tag] if tag else [])]),
@@ -285,6 +285,7 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
             sort=FlowRunSort.EXPECTED_START_TIME_ASC,
             limit=limit,
         )
+        names = _deployment_names(client, found)
     return [_summary(r, names.get(r.deployment_id)) for r in found]
 
 
@@ -296,11 +297,11 @@ def recent_runs(tag: str, limit: int = 10) -> list[dict]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     with get_client(sync_client=True) as client:
-        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["dreamflow", tag]),
                                           start_time=FlowRunFilterStartTime(is_null_=False)),
             sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        names = _deployment_names(client, found)
     return [_summary(r, names.get(r.deployment_id)) for r in found]
 
 

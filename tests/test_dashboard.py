@@ -321,7 +321,9 @@ def _attacker_page(target: str):
     return Starlette(routes=[Route("/", lambda request: HTMLResponse(html))])
 
 
-def test_without_a_token_the_dashboard_is_open_and_says_so(ws):
+def test_without_a_token_the_dashboard_is_open_and_says_so(ws, monkeypatch):
+    from dreamflow.web import app
+
     memory = Memory(ws.root)
     memory.write("digest/wiki/kyoto.md", "Kyoto has temples.", name="Kyoto")
     server = ApiServer(memory)
@@ -343,6 +345,10 @@ def test_without_a_token_the_dashboard_is_open_and_says_so(ws):
             assert saved.status_code == 303 and memory.search("gardens")[0]["path"] == "digest/wiki/kyoto.md"
             forget = client.post("/ui/w/default/forget/digest/wiki/kyoto.md", data={"csrf": csrf}, headers=origin)
             assert forget.status_code == 400 and "dreamflow start" in forget.text  # jobs need the service
+            monkeypatch.setattr(app, "AUTO_HEALTH_FILES", 0)  # a large workspace: health only when asked
+            assert "Not checked yet" in client.get("/ui/w/default/health").text
+            assert "files, " in client.get("/ui/w/default/health?fresh=1").text
+            assert "checked " in client.get("/ui/w/default/health").text  # then reused
     finally:
         server.stop()
 
@@ -354,7 +360,7 @@ def test_status_names_the_dashboard():
     assert "Dashboard   http://127.0.0.1:8420/ui/" in shown
 
 
-def test_a_failed_dream_shows_on_its_day_and_is_retried_from_the_dashboard(browser, dreamflow_service, llm_server):
+def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-09-03"
     svc.memory.write(f"daily/{day}/harbour.md", content="# Harbour\n\nAna moved her boat to the Nyhavn harbour.\n")
     svc.memory.write(f"daily/{day}/sauna.md", content="# Sauna\n\nAna goes to the harbour sauna on Fridays.\n")
@@ -387,4 +393,12 @@ def test_a_failed_dream_shows_on_its_day_and_is_retried_from_the_dashboard(brows
         visit.go("/ui/")
         page.wait_for_selector("#ws-default .jobs table.runs")
         assert page.locator("#ws-default .jobs a", has_text="Prefect UI").count() >= 1
+
+        # forget the new node: the archive job moves it to digest/archive/, links follow
+        visit.go("/ui/w/default/file/digest/personal/friday-sauna.md")
+        page.once("dialog", lambda dialog: dialog.accept())  # "Forget this node? ..."
+        page.locator("button", has_text="Forget").click()
+        page.wait_for_selector(".badge.state-completed", timeout=150_000)
+        assert "digest/archive/personal/friday-sauna.md" in page.locator("table.units").inner_text()
+        assert svc.memory.stat("digest/archive/personal/friday-sauna.md")["frontmatter"]["archived"]
         assert visit.foreign() == []

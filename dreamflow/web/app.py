@@ -9,6 +9,7 @@ read-only token is refused) then the `Memory` method; jobs go through the servic
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -22,6 +23,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow.access import DASHBOARD, grant_of
+from dreamflow.web.graph_layout import kind_of
 from dreamflow.web.markdown_html import compact
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine import scoped
@@ -40,6 +42,7 @@ SECURITY_HEADERS = {
 DECIDED = {"CREATE": "created", "REFINE": "refined", "CORRECT": "corrected", "CORROBORATE": "corroborated",
            "SUPERSEDE": "superseded", "FAILED": "failed"}
 HEALTH_SECONDS = 300  # a workspace's doctor report is reused this long (it reads every file)
+AUTO_HEALTH_FILES = 500  # up to this many files the overview checks health unasked (about 1 ms of CPU a file)
 
 
 class SignIn(Exception):
@@ -60,9 +63,10 @@ class Dashboard:
         self.catalog, self.service, self.sessions = catalog, service, sessions
         self.templates = Environment(loader=PackageLoader("dreamflow.web", "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-        self.templates.globals.update(url=URLS, kind_of=_kind_of, decided=DECIDED)
+        self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED)
         self.templates.filters["compact"] = compact
         self.health: dict[str, tuple[float, dict]] = {}
+        self._checking = threading.Lock()  # one doctor run at a time: it holds the index meanwhile
 
     def render(self, visitor: Visitor | None, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """The page `template` with `context`, the visitor's navigation and CSRF token, the security headers,
@@ -74,13 +78,17 @@ class Dashboard:
             set_cookie(response, visitor.request, visitor.session)
         return response
 
-    def doctor(self, name: str, memory, fresh: bool = False) -> tuple[dict, float]:
-        """The workspace's health report (the `doctor` operation) and its age in seconds, reused for
-        HEALTH_SECONDS unless `fresh`."""
-        kept = self.health.get(name)
-        if fresh or kept is None or time.monotonic() - kept[0] > HEALTH_SECONDS:
-            kept = self.health[name] = (time.monotonic(), memory.doctor())
-        return kept[1], time.monotonic() - kept[0]
+    def doctor(self, name: str, memory, fresh: bool = False) -> tuple[dict | None, float]:
+        """The workspace's health report (the `doctor` operation; None: not run yet) and its age in seconds.
+        It reads every file and holds the index meanwhile (seconds at 10k files), so it is reused for
+        HEALTH_SECONDS and run unasked only for a workspace of at most AUTO_HEALTH_FILES files; `fresh` runs it
+        now."""
+        with self._checking:
+            kept = self.health.get(name)
+            stale = kept is None or time.monotonic() - kept[0] > HEALTH_SECONDS
+            if fresh or (stale and memory.index_stats()["files"] <= AUTO_HEALTH_FILES):
+                kept = self.health[name] = (time.monotonic(), memory.doctor())
+        return (kept[1], time.monotonic() - kept[0]) if kept else (None, 0.0)
 
 
 @dataclass
@@ -168,12 +176,6 @@ def clear_cookie(response, request: Request) -> None:
 def _port(request: Request) -> int | None:
     server = request.scope.get("server")
     return server[1] if server else None
-
-
-def _kind_of(path: str) -> str:
-    from dreamflow.web.graph_layout import kind_of
-
-    return kind_of(path)
 
 
 # ---- URLs of the pages (templates call them as url.file(...)) ------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 import marko
@@ -145,11 +146,16 @@ def mark(text: str, marked: frozenset[str] | set[str]) -> str:
         return html.escape(text)
     out, at = [], 0
     for word in _WORD.finditer(text):
-        if set(terms(word.group())) & marked:
+        if _terms_of(word.group()) & marked:
             out += [html.escape(text[at:word.start()]), "<mark>", html.escape(word.group()), "</mark>"]
             at = word.end()
     out.append(html.escape(text[at:]))
     return "".join(out)
+
+
+@lru_cache(maxsize=100_000)
+def _terms_of(word: str) -> frozenset[str]:
+    return frozenset(terms(word))
 
 
 def line_range(anchor: str | None) -> tuple[int, int] | None:

@@ -71,7 +71,7 @@ def health(ws: str, fresh: bool = False, who: Visitor = Depends(visitor)):
                  "rows": [{"path": row.get("path") or row.get("source") or row.get("from"),
                            "line": row.get("line"), "text": doctor.describe(key, row).replace("`", "")}
                           for row in report[key][:FINDINGS_SHOWN]]}
-                for key in doctor.PROBLEMS + doctor.NOTES if report.get(key)]
+                for key in doctor.PROBLEMS + doctor.NOTES if report and report.get(key)]
     return _part(who, "health.html", "Health", ws=name, report=report, findings=findings, age=round(age))
 
 
