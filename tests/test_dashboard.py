@@ -210,6 +210,11 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         assert visit.foreign() == [], "the dashboard loaded something from elsewhere"
         assert {u.split("/")[3] for u in visit.requested} == {"ui"}
 
+        page.locator("header button", has_text="Sign out").click()  # the session ends: the token is asked again
+        page.wait_for_url(re.compile(r"/ui/login"))
+        visit.go("/ui/")
+        assert "/ui/login" in page.url
+
 
 def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
     svc, secrets = guarded

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -49,11 +50,8 @@ class SignIn(Exception):
     """The visitor has no valid session: the sign-in page."""
 
 
-class CrossSite(DreamflowError):
-    """A form without its session's CSRF token."""
-
-    exit_code = 1
-    http_status = 403
+class CrossSite(Exception):
+    """A form without its session's CSRF token (a page of its own, 403; no error class of the operations)."""
 
 
 class Dashboard:
@@ -64,7 +62,7 @@ class Dashboard:
         self.templates = Environment(loader=PackageLoader("dreamflow.web", "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED)
-        self.templates.filters["compact"] = compact
+        self.templates.filters.update(compact=compact, local_time=local_time)
         self.health: dict[str, tuple[float, dict]] = {}
         self._checking = threading.Lock()  # one doctor run at a time: it holds the index meanwhile
 
@@ -178,6 +176,16 @@ def _port(request: Request) -> int | None:
     return server[1] if server else None
 
 
+def local_time(moment: str | None) -> str:
+    """An ISO time (Prefect's and the records' are UTC) as this machine's local time, to the minute."""
+    if not moment:
+        return ""
+    try:
+        return datetime.fromisoformat(moment).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return moment
+
+
 # ---- URLs of the pages (templates call them as url.file(...)) ------------------------------------------------
 
 class URLS:
@@ -229,6 +237,10 @@ def add_error_pages(ui: FastAPI) -> None:
     async def sign_in(request: Request, exc: SignIn):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"{DASHBOARD}/login?{urlencode({'next': target})}", status_code=303)
+
+    @ui.exception_handler(CrossSite)
+    async def cross_site(request: Request, exc: CrossSite):
+        return page(request, 403, "Not allowed", str(exc))
 
     @ui.exception_handler(DreamflowError)
     async def dreamflow_error(request: Request, exc: DreamflowError):
