@@ -172,6 +172,11 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         assert chain.count() == 2
         assert "superseded" in chain.nth(0).inner_text() and "2024-03-01 → 2024-05-08" in chain.nth(0).inner_text()
         assert "current" in chain.nth(1).inner_text() and "2024-05-08 → now" in chain.nth(1).inner_text()
+        page.locator(".file-side section:has(h2:text('Sources')) a", has_text="Call with Ana").click()
+        page.wait_for_url(re.compile(r"call-with-ana\.md\?lines=7-7#L7$"))  # where it came from, at the line
+        assert "moved to Lisbon" in page.locator(".markdown .block.hit").inner_text()
+        page.go_back()
+        chain = page.locator("ol.chain li")
         chain.nth(0).locator("a").click()  # to the node it replaced
         page.wait_for_url(re.compile(re.escape(OLD) + "$"))
         assert "Ana lives in Berlin" in page.locator(".markdown").inner_text()

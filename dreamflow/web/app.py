@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow.access import DASHBOARD, grant_of
 from dreamflow.web.graph_layout import kind_of
-from dreamflow.web.markdown_html import compact
+from dreamflow.web.markdown_html import compact, line_range
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine import scoped
 from engine.grants import Grant
@@ -61,7 +61,7 @@ class Dashboard:
         self.catalog, self.service, self.sessions = catalog, service, sessions
         self.templates = Environment(loader=PackageLoader("dreamflow.web", "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-        self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED)
+        self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED, anchor_lines=line_range)
         self.templates.filters.update(compact=compact, local_time=local_time)
         self.health: dict[str, tuple[float, dict]] = {}
         self._checking = threading.Lock()  # one doctor run at a time: it holds the index meanwhile

@@ -4,18 +4,20 @@ and the overview's parts that load after it (health, jobs). docs/dashboard.md sa
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from dreamflow.web.markdown_html import compact, line_range, mark, render_body, render_source
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
+from dreamflow.web.markdown_html import compact, line_range, mark, render_body, render_source
 from engine import scoped
 from storage import doctor, dream_log, recall, validity
 from storage.arguments import parse_date
 from storage.errors import DreamflowError, InvalidInput
 from storage.markdown import split_frontmatter
+from storage.outline import parse_blocks
 from storage.tokenize import terms
 
 router = APIRouter()
@@ -56,10 +58,8 @@ def overview(who: Visitor = Depends(visitor)):
 
 
 def _dream_counts(record: dict) -> dict:
-    counts: dict[str, int] = {}
-    for unit in record["units"]:
-        counts[unit.get("action") or "?"] = counts.get(unit.get("action") or "?", 0) + 1
-    return {**record, "counts": counts}
+    """A dream's record with how many units got each decision."""
+    return {**record, "counts": dict(Counter(unit.get("action") or "?" for unit in record["units"]))}
 
 
 @router.get("/w/{ws}/health")
@@ -140,15 +140,16 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         known = exists.get(target) or {}
         return URLS.file(name, target, line_range(anchor)), known.get("exists", True), known.get("name")
 
-    if page is not None:
-        text, head_lines = page["text"], 0
-        if info["kind"] == "markdown" and view != "source" and first == 1:
-            split = split_frontmatter(text)
-            head_lines = text[:len(text) - len(split.body)].count("\n") if split.body != text else 0
-            body_html = render_body(split.body, head_lines + 1, link_to, q, wanted)
-        else:
-            source_html = render_source(text, page["start_line"], q, wanted)
-    sections = _sections(info, page)
+    sections: dict[str, tuple[int, int]] = {}
+    if page is not None and info["kind"] == "markdown" and first == 1:
+        text = page["text"]
+        body = split_frontmatter(text).body
+        body_line = text[:len(text) - len(body)].count("\n") + 1  # the body's first line in the file
+        sections = _sections(body, body_line, page["end_line"])
+        if view != "source":
+            body_html = render_body(body, body_line, link_to, q, wanted)
+    if page is not None and body_html is None:
+        source_html = render_source(page["text"], page["start_line"], q, wanted)
     node = info["path"].startswith("digest/") and info["kind"] == "markdown"
     for link in info["links_out"]:
         link["exists"] = exists.get(link["target"], {}).get("exists", True)
@@ -174,25 +175,15 @@ def _text(memory, info: dict, first: int) -> dict | None:
             "total_lines": read["total_lines"], "next_start_line": read["next_start_line"]}
 
 
-def _sections(info: dict, page: dict | None) -> dict[str, tuple[int, int]]:
-    """File line ranges of the body's `Sources` and `History` sections (their heading to the next heading of
-    level 1-2), from the shown text."""
-    if page is None or info["kind"] != "markdown":
-        return {}
-    found, open_at = {}, None
-    for n, line in enumerate(page["text"].split("\n"), page["start_line"]):
-        stripped = line.strip()
-        if not stripped.startswith("#"):
-            continue
-        level = len(stripped) - len(stripped.lstrip("#"))
-        title = stripped.lstrip("#").strip().lower()
-        if open_at is not None and level <= 2:
-            found[open_at[0]] = (open_at[1], n - 1)
-            open_at = None
+def _sections(body: str, first_line: int, last_line: int) -> dict[str, tuple[int, int]]:
+    """File line ranges of the body's `Sources` and `History` sections (from their heading, of any level, to
+    the next heading of level 1-2); the body starts at file line `first_line`."""
+    heads = [(b.start + first_line, b.level, b.title.strip().lower())
+             for b in parse_blocks(body).blocks if b.kind == "heading"]
+    found = {}
+    for at, (line, _, title) in enumerate(heads):
         if title in ("sources", "history"):
-            open_at = (title, n)
-    if open_at is not None:
-        found[open_at[0]] = (open_at[1], page["end_line"])
+            found[title] = (line, next((later - 1 for later, level, _ in heads[at + 1:] if level <= 2), last_line))
     return found
 
 
