@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from llm_server import Reply, json_reply
-from service_harness import RunningService, ThreadedServer, wait_for
+from service_harness import RunningService, ThreadedServer, register, wait_for
 from test_api import ApiServer
 
 from storage import dream_log
@@ -73,9 +73,6 @@ def write_alpha(root: Path) -> None:
 def guarded(tmp_path_factory, dreamflow_service):
     """A token-protected service serving alpha (default) and beta, on the shared service's Prefect server;
     yields (service, {token name: secret})."""
-    from engine import grants
-    from engine.registry import Registry
-
     root = tmp_path_factory.mktemp("dashboard")
     folders = {ALPHA: root / "ws", BETA: root / "beta-store"}
     write_alpha(folders[ALPHA])
@@ -87,16 +84,7 @@ def guarded(tmp_path_factory, dreamflow_service):
     dream_log.record(Memory(folders[ALPHA]).ws, {"date": "2024-05-08", "actions": [
         {"name": "Ana lives in Lisbon", "action": "SUPERSEDE", "target": NEW, "superseded": OLD}],
         "failed": [{"name": "Bakery hours", "error": "refused: ungrounded (opening hours are not in the cards)"}]})
-    secrets = {"admin": ADMIN}
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DREAMFLOW_HOME", str(root / "home"))
-        env.setenv("DREAMFLOW_API_TOKEN", ADMIN)
-        registry = Registry.load()
-        for name, folder in folders.items():
-            registry.add(name, folder)
-        registry.save()
-        secrets["a"] = grants.create("alpha-writer", [ALPHA])
-        secrets["a-read"] = grants.create("alpha-reader", [ALPHA], read_only=True)
+    secrets = register(root, ADMIN, folders, {"a": ([ALPHA], False), "a-read": ([ALPHA], True)})
     service = RunningService.start(root, token=ADMIN, prefect_api=dreamflow_service.prefect_api, runner=False)
     try:
         yield service, secrets

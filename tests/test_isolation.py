@@ -10,7 +10,7 @@ import os
 import anyio
 import httpx
 import pytest
-from service_harness import RunningService
+from service_harness import RunningService, register
 
 from engine import ops
 from engine.grants import UNKNOWN_WORKSPACE
@@ -65,27 +65,16 @@ def args_for(op: str, workspace: str, token: str) -> dict:
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
     """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders).
-    Registered and granted in this process (the `workspace add` and `token create` commands have their own tests in
-    test_registry.py): the service start is what this module pays for."""
-    from engine import grants
-    from engine.registry import Registry
-
+    Registered and granted in this process (service_harness.register): the service start is what this module pays
+    for."""
     root = tmp_path_factory.mktemp("isolation")
     folders = {"wsgamma3": root / "gamma-store", "wsbeta2": root / "beta-store", "wsalpha1": root / "ws"}
-    secrets = {"admin": ADMIN}
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DREAMFLOW_HOME", str(root / "home"))
-        env.setenv("DREAMFLOW_API_TOKEN", ADMIN)
-        registry = Registry.load()
-        for name, folder in folders.items():
-            registry.add(name, folder, reads=["wsgamma3"] if name == "wsalpha1" else None)
-            page = folder / f"digest/wiki/{MARK[name]}-page.md"
-            page.parent.mkdir(parents=True)
-            page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
-        registry.save()
-        for token, (granted, read_only) in TOKENS.items():
-            if token != "admin":
-                secrets[token] = grants.create(f"tok-{token}", sorted(granted), read_only)
+    for name, folder in folders.items():
+        page = folder / f"digest/wiki/{MARK[name]}-page.md"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
+    secrets = register(root, ADMIN, folders, {token: grant for token, grant in TOKENS.items() if token != "admin"},
+                       reads={"wsalpha1": ["wsgamma3"]})
     service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
     try:
         yield service, secrets, folders
