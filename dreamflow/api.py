@@ -8,9 +8,10 @@ status and health.
   the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
 - `POST /proactive`: the day's topics (read at once); `POST /inject`: what the Claude Code hook puts before
   the agent (dreamflow/hook_context.py); `GET /health`.
-- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `POST /flows/runs/<id>/retry`, `GET /status`,
-  the MCP endpoint `/mcp` (streamable HTTP, dreamflow/mcp_server.py) and the dashboard `/ui/` (dreamflow/web/)
-  need the service (`dreamflow start`).
+- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `POST /flows/runs/<id>/retry`, `GET /status` and
+  the MCP endpoint `/mcp` (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
+- The dashboard at `/ui/` (dreamflow/web/, docs/dashboard.md): memory in the browser, its job pages with the
+  service.
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).

@@ -21,7 +21,7 @@ from test_api import ApiServer
 from storage import dream_log
 from storage.memory import Memory
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 CHROMIUM = os.environ.get("DREAMFLOW_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -123,6 +123,7 @@ class Visit:
         self.context.close()
 
 
+@pytest.mark.slow  # a browser, a service
 def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser, guarded):
     svc, secrets = guarded
     assert f"Dashboard   {svc.url}/ui/" in svc.log()  # the start banner names it
@@ -209,6 +210,7 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         assert "/ui/login" in page.url
 
 
+@pytest.mark.slow  # a browser, a service
 def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
     svc, secrets = guarded
     with Visit(browser, svc.url, secrets["a"]) as visit:
@@ -240,6 +242,7 @@ def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
         assert visit.foreign() == []
 
 
+@pytest.mark.slow  # a browser, a service
 def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
     svc, secrets = guarded
     with Visit(browser, svc.url, secrets["a-read"]) as visit:
@@ -261,6 +264,7 @@ def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
         assert svc.memory.read(NEW)["content"] == before
 
 
+@pytest.mark.slow  # a browser, a service
 def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
     svc, secrets = guarded
     with Visit(browser, svc.url, secrets["a"]) as visit:
@@ -288,6 +292,7 @@ def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
         assert visit.foreign() == []
 
 
+@pytest.mark.slow  # a browser, a service
 def test_a_cross_site_post_is_refused(browser, guarded):
     svc, secrets = guarded
     target = f"{svc.url}/ui/w/{ALPHA}/edit/digest/wiki/portugal.md"
@@ -358,6 +363,7 @@ def test_status_names_the_dashboard():
     assert "Dashboard   http://127.0.0.1:8420/ui/" in shown
 
 
+@pytest.mark.slow  # a browser, a service
 def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-09-03"
     svc.memory.write(f"daily/{day}/harbour.md", content="# Harbour\n\nAna moved her boat to the Nyhavn harbour.\n")
