@@ -1,10 +1,12 @@
 """Wall time of `dreamflow search` as a user calls it: a fresh process per query, over a LoCoMo-sized workspace.
 
-    python benchmarks/cli_search.py [--workspace DIR] [--queries 20] [--copies 3]
+    python benchmarks/cli_search.py --data PATH [--workspace DIR] [--queries 20] [--copies 3]
 
-Without --workspace it builds one in a temp folder from ../shared/data/locomo (one daily note per session,
-repeated --copies times to reach LoCoMo's full size: ~270+ files, ~1+ MB) and indexes it. Prints p50/p95/max
-wall time for `--json` and for the rich output, next to a bare `python -c pass` for scale. Target: <= 0.3 s.
+`--data` is LoCoMo (the public locomo10.json or a folder of conv-<id>.json files: benchmarks/locomo.py `load`),
+whose questions are the queries. Without --workspace it builds one in a temp folder from those conversations
+(one daily note per session, repeated --copies times to reach LoCoMo's full size: ~270+ files, ~1+ MB from the
+five docs/benchmarks.md measures) and indexes it. Prints p50/p95/max wall time for `--json` and for the rich
+output, next to a bare `python -c pass` for scale. Target: <= 0.3 s.
 
 Python caches compiled bytecode as installed programs do (in a temp folder, via PYTHONPYCACHEPREFIX), even
 where PYTHONDONTWRITEBYTECODE is set, which would recompile Dreamflow's modules on every call (~40 ms).
@@ -13,7 +15,6 @@ where PYTHONDONTWRITEBYTECODE is set, which would recompile Dreamflow's modules 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -21,42 +22,38 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.locomo import add_data_options, load, session_date  # noqa: E402
 from storage.memory import Memory  # noqa: E402
 
-LOCOMO = Path(os.environ.get("DREAMFLOW_LOCOMO", ROOT.parent / "shared" / "data" / "locomo"))
 
-
-def sessions(data_dir: Path):
+def sessions(convs: dict[str, dict]):
     """(conversation id, session number, YYYY-MM-DD, [(speaker, text)]) for every LoCoMo session."""
-    for conv_file in sorted(data_dir.glob("conv-*.json")):
-        conv = json.loads(conv_file.read_text())
+    for conv_id, conv in convs.items():
         n = 1
         while f"session_{n}" in conv:
-            when = datetime.strptime(conv[f"session_{n}_date_time"], "%I:%M %p on %d %B, %Y")
+            when = session_date(conv[f"session_{n}_date_time"])
             turns = [(t["speaker"], t["text"]) for t in conv[f"session_{n}"]]
-            yield conv_file.stem, n, when.date().isoformat(), turns
+            yield conv_id, n, when.date().isoformat(), turns
             n += 1
 
 
-def questions(data_dir: Path, limit: int) -> list[str]:
-    qs = []
-    for conv_file in sorted(data_dir.glob("conv-*.json")):
-        qs += [q["question"] for q in json.loads(conv_file.read_text())["qa"] if q.get("category") in (1, 2, 3, 4)]
+def questions(convs: dict[str, dict], limit: int) -> list[str]:
+    """`limit` questions of categories 1-4, spread evenly over all of them."""
+    qs = [q["question"] for conv in convs.values() for q in conv["qa"] if q.get("category") in (1, 2, 3, 4)]
     step = max(len(qs) // limit, 1)
     return qs[::step][:limit]
 
 
-def build_workspace(root: Path, copies: int) -> dict:
+def build_workspace(root: Path, copies: int, convs: dict[str, dict]) -> dict:
     """Write one daily note per session (times `copies`) and rebuild the index; returns index stats."""
     mem = Memory(root)
     for copy in range(copies):
-        for conv, n, day, turns in sessions(LOCOMO):
+        for conv, n, day, turns in sessions(convs):
             body = "\n\n".join(f"**{speaker}**: {text}" for speaker, text in turns) + "\n"
             mem.ws.write_text(f"daily/{day}/{conv}-session-{n}-{copy}.md",
                               f"---\nname: {conv} session {n}\ndescription: Conversation of {day}\n---\n{body}")
@@ -100,16 +97,18 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, help="an existing, indexed workspace to query")
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--copies", type=int, default=3)
+    add_data_options(parser)
     args = parser.parse_args()
+    convs = load(args.data, args.conversations)
 
     with tempfile.TemporaryDirectory() as tmp:
         ws = args.workspace or Path(tmp) / "ws"
         if not args.workspace:
-            stats = build_workspace(ws, args.copies)
+            stats = build_workspace(ws, args.copies, convs)
             print(f"workspace: {stats.get('files')} files, {stats.get('chunks')} chunks, "
                   f"reindex {stats['reindex_s']} s")
         cmd = dreamflow_command()
-        qs = questions(LOCOMO, args.queries)
+        qs = questions(convs, args.queries)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         for output in ("--json", "--no-json"):  # warm the file and bytecode caches once per output path

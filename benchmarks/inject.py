@@ -15,7 +15,7 @@ benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none
   answer time inside a process (`hook_context.context`), in-process and, with `--service`, through a running
   `dreamflow start`.
 
-    DREAMFLOW_EMBEDDER=none python benchmarks/inject.py [--data DIR] [--budgets 300,600,1200] [--latency 30]
+    DREAMFLOW_EMBEDDER=none python benchmarks/inject.py --data PATH [--budgets 300,600,1200] [--latency 30]
                                                         [--service] [--latency-only]
 """
 
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
 
-from benchmarks.locomo import DEFAULT_DATA, evidence_sessions, questions, session_of, write_conversation  # noqa: E402
+from benchmarks.locomo import (  # noqa: E402
+    add_data_options, evidence_sessions, load, questions, session_of, write_conversation)
 from benchmarks.service import pct  # noqa: E402
 from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
 from dreamflow import hook_context  # noqa: E402
@@ -56,16 +57,15 @@ SMALL_TALK = [
 OTHERS_PER_WORKSPACE = 150  # questions of the other conversations asked in each workspace
 
 
-def build(data: Path) -> dict[str, tuple[Workspace, dict]]:
+def build(convs: dict[str, dict]) -> dict[str, tuple[Workspace, dict]]:
     """{conversation id: (its own indexed workspace, the conversation)}."""
     built = {}
-    for path in sorted(data.glob("conv-*.json")):
-        conv = json.loads(path.read_text())
-        ws = Workspace(Path(tempfile.mkdtemp(prefix=f"inject-{path.stem}-")) / "ws")  # the service harness's layout
-        write_conversation(ws, path.stem, conv)
+    for cid, conv in convs.items():
+        ws = Workspace(Path(tempfile.mkdtemp(prefix=f"inject-{cid}-")) / "ws")  # the service harness's layout
+        write_conversation(ws, cid, conv)
         with IndexDB(ws).session() as con:
             index.rebuild(con, ws)
-        built[path.stem] = (ws, conv)
+        built[cid] = (ws, conv)
     return built
 
 
@@ -172,7 +172,7 @@ def show_latency(label: str, times: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
+    add_data_options(parser)
     parser.add_argument("--budgets", default="300,600,1200", help="prompt budgets in tokens, comma-separated")
     parser.add_argument("--latency", type=int, default=30, help="prompts timed per setting (0: none)")
     parser.add_argument("--service", action="store_true", help="also time the hooks through `dreamflow start`")
@@ -181,7 +181,7 @@ def main() -> None:
     s = Settings()
     budgets = [int(b) for b in args.budgets.split(",")]
     started = time.perf_counter()
-    built = build(Path(args.data))
+    built = build(load(args.data, args.conversations))
     print(f"{len(built)} workspaces (one per conversation), keyword only; min_score {s.inject_min_score}, "
           f"min_relevance {s.inject_min_relevance}; built in {time.perf_counter() - started:.0f} s")
     if args.latency_only:

@@ -4,8 +4,9 @@ Runs against whatever `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL` name (a l
 LM Studio server, or a hosted API), with every other `DREAMFLOW_LLM_*` setting as configured. With
 `--scripted` (or when no endpoint is configured and `--scripted` is given) it starts tests/llm_server.py with
 a scripted "small model" that makes the mistakes measured on Qwen2.5-Coder-0.5B/1.5B served by llama.cpp
-(shared/notes/local-llm.md): tool calls written as text while tools are offered, a source path it was not
-given, an invalid first answer without constrained decoding, and no `json_schema` support (HTTP 400).
+(docs/benchmarks.md, "LLM jobs on a small model"): tool calls written as text while tools are offered, a source
+path it was not given, an invalid first answer without constrained decoding, and no `json_schema` support (HTTP
+400).
 
 Prints per call kind: calls, valid-first-try rate, repairs, failures, tokens and seconds; for the dream the
 nodes written; and what Dreamflow learned about the endpoint (response_format mode, tool support).

@@ -8,8 +8,12 @@ memory systems are measured with: no per-conversation filter, so the other conve
 and prints the metrics. `--per-conversation` restricts each search to its conversation (the note's tag), the
 easier protocol, kept as a secondary figure.
 
-    python benchmarks/locomo.py [--data DIR] [--mode keyword|vector|hybrid] [--workspace DIR] [--per-file N]
-                                [--per-conversation]
+    python benchmarks/locomo.py --data PATH [--conversations IDS] [--mode keyword|vector|hybrid]
+                                [--workspace DIR] [--per-file N] [--per-conversation]
+
+The data is LoCoMo's public release (`SOURCE`, file data/locomo10.json: ten conversations) or a folder of
+`conv-<id>.json` files, one conversation each (`load`); docs/benchmarks.md measures the five development
+conversations conv-26, 30, 41, 42, 43 (`--conversations dev` picks them out of locomo10.json).
 
 Metrics, per question, averaged (a session is a (conversation, session number) pair, so a hit from another
 conversation never counts): session recall@k = share of its evidence sessions among the sessions of
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import glob
 import json
 import os
 import re
@@ -43,7 +46,16 @@ from storage.db import IndexDB  # noqa: E402
 from storage.search import PER_FILE, search  # noqa: E402
 from storage.workspace import Workspace  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+SOURCE = "https://github.com/snap-research/locomo"
+PUBLIC_FILE = "locomo10.json"  # the release's data/locomo10.json: a list of {sample_id, conversation, qa, ...}
+DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")  # the five docs/benchmarks.md measures
+NO_DATA = f"""no LoCoMo data given: pass --data PATH or set DREAMFLOW_LOCOMO.
+LoCoMo is public ({SOURCE}, CC BY-NC 4.0): its data/{PUBLIC_FILE} holds ten conversations.
+    git clone --depth 1 {SOURCE}
+    python {{script}} --data locomo/data/{PUBLIC_FILE}
+--data also takes the clone's folder, or a folder of conv-<id>.json files (one conversation each: its fields
+and its qa). docs/benchmarks.md measures the five development conversations ({", ".join(DEVELOPMENT)}):
+add --conversations dev to compare with its figures."""
 KS = (1, 5, 10)
 DISTINCT_POOL = 50  # results fetched per question to rank distinct sessions
 TURN_ID = re.compile(r"D(\d+):(\d+)")
@@ -55,18 +67,72 @@ def session_date(text: str) -> dt.datetime:
     return dt.datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
 
 
-def build_workspace(data: str, workspace: str | None, prefix: str) -> tuple[Path, Workspace, dict, dict]:
-    """Every `conv-*.json` of `data` written into one workspace (`workspace`, or a new temp folder named
-    `prefix`...): (root, ws, conversations by id, turn lines by path)."""
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    """`--data PATH` (default `$DREAMFLOW_LOCOMO`) and `--conversations IDS`: what every LoCoMo benchmark reads."""
+    parser.add_argument("--data", metavar="PATH", default=os.environ.get("DREAMFLOW_LOCOMO"),
+                        help=f"LoCoMo: the public {PUBLIC_FILE} ({SOURCE}), a clone of that repository or a folder "
+                             "of conv-<id>.json files (default: $DREAMFLOW_LOCOMO)")
+    parser.add_argument("--conversations", metavar="IDS",
+                        help=f"comma-separated conversation ids to use, or dev: the five docs/benchmarks.md "
+                             f"measures ({','.join(DEVELOPMENT)}); default all")
+
+
+def load(data: str | os.PathLike | None, only: str | None = None) -> dict[str, dict]:
+    """{conversation id: conversation (speakers, `session_<N>` turns and dates, `qa`)}, sorted by id, from
+    LoCoMo's public `locomo10.json` (or a folder holding it, as `data/locomo10.json` in a clone) or from a folder
+    of `conv-<id>.json` files; `only` keeps the comma-separated ids it names (`dev`: `DEVELOPMENT`). Without data, or with a path that
+    holds none, says where to get it and exits 2 (no traceback)."""
+    if not data:
+        _leave(NO_DATA.format(script=sys.argv[0] or "benchmarks/locomo.py"))
+    path = Path(data).expanduser()
+    try:
+        if path.is_dir():
+            files = sorted(path.glob("conv-*.json"))
+            public = next((p for p in (path / PUBLIC_FILE, path / "data" / PUBLIC_FILE) if p.is_file()), None)
+            if files:
+                convs = {f.stem: json.loads(f.read_text()) for f in files}
+            elif public:
+                convs = _public(json.loads(public.read_text()))
+            else:
+                _leave(f"{path} holds no conv-*.json and no {PUBLIC_FILE} (see --help for where to get LoCoMo)")
+        elif path.is_file():
+            loaded = json.loads(path.read_text())
+            convs = _public(loaded) if isinstance(loaded, list) else {path.stem: loaded}
+        else:
+            _leave(f"no such file or folder: {path} (LoCoMo: {SOURCE}, file data/{PUBLIC_FILE})")
+        bad = [cid for cid, conv in convs.items() if not isinstance(conv, dict) or "speaker_a" not in conv
+               or "qa" not in conv]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        _leave(f"{path} is not LoCoMo data: {exc}")
+    if bad:
+        _leave(f"{path} is not LoCoMo data: {', '.join(bad)} has no speaker_a or qa")
+    if only:
+        wanted = list(DEVELOPMENT) if only == "dev" else [cid.strip() for cid in only.split(",") if cid.strip()]
+        if missing := [cid for cid in wanted if cid not in convs]:
+            _leave(f"{path} has no conversation {', '.join(missing)} (it has {', '.join(sorted(convs))})")
+        convs = {cid: convs[cid] for cid in wanted}
+    return dict(sorted(convs.items()))
+
+
+def _public(samples: list) -> dict[str, dict]:
+    """The conversations of the public release's list: each sample's `conversation` with its `qa` beside."""
+    return {str(s["sample_id"]): {**s["conversation"], "qa": s["qa"]} for s in samples}
+
+
+def _leave(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def build_workspace(convs: dict[str, dict], workspace: str | None, prefix: str) -> tuple[Path, Workspace, dict]:
+    """The conversations written into one workspace (`workspace`, or a new temp folder named `prefix`...):
+    (root, ws, turn lines by path)."""
     root = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix=prefix))
     ws = Workspace(root)
-    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(data, "conv-*.json")))}
-    if not convs:
-        sys.exit(f"no conv-*.json in {data}")
     turn_lines: dict = {}
     for conv_id, conv in convs.items():
         turn_lines |= write_conversation(ws, conv_id, conv)
-    return root, ws, convs, turn_lines
+    return root, ws, turn_lines
 
 
 def write_conversation(ws: Workspace, conv_id: str, data: dict) -> dict[str, dict[str, int]]:
@@ -187,7 +253,7 @@ def _holds_turn(hit: dict, turn_lines: dict, evidence: set[tuple[int, int]]) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
+    add_data_options(parser)
     parser.add_argument("--mode", choices=("keyword", "vector", "hybrid"), default="keyword")
     parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
     parser.add_argument("--per-file", type=int, default=PER_FILE, help="chunks per file in the results (0: no cap)")
@@ -195,7 +261,8 @@ def main() -> None:
                         help="search each question within its conversation only (tag filter; secondary protocol)")
     args = parser.parse_args()
 
-    root, ws, convs, turn_lines = build_workspace(args.data, args.workspace, "locomo-")
+    convs = load(args.data, args.conversations)
+    root, ws, turn_lines = build_workspace(convs, args.workspace, "locomo-")
     size = sum((ws.root / rel).stat().st_size for rel in turn_lines)
     with IndexDB(ws).session() as con:  # first open builds the index; time a full reindex on top
         t0 = time.perf_counter()

@@ -8,7 +8,7 @@ OpenAI-compatible endpoint set by `DREAMFLOW_EMBED_BASE_URL` / `DREAMFLOW_EMBED_
 questions are cached by text, one file per model under benchmarks/out/ (gitignored), so a rerun costs seconds
 instead of minutes on 2 cores.
 
-    python benchmarks/locomo_hybrid.py [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720] [--per-file 1]
+    python benchmarks/locomo_hybrid.py --data PATH [--modes keyword,vector,hybrid] [--weights 0.2] [--rrf-k 10] [--piece-chars 720] [--per-file 1]
 
 `--piece-chars` sets the vector piece size (0 = one piece per keyword chunk) to measure granularity;
 `--weights` and `--rrf-k` list vector RRF weights (keyword weight 1) and RRF k values to compare.
@@ -17,13 +17,10 @@ instead of minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
-import json
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -93,7 +90,7 @@ def union_recall(ws: Workspace, convs: dict, index: vectors.VectorIndex, k: int 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(locomo.DEFAULT_DATA))
+    locomo.add_data_options(parser)
     parser.add_argument("--modes", default="keyword,vector,hybrid")
     parser.add_argument("--weights", default="0.2", help="comma-separated vector RRF weights for hybrid")
     parser.add_argument("--rrf-k", default="10", help="comma-separated RRF k values for hybrid")
@@ -106,11 +103,8 @@ def main() -> None:
     vectors.OVERLAP = args.overlap
 
     vectors.PIECE_CHARS = args.piece_chars or 10**9  # 0: one piece per keyword chunk
-    ws = Workspace(Path(tempfile.mkdtemp(prefix="locomo-hybrid-")))
-    convs = {Path(f).stem: json.load(open(f)) for f in sorted(glob.glob(os.path.join(args.data, "conv-*.json")))}
-    turn_lines: dict = {}
-    for conv_id, data in convs.items():
-        turn_lines |= locomo.write_conversation(ws, conv_id, data)
+    convs = locomo.load(args.data, args.conversations)
+    _, ws, turn_lines = locomo.build_workspace(convs, None, "locomo-hybrid-")
     db = IndexDB(ws)
     inner = make_embedder()
     if inner is None:

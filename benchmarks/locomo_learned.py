@@ -17,7 +17,7 @@ inside tune) and reported once on the HELD-OUT ones (conv-41, conv-42, conv-43).
    by the best chunk and by the whole file, the date signal, lengths, agreement of the two lists), trained
    listwise (softmax over a question's candidates, all evidence files positive) with L2.
 
-    python benchmarks/locomo_learned.py [--data DIR] [--pool 30]
+    python benchmarks/locomo_learned.py --data PATH [--conversations IDS] [--pool 30]
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class Data:
     """Everything the prototype ranks with, in numpy, plus the product's own rankings to check against."""
 
 
-def collect(data_dir: str) -> Data:
-    _, ws, convs, turn_lines = locomo.build_workspace(data_dir, None, "locomo-learned-")
+def collect(convs: dict[str, dict]) -> Data:
+    _, ws, turn_lines = locomo.build_workspace(convs, None, "locomo-learned-")
     db = IndexDB(ws)
     embedder = locomo_hybrid.CachedEmbedder(make_embedder())
     vectors.backfill(db, embedder, batch=64)
@@ -325,12 +325,12 @@ def rerank(files: list[int], X: np.ndarray, model: tuple) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(locomo.DEFAULT_DATA))
+    locomo.add_data_options(parser)
     parser.add_argument("--pool", type=int, default=30, help="files the reranker re-scores")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: adapter, reranker")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    d = collect(args.data)
+    d = collect(locomo.load(args.data, args.conversations))
     print(f"{d.n} chunks, {len(d.files)} files, {len(d.P)} pieces, {len(d.qs)} questions "
           f"({d.tune.sum()} tune, {(~d.tune).sum()} held out); collected in {time.perf_counter() - t0:.0f} s")
     everyone = np.ones(len(d.qs), dtype=bool)

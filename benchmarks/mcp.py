@@ -1,6 +1,6 @@
 """The MCP server as agent hosts meet it, over a LoCoMo-sized workspace, through the SDK's own client.
 
-    python benchmarks/mcp.py [--starts 5] [--queries 50] [--copies 1]
+    python benchmarks/mcp.py --data PATH [--starts 5] [--queries 50] [--copies 1]
 
 Builds the LoCoMo workspace (benchmarks/cli_search.py: one daily note per session) in a temp folder, then:
 - `dreamflow mcp` start to first tool answer: spawn the stdio server, handshake, list the tools, answer one
@@ -35,7 +35,8 @@ from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from benchmarks.cli_search import LOCOMO, build_workspace, questions  # noqa: E402
+from benchmarks.cli_search import build_workspace, questions  # noqa: E402
+from benchmarks.locomo import add_data_options, load  # noqa: E402
 from benchmarks.service import line  # noqa: E402
 from service_harness import DREAMFLOW, RunningService  # noqa: E402
 
@@ -120,15 +121,17 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--copies", type=int, default=1)
+    add_data_options(parser)
     args = parser.parse_args()
+    convs = load(args.data, args.conversations)
 
     with tempfile.TemporaryDirectory(prefix="dreamflow-bench-mcp-") as tmp:
         root = Path(tmp)
-        stats = build_workspace(root / "ws", args.copies)
+        stats = build_workspace(root / "ws", args.copies, convs)
         print(f"workspace: {stats.get('files')} files, {stats.get('chunks')} chunks")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env.update(PYTHONPYCACHEPREFIX=str(root / "pycache"), DREAMFLOW_EMBEDDER="none")
-        qs = questions(LOCOMO, args.queries)
+        qs = questions(convs, args.queries)
         anyio.run(first_answer, root / "ws", env, qs[0])  # compile the bytecode once
         starts = [anyio.run(first_answer, root / "ws", env, q) for q in qs[:args.starts]]
         print(line("dreamflow mcp start -> first answer", starts))

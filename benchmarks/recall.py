@@ -12,7 +12,7 @@ Printed per budget and method: evidence sessions inside = share of the question'
 answer cites (averaged over questions); evidence turns inside = share of its evidence turns whose line is
 inside a cited range; sources = distinct files cited; tokens = tokens used.
 
-    python benchmarks/recall.py [--data DIR] [--workspace DIR]
+    python benchmarks/recall.py --data PATH [--conversations IDS] [--workspace DIR] [--questions N]
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.locomo import (  # noqa: E402
-    DEFAULT_DATA,
+    add_data_options,
     build_workspace,
     evidence_sessions,
+    load,
     questions,
     session_of,
 )
@@ -97,11 +98,12 @@ def evaluate(ws: Workspace, convs: dict, turn_lines: dict, most: int | None = No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of conv-*.json files")
+    add_data_options(parser)
     parser.add_argument("--workspace", help="build the workspace here (default: a temp folder)")
     parser.add_argument("--questions", type=int, help="only the first N questions (a quick look)")
     args = parser.parse_args()
-    root, ws, convs, turn_lines = build_workspace(args.data, args.workspace, "locomo-recall-")
+    convs = load(args.data, args.conversations)
+    root, ws, turn_lines = build_workspace(convs, args.workspace, "locomo-recall-")
     with IndexDB(ws).session() as con:
         built = index.rebuild(con, ws)
     print(f"workspace {root}: {built['files']} files, {built['chunks']} chunks; keyword search, no embedder")

@@ -10,7 +10,7 @@ the edit; p50/p95). `--root DIR --reuse --keep-index` opens the index an earlier
 rebuilding it: a fresh process, as a service starting on an existing index (its RSS without a reindex's).
 
     python benchmarks/scale.py [--sizes 10000 100000] [--queries 200] [--updates 30] [--root DIR --reuse]
-                               [--threads N] [--replicate K] [--locomo DATA_DIR] [--keep-index]
+                               [--threads N] [--replicate K] [--locomo PATH [--conversations IDS]] [--keep-index]
 
 Times are wall clock and CPU time of the process (all its threads): on a machine shared with other work the
 wall time includes waiting for a core, the CPU time does not.
@@ -201,13 +201,14 @@ def copy_index(con, copies: int) -> None:
     index.compact(con, force=True)
 
 
-def locomo_latency(data: Path, root: Path) -> None:
-    """Warm search over the LoCoMo questions (categories 1-4) in one workspace of the conversations in `data`:
-    in SQL, then as the service searches."""
-    from locomo import build_workspace, questions  # benchmarks/locomo.py
+def locomo_latency(data: Path, only: str | None, root: Path) -> None:
+    """Warm search over the LoCoMo questions (categories 1-4) in one workspace of the conversations in `data`
+    (benchmarks/locomo.py `load`): in SQL, then as the service searches."""
+    from locomo import build_workspace, load, questions  # benchmarks/locomo.py
 
+    convs = load(data, only)
     shutil.rmtree(root, ignore_errors=True)
-    _, ws, convs, _ = build_workspace(str(data), str(root), "")
+    _, ws, _ = build_workspace(convs, str(root), "")
     texts = [qa["question"] for _, qa, _ in questions(convs)]
     db = IndexDB(ws)
     with db.session() as con:
@@ -244,15 +245,17 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep an already generated workspace under --root")
     parser.add_argument("--keep-index", action="store_true", help="with --reuse: open its index, no reindex")
     parser.add_argument("--threads", type=int, help="DuckDB threads (default: DuckDB's choice, one per core)")
-    parser.add_argument("--locomo", type=Path, help="also time warm search over the LoCoMo questions of the "
-                                                    "conv-*.json files in this folder")
+    parser.add_argument("--locomo", type=Path, help="also time warm search over the LoCoMo questions of this "
+                        "data: the public locomo10.json or a folder of conv-<id>.json files (benchmarks/locomo.py)")
+    parser.add_argument("--conversations", metavar="IDS", help="with --locomo: the conversations to use (dev: the five "
+                        "docs/benchmarks.md measures; default all)")
     parser.add_argument("--replicate", type=int, default=1,
                         help="then copy the index this many times over in SQL and measure again (1M chunks from "
                              "100k without a 1M reindex)")
     args = parser.parse_args()
     base = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="dreamflow-scale-"))
     if args.locomo:
-        locomo_latency(args.locomo, base / "ws-locomo")
+        locomo_latency(args.locomo, args.conversations, base / "ws-locomo")
     for size in args.sizes:
         run(base / f"ws-{size}", size, args.queries, args.updates, args.reuse, args.threads, args.replicate,
             args.keep_index)

@@ -1,6 +1,6 @@
 """The running service (`dreamflow start`), measured as users meet it.
 
-    python benchmarks/service.py [--saves 30] [--events 4] [--queries 10] [--chunks 100000]
+    python benchmarks/service.py --data PATH [--saves 30] [--events 4] [--queries 10] [--chunks 100000]
 
 Starts a real service (own Prefect server, runner, watcher, API) over a LoCoMo-sized workspace in a temp
 folder, flows answered by the scripted LLM server (instant replies), and prints:
@@ -29,11 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from benchmarks.cli_search import build_workspace, questions  # noqa: E402
+from benchmarks.locomo import add_data_options, load  # noqa: E402
 from llm_server import LLMServer, Reply  # noqa: E402
 from service_harness import DREAMFLOW, RunningService, wait_for  # noqa: E402
 from storage.memory import Memory  # noqa: E402
-
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -146,14 +145,16 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=10)
     parser.add_argument("--chunks", type=int, default=0, help="also measure RSS at about this many chunks")
     parser.add_argument("--embedder", default="none", help="DREAMFLOW_EMBEDDER of the service (none | local)")
+    add_data_options(parser)
     args = parser.parse_args()
+    convs = load(args.data, args.conversations)
 
     llm = LLMServer().start()
     llm.responder = lambda body: Reply(content=json.dumps(
         {"name": "Bench card", "description": "benchmark", "content": "# Bench card\n\nSummary.\n"}))
     with tempfile.TemporaryDirectory(prefix="dreamflow-bench-service-") as tmp:
         root = Path(tmp)
-        print(f"workspace: {build_workspace(root / 'ws', copies=1)}")
+        print(f"workspace: {build_workspace(root / 'ws', 1, convs)}")
         started = time.perf_counter()
         svc = RunningService.start(root, llm=llm, env={"DREAMFLOW_EMBEDDER": args.embedder})
         print(f"dreamflow start -> ready: {time.perf_counter() - started:.1f} s")
@@ -166,7 +167,7 @@ def main() -> None:
             to_start, to_done = event_to_flow(svc, args.events)
             print(line("resource write -> flow running", to_start))
             print(line("resource write -> flow completed", to_done))
-            qs = questions(LOCOMO, args.queries)
+            qs = questions(convs, args.queries)
             print(line("dreamflow search (through service)", cli_search(svc.workspace, qs)))
             memory_report(svc, "after the runs")
         finally:

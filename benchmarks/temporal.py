@@ -12,7 +12,7 @@ With `--scripted` the model is tests/llm_server.py playing a careful model (it w
 dates, once the `relative_time` gate has refused its "yesterday", one unit per fact, and SUPERSEDEs a node whose
 value changed): it measures Dreamflow's part (validity,
 supersession, time-aware search). Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL`
-plays every part, e.g. the local model of shared/tools/local-llm.sh:
+plays every part, e.g. a local model on llama.cpp's server (README, "A local model"):
 
     python benchmarks/temporal.py --scripted
     DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8091/v1 DREAMFLOW_LLM_MODEL=qwen1.5b python benchmarks/temporal.py

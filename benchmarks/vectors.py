@@ -8,14 +8,15 @@
    `search` p50/p95 next to keyword-only on the same queries (query vectors precomputed too: add the query
    embedding time from part 1 for a cold query).
 
-    python benchmarks/vectors.py [--sizes 10000 100000] [--queries 200] [--throughput-chunks 64] [--root DIR]
+    python benchmarks/vectors.py --data PATH [--sizes 10000 100000] [--queries 200] [--throughput-chunks 64] [--root DIR]
+
+`--data` is LoCoMo (benchmarks/locomo.py `load`), whose first conversation part 1 embeds; `--throughput-chunks 0`
+skips part 1 and needs no data.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import shutil
 import sys
 import tempfile
@@ -43,12 +44,12 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {ms[len(ms) // 2]:.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms"
 
 
-def throughput(n_chunks: int, root: Path) -> None:
+def throughput(n_chunks: int, root: Path, convs: dict[str, dict]) -> None:
     from engine.embedders import LocalEmbedder
 
     ws = Workspace(root / "throughput")
-    for f in sorted(glob.glob(str(locomo.DEFAULT_DATA / "conv-*.json")))[:1]:
-        locomo.write_conversation(ws, Path(f).stem, json.load(open(f)))
+    conv_id = next(iter(convs))
+    locomo.write_conversation(ws, conv_id, convs[conv_id])
     with IndexDB(ws).session() as con:
         texts = [r[0] for r in con.execute("SELECT text FROM chunks ORDER BY id LIMIT ?", [n_chunks]).fetchall()]
     emb = LocalEmbedder()
@@ -135,11 +136,13 @@ def main() -> None:
     parser.add_argument("--throughput-chunks", type=int, default=64, help="0 skips the throughput part")
     parser.add_argument("--root", help="work folder (default: a temp folder)")
     parser.add_argument("--piece-chars", type=int, default=vectors.PIECE_CHARS)
+    locomo.add_data_options(parser)
     args = parser.parse_args()
+    convs = locomo.load(args.data, args.conversations) if args.throughput_chunks else {}
     vectors.PIECE_CHARS = args.piece_chars
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-vectors-"))
     if args.throughput_chunks:
-        throughput(args.throughput_chunks, root)
+        throughput(args.throughput_chunks, root, convs)
     for size in args.sizes:
         latency(root, size, args.queries)
 

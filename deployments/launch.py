@@ -203,15 +203,28 @@ def flush_events(timeout: float = 5.0) -> None:
     EventsWorker.drain_all(timeout=timeout)
 
 
-def runs(flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10,
+def dreams(names: list[str]) -> dict[str, tuple[dict | None, dict | None]]:
+    """Each named workspace's last started and next scheduled auto_dream run (None where there is none): one
+    client, two `runs` a workspace."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+
+        def first(**query) -> dict | None:
+            return next(iter(runs(client, "auto_dream", limit=1, **query)), None)
+
+        return {name: (first(started=True, tag=f"workspace:{name}"),
+                       first(started=False, states=["SCHEDULED"], tag=f"workspace:{name}")) for name in names}
+
+
+def runs(client, flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10,
          tag: str | None = None) -> list[dict]:
-    """Runs of `flow`'s deployments (scheduled and manual), newest first: `{id, name, deployment, state,
-    parameters, ..._time}`.
+    """Runs of `flow`'s deployments (scheduled and manual, a workspace's own included), newest first: `{id, name,
+    deployment, state, parameters, ..._time}`; `client` a sync Prefect client.
 
     `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
     filters by state type (e.g. ["COMPLETED", "FAILED"]); `tag` keeps runs with that tag (`workspace:NAME`).
     """
-    from prefect import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterName,
@@ -233,16 +246,15 @@ def runs(flow: str, started: bool | None = None, states: list[str] | None = None
         run_filter.state = FlowRunFilterState(type=FlowRunFilterStateType(any_=states))
     if tag:
         run_filter.tags = FlowRunFilterTags(all_=[tag])
-    with get_client(sync_client=True) as client:
-        found = client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
-            deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
-                any_=[name.split("/", 1)[1] for name in deployment.full_names])),
-            flow_run_filter=run_filter,
-            sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
-            limit=limit,
-        )
-        names = _deployment_names(client, found)
+    found = client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=[deployment.flow_name])),
+        deployment_filter=None if tag else DeploymentFilter(name=DeploymentFilterName(  # tagged: any of ours
+            any_=[name.split("/", 1)[1] for name in deployment.full_names])),
+        flow_run_filter=run_filter,
+        sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
+        limit=limit,
+    )
+    names = _deployment_names(client, found)
     return [_summary(r, names.get(r.deployment_id, deployment.full_name)) for r in found]
 
 

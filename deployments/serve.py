@@ -230,9 +230,7 @@ def build(settings: Settings | None = None, served: list[str] | None = None) -> 
             kwargs["triggers"] = [resource_trigger()]
         if flow in schedules:
             for i, name in enumerate(served or [None]):
-                own = entries[name].settings if name in entries else {}
-                cron = own.get(f"{'dream' if flow == 'auto_dream' else flow}_cron") or staggered(schedules[flow], i)
-                tz = own.get("timezone") or settings.timezone or local_timezone()
+                cron, tz = schedule_of(flow, i, entries[name].settings if name in entries else {}, settings)
                 each = {**kwargs, "schedules": [Cron(cron, timezone=tz)]}
                 if name is not None:
                     each.update(name=d.name if i == 0 else f"{d.name}-{name}", parameters={"workspace": name},
@@ -244,6 +242,13 @@ def build(settings: Settings | None = None, served: list[str] | None = None) -> 
             kwargs.update(name="manual", description=d.description.replace("(nightly)", "(started by hand)"))
             deployments.append(load_flow(flow).to_deployment(**kwargs))
     return deployments
+
+
+def schedule_of(flow: str, index: int, own: dict[str, str], settings: Settings) -> tuple[str, str]:
+    """(cron, timezone) of scheduled `flow` for the `index`-th served workspace, whose registry settings are
+    `own`: its own, else the service's cron moved 7 minutes per workspace and the service's timezone."""
+    cron = own.get(f"{'dream' if flow == 'auto_dream' else flow}_cron") or staggered(crons(settings)[flow], index)
+    return cron, own.get("timezone") or settings.timezone or local_timezone()
 
 
 def staggered(cron: str, index: int, step: int = 7) -> str:

@@ -427,9 +427,10 @@ def _add_service_routes(app: FastAPI, service) -> None:
 
     @app.get("/status", tags=["service"])
     def status(request: Request) -> dict[str, Any]:
-        """What runs, the workspace's index size, turn counters, last and next dream, runs in progress."""
+        """What runs, the workspace's index size, turn counters, last and next dream, runs in progress, and each
+        served workspace the caller may use (`workspaces`: name, index counts, last and next dream)."""
         name, _ = _open(catalog, request, writes=False)
-        return service.status(name, admin=grant_of(request).admin)
+        return service.status(name, grant_of(request))
 
     @app.get("/flows/runs/{run_id}", tags=["flows"], response_model=FlowRunStatus)
     def run_status(request: Request, run_id: str):

@@ -49,8 +49,9 @@ class CliContext:
 
             try:
                 self._resolved = resolve(self.workspace_arg)
-            except DreamflowError as exc:
-                fail(exc)
+            except DreamflowError as exc:  # e.g. a malformed registry: as JSON when the command prints JSON
+                context = click.get_current_context(silent=True)
+                fail(exc, bool(context and context.params.get("as_json")))
         return self._resolved
 
     @property

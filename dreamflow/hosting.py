@@ -192,8 +192,9 @@ class Hosts:
         self._stamp = stamp
         try:
             self.registry = Registry.load()
-        except Exception as exc:  # a half-edited file: keep serving what runs, say why once
-            self.say(f"WARNING: the workspace registry cannot be read ({exc}); still serving {', '.join(self.hosted)}")
+        except Exception as exc:  # a half-edited file: keep serving the last good one, say why once per change
+            self.say(f"WARNING: {exc}; until it is fixed the service keeps the registry it read before, serving "
+                     f"{', '.join(self.hosted)}")
             return []
         added = []
         for entry in self.registry.entries.values():

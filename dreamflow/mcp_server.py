@@ -517,4 +517,10 @@ def register(cli) -> None:
         service (`dreamflow start`) when there is one, else run in this process; several hosts may run it on
         one workspace at once. The service itself serves the same tools over HTTP at /mcp.
         """
-        serve_stdio(workspace or obj.workspace_arg, tool_set)
+        from dreamflow.cli import fail
+        from storage.errors import DreamflowError
+
+        try:
+            serve_stdio(workspace or obj.workspace_arg, tool_set)
+        except DreamflowError as exc:  # before serving: e.g. a malformed workspace registry
+            fail(exc)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dreamflow.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
 from engine.client import read_all
+from engine.grants import ADMIN, Grant
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError
 
@@ -91,6 +92,7 @@ class Service:
         self._api_server = None
         self._api_thread: threading.Thread | None = None
         self.warnings: list[str] = []  # shown at start and in `status`
+        self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
 
     @property
     def ws(self):
@@ -292,7 +294,13 @@ class Service:
         self.prefect_ready.set()
 
     def _start_runner(self) -> None:
+        from deployments.serve import schedule_of
+
         env = self._prefect_env()
+        entries = self.hosts.registry.entries
+        for i, name in enumerate(self.hosts.names()):  # what the runner schedules (deployments.serve.build)
+            cron, tz = schedule_of("auto_dream", i, entries[name].settings if name in entries else {}, self.settings)
+            self.dream_schedules[name] = {"cron": cron, "timezone": tz}
         env.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # a launched run starts within ~2 s, not 10
         runner = Child("runner", [sys.executable, "-m", "deployments.serve"], env,
                        self.home / "logs" / "runner.log")
@@ -440,10 +448,9 @@ class Service:
         self._check_visible(run_id, run_parameters(run_id), visible)
         return run_logs(run_id, offset)
 
-    def retry(self, run_id: str, grant) -> dict:
-        """Retry a failed run as the Prefect UI does (deployments.launch.retry) for a caller whose `grant` (an
-        `engine.grants.Grant`) may change the run's workspace; a run of a workspace it does not see is reported
-        as not existing."""
+    def retry(self, run_id: str, grant: Grant) -> dict:
+        """Retry a failed run as the Prefect UI does (deployments.launch.retry) for a caller whose `grant` may
+        change the run's workspace; a run of a workspace it does not see is reported as not existing."""
         from deployments.launch import retry, run_parameters
 
         self._wait_prefect()
@@ -456,17 +463,10 @@ class Service:
         started runs of any job, newest first)."""
         from deployments import launch
 
-        tag = f"workspace:{self.hosts.get(workspace or self.hosts.default_name).name}"
+        name = self.hosts.get(workspace or self.hosts.default_name).name
         self._wait_prefect()
-        return {**self._dreams(tag), "recent": launch.recent_runs(tag, limit)}
-
-    @staticmethod
-    def _dreams(tag: str) -> dict:
-        from deployments import launch
-
-        return {"last_dream": next(iter(launch.runs("auto_dream", started=True, limit=1, tag=tag)), None),
-                "next_dream": next(iter(launch.runs("auto_dream", started=False, states=["SCHEDULED"], limit=1,
-                                                    tag=tag)), None)}
+        last, upcoming = launch.dreams([name])[name]
+        return {"last_dream": last, "next_dream": upcoming, "recent": launch.recent_runs(f"workspace:{name}", limit)}
 
     def _check_visible(self, run_id: str, parameters: dict | None, visible: Callable[[str], bool]) -> str:
         """The name of the workspace the run works on, when `visible`; else NotFound."""
@@ -539,15 +539,16 @@ class Service:
                      "auto_resource runs queued")
             self.resources_changed(hosted.name, changed)
 
-    def status(self, workspace: str | None = None, admin: bool = True) -> dict:
-        """What runs, one workspace's index, turn counters, last and next dream, runs in progress (`admin`:
-        also the children, logs and the other workspaces)."""
+    def status(self, workspace: str | None = None, grant: Grant = ADMIN) -> dict:
+        """What runs, one workspace's index, turn counters, last and next dream, runs in progress, and a row per
+        served workspace the grant sees (dreamflow/workspace_status.py); the admin also sees the children, logs
+        and folders."""
         from deployments import launch
+        from dreamflow import workspace_status
         from tasks import usage
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         memory = self.hosts.memory(hosted.name)
-        tag = f"workspace:{hosted.name}"
         status = {
             "service": {"pid": os.getpid(), "url": self.url, "uptime_s": round(time.time() - self.started_at),
                         "workspace": str(hosted.ws.root), "name": hosted.name, "ui": self.ui_url},
@@ -557,9 +558,8 @@ class Service:
             "usage": usage.summary(str(hosted.ws.root)),
             "warnings": self.warnings,
         }
-        if admin:
+        if grant.admin:
             status["service"]["prefect_api"] = self.prefect_api
-            status["service"]["workspaces"] = {h.name: str(h.ws.root) for h in self.hosts.hosted.values()}
             status["children"] = [
                 {"name": c.name, "pid": c.pid, "running": c.exit_code() is None, "restarts": len(c.restarts),
                  "log": str(c.log_path)}
@@ -570,12 +570,20 @@ class Service:
             from engine import semantic
 
             status["vectors"] = {**semantic.status(memory, self.settings), "error": hosted.backfiller.last_error}
+        shown = [h for h in list(self.hosts.hosted.values()) if grant.sees(h.name)]
+        dreams: dict[str, tuple[dict | None, dict | None]] = {}
         if self.prefect_ready.is_set():
             try:
-                status.update(self._dreams(tag))
-                status["active_runs"] = launch.active_runs(tag=tag)
+                dreams = launch.dreams([h.name for h in shown])
+                status["last_dream"], status["next_dream"] = dreams[hosted.name]
+                status["active_runs"] = launch.active_runs(tag=f"workspace:{hosted.name}")
             except Exception as exc:  # status must answer even when Prefect does not
                 status["prefect_error"] = f"{type(exc).__name__}: {exc}"
+        status["workspaces"] = [workspace_status.row(
+            h.name, h.ws.root if grant.admin else None,
+            status["index"] if h is hosted else self.hosts.memory(h.name).index_stats(),
+            h.name == self.hosts.default_name, *dreams.get(h.name, (None, None)), self.dream_schedules.get(h.name))
+            for h in shown]
         return status
 
 

@@ -107,37 +107,64 @@ def _parse_messages(text: str, compact: bool) -> list[dict]:
 
 
 def current_status(workspace: Path) -> dict:
-    """The running service's status, or what can be known without it (index, turn counters)."""
+    """The running service's status, or what can be known without it (index, turn counters, last dream, and
+    the same for every registered workspace)."""
+    from dreamflow.workspace_status import recorded_dream
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
-    from tasks import checkpoints, usage
+    from tasks import usage
 
     remote = connect(workspace)
     if remote is not None:
         return {"running": True, **remote.status()}
     memory = local_memory(workspace)
-    dream = checkpoints.load(memory.ws, "dream").get("last_run")  # what the last dream recorded (any process)
     warning = llm_warning(Settings(), "in this shell (jobs run here without the service)")
+    index = memory.index_stats()
     return {
         "running": False,
         "service": {"workspace": str(memory.ws.root)},
-        "last_dream": dream and {"start_time": dream.get("at"), "state": (
-            f"of {dream.get('date')}: {dream.get('units', 0)} units, {dream.get('failed', 0)} failed")},
-        "index": memory.index_stats(),
+        "last_dream": recorded_dream(memory.ws),  # what the last dream recorded (any process)
+        "index": index,
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
         "usage": usage.summary(str(memory.ws.root)),
         "warnings": [warning] if warning else [],
         "logs": str(dreamflow_home() / "logs"),
+        "workspaces": _registered(memory.ws.root, index),
     }
+
+
+def _registered(root: Path, index: dict) -> list[dict]:
+    """A status row for this workspace (its `index`) and every registered one, read without a service: the
+    counts of an index that exists (through the service that serves it, if one does; a workspace never used
+    stays untouched), the last dream its folder recorded."""
+    from dreamflow.workspace_status import recorded_dream, row
+    from engine.client import open_memory
+    from engine.registry import UNREGISTERED, Registry
+    from storage.workspace import Workspace
+
+    registry = Registry.load()
+    folders = {e.name: e.path for e in registry.entries.values()}
+    if root not in folders.values():
+        folders = {UNREGISTERED: root, **folders}
+    rows = []
+    for name, folder in folders.items():
+        stats = index if folder == root else {}
+        if folder != root and (folder / "metadata/index.duckdb").is_file():
+            try:
+                stats = open_memory(folder).index_stats()
+            except DreamflowError as exc:
+                stats = {"error": str(exc)}
+        rows.append(row(name, folder, stats, name == (registry.default or UNREGISTERED),
+                        recorded_dream(Workspace(folder, create=False)), None))
+    return rows
 
 
 def format_status(status: dict, verbose: bool = False) -> str:
     """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
+    from dreamflow.workspace_status import lines as workspace_lines
+
     svc, index = status.get("service", {}), status.get("index", {})
     lines = [f"Workspace   {svc.get('workspace')}"]
-    served = svc.get("workspaces") or {}
-    if len(served) > 1:
-        lines.append(f"Serving     {len(served)} workspaces: {', '.join(served)}")
     if not status.get("running"):
         lines.append("Service     not running (start it with `dreamflow start`)")
     else:
@@ -195,6 +222,7 @@ def format_status(status: dict, verbose: bool = False) -> str:
         lines.append(f"Prefect API {svc.get('prefect_api')}")
         if "watcher" in status:
             lines.append(f"Watcher     {'idle' if status['watcher'].get('idle') else 'busy'}")
+    lines += workspace_lines(status.get("workspaces", []), bool(status.get("running")))
     return "\n".join(lines)
 
 

@@ -12,10 +12,11 @@
         dream_cron: "10 3 * * *"
         optimize_cron: "40 4 * * *"
 
-One folder and one index per workspace: no workspace lies inside another or overlaps Dreamflow's own home
-(Prefect's database, logs), so nothing of one is ever indexed as the other. `resolve` turns what a caller
-names (`--workspace NAME|DIR`, `DREAMFLOW_WORKSPACE`) into a folder; a folder that is not registered keeps
-working as before, under the name `default`.
+Whatever a hand edit gets wrong is an error naming `workspaces.yaml:LINE` and what is wrong (`_Reader`); an
+empty file means no workspaces. One folder and one index per workspace: no workspace lies inside another or
+overlaps Dreamflow's own home (Prefect's database, logs), so nothing of one is ever indexed as the other.
+`resolve` turns what a caller names (`--workspace NAME|DIR`, `DREAMFLOW_WORKSPACE`) into a folder; a folder
+that is not registered keeps working as before, under the name `default`.
 """
 
 from __future__ import annotations
@@ -24,14 +25,21 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.settings import dreamflow_home
 from storage.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node  # imported only when a registry file is read (the CLI starts without yaml)
 
 FILE = "workspaces.yaml"
 UNREGISTERED = "default"  # the name a served folder that is not in the registry goes by
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 SETTINGS = ("timezone", "dream_cron", "optimize_cron")  # per-workspace settings the registry may hold
+MAX_BYTES = 1 << 20  # a registry larger than this is refused unread (a thousand workspaces take ~100 KiB)
+CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#-]+$")
+CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 HEADER = ("# Dreamflow workspaces: name -> folder, plus per-workspace settings (see docs/workspaces.md).\n"
           "# Edit by hand or with `dreamflow workspace add | remove`; removing an entry never deletes files.\n")
 
@@ -61,6 +69,21 @@ def check_name(name: str) -> str:
         raise InvalidInput(f"workspace name {name!r} must be 1-63 lower-case letters, digits, '-' or '_', "
                            "starting with a letter or digit")
     return name
+
+
+def check_setting(key: str, value: str) -> str:
+    """`value` when it fits setting `key`: an IANA timezone, or a cron of five fields (or @daily and its kin);
+    checked here because the nightly schedules are built from it when the service starts."""
+    if key == "timezone":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidInput(f"timezone {value!r} is not an IANA timezone such as Europe/Berlin or UTC") from None
+    elif value not in CRON_MACROS and not (len(value.split()) == 5 and all(map(CRON_FIELD.match, value.split()))):
+        raise InvalidInput(f"{key} {value!r} is not a cron schedule of five fields, such as \"0 3 * * *\"")
+    return value
 
 
 def _folder(value) -> Path:
@@ -96,48 +119,26 @@ class Registry:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Registry:
+        """The registry in `path` (default: the home's); none there means no workspaces, and so does an empty
+        file. Anything wrong is an InvalidInput naming `file:line` and what to fix (see `_Reader`)."""
         path = path or dreamflow_home() / FILE
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, "rb") as file:
+                data = file.read(MAX_BYTES + 1)
         except FileNotFoundError:
             return cls(path=path)
         except OSError as exc:
-            raise InvalidInput(f"cannot read the workspace registry {path}: {exc}") from None
-        from storage.yaml_load import load
-
+            raise InvalidInput(f"cannot read the workspace registry {path}: {exc.strerror or exc}") from None
+        if len(data) > MAX_BYTES:
+            raise InvalidInput(f"the workspace registry {path} is larger than {MAX_BYTES // 1024} KiB: is it the "
+                               "right file? (a registry of a thousand workspaces is about 100 KiB)")
         try:
-            data = load(text)[0] if text.strip() else {}
-        except Exception as exc:
-            raise InvalidInput(f"the workspace registry {path} is not valid YAML: {exc}") from None
-        return cls.parse(data or {}, path)
-
-    @classmethod
-    def parse(cls, data, path: Path) -> Registry:
-        if not isinstance(data, dict):
-            raise InvalidInput(f"the workspace registry {path} must be a mapping with `workspaces:`")
-        registry = cls(path=path)
-        for name, item in (data.get("workspaces") or {}).items():
-            where = f"workspace {name!r} in {path}"
-            check_name(str(name))
-            if isinstance(item, str):
-                item = {"path": item}
-            if not isinstance(item, dict) or not item.get("path"):
-                raise InvalidInput(f"{where} needs a `path`")
-            reads = item.get("reads") or []
-            folders = item.get("folders") or []
-            if not isinstance(reads, list) or not isinstance(folders, list):
-                raise InvalidInput(f"{where}: `reads` and `folders` must be lists")
-            settings = {k: str(item[k]) for k in SETTINGS if item.get(k) not in (None, "")}
-            unknown = set(item) - {"path", "reads", "folders", *SETTINGS}
-            if unknown:
-                raise InvalidInput(f"{where}: unknown keys {', '.join(sorted(map(str, unknown)))}")
-            registry.entries[str(name)] = Entry(str(name), _folder(item["path"]), [check_name(str(r)) for r in reads],
-                                                [_folder(f) for f in folders], settings)
-        default = data.get("default")
-        if default is not None and str(default) not in registry.entries:
-            raise InvalidInput(f"the default workspace {default!r} in {path} is not registered")
-        registry.default = str(default) if default is not None else None
-        return registry
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = data[:exc.start].count(b"\n") + 1
+            raise InvalidInput(f"workspace registry {path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                               "save it as UTF-8") from None
+        return _Reader(path).registry(text)
 
     def get(self, name: str) -> Entry:
         try:
@@ -176,6 +177,8 @@ class Registry:
             if r == name:
                 raise InvalidInput("a workspace reads itself anyway: leave it out of --reads")
             self.get(check_name(r))
+        for key, value in (settings or {}).items():
+            check_setting(key, value)
         entry = Entry(name, root, list(reads or []), [_folder(f) for f in folders or []], dict(settings or {}))
         self.entries[name] = entry
         return entry
@@ -201,6 +204,162 @@ class Registry:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
         os.replace(tmp, self.path)
+
+
+class _Reader:
+    """Reads the registry's YAML nodes (storage.yaml_load.compose: bounded, with lines), so that whatever a hand
+    edit left (a list, a number, a null, a duplicate name, a file cut in half) is an InvalidInput naming
+    `file:line` and what is wrong, never a traceback. Unknown keys are errors too: a typo (`folder:`, `read:`)
+    would otherwise silently route or share nothing."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def error(self, node: Node, what: str) -> InvalidInput:
+        return InvalidInput(f"workspace registry {self.path}:{node.start_mark.line + 1}: {what}")
+
+    def registry(self, text: str) -> Registry:
+        import yaml
+
+        from storage.yaml_load import compose
+
+        try:
+            root = compose(text)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"{self.path}:{mark.line + 1}" if mark else str(self.path)
+            context = f"{exc.context} (line {exc.context_mark.line + 1}), " if exc.context and exc.context_mark else ""
+            raise InvalidInput(f"workspace registry {where}: not valid YAML: {context}{exc.problem}") from None
+        except yaml.YAMLError as exc:  # an alias bomb, values nested too deeply
+            raise InvalidInput(f"the workspace registry {self.path} is refused: {exc}") from None
+        registry = Registry(path=self.path)
+        if root is None or _is_null(root):
+            return registry
+        top = self.mapping(root, "the registry", "with `workspaces:` and optionally `default:`")
+        self.known(top, ("default", "workspaces"))
+        fields: dict[str, dict[str, Node]] = {}  # each workspace's keys -> value nodes
+        if "workspaces" in top and not _is_null(top["workspaces"][1]):
+            for name, (key, item) in self.mapping(top["workspaces"][1], "`workspaces`", "of names").items():
+                self.check(key, check_name, name)
+                fields[name] = self.fields(name, key, item)
+                registry.entries[name] = self.entry(name, fields[name])
+        self.check_folders(registry, fields)
+        for name, entry in registry.entries.items():
+            for node, read in self.list_of(fields[name].get("reads"), f"`reads` of workspace {name!r}"):
+                if read == name:
+                    raise self.error(node, f"workspace {name!r} reads itself anyway: leave it out of `reads`")
+                if read not in registry.entries:
+                    raise self.error(node, f"workspace {name!r} reads {read!r}, which is not in `workspaces`")
+                if read not in entry.reads:
+                    entry.reads.append(read)
+        if "default" in top and not _is_null(top["default"][1]):
+            node = top["default"][1]
+            registry.default = self.text(node, "`default`")
+            if registry.default not in registry.entries:
+                raise self.error(node, f"the default workspace {registry.default!r} is not in `workspaces`")
+        return registry
+
+    def fields(self, name: str, key: Node, item: Node) -> dict[str, Node]:
+        """The keys of one workspace: `NAME: FOLDER`, or a mapping of `path`, `reads`, `folders` and settings."""
+        where = f"workspace {name!r}"
+        if item.id == "scalar" and not _is_null(item):
+            return {"path": item}
+        if item.id != "mapping":
+            raise self.error(key, f"{where} needs a `path` (its folder), not {_kind(item)}")
+        found = self.mapping(item, where, "")
+        self.known(found, ("path", "reads", "folders", *SETTINGS))
+        if "path" not in found or _is_null(found["path"][1]):
+            raise self.error(key, f"{where} needs a `path` (its folder)")
+        return {field_name: value for field_name, (_, value) in found.items()}
+
+    def entry(self, name: str, fields: dict[str, Node]) -> Entry:
+        """The workspace's folder, `folders` and settings (its `reads` are checked once every name is known)."""
+        where = f"workspace {name!r}"
+        settings = {}
+        for key in SETTINGS:
+            value = self.text(fields[key], f"`{key}` of {where}") if key in fields and not _is_null(fields[key]) else ""
+            if value:
+                settings[key] = self.check(fields[key], check_setting, key, value)
+        folders = [self.folder(node, f"a folder in `folders` of {where}")
+                   for node, _ in self.list_of(fields.get("folders"), f"`folders` of {where}")]
+        return Entry(name, self.folder(fields["path"], f"the folder of {where}"), [], folders, settings)
+
+    def check_folders(self, registry: Registry, fields: dict[str, dict[str, Node]]) -> None:
+        """No workspace overlaps Dreamflow's home or another workspace (what `add` refuses, for hand edits)."""
+        home, seen = _folder(dreamflow_home()), []
+        for entry in registry.entries.values():
+            node = fields[entry.name]["path"]
+            if overlaps(entry.path, home):
+                raise self.error(node, f"the folder {entry.path} of workspace {entry.name!r} overlaps Dreamflow's own "
+                                       f"folder {home} (Prefect's database, logs, this file): give it a folder apart")
+            other = next((e for e in seen if overlaps(e.path, entry.path)), None)
+            if other is not None:
+                raise self.error(node, f"the folder {entry.path} of workspace {entry.name!r} overlaps workspace "
+                                       f"{other.name!r} ({other.path}): each workspace needs its own folder")
+            seen.append(entry)
+
+    # -- nodes
+
+    def mapping(self, node: Node, what: str, hint: str) -> dict[str, tuple[Node, Node]]:
+        """key -> (key node, value node) of a mapping whose keys are distinct text."""
+        if node.id != "mapping":
+            raise self.error(node, f"{what} must be a mapping{' ' + hint if hint else ''}, not {_kind(node)}")
+        found: dict[str, tuple[Node, Node]] = {}
+        for key, value in node.value:
+            name = self.text(key, f"a key in {what}")
+            if name in found:
+                raise self.error(key, f"{name!r} appears twice in {what} (first at line "
+                                      f"{found[name][0].start_mark.line + 1}): keep one")
+            found[name] = (key, value)
+        return found
+
+    def known(self, found: dict[str, tuple[Node, Node]], keys: tuple[str, ...]) -> None:
+        for name, (key, _) in found.items():
+            if name not in keys:
+                raise self.error(key, f"unknown key {name!r} (known here: {', '.join(keys)})")
+
+    def text(self, node: Node, what: str) -> str:
+        if node.id == "scalar" and node.tag == TEXT:
+            return node.value
+        shown = f" ({node.value!r}: put it in quotes if it is meant as text)" if node.id == "scalar" else ""
+        raise self.error(node, f"{what} must be text, not {_kind(node)}{shown}")
+
+    def list_of(self, node: Node | None, what: str) -> list[tuple[Node, str]]:
+        """(node, text) of each item of a list of text (none for a missing or empty value)."""
+        if node is None or _is_null(node):
+            return []
+        if node.id != "sequence":
+            raise self.error(node, f"{what} must be a list ([x, y], or one `- x` per line), not {_kind(node)}")
+        return [(item, self.text(item, f"an item of {what}")) for item in node.value]
+
+    def folder(self, node: Node, what: str) -> Path:
+        text = self.text(node, what)
+        if not os.path.isabs(os.path.expanduser(text)):
+            raise self.error(node, f"{what} must be an absolute folder (or start with ~), not {text!r}")
+        return _folder(text)
+
+    def check(self, node: Node, check, *args):
+        """`check(*args)`, its InvalidInput naming the node's line."""
+        try:
+            return check(*args)
+        except InvalidInput as exc:
+            raise self.error(node, str(exc)) from None
+
+
+TEXT = "tag:yaml.org,2002:str"
+KINDS = {"int": "a number", "float": "a number", "bool": "true/false", "null": "empty", "timestamp": "a date",
+         "binary": "binary data", "merge": "a merge key (<<)", "seq": "a list", "map": "a mapping", "set": "a set",
+         "omap": "an ordered mapping", "pairs": "a list of pairs", "str": "text"}
+
+
+def _kind(node: Node) -> str:
+    if node.tag.startswith("tag:yaml.org,2002:"):
+        return KINDS.get(node.tag.rsplit(":", 1)[1], node.tag)
+    return f"a value tagged {node.tag}"
+
+
+def _is_null(node: Node) -> bool:
+    return node.tag == "tag:yaml.org,2002:null"
 
 
 def resolve(value: str | os.PathLike[str] | None = None, cwd: str | os.PathLike[str] | None = None,

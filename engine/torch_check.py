@@ -10,7 +10,10 @@ from __future__ import annotations
 import glob
 from importlib import metadata
 
-CPU_INSTALL = "pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu"
+# The README's set-up line (one retry, a 10 s stall limit: an unreachable index fails in seconds), reinstalling: the
+# CUDA build's version satisfies `torch==X` too, so without --force-reinstall pip would change nothing.
+CPU_INSTALL = ("pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu --retries 1 --timeout 10"
+               " --force-reinstall --no-deps")
 
 
 def cuda_build_warning(version: str, requires: list[str], installed: set[str], gpu: bool) -> str | None:
@@ -25,7 +28,8 @@ def cuda_build_warning(version: str, requires: list[str], installed: set[str], g
     base = version.split("+", 1)[0]
     return (f"torch {version} is a CUDA build" + (f" ({len(nvidia)} nvidia-* packages)" if nvidia else "")
             + " but this machine has no NVIDIA GPU: embeddings run on the CPU anyway. For the CPU build (no "
-            + f"nvidia-* packages, far smaller): {CPU_INSTALL.format(version=base)}")
+            + f"nvidia-* packages, far smaller): {CPU_INSTALL.format(version=base)}"
+            + (", then `pip uninstall` the nvidia-* packages" if nvidia else ""))
 
 
 def torch_warning() -> str | None:

@@ -1,7 +1,7 @@
 """The graph health report behind `dreamflow doctor`: what is broken or suspicious, with paths. No LLM.
 
 Problems (each a list of rows; any row makes the report not ok):
-- `broken_links`: wikilinks whose target file does not exist
+- `broken_links`: wikilinks whose target file does not exist (but for conversation records, see below)
 - `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`),
   and heading anchors (`#Setup`, `#setup-steps`, `#Parent#Child`) naming no heading of their Markdown target
 - `orphans`: digest nodes with no inbound and no outbound link
@@ -20,7 +20,9 @@ Problems (each a list of rows; any row makes the report not ok):
 Notes (inputs of the governance flows, not problems): `moved` (a missing link target whose content now lives
 at exactly one other path, by content hash), `stale` (digest nodes nobody links to, not updated for
 `stale_days`: archive candidates), `expired` (digest nodes whose `expires` or `valid_to` day has come, or
-marked expired: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates).
+marked expired: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates);
+and `absent_conversations`: links to a conversation record (`session/dialog/`) that is not on this machine, as in
+a clone of a repository's memory (records stay out of git: storage/workspace.GITIGNORES), nothing to repair.
 Links written in raw material (resource/, session/) are not checked: it is never rewritten. Archived nodes
 (digest/archive/) are checked for broken links only.
 
@@ -50,7 +52,8 @@ from storage.workspace import Workspace, content_hash, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
             "supersession", "bad_frontmatter", "drift", "special_files")
-NOTES = ("moved", "stale", "expired", "overlong")
+NOTES = ("moved", "stale", "expired", "overlong", "absent_conversations")
+RECORDS = "session/dialog/"  # conversation records: kept out of git unless a team decides otherwise
 LEDGER = "metadata/doctor.json"
 DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
 _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
@@ -65,7 +68,9 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     scan = _scan(con, ws)
     links = _links(con, scan.disk)
     report: dict = {"ok": True, "counts": {}, "files": len(scan.disk), "links": len(links)}
-    report["broken_links"] = [_link_row(k) for k in links if k["target"] not in scan.disk]
+    missing = [k for k in links if k["target"] not in scan.disk]
+    report["broken_links"] = [_link_row(k) for k in missing if not k["target"].startswith(RECORDS)]
+    report["absent_conversations"] = [_link_row(k) for k in missing if k["target"].startswith(RECORDS)]
     report["broken_anchors"] = _broken_anchors(con, ws, links, scan.disk)
     nodes = _digest_nodes(con, scan.disk)
     report["digest_nodes"] = len(nodes)

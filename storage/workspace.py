@@ -8,6 +8,9 @@ refuses anything whose resolved path is in `metadata/` (case-insensitively). Rea
 the target keeps its mode (new files get the umask's). A rewrite checks the file is unchanged just before
 the rename and carries over what others append in between (`write_bytes`). Temp files of a process killed
 mid-write are removed by the next process that opens the workspace (`clean_stale_temps`).
+
+Opening a workspace also gives it its `.gitignore` files (`GITIGNORES`), so a workspace inside a git repository
+never has its derived state committed by accident, nor, unless the team decides so, its raw conversations.
 """
 
 from __future__ import annotations
@@ -36,6 +39,17 @@ LAYOUT = (
 )
 MAX_NAME_BYTES = 255   # one path component (ext4, APFS, NTFS all stop here)
 MAX_PATH_BYTES = 4000  # a workspace-relative path (PATH_MAX is 4096 with the root in front)
+# `<folder>/.gitignore` files every workspace holds: written when missing (on every open, so older workspaces get
+# them too), atomically, and never rewritten, so an edit of yours stands. Dot files are never memory (not
+# listed, indexed or searched).
+GITIGNORES = {
+    "metadata": "# Written by Dreamflow: metadata/ is derived state (the index, locks, checkpoints, job results),\n"
+                "# rebuilt from the workspace's files on first use. Never commit it.\n*\n",
+    "session/dialog": "# Written by Dreamflow: raw conversations stay on the machine that recorded them (they hold\n"
+                      "# whatever was said and pasted); the cards distilled from them are the memory to share.\n"
+                      "# To commit them too, replace the `*` line below with a comment (do not delete this file:\n"
+                      "# a missing one is written again).\n*\n!.gitignore\n",
+}
 WRITERS = "metadata/journal"  # `writer-<pid>` markers: processes that may leave temp files behind
 NOT_UTF8 = "file name that is not UTF-8"  # the kind a skipped entry with such a name is reported as
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.tmp$")
@@ -50,6 +64,9 @@ class Workspace:
         if create:
             for sub in LAYOUT:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
+            for folder, text in GITIGNORES.items():
+                if not os.path.lexists(self.root / folder / ".gitignore"):
+                    self._create_once(f"{folder}/.gitignore", text.encode())
 
     @property
     def metadata(self) -> Path:
@@ -200,6 +217,36 @@ class Workspace:
         if checked:
             _carry_over_appends(*checked, path)
         return path
+
+    def _create_once(self, rel: str, data: bytes) -> None:
+        """Create `rel` holding `data` unless something is there (a hard link of a complete temp file: atomic,
+        and never replacing what exists). Skipped where it cannot be written (a read-only workspace)."""
+        path = self.root / rel
+        try:
+            self._mark_writer()
+            fd, tmp = _temp_file(path)
+        except OSError:
+            return
+        try:
+            try:
+                _write_all(fd, (data,))
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return
+            except OSError:  # a file system without hard links
+                if not os.path.lexists(path):
+                    os.replace(tmp, path)
+            fsync_folder(path.parent)
+        except OSError:
+            pass
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
 
     def append_bytes(self, rel: str, data: bytes) -> None:
         """Durably append `data` to the existing regular file `rel`, in place (O_APPEND, one write, fsync):

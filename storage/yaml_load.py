@@ -1,4 +1,5 @@
-"""Bounded YAML loading for text from the workspace (frontmatter, interests.yaml): hostile YAML never hangs.
+"""Bounded YAML loading for text people and agents write (frontmatter, interests.yaml, the workspace registry):
+hostile YAML never hangs.
 
 PyYAML's safe loader keeps an alias (`*a`) as a reference to the anchored value, so loading is linear, but
 anything that walks the result (JSON for the index and the API, pydantic, the dumper) expands every
@@ -7,6 +8,7 @@ composes the node graph (libyaml, which also caps nesting depth), counts what al
 expanded, and refuses the document before constructing anything when that exceeds `ALIAS_BUDGET` values or
 an alias refers to a value that contains it. Values YAML recognises but cannot construct (`2024-13-45` as a
 date, an integer too long for Python) are kept as their text and reported, so one bad value loses nothing.
+`compose` stops before constructing: the checked node graph, for a reader that names the line of what is wrong.
 """
 
 from __future__ import annotations
@@ -107,19 +109,31 @@ def load(text: str, first_line: int = 1) -> tuple[Any, list[str]]:
     with line numbers counted from `first_line` (the document's first line in its file)."""
     loader = _BoundedLoader(text, first_line)
     try:
-        return _load(loader, text)
+        node = _checked_node(loader, text)
+        return (None, []) if node is None else (loader.construct_document(node), loader.problems)
     except RecursionError:  # PyYAML without libyaml composes and builds recursively
         raise yaml.YAMLError("values nested too deeply") from None
     finally:
         loader.dispose()
 
 
-def _load(loader: _BoundedLoader, text: str) -> tuple[Any, list[str]]:
+def compose(text: str) -> Node | None:
+    """The node graph of one YAML document (None when it has none), checked as `load` checks it but not built
+    into values: for a reader that says where each value is (`node.start_mark.line`, from 0) and what YAML
+    read it as (`node.tag`). Raises what `load` raises."""
+    loader = _BoundedLoader(text, 1)
+    try:
+        return _checked_node(loader, text)
+    except RecursionError:
+        raise yaml.YAMLError("values nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _checked_node(loader: _BoundedLoader, text: str) -> Node | None:
     node = loader.get_single_node()
-    if node is None:
-        return None, []
-    if "*" in text:  # no alias without a `*`: skip the count for the common document
+    if node is not None and "*" in text:  # no alias without a `*`: skip the count for the common document
         own = _distinct_nodes(node)
         if _expanded_size(node, own + ALIAS_BUDGET) > own + ALIAS_BUDGET:
             raise AliasBombError(f"its aliases expand to more than {ALIAS_BUDGET:,} values (an alias bomb?)")
-    return loader.construct_document(node), loader.problems
+    return node

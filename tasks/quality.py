@@ -3,16 +3,21 @@ per rule, each returning `(rule, message)` when the text breaks it, else None. T
 answer before anything is written; a refused answer gets one repair turn naming the rule (engine/llm.py),
 then the unit fails and its input stays unconsumed.
 
-Thresholds (chosen so that no good answer of the test suite is refused; README "Quality gates"):
+Thresholds (chosen so that no good answer of the test suite is refused; docs/jobs.md "Quality gates"):
 - a sentence or a name is judged for grounding only with at least `MIN_TERMS` distinct terms (stemmed words
   without stopwords, as search indexes them); it is `ungrounded` when none of them occurs in the material;
-- a card is a `copy` of its dialog when at least `COPY_SHARE` of its `SHINGLE`-word runs (at least
-  `COPY_MIN_SHINGLES` of them, i.e. a card of 8+ words) occur verbatim in the dialog and not in the card
-  it updates;
+- texts are compared as streams of words without their layout (`_verbatim_words`: timestamps, speaker
+  labels, list and quote markers, numbering, table pipes, emphasis and quotes dropped), so a transcript is
+  the same stream however a model lays it out; a word is copied when it lies in a run of `VERBATIM_RUN`+
+  words that occurs in the other text (shorter runs are a quoted phrase or a fact's few shared words);
+- a card is a `copy` of its dialog when at least `COPY_SHARE` of its words (not in the card it updates) are
+  copied from the dialog, and at least `COPY_MIN_WORDS` of them: one fact that reuses most of one message
+  is not the transcript;
 - a text echoes the `instructions` when at least `ECHO_SHARE` of its word runs (at least 2) come from the
   request's own text (system prompt, repair turn) and not from the material;
-- a digest node `pasted` a source when at least `PASTED_SHARE` of a cited file's `SHINGLE`-word runs (a file
-  of `PASTED_MIN_SHINGLES`+ of them) occur in it verbatim: copied, not consolidated;
+- a digest node `pasted` a source when at least `PASTED_SHARE` of a cited file's words (its Sources aside; a
+  file of `PASTED_MIN_WORDS`+ words) are copied into it: the file whole, in any layout or order, not
+  consolidated (a node that takes some of a card's lines as they are is selecting, and passes);
 - a card sentence with a `relative_time` ("yesterday", "next Friday", "in 3 days"; English) and no date in
   it (YYYY-MM-DD, or a month name with a day) leaves the reader guessing when.
 """
@@ -20,6 +25,7 @@ Thresholds (chosen so that no good answer of the test suite is refused; README "
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine import ops
@@ -28,12 +34,12 @@ from storage.markdown import split_frontmatter
 from storage.tokenize import terms
 
 MIN_TERMS = 3
-SHINGLE = 5
+VERBATIM_RUN = 8
 COPY_SHARE = 0.6
-COPY_MIN_SHINGLES = 4
+COPY_MIN_WORDS = 20
 ECHO_SHARE = 0.5
 PASTED_SHARE = 0.8
-PASTED_MIN_SHINGLES = 12
+PASTED_MIN_WORDS = 20
 
 Finding = tuple[str, str]
 RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "pasted", "relative_time",
@@ -57,9 +63,14 @@ _MD_LINK = re.compile(r"\[([^\[\]\n]{0,500})\]\(([^()\n]{0,500})\)")
 _LETTER = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORDS = re.compile(r"\w+")
-_STAMP = re.compile(r"^[ \t]{0,12}\[[^\]\n]{0,40}\]", re.MULTILINE)
-_SPEAKER = re.compile(r"^[ \t>*_-]{0,12}(?:user|assistant|system|human|ai|me|you)[ \t*_]{0,6}:[ \t*_]{0,6}",
-                      re.MULTILINE | re.IGNORECASE)
+# a label opening a line, after any marker, number, quote, pipe or emphasis: `User:`, `- **Ana**:`,
+# `> Sam (18:01):`, `1. User said:`
+_LABEL = re.compile(r"^[\W\d_]{0,40}?[^\W\d_][\w'’ .-]{0,30}?[ \t]*(?:\([^()\n]{0,40}\))?[ \t*_]*:(?=\s|[*_]|$)",
+                    re.MULTILINE)
+# words that are layout, not content: a table's speaker cell (`| user |`), and the letters of a timestamp
+# (2026-11-02T18:00:00Z, 6:30 pm) once its digits are gone
+_LAYOUT_WORDS = frozenset({"user", "assistant", "system", "human", "ai", "bot", "t", "z", "am", "pm"})
+_LETTERS = re.compile(r"[^\W\d_]+")
 _WEEKDAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
 _RELATIVE = re.compile(
     r"\b(?:(?:the\s+)?day\s+(?:before\s+yesterday|after\s+tomorrow)|yesterday|tomorrow"
@@ -151,26 +162,26 @@ def instructions(text: str, material: Material) -> Finding | None:
 
 
 def copy(body: str, material: Material) -> Finding | None:
-    """A card that is mostly the dialog copied verbatim (timestamps and speaker labels aside: a card that
-    quotes each message as `- **User**: ...` is a copy too)."""
+    """A card that is mostly the dialog copied verbatim, in any layout: its messages under speaker labels,
+    timestamps, bullets, numbers, quotes or in a table, in any order, some left out."""
     if material.dialog is None:
         return None
-    mine = _shingles(_spoken(body), SHINGLE) - _shingles(_spoken(material.kept), SHINGLE)
-    if len(mine) < COPY_MIN_SHINGLES:
-        return None
-    copied = mine & _shingles(_spoken(material.dialog), SHINGLE)
-    if len(copied) >= COPY_SHARE * len(mine):
-        return "copy", (f"{len(copied) * 100 // len(mine)}% of it is the dialog copied word for word; summarise "
-                        "what matters in your own words")
+    mine = _verbatim_words(body)
+    kept = _copied(mine, _run_set(material.kept))
+    new = len(mine) - sum(kept)
+    copied = sum(c and not k for c, k in zip(_copied(mine, _run_set(material.dialog)), kept))
+    if copied >= COPY_MIN_WORDS and copied >= COPY_SHARE * new:
+        return "copy", (f"{copied * 100 // new}% of it is the dialog copied word for word; summarise what matters "
+                        "in your own words")
     return None
 
 
 def pasted(body: str, material: Material) -> Finding | None:
-    """A digest node that holds one of its cited files whole, word for word."""
-    mine = _shingles(body, SHINGLE) - _shingles(material.kept, SHINGLE)
+    """A digest node that holds one of its cited files whole, word for word, in any layout or order."""
+    new = _run_set(body) - _run_set(material.kept)
     for source in material.cited:
-        theirs = _shingles(split_frontmatter(source).body, SHINGLE)
-        if len(theirs) >= PASTED_MIN_SHINGLES and len(mine & theirs) >= PASTED_SHARE * len(theirs):
+        theirs = _verbatim_words(without_sources(split_frontmatter(source).body))
+        if len(theirs) >= PASTED_MIN_WORDS and sum(_copied(theirs, new)) >= PASTED_SHARE * len(theirs):
             return "pasted", ("it pastes a source file whole; write what the sources say about the unit in your own "
                               "words, and cite them in Sources")
     return None
@@ -272,9 +283,31 @@ def _sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(_plain(text)) if s.strip()]
 
 
-def _spoken(text: str) -> str:
-    """What was said: text without the transcript's `[timestamp]` prefixes and speaker labels."""
-    return _SPEAKER.sub(" ", _STAMP.sub(" ", text))
+def _verbatim_words(text: str) -> list[str]:
+    """The words of a text without its layout, lowercased: only runs of letters (no timestamps, numbers,
+    list or quote markers, pipes, emphasis or quotes), no speaker label opening a line (`User:`, `**Ana**:`)
+    and no `_LAYOUT_WORDS`. A transcript and the same messages laid out by a model give the same stream."""
+    text = _LABEL.sub(" ", _plain(text)).lower()
+    return [word for word in _LETTERS.findall(text) if word not in _LAYOUT_WORDS]
+
+
+def _runs(words: list[str]) -> Iterator[str]:
+    """Each `VERBATIM_RUN`-word run of `words` in order, joined by spaces."""
+    return map(" ".join, zip(*(words[i:] for i in range(VERBATIM_RUN))))
+
+
+def _run_set(text: str) -> set[str]:
+    return set(_runs(_verbatim_words(text)))
+
+
+def _copied(words: list[str], runs: set[str]) -> bytearray:
+    """For each of `words`, 1 when it lies in a run of `VERBATIM_RUN`+ words that are all in `runs`."""
+    marks = bytearray(len(words))
+    if runs:
+        starts = [i for i, run in enumerate(_runs(words)) if run in runs]
+        for i in starts:
+            marks[i:i + VERBATIM_RUN] = b"\x01" * VERBATIM_RUN
+    return marks
 
 
 def _shingles(text: str, size: int) -> set[tuple[str, ...]]:

@@ -67,10 +67,12 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 
 def register(root: Path, admin: str, folders: dict[str, Path], tokens: dict[str, tuple[list[str], bool]],
-             reads: dict[str, list[str]] | None = None) -> dict[str, str]:
-    """Register `folders` (name -> folder) and create `tokens` (name -> (workspaces, read-only)) in `root/home`, the
-    Dreamflow home of `RunningService.start(root, token=admin)`; returns {token name: secret}, the admin's as
-    `admin`. Done in this process: the `workspace add` and `token create` commands have their own tests."""
+             reads: dict[str, list[str]] | None = None,
+             settings: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """Register `folders` (name -> folder; `reads` and `settings` by name as `Registry.add` takes them) and create
+    `tokens` (name -> (workspaces, read-only)) in `root/home`, the Dreamflow home of `RunningService.start(root,
+    token=admin)`; returns {token name: secret}, the admin's as `admin`. Done in this process: the `workspace add`
+    and `token create` commands have their own tests."""
     import pytest
 
     from engine import grants
@@ -82,7 +84,7 @@ def register(root: Path, admin: str, folders: dict[str, Path], tokens: dict[str,
         env.setenv("DREAMFLOW_API_TOKEN", admin)
         registry = Registry.load()
         for name, folder in folders.items():
-            registry.add(name, folder, reads=(reads or {}).get(name))
+            registry.add(name, folder, reads=(reads or {}).get(name), settings=(settings or {}).get(name))
         registry.save()
         for name, (granted, read_only) in tokens.items():
             secrets[name] = grants.create(name, sorted(granted), read_only)

@@ -100,3 +100,28 @@ def test_the_registry_is_re_read_while_serving_and_an_owned_workspace_is_left_al
         second.close()
         first.close()
 
+
+
+def test_a_broken_registry_keeps_the_last_good_one_served_and_says_why_once(registry, tmp_path):
+    said = []
+    hosts = Hosts("w0", Settings(), say=said.append)
+    hosts.open(lambda name, paths: None)
+    path = tmp_path / "home/workspaces.yaml"
+    good = path.read_text()
+    try:
+        for broken, line in (("workspaces: 5\n", 1), (good + f"  w9:\n    path: {tmp_path / 'w9'}\n    reads: [nobody]\n",
+                                                        good.count("\n") + 3),
+                             (good.replace("  w3:", "  w1:"), good.split("\n").index("  w3:") + 1)):
+            said.clear()
+            time.sleep(0.01)
+            path.write_text(broken)
+            assert hosts.refresh() == [] and hosts.refresh() == []
+            assert hosts.names() == ["w0", "w1", "w2", "w3"] and sorted(hosts.registry.entries) == ["w0", "w1", "w2", "w3"]
+            assert len(said) == 1 and f"workspace registry {path}:{line}: " in said[0], said  # once, with the line
+            assert "keeps the registry it read before, serving w0, w1, w2, w3" in said[0]
+            assert [h["path"] for h in hosts.memory("w3").search("marker3")] == ["digest/wiki/page.md"]
+        time.sleep(0.01)
+        path.write_text(good.replace("  w3:", "  w4:").replace("/w3", "/w4"))  # fixed: read at once
+        assert [h.name for h in hosts.refresh()] == ["w4"] and hosts.names() == ["w0", "w1", "w2", "w4"]
+    finally:
+        hosts.close()

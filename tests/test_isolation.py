@@ -6,6 +6,7 @@ returns hits of the shared workspace only to a token that also grants it."""
 
 import json
 import os
+import re
 
 import anyio
 import httpx
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ADMIN = "admin-secret-for-isolation"
 NAMES = ("wsalpha1", "wsbeta2", "wsgamma3")
 MARK = {"wsalpha1": "quokkaalpha", "wsbeta2": "quokkabeta", "wsgamma3": "quokkagamma"}
+BETA_SCHEDULE = {"timezone": "Asia/Kolkata", "dream_cron": "15 2 * * *"}  # beta's own; the others the service's
 QUERY = "lives here"  # in every workspace's page: a hit shows which workspaces a search read
 # token -> (workspaces it grants, read-only)
 TOKENS = {"admin": (set(NAMES), False), "a": ({"wsalpha1"}, False), "b": ({"wsbeta2"}, True),
@@ -74,7 +76,7 @@ def isolated(tmp_path_factory):
         page.parent.mkdir(parents=True)
         page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
     secrets = register(root, ADMIN, folders, {token: grant for token, grant in TOKENS.items() if token != "admin"},
-                       reads={"wsalpha1": ["wsgamma3"]})
+                       reads={"wsalpha1": ["wsgamma3"]}, settings={"wsbeta2": BETA_SCHEDULE})
     service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
     try:
         yield service, secrets, folders
@@ -271,3 +273,88 @@ def test_jobs_search_their_own_workspace_only_while_agents_get_the_declared_shar
     remote = RemoteMemory(service.url, token=ADMIN, workspace="wsalpha1")
     assert {hit["workspace"] for hit in remote.search(QUERY)} == {"wsalpha1", "wsgamma3"}  # alpha reads gamma
     assert {hit["workspace"] for hit in JobMemory(remote).search(QUERY)} == {"wsalpha1"}  # a job links within one
+
+
+def test_status_shows_each_served_workspace_the_token_may_see(isolated):
+    """`GET /status` and `dreamflow status`: every served workspace with its index counts, last dream and next
+    dream (from its cron and timezone); a token sees the rows of its workspaces only, never their folders."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from service_harness import wait_for
+    from test_cli import invoke
+
+    service, secrets, folders = isolated
+    beta = service.deployment("auto-dream/nightly-wsbeta2")  # a dream of beta that ran, as Prefect records one
+    dreamt = service.prefect("POST", f"/deployments/{beta['id']}/create_flow_run", {"state": {"type": "RUNNING"}})
+    service.prefect("POST", f"/flow_runs/{dreamt['id']}/set_state", {"state": {"type": "COMPLETED"}, "force": True})
+
+    def status(token: str) -> dict:
+        return httpx.get(f"{service.url}/status", headers={"Authorization": f"Bearer {secrets[token]}"},
+                         timeout=60).json()
+
+    seen: dict = {}
+
+    def scheduled() -> bool:  # Prefect's scheduler plans each nightly deployment's runs soon after it is made
+        seen.update(status("admin"))
+        return len(seen.get("workspaces", [])) == 3 and all(r["next_dream"] for r in seen["workspaces"])
+
+    try:
+        wait_for(scheduled, 120, "a scheduled dream of each workspace")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {seen.get('workspaces')}") from None
+    rows = {r["name"]: r for r in seen["workspaces"]}
+    assert list(rows) == list(NAMES) and [r["default"] for r in rows.values()] == [True, False, False]
+    for name, row in rows.items():
+        counts = httpx.post(f"{service.url}/workspaces/{name}/ops/index_stats", json={}, headers=service.headers,
+                            timeout=60).json()
+        assert row["path"] == str(folders[name]) and row["index"] == {k: counts[k] for k in ("files", "chunks", "links")}
+        assert row["index"]["files"] >= 1, row
+    assert rows["wsbeta2"]["schedule"] == {"cron": "15 2 * * *", "timezone": "Asia/Kolkata"}
+    assert [rows[n]["schedule"]["cron"] for n in ("wsalpha1", "wsgamma3")] == ["0 3 * * *", "14 3 * * *"]  # 7 min apart
+    planned = datetime.fromisoformat(rows["wsbeta2"]["next_dream"]["expected_start_time"]).astimezone(
+        ZoneInfo("Asia/Kolkata"))
+    assert (planned.hour, planned.minute) == (2, 15)
+    assert rows["wsbeta2"]["last_dream"]["id"] == dreamt["id"] and rows["wsbeta2"]["last_dream"]["state"] == "Completed"
+    assert {rows["wsbeta2"][key]["deployment"] for key in ("last_dream", "next_dream")} == {
+        "auto-dream/nightly-wsbeta2"}  # its own deployment's name, not the first workspace's `nightly`
+    assert rows["wsalpha1"]["last_dream"] is None and rows["wsgamma3"]["last_dream"] is None
+
+    for token in ("a", "b", "ab"):
+        answer = status(token)
+        Checker(token, folders).scan("/status", json.dumps(answer))
+        assert {r["name"] for r in answer["workspaces"]} == TOKENS[token][0], (token, answer["workspaces"])
+        assert not any("path" in r for r in answer["workspaces"])
+
+    env = {**{key: None for key in os.environ if key not in service.env}, **service.env}
+    text = invoke(["--workspace", str(folders["wsalpha1"]), "status"], env=env).stdout
+    assert "Workspaces  3 served;" in text and f"Dashboard   {service.url}/ui/" in text, text
+    for name in NAMES:
+        files = rows[name]["index"]["files"]
+        assert re.search(rf"\n  {name}( \(default\))? +{re.escape(str(folders[name]))}\n +{files} files, ", text), text
+    started = datetime.fromisoformat(rows["wsbeta2"]["last_dream"]["start_time"]).astimezone(ZoneInfo("Asia/Kolkata"))
+    assert (f"; last dream {started:%Y-%m-%d %H:%M} Asia/Kolkata (Completed); "
+            f"next dream {planned:%Y-%m-%d %H:%M} Asia/Kolkata (cron 15 2 * * *)") in text, text
+    narrow = invoke(["--workspace", str(folders["wsalpha1"]), "status", "--json"],
+                    env={**env, "DREAMFLOW_API_TOKEN": secrets["a"]})
+    assert [r["name"] for r in json.loads(narrow.stdout)["workspaces"]] == ["wsalpha1"], narrow.stdout
+
+
+def test_a_broken_registry_leaves_the_service_serving_the_one_it_read_before(isolated):
+    """Shares this module's service (three workspaces): the registry it re-reads is cut in half by a hand edit."""
+    from service_harness import wait_for
+
+    service, _, _ = isolated
+    path = service.home / "workspaces.yaml"
+    good = path.read_text()
+    cut = good[:good.index("wsgamma3:")] + "wsgamma3:\n    pa"  # the file cut in half
+    try:
+        path.write_text(cut)
+        said = f"WARNING: workspace registry {path}:{cut.count(chr(10)) + 1}: the folder of workspace 'wsgamma3' " \
+               "must be an absolute folder"
+        wait_for(lambda: said in service.log(), 30, "the service to say why it keeps the registry it read before")
+        listed = httpx.get(f"{service.url}/workspaces", headers=service.headers, timeout=60).json()
+        assert [w["name"] for w in listed] == list(NAMES)
+        assert service.log().count(said) == 1, "said once per change, not on every look"
+    finally:
+        path.write_text(good)

@@ -9,11 +9,13 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from dreamflow.cli import cli
+from engine.torch_check import CPU_INSTALL
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -178,3 +180,25 @@ def test_the_settings_page_lists_every_environment_variable_the_code_reads():
     assert {"DREAMFLOW_HOME", "DREAMFLOW_LOCK_TIMEOUT", "DREAMFLOW_LLM_MODEL"} <= names
     table = (ROOT / "docs" / "settings.md").read_text()
     assert not [name for name in sorted(names) if f"`{name}`" not in table]
+
+
+def test_the_torch_line_gives_up_in_seconds_when_its_index_is_unreachable(tmp_path):
+    """The set-up's first install, with its index's host unresolvable (`.invalid` never resolves) and pip's own
+    configuration left out: one retry that names the cause, then an error, instead of five retries with backoff
+    (7.5 s of sleeping alone where a lookup fails at once; 1-2 minutes where lookups time out). The pin is the
+    one pyproject.toml and .ci/run install."""
+    line, = [line for line in README.splitlines() if line.startswith("pip install torch")]
+    words = shlex.split(line)
+    assert "torch==2.13.0" in words and '"torch==2.13.0"' in (ROOT / ".ci/run").read_text()
+    assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
+    assert CPU_INSTALL.format(version="2.13.0").startswith(line + " ")  # what `status` says on a CUDA build
+    url = words[words.index("--index-url") + 1]
+    assert url.startswith("https://download.pytorch.org/")
+    words[words.index(url)] = url.replace("download.pytorch.org", "download.pytorch.invalid")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(tmp_path), *words[2:]],
+                          env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - started
+    assert done.returncode != 0 and "download.pytorch.invalid" in done.stderr, done.stderr
+    assert done.stderr.count("Retrying") <= 1 and elapsed < 30, (elapsed, done.stderr)

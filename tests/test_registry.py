@@ -4,6 +4,7 @@ never being a workspace (engine/registry.py, engine/scoped.py, engine/grants.py)
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def test_overlapping_folders_and_bad_names_are_refused(tmp_path, home):
                       (["outer", str(tmp_path)], "overlap"),
                       (["state", str(tmp_path / "home/x")], "Dreamflow's own folder"),
                       (["Bad Name", str(tmp_path / "x")], "must be 1-63 lower-case"),
-                      (["loop", str(tmp_path / "loop"), "--reads", "nobody"], "no workspace 'nobody'")]:
+                      (["loop", str(tmp_path / "loop"), "--reads", "nobody"], "no workspace 'nobody'"),
+                      (["tz", str(tmp_path / "tz"), "--timezone", "Mars/Base"], "is not an IANA timezone"),
+                      (["cron", str(tmp_path / "cron"), "--dream-cron", "nightly"], "is not a cron schedule")]:
         done = run("workspace", "add", *args, env=home)
         assert done.returncode != 0 and why in " ".join(done.stderr.split()), (args, done.stderr)
     assert len(Registry.load(tmp_path / "home/workspaces.yaml").entries) == 3
@@ -91,7 +94,92 @@ def test_a_hand_edited_registry_is_read_and_a_broken_one_is_a_clear_error(tmp_pa
     (tmp_path / "home/workspaces.yaml").write_text("workspaces:\n  notes:\n    path: /x\n    colour: red\n")
     done = run("list", env=home)
     said = " ".join(done.stderr.split())
-    assert done.returncode == InvalidInput.exit_code and "unknown keys colour" in said and "Traceback" not in said
+    assert done.returncode == InvalidInput.exit_code and "unknown key 'colour'" in said and "Traceback" not in said
+
+
+A, B = "/srv/memory/a", "/srv/memory/b"
+# what a hand edit leaves -> (the line the error names, what it says)
+BROKEN = {
+    "workspaces: 5\n": (1, "`workspaces` must be a mapping of names, not a number"),
+    "- a\n- b\n": (1, "the registry must be a mapping with `workspaces:`"),
+    "null\nworkspaces: {}\n": (2, "not valid YAML: mapping values are not allowed"),
+    "workspaces: [a, b]\n": (1, "`workspaces` must be a mapping of names, not a list"),
+    f"workspaces:\n  a: {A}\n  b:\n": (3, "workspace 'b' needs a `path` (its folder), not empty"),
+    f"workspaces:\n  a:\n    reads: []\n": (2, "workspace 'a' needs a `path`"),
+    f"workspaces:\n  a:\n    path: {A}\n  b:\n    pa": (5, "the folder of workspace 'b' must be an absolute folder"),
+    f"workspaces:\n  a:\n    path: {A}\n    reads: [b": (5, "not valid YAML: while parsing a flow sequence (line 4)"),
+    f'workspaces:\n  a:\n    path: "{A}\n': (4, "not valid YAML: while scanning a quoted scalar (line 3)"),
+    "workspaces:\n  a: /\n": (2, "the folder / of workspace 'a' overlaps Dreamflow's own folder"),
+    "workspaces:\n  a: notes\n": (2, "must be an absolute folder (or start with ~), not 'notes'"),
+    f"workspaces:\n  a: {A}\n  b: {A}/inner\n": (3, f"the folder {A}/inner of workspace 'b' overlaps workspace 'a'"),
+    f"workspaces:\n  a:\n    path: {A}\n    reads: [nobody]\n": (4, "workspace 'a' reads 'nobody', which is not in"),
+    f"workspaces:\n  a:\n    path: {A}\n    reads: [a]\n": (4, "workspace 'a' reads itself anyway"),
+    f"workspaces:\n  a: {A}\n  a: {B}\n": (3, "'a' appears twice in `workspaces` (first at line 2)"),
+    f"workspaces:\n  a: {A}\nworkspaces:\n  b: {B}\n": (3, "'workspaces' appears twice in the registry"),
+    f"default: zz\nworkspaces:\n  a: {A}\n": (1, "the default workspace 'zz' is not in `workspaces`"),
+    f"default: 5\nworkspaces:\n  a: {A}\n": (1, "`default` must be text, not a number"),
+    f"workspaces:\n  123: {A}\n": (2, "a key in `workspaces` must be text, not a number ('123': put it in quotes"),
+    f"workspaces:\n  on: {A}\n": (2, "must be text, not true/false ('on'"),
+    f"workspaces:\n  Web App: {A}\n": (2, "workspace name 'Web App' must be 1-63 lower-case letters"),
+    f"workspaces:\n  a:\n    path: {A}\n    folders: /src\n": (4, "`folders` of workspace 'a' must be a list"),
+    f"workspaces:\n  a:\n    path: {A}\n    folders: [src]\n": (4, "must be an absolute folder"),
+    f"workspace:\n  a: {A}\n": (1, "unknown key 'workspace' (known here: default, workspaces)"),
+    f"workspaces:\n  a:\n    path: {A}\n    folder: [/src]\n": (4, "unknown key 'folder' (known here: path, reads"),
+    f"workspaces:\n  a:\n    path: {A}\n    timezone: Europe/Berln\n": (4, "timezone 'Europe/Berln' is not an IANA"),
+    f"workspaces:\n  a:\n    path: {A}\n    dream_cron: 3am\n": (4, "dream_cron '3am' is not a cron schedule"),
+    "workspaces: {}\n---\nworkspaces: {}\n": (2, "not valid YAML: expected a single document"),
+    "workspaces:\n\ta: /x\n": (2, "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("text", BROKEN)
+def test_every_shape_a_hand_edit_leaves_is_an_error_naming_the_file_and_line(tmp_path, home, monkeypatch, text):
+    monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])
+    path = tmp_path / "home/workspaces.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    line, said = BROKEN[text]
+    with pytest.raises(InvalidInput) as refused:
+        Registry.load(path)
+    assert str(refused.value).startswith(f"workspace registry {path}:{line}: ") and said in str(refused.value), \
+        str(refused.value)
+
+
+def test_a_registry_that_is_empty_binary_huge_or_an_alias_bomb(tmp_path, home, monkeypatch):
+    monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])
+    path = tmp_path / "home/workspaces.yaml"
+    path.parent.mkdir()
+    for empty in ("", "\n\n", "# only a comment\n", "workspaces:\n", "workspaces: {}\n", "~\n", "\ufeff"):
+        path.write_text(empty)
+        assert Registry.load(path).entries == {}, repr(empty)  # no workspaces, not an error
+    refusals = {
+        "workspaces:\n  a: /srv/caf\xe9\n".encode("latin-1"): f"workspace registry {path}:2: not UTF-8 text (byte 0xe9)",
+        b"# padding\n" * 120_000: "is larger than 1024 KiB",
+        ("workspaces:\n" + "".join(f"  w{i}: &w{i} [{', '.join([f'*w{i - 1}'] * 9) if i else 'x'}]\n"
+                                     for i in range(9))).encode(): "its aliases expand to more than 10,000 values",
+    }
+    for data, said in refusals.items():
+        path.write_bytes(data)
+        with pytest.raises(InvalidInput, match=re.escape(said)):
+            Registry.load(path)
+
+
+def test_every_command_says_what_is_wrong_with_the_registry_and_exits_2(tmp_path, home):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/workspaces.yaml").write_text("# my workspaces\nworkspaces: 5\n")
+    said = f"workspace registry {tmp_path / 'home/workspaces.yaml'}:2: `workspaces` must be a mapping of names"
+    for command in (["list"], ["search", "tea"], ["status"], ["write", "a.md", "--content", "x"], ["workspace", "list"],
+                    ["workspace", "add", "x", str(tmp_path / "x")], ["token", "create", "--name", "t", "--workspace", "x"]):
+        done = run(*command, "--json", env=home)
+        assert done.returncode == InvalidInput.exit_code and "Traceback" not in done.stderr, (command, done.stderr)
+        assert json.loads(done.stdout)["error"]["message"].startswith(said), (command, done.stdout)
+    for command in (["start", "--port", "1"], ["mcp"]):  # refused before anything listens
+        done = run(*command, env=home, stdin="")
+        assert done.returncode == InvalidInput.exit_code, done.stderr
+        assert "".join(said.split()) in "".join(done.stderr.split()), done.stderr  # the terminal may fold the path
+    hook = run("hook", "claude-code", env=home, stdin=json.dumps({"session_id": "s", "hook_event_name": "Stop",
+                                                                   "cwd": str(tmp_path)}))
+    assert hook.returncode == 0 and said in " ".join(hook.stderr.split()), hook.stderr  # a hook never fails its host
 
 
 def test_workspace_by_name_by_folder_by_cwd_and_by_environment(tmp_path, home):
@@ -183,3 +271,26 @@ def test_dreamflow_home_and_a_workspace_never_share_a_folder(tmp_path, home, mon
     monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "w/state"))
     with pytest.raises(InvalidInput, match="overlap"):
         resolve(str(tmp_path / "w"))
+
+
+def test_status_without_the_service_shows_every_registered_workspace(tmp_path, home):
+    from storage.workspace import Workspace
+    from tasks import checkpoints
+
+    folders = registered(tmp_path, home)
+    checkpoints.save(Workspace(folders["web"]), "dream", {"last_run": {
+        "date": "2024-07-01", "at": "2024-07-02T03:00:05+00:00", "units": 4, "failed": 1}})
+    assert run("workspace", "add", "unused", str(tmp_path / "unused"), env=home).returncode == 0
+    status = json.loads(run("status", "--json", env=home).stdout)
+    rows = {r["name"]: r for r in status["workspaces"]}
+    assert list(rows) == ["api", "personal", "unused", "web"] and rows["personal"]["default"]
+    assert [rows[n]["index"]["files"] for n in rows] == [1, 1, 0, 1] and rows["web"]["path"] == str(folders["web"])
+    assert rows["web"]["last_dream"] == {"start_time": "2024-07-02T03:00:05+00:00",
+                                         "state": "of 2024-07-01: 4 units, 1 failed"}
+    assert rows["api"]["last_dream"] is None and all(r["next_dream"] is None for r in rows.values())
+    assert not (tmp_path / "unused").exists(), "status never creates a workspace nobody used yet"
+    text = run("status", env=home).stdout
+    assert "Workspaces  4 registered, none served while no service runs;" in text, text
+    assert re.search(rf"\n  web +{re.escape(str(folders['web']))}\n +1 files, 1 chunks, 0 links; last dream "
+                     r"2024-07-02T03:00\+00:00 \(of 2024-07-01: 4 units, 1 failed\); next dream when a service runs",
+                     text), text
