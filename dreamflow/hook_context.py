@@ -109,17 +109,19 @@ def start_context(memory, budget: int, session: str | None = None) -> str | None
     budget = _fit(budget)
     sections: list[tuple[str, list[str]]] = []
     given: list[str] = []
+    cited: list[dict] = []
     used = 0
     for title, paths in (("Digest", _nodes(memory)), ("Recent cards", _cards(memory))):
         items: list[str] = []
         for path in paths:
             if budget - used < MIN_ITEM:
                 break
-            item, keys = _item(memory, path)
+            item, keys, cite = _item(memory, path)
             cost = tokens(item) + 1 if item else 0
             if item and used + cost <= budget:
                 items.append(item)
                 given += keys
+                cited.append(cite)
                 used += cost
         if items:
             sections.append((title, items))
@@ -128,7 +130,7 @@ def start_context(memory, budget: int, session: str | None = None) -> str | None
     if session:
         from storage.recall import remember
 
-        remember(memory.ws, session, given)  # as recall records what it gives
+        remember(memory.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
     parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
              "`search` for more)."]
     for title, items in sections:
@@ -157,10 +159,10 @@ def _cards(memory) -> list[str]:
     return paths
 
 
-def _item(memory, path: str) -> tuple[str | None, list[str]]:
+def _item(memory, path: str) -> tuple[str | None, list[str], dict | None]:
     """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it,
-    or a superseded or expired node),
-    and the keys (storage.recall.line_key) of the lines it shows: those and the name and description lines."""
+    or a superseded or expired node), the keys (storage.recall.line_key) of the lines it shows (those and the
+    name and description lines) and its citation (`{path, start_line, end_line}`)."""
     from datetime import date
 
     from storage import validity
@@ -175,17 +177,18 @@ def _item(memory, path: str) -> tuple[str | None, list[str]]:
         body_start = ends[0] + 1 if ends else len(lines)
     meta = split_frontmatter("\n".join(lines[:body_start]) + "\n").meta if body_start else {}
     if path.startswith("digest/") and validity.status(meta, date.today()) != validity.CURRENT:
-        return None, []  # what no longer holds is not a current fact
+        return None, [], None  # what no longer holds is not a current fact
     name, description = (str(meta.get(k) or "").strip() for k in ("name", "description"))
     shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
     if not (name or description or shown):
-        return None, []
+        return None, [], None
     where = path + (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
     head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
     said = [text for text in lines[:body_start] if text.startswith(("name:", "description:"))]
-    return "\n".join([head.rstrip(), *(text for _, text in shown)]), [line_key(path, t) for t in
-                                                                       said + [text for _, text in shown]]
+    cite = {"path": path, "start_line": shown[0][0] if shown else 1, "end_line": shown[-1][0] if shown else 1}
+    return ("\n".join([head.rstrip(), *(text for _, text in shown)]),
+            [line_key(path, t) for t in said + [text for _, text in shown]], cite)
 
 
 def _service(workspace: Path, timeout: float):

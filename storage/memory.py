@@ -561,7 +561,7 @@ class Memory:
                 path_prefix=path_prefix or None, min_score=min_score,
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
             if session and not self.db.read_only:  # a read-only workspace keeps no record: all is new each time
-                _recall.remember(self.ws, session, keys)
+                _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
         return _telling(behind, {**answer, "session": session})
 
     def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:

@@ -10,8 +10,10 @@ piece first, in search order, then the hits' other pieces, each only if it still
 
 With a `session` id, the lines given are remembered in `metadata/recall/<session>.json` (by path and line
 text, so a line stays given when an edit moves it): a later recall of that session leaves them out and
-fills the budget with what is new. Bounded: the newest MAX_GIVEN lines per session, the MAX_SESSIONS most
-recently used sessions.
+fills the budget with what is new. The same file logs each time the session was given something (`log`:
+`{at, kind, query, items: [{path, start_line, end_line}]}`, kind `recall` or the hook's `session-start`),
+which the dashboard shows. Bounded: the newest MAX_GIVEN lines and MAX_LOG log entries per session, the
+MAX_SESSIONS most recently used sessions.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
@@ -39,6 +42,7 @@ FOLLOW = 1  # non-blank lines kept after each matching line
 PIECE_TOKENS = 200  # most tokens of one piece (a longer one is cut)
 MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and line: packing stops below it
 MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
+MAX_LOG = 200  # times a session was given something, logged per session (the newest)
 MAX_SESSIONS = 1_000  # session files kept (the most recently used)
 FOLDER = "metadata/recall"
 LOCK = "recall.lock"  # in metadata/
@@ -234,17 +238,46 @@ def line_key(path: str, text: str) -> str:
 
 def given(ws: Workspace, session: str) -> set[str]:
     """The line keys `session` was given (empty for a new session or an unreadable file)."""
+    return set(_record(ws, _file(session)).get("given", []))
+
+
+def sessions(ws: Workspace, limit: int = 100) -> list[dict]:
+    """The sessions given something, most recently first: `{session, at, lines, times}` (`lines` given,
+    `times` logged)."""
     try:
-        data = json.loads((ws.root / _file(session)).read_text(encoding="utf-8"))
-        return set(data.get("given", []))
-    except (OSError, ValueError, AttributeError):
-        return set()
+        with os.scandir(ws.root / FOLDER) as entries:
+            files = sorted(((e.stat().st_mtime, e.name) for e in entries if e.name.endswith(".json")), reverse=True)
+    except OSError:
+        return []
+    rows = []
+    for _, name in files[:limit]:
+        record = _record(ws, f"{FOLDER}/{name}")
+        log = record.get("log", [])
+        rows.append({"session": name.removesuffix(".json"), "at": log[-1].get("at") if log else None,
+                     "lines": len(record.get("given", [])), "times": len(log)})
+    return rows
 
 
-def remember(ws: Workspace, session: str, keys: list[str]) -> None:
-    """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
-    past MAX_SESSIONS. Serialised between processes by `metadata/recall.lock` (not the index lock: the
-    session-start digest records what it showed without opening the index)."""
+def log(ws: Workspace, session: str) -> list[dict]:
+    """What `session` was given, each time (`{at, kind, query, items}`), newest first."""
+    return [e for e in reversed(_record(ws, _file(session)).get("log", [])) if isinstance(e, dict)]
+
+
+def _record(ws: Workspace, rel: str) -> dict:
+    """A session's record (`{}` when missing or unreadable)."""
+    try:
+        data = json.loads((ws.root / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remember(ws: Workspace, session: str, keys: list[str], kind: str = "recall", query: str | None = None,
+             items: list[dict] | None = None) -> None:
+    """Add `keys` to what `session` was given (newest MAX_GIVEN kept) and log the giving (`kind`, the `query`,
+    the `items` cited: path, start_line, end_line); drop the least recently used sessions past MAX_SESSIONS.
+    Serialised between processes by `metadata/recall.lock` (not the index lock: the session-start digest
+    records what it showed without opening the index)."""
     from storage.db import lock_timeout
 
     rel = _file(session)
@@ -252,14 +285,14 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
         return
     folder = ws.root / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
+    entry = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "kind": kind, "query": query,
+             "items": [{k: item.get(k) for k in ("path", "start_line", "end_line")} for item in items or []]}
     try:
         with FileLock(ws.metadata / LOCK).held(lock_timeout()):
-            try:
-                old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
-            except (OSError, ValueError, AttributeError):
-                old = []
-            merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
-            ws.write_text(rel, json.dumps({"session": session, "given": merged}))
+            record = _record(ws, rel)
+            merged = list(dict.fromkeys([*record.get("given", []), *keys]))[-MAX_GIVEN:]
+            log = [*record.get("log", []), entry][-MAX_LOG:]
+            ws.write_text(rel, json.dumps({"session": session, "given": merged, "log": log}))
             with os.scandir(folder) as entries:
                 names = [e.name for e in entries if e.name.endswith(".json")]
             if len(names) <= MAX_SESSIONS:

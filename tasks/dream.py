@@ -22,12 +22,14 @@ from typing import Literal
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
 from engine.usage import Usage, charged
 from engine.toolbox import Toolbox, WriteRejected, predict, read_text
+from storage import dream_log
 from storage.errors import JobFailed
 from storage.markdown import parse_links, split_frontmatter
 from tasks import checkpoints, history, quality, usage
@@ -484,8 +486,8 @@ def finish(workspace: str, date: str, extracted: dict, outcomes: list[dict], fai
 
 @task(cache_policy=NO_CACHE)
 def publish_report(workspace: str, summary: dict) -> str:
-    """A markdown artifact of the run (units, action taken, target node, failures, tokens per call kind) and
-    the run's entry in the usage log."""
+    """A markdown artifact of the run (units, action taken, target node, failures, tokens per call kind), the
+    run's entry in the usage log and its record of decisions (storage/dream_log.py)."""
     lines = [f"# Dream of {summary['date']}", "",
              f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['units']} units, "
              f"{len(summary['failed'])} failed; {summary['topics']} new topics.", "",
@@ -501,6 +503,7 @@ def publish_report(workspace: str, summary: dict) -> str:
               *usage.table(u)]
     markdown = "\n".join(lines)
     usage.publish(workspace, "auto-dream", f"dream of {summary['date']}", u)
+    dream_log.record(metadata_of(workspace), summary, flow_run.id)  # the dashboard's day page reads it back
     create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
     return markdown
 

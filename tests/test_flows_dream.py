@@ -9,6 +9,7 @@ from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, misbehave, tool_reply
 from results_scan import holding
+from storage import dream_log
 from storage.memory import Memory
 from storage.workspace import Workspace
 from tasks import checkpoints, usage
@@ -142,6 +143,11 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     assert paths["ok"] in done and not {paths["badjson"], paths["slow"], paths["dropper"]} & set(done)
     assert "**FAILED**" in read_artifact(f"dream-{DAY}")
     assert error.summary["usage"]["calls"] == 6  # extract, ok, badjson twice, slow (timed out), dropper
+    [decided] = dream_log.for_day(ws, DAY)  # what the dashboard's day page shows, per unit
+    assert decided["run_id"] == str(state.state_details.flow_run_id)
+    units = {u["name"]: u for u in decided["units"]}
+    assert units["ok"]["action"] == "CREATE" and units["ok"]["target"] == "digest/wiki/ok-node.md"
+    assert units["dropper"]["action"] == "FAILED" and "drop the links" in units["dropper"]["error"]
 
     # Retrying the run the way the UI does (same flow run, AwaitingRetry) re-runs only the failed units.
     llm.reset()
@@ -154,6 +160,8 @@ def test_failed_units_stay_unchecked_and_are_retried(prefect_harness, llm, memor
     assert not any(EXTRACT in r["messages"][0]["content"] for r in llm.requests)  # extraction reused
     assert not any(unit_route("ok") in m for m in asked)  # the completed unit is cached
     assert state.is_failed() and [f["name"] for f in state.result(raise_on_failure=False).summary["failed"]] == ["dropper"]
+    [decided] = dream_log.for_day(ws, DAY)  # the retried run's record replaces its first one
+    assert [u["name"] for u in decided["units"] if u["action"] == "FAILED"] == ["dropper"]
     done = dream_files(ws)
     assert {paths["ok"], paths["badjson"], paths["slow"]} <= set(done) and paths["dropper"] not in done
 

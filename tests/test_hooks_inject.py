@@ -18,7 +18,7 @@ from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
-from storage import index
+from storage import index, recall
 from storage.db import IndexDB
 from storage.workspace import Workspace
 
@@ -294,6 +294,9 @@ def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
 
     begun = injected(hook(start(session="started"), trip), "SessionStart")
     assert "[digest/personal/ana.md:7-8] Ana: The user, travel preferences\nPrefers window seats" in begun
+    [logged] = recall.log(Workspace(trip), "started")  # what the dashboard shows the session was given
+    assert logged["kind"] == "session-start" and logged["query"] is None
+    assert {"path": "digest/personal/ana.md", "start_line": 7, "end_line": 8} in logged["items"]
     after = injected(hook(prompt(asked, session="started"), trip, env=ANY_MATCH), "UserPromptSubmit")
     assert after is None or "Prefers window seats" not in after  # the session has it from its start
     assert after is None or "digest/personal/ana.md:7" not in after

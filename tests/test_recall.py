@@ -70,6 +70,13 @@ def test_a_session_is_never_given_the_same_lines_twice_and_another_session_gets_
     assert last["items"] == [] and last["text"] == "" and last["tokens"] == 0
     stored = json.loads((mem.ws.root / "metadata/recall/chat-1.json").read_text())
     assert len(stored["given"]) == 12
+    logged = recall_module.log(mem.ws, "chat-1")  # each time it was given something, newest first
+    assert [e["kind"] for e in logged] == ["recall"] * len(logged) and logged[-1]["query"] == query
+    assert [(i["path"], i["start_line"], i["end_line"]) for i in logged[-1]["items"]] == [
+        (i["path"], i["start_line"], i["end_line"]) for i in first["items"]]
+    sessions = {s["session"]: s for s in recall_module.sessions(mem.ws)}
+    assert set(sessions) == {"chat-1", "chat-2"} and sessions["chat-1"]["lines"] == 12
+    assert sessions["chat-1"]["times"] == len(logged) and sessions["chat-1"]["at"] == logged[0]["at"]
 
     monkeypatch.setattr(recall_module, "MAX_GIVEN", 3)
     monkeypatch.setattr(recall_module, "MAX_SESSIONS", 2)
