@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
-from storage.errors import InvalidInput, NotFound
+from storage.errors import Conflict, InvalidInput, NotFound
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
@@ -69,6 +69,25 @@ def run_status(run_id: str) -> dict:
         "error": error,
         "ui_url": run_url(str(run.id)),
     }
+
+
+def retry(run_id: str, message: str = "Retry from the Dreamflow dashboard") -> dict:
+    """Retry a failed run the way the Prefect UI's Retry does (AwaitingRetry forced on the same run, which its
+    runner or worker picks up: finished tasks come from their persisted results, so a dream re-runs only its
+    failed units); returns its `run_status`. Conflict for a run that did not fail or has no deployment."""
+    from prefect import get_client
+    from prefect.states import AwaitingRetry
+
+    with get_client(sync_client=True) as client:
+        run = _read_run(client, run_id)
+        state = run.state.type.value if run.state else None
+        if state not in ("FAILED", "CRASHED"):
+            raise Conflict(f"run {run.name} is {run.state.name if run.state else 'not started'}: only a failed "
+                           "run can be retried")
+        if run.deployment_id is None:
+            raise Conflict(f"run {run.name} ran in a process, not as a deployment run: nothing can run its retry")
+        client.set_flow_run_state(run.id, AwaitingRetry(message=message), force=True)
+    return run_status(run_id)
 
 
 def run_parameters(run_id: str) -> dict:
@@ -186,23 +205,22 @@ def flush_events(timeout: float = 5.0) -> None:
 
 def dreams(names: list[str]) -> dict[str, tuple[dict | None, dict | None]]:
     """Each named workspace's last started and next scheduled auto_dream run (None where there is none): one
-    client, two queries a workspace."""
+    client, two `runs` a workspace."""
     from prefect import get_client
 
     with get_client(sync_client=True) as client:
-        known = _deployment_names(client)
 
         def first(**query) -> dict | None:
-            return next(iter(runs(client, known, "auto_dream", limit=1, **query)), None)
+            return next(iter(runs(client, "auto_dream", limit=1, **query)), None)
 
         return {name: (first(started=True, tag=f"workspace:{name}"),
                        first(started=False, states=["SCHEDULED"], tag=f"workspace:{name}")) for name in names}
 
 
-def runs(client, known: dict, flow: str, started: bool | None = None, states: list[str] | None = None,
-         limit: int = 10, tag: str | None = None) -> list[dict]:
-    """Runs of `flow`'s deployments (scheduled and manual), newest first: `{id, name, deployment, state,
-    parameters, ..._time}`; `client` a sync Prefect client, `known` its `_deployment_names`.
+def runs(client, flow: str, started: bool | None = None, states: list[str] | None = None, limit: int = 10,
+         tag: str | None = None) -> list[dict]:
+    """Runs of `flow`'s deployments (scheduled and manual, a workspace's own included), newest first: `{id, name,
+    deployment, state, parameters, ..._time}`; `client` a sync Prefect client.
 
     `started=True` keeps runs that have begun, `False` only runs not started yet (soonest first); `states`
     filters by state type (e.g. ["COMPLETED", "FAILED"]); `tag` keeps runs with that tag (`workspace:NAME`).
@@ -236,20 +254,22 @@ def runs(client, known: dict, flow: str, started: bool | None = None, states: li
         sort=FlowRunSort.START_TIME_DESC if started else FlowRunSort.EXPECTED_START_TIME_ASC,
         limit=limit,
     )
-    return [_summary(r, known.get(r.deployment_id, deployment.full_name)) for r in found]
+    names = _deployment_names(client, found)
+    return [_summary(r, names.get(r.deployment_id, deployment.full_name)) for r in found]
 
 
-def _deployment_names(client) -> dict:
-    """Deployment id -> `flow/deployment` for Dreamflow's registered deployments (two queries)."""
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName, FlowFilter, FlowFilterName
+def _deployment_names(client, runs) -> dict:
+    """Deployment id -> `flow/deployment` of the deployments `runs` (flow runs) belong to: two API calls, however
+    many deployments there are."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowFilter, FlowFilterId
 
-    wanted = {name for d in DEPLOYMENTS.values() for name in d.full_names}
-    flows = FlowFilter(name=FlowFilterName(any_=sorted({name.split("/", 1)[0] for name in wanted})))
-    flow_names = {flow.id: flow.name for flow in client.read_flows(flow_filter=flows)}
-    found = client.read_deployments(flow_filter=flows, deployment_filter=DeploymentFilter(
-        name=DeploymentFilterName(any_=sorted({name.split("/", 1)[1] for name in wanted}))))
-    named = {d.id: f"{flow_names.get(d.flow_id)}/{d.name}" for d in found}
-    return {id_: name for id_, name in named.items() if name in wanted}
+    ids = list({run.deployment_id for run in runs if run.deployment_id is not None})
+    if not ids:
+        return {}
+    deployments = client.read_deployments(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=ids)))
+    flows = {flow.id: flow.name for flow in client.read_flows(
+        flow_filter=FlowFilter(id=FlowFilterId(any_=list({d.flow_id for d in deployments}))))}
+    return {d.id: f"{flows.get(d.flow_id)}/{d.name}" for d in deployments}
 
 
 def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
@@ -268,7 +288,6 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     with get_client(sync_client=True) as client:
-        names = _deployment_names(client)
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow", *([tag] if tag else [])]),
@@ -278,6 +297,23 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
             sort=FlowRunSort.EXPECTED_START_TIME_ASC,
             limit=limit,
         )
+        names = _deployment_names(client, found)
+    return [_summary(r, names.get(r.deployment_id)) for r in found]
+
+
+def recent_runs(tag: str, limit: int = 10) -> list[dict]:
+    """The newest runs of Dreamflow's deployments tagged `tag` (`workspace:NAME`) that have started, newest
+    first (as `runs` answers)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterStartTime, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        found = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["dreamflow", tag]),
+                                          start_time=FlowRunFilterStartTime(is_null_=False)),
+            sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        names = _deployment_names(client, found)
     return [_summary(r, names.get(r.deployment_id)) for r in found]
 
 
@@ -291,7 +327,9 @@ def _summary(run, deployment: str | None) -> dict:
         "deployment": deployment,
         "state": run.state.name if run.state else None,
         "parameters": run.parameters,
+        "state_type": run.state.type.value if run.state else None,
         "expected_start_time": iso(run.expected_start_time),
         "start_time": iso(run.start_time),
         "end_time": iso(run.end_time),
+        "ui_url": run_url(str(run.id)),
     }

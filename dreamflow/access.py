@@ -4,7 +4,9 @@
   the prefix is taken off and the name kept in the request scope; unscoped routes mean the default workspace.
 - The bearer token becomes the request's `Grant` (engine/grants.py): the admin token, a token from
   `dreamflow token create`, or, while no token is configured at all, everyone (a loopback service as before).
-  A missing or unknown token gets 401 once any token is configured.
+  A missing or unknown token gets 401 once any token is configured, except on the dashboard (`/ui`), which
+  signs browsers in with its own session cookie (dreamflow/web/sessions.py): there a request without an
+  `Authorization` header goes on with no grant.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from engine.grants import Grant, Tokens
 GRANT = "dreamflow.grant"          # request scope keys
 WORKSPACE = "dreamflow.workspace"
 PREFIX = "/workspaces/"
+DASHBOARD = "/ui"
 
 
 def grant_of(request) -> Grant:
@@ -41,10 +44,10 @@ class Access:
         kind, _, secret = headers.get("authorization", "").strip().partition(" ")
         # the scheme is case-insensitive (RFC 7235): some clients send `bearer`
         grant = self.tokens.grant(secret.strip() if kind.lower() == "bearer" else None)
-        if grant is None:
+        path = scope.get("path", "")
+        if grant is None and not (_dashboard(path) and "authorization" not in headers):
             return await _unauthorized(send)
         scope = {**scope, GRANT: grant}
-        path = scope.get("path", "")
         if path.startswith(PREFIX):
             name, slash, rest = path[len(PREFIX):].partition("/")
             if name and slash and rest:
@@ -54,6 +57,10 @@ class Access:
                 if raw:
                     scope["raw_path"] = raw[raw.index(b"/", len(PREFIX)):]
         return await self.app(scope, receive, send)
+
+
+def _dashboard(path: str) -> bool:
+    return path == DASHBOARD or path.startswith(DASHBOARD + "/")
 
 
 async def _unauthorized(send) -> None:

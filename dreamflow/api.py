@@ -8,8 +8,10 @@ status and health.
   the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
 - `POST /proactive`: the day's topics (read at once); `POST /inject`: what the Claude Code hook puts before
   the agent (dreamflow/hook_context.py); `GET /health`.
-- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `GET /status` and the MCP endpoint `/mcp`
-  (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
+- `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `POST /flows/runs/<id>/retry`, `GET /status` and
+  the MCP endpoint `/mcp` (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
+- The dashboard at `/ui/` (dreamflow/web/, docs/dashboard.md): memory in the browser, its job pages with the
+  service.
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
@@ -39,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dreamflow import __version__
 from dreamflow.access import Access, grant_of, workspace_of
 from dreamflow.http_guard import RequestGuard, allowed_hosts
+from dreamflow import web
 from engine import ops, scoped
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
@@ -72,6 +75,7 @@ class InjectRequest(BaseModel):
     prompt: str | None = Field(None, description="The user's prompt (UserPromptSubmit)")
     min_score: float | None = Field(None, description=ops.PARAM_HELP["min_score"])
     min_relevance: float | None = Field(None, description=ops.PARAM_HELP["min_relevance"])
+    min_words: int | None = Field(None, description=ops.PARAM_HELP["min_words"])
 
 
 class TurnResult(BaseModel):
@@ -243,7 +247,9 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
         _add_service_routes(app, service)
     if mcp is not None:
         app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
-    app.add_middleware(Access, tokens=Tokens(token))
+    tokens = Tokens(token)
+    web.mount(app, catalog, service, tokens)  # the dashboard at /ui
+    app.add_middleware(Access, tokens=tokens)
     app.add_middleware(RequestGuard, hosts=allowed_hosts(host, settings.allowed_hosts),
                        max_body_bytes=settings.max_body_bytes)  # added last: outermost, before the token check
     return app
@@ -438,6 +444,12 @@ def _add_service_routes(app: FastAPI, service) -> None:
                  offset: int = Query(0, ge=0, description="Skip this many log lines")):
         """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
         return service.run_logs(run_id, offset, visible=grant_of(request).sees)
+
+    @app.post("/flows/runs/{run_id}/retry", tags=["flows"], response_model=FlowRunStatus)
+    def retry_run(request: Request, run_id: str):
+        """Retry a failed run as the Prefect UI's Retry does: the same run again, in which a dream re-runs only
+        its failed units (finished tasks come from their results); refused with a read-only token."""
+        return service.retry(run_id, grant_of(request))
 
     for flow, deployment in DEPLOYMENTS.items():
         _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))

@@ -2,8 +2,10 @@
 
 `UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/recall.py) within
 `inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
-something new in it comes from a keyword match scoring at least `inject_min_score` and `inject_min_relevance`
-times the prompt's term weight (storage.recall.query_weight): nothing relevant enough, nothing injected.
+something new in it comes from a keyword match holding `inject_min_words` distinct words of the prompt and
+scoring at least `inject_min_score` and `inject_min_relevance` times the prompt's term weight, numbers that
+mean the same on a memory of 2 files or 200,000 (storage/relevance.py): nothing relevant enough, nothing
+injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
 each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
@@ -61,17 +63,19 @@ def question(payload: dict, settings) -> dict | None:
         if not isinstance(prompt, str) or not prompt.strip():
             return None
         return {**asked, "prompt": prompt[:MAX_PROMPT_CHARS], "budget": settings.inject_prompt_tokens,
-                "min_score": settings.inject_min_score, "min_relevance": settings.inject_min_relevance}
+                "min_score": settings.inject_min_score, "min_relevance": settings.inject_min_relevance,
+                "min_words": settings.inject_min_words}
     if event == "SessionStart" and settings.inject_start:
         return {**asked, "budget": settings.inject_start_tokens}
     return None
 
 
 def inject(memory, event: str, session: str | None, budget: int, prompt: str | None = None,
-           min_score: float | None = None, min_relevance: float | None = None) -> str | None:
+           min_score: float | None = None, min_relevance: float | None = None,
+           min_words: int | None = None) -> str | None:
     """The text for `event` from `memory` (a `Memory`: in the hook's process or in the service), None: nothing."""
     if event == "UserPromptSubmit":
-        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance)
+        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance, min_words)
     return start_context(memory, budget, session)
 
 
@@ -81,14 +85,14 @@ def answer(event: str, text: str) -> dict:
 
 
 def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
-                   min_relevance: float | None) -> str | None:
+                   min_relevance: float | None, min_words: int | None = None) -> str | None:
     """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
     from dreamflow.mcp_text import behind_note
 
     if not prompt.strip():
         return None
     result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
-                           min_score=min_score, min_relevance=min_relevance)
+                           min_score=min_score, min_relevance=min_relevance, min_words=min_words)
     if not result["items"]:
         return None
     behind = f"\n\n{behind_note(result['index_behind'])}" if result.get("index_behind") else ""
@@ -105,17 +109,19 @@ def start_context(memory, budget: int, session: str | None = None) -> str | None
     budget = _fit(budget)
     sections: list[tuple[str, list[str]]] = []
     given: list[str] = []
+    cited: list[dict] = []
     used = 0
     for title, paths in (("Digest", _nodes(memory)), ("Recent cards", _cards(memory))):
         items: list[str] = []
         for path in paths:
             if budget - used < MIN_ITEM:
                 break
-            item, keys = _item(memory, path)
+            item, keys, cite = _item(memory, path)
             cost = tokens(item) + 1 if item else 0
             if item and used + cost <= budget:
                 items.append(item)
                 given += keys
+                cited.append(cite)
                 used += cost
         if items:
             sections.append((title, items))
@@ -124,7 +130,7 @@ def start_context(memory, budget: int, session: str | None = None) -> str | None
     if session:
         from storage.recall import remember
 
-        remember(memory.ws, session, given)  # as recall records what it gives
+        remember(memory.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
     parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
              "`search` for more)."]
     for title, items in sections:
@@ -153,10 +159,10 @@ def _cards(memory) -> list[str]:
     return paths
 
 
-def _item(memory, path: str) -> tuple[str | None, list[str]]:
+def _item(memory, path: str) -> tuple[str | None, list[str], dict | None]:
     """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it,
-    or a superseded or expired node),
-    and the keys (storage.recall.line_key) of the lines it shows: those and the name and description lines."""
+    or a superseded or expired node), the keys (storage.recall.line_key) of the lines it shows (those and the
+    name and description lines) and its citation (`{path, start_line, end_line}`)."""
     from datetime import date
 
     from storage import validity
@@ -171,17 +177,18 @@ def _item(memory, path: str) -> tuple[str | None, list[str]]:
         body_start = ends[0] + 1 if ends else len(lines)
     meta = split_frontmatter("\n".join(lines[:body_start]) + "\n").meta if body_start else {}
     if path.startswith("digest/") and validity.status(meta, date.today()) != validity.CURRENT:
-        return None, []  # what no longer holds is not a current fact
+        return None, [], None  # what no longer holds is not a current fact
     name, description = (str(meta.get(k) or "").strip() for k in ("name", "description"))
     shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
     if not (name or description or shown):
-        return None, []
+        return None, [], None
     where = path + (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
     head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
     said = [text for text in lines[:body_start] if text.startswith(("name:", "description:"))]
-    return "\n".join([head.rstrip(), *(text for _, text in shown)]), [line_key(path, t) for t in
-                                                                       said + [text for _, text in shown]]
+    cite = {"path": path, "start_line": shown[0][0] if shown else 1, "end_line": shown[-1][0] if shown else 1}
+    return ("\n".join([head.rstrip(), *(text for _, text in shown)]),
+            [line_key(path, t) for t in said + [text for _, text in shown]], cite)
 
 
 def _service(workspace: Path, timeout: float):

@@ -146,6 +146,7 @@ class Service:
             self.say(f"Workspace   {hosted.name}: {hosted.ws.root}" if len(self.hosts.hosted) > 1
                      else f"Workspace   {hosted.ws.root}")
         self.say(f"API         {self.url}   (docs: {self.url}/docs)")
+        self.say(f"Dashboard   {self.url}/ui/   (what your agents remember, in the browser)")
         self.say(f"Logs        {self.home / 'logs'}   (a job run's log: in the Prefect UI)")
         self._check_install()
         for hosted in list(self.hosts.hosted.values()):
@@ -447,13 +448,35 @@ class Service:
         self._check_visible(run_id, run_parameters(run_id), visible)
         return run_logs(run_id, offset)
 
-    def _check_visible(self, run_id: str, parameters: dict | None, visible: Callable[[str], bool]) -> None:
+    def retry(self, run_id: str, grant: Grant) -> dict:
+        """Retry a failed run as the Prefect UI does (deployments.launch.retry) for a caller whose `grant` may
+        change the run's workspace; a run of a workspace it does not see is reported as not existing."""
+        from deployments.launch import retry, run_parameters
+
+        self._wait_prefect()
+        name = self._check_visible(run_id, run_parameters(run_id), grant.sees)
+        grant.check(name, writes=True)
+        return retry(run_id)
+
+    def job_runs(self, workspace: str | None = None, limit: int = 10) -> dict:
+        """A served workspace's runs in Prefect: `{last_dream, next_dream, recent}` (`recent`: its newest
+        started runs of any job, newest first)."""
+        from deployments import launch
+
+        name = self.hosts.get(workspace or self.hosts.default_name).name
+        self._wait_prefect()
+        last, upcoming = launch.dreams([name])[name]
+        return {"last_dream": last, "next_dream": upcoming, "recent": launch.recent_runs(f"workspace:{name}", limit)}
+
+    def _check_visible(self, run_id: str, parameters: dict | None, visible: Callable[[str], bool]) -> str:
+        """The name of the workspace the run works on, when `visible`; else NotFound."""
         from storage.errors import NotFound
 
         given = str((parameters or {}).get("workspace") or self.hosts.default_name)
         name = next((h.name for h in self.hosts.hosted.values() if str(h.ws.root) == given), given)
         if not visible(name):
             raise NotFound(f"no flow run {run_id}")
+        return name
 
     def _wait_prefect(self) -> None:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):

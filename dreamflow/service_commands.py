@@ -171,6 +171,7 @@ def format_status(status: dict, verbose: bool = False) -> str:
         lines.append(f"Service     running for {_duration(svc.get('uptime_s') or 0)}"
                      + (f", pid {svc.get('pid')}" if verbose else ""))
         lines.append(f"API         {svc.get('url')}   (docs: {svc.get('url')}/docs)")
+        lines.append(f"Dashboard   {svc.get('url')}/ui/")
         lines.append(f"Prefect UI  {svc.get('ui')}")
         children = status.get("children", [])
         trouble = [c for c in children if not c["running"] or c["restarts"]]

@@ -148,10 +148,13 @@ PARAM_HELP: dict[str, str] = {
     "session": "Id of the conversation or agent context the answer goes into (letters, digits, '.', '_', '-'): "
                "what it was given before is not repeated",
     "min_score": "Least raw keyword score (typically 1-20; longer queries score higher): search drops matches "
-                 "below it; recall answers nothing unless a match that reaches it has something new",
+                 "below it; recall answers nothing unless a match that reaches it has something new (recall "
+                 "weighs each word as in a memory of at least 50 chunks, so a score means the same at any size)",
     "min_relevance": "Answer nothing unless something new comes from a keyword match scoring at least this share "
                      "of the query's total term weight (0-2; about 1 when a match carries the whole query; 0.5 "
                      "answers most questions about this memory and few about something else)",
+    "min_words": "Answer nothing unless something new comes from a keyword match holding at least this many "
+                 "distinct words of the query (2: one shared word, such as 'thanks', is not enough)",
     "start_date": "Dated files from this day on (YYYY-MM-DD); undated files stay in unless strict_dates",
     "end_date": "Dated files up to this day (YYYY-MM-DD); undated files stay in unless strict_dates",
     "tags": "Only files with any of these tags (compared case-folded, spaces as _)",

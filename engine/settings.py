@@ -101,15 +101,16 @@ class Settings:
     # a transcript line longer than this is skipped and reported (a pasted screenshot is a few MB)
     hook_max_line_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_LINE_BYTES", str(8 << 20)))
     # what `dreamflow hook claude-code` puts before the agent (dreamflow/hook_context.py): each event on/off,
-    # tokens per prompt and per session start, the least keyword score and share of the prompt's term weight
-    # a match must reach for a prompt to get anything (docs/benchmarks.md: measured on LoCoMo), seconds allowed
-    # per answer
+    # tokens per prompt and per session start, the least keyword score, share of the prompt's term weight and
+    # distinct words of the prompt a match must reach for a prompt to get anything (storage/relevance.py: the
+    # same at any size of the memory; docs/benchmarks.md: measured on LoCoMo), seconds allowed per answer
     inject_prompt: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_PROMPT"))
     inject_start: bool = field(default_factory=lambda: _switch("DREAMFLOW_INJECT_START"))
     inject_prompt_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_PROMPT_TOKENS", "600"))
     inject_start_tokens: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_START_TOKENS", "800"))
     inject_min_score: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_MIN_SCORE", "4"))
     inject_min_relevance: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_MIN_RELEVANCE", "0.5"))
+    inject_min_words: int = field(default_factory=lambda: _num(int, "DREAMFLOW_INJECT_MIN_WORDS", "2"))
     inject_timeout: float = field(default_factory=lambda: _num(float, "DREAMFLOW_INJECT_TIMEOUT", "3"))
     dream_cron: str = field(default_factory=lambda: _env("DREAMFLOW_DREAM_CRON", "0 3 * * *"))
     optimize_cron: str = field(default_factory=lambda: _env("DREAMFLOW_OPTIMIZE_CRON", "30 4 * * *"))

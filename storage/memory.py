@@ -532,14 +532,15 @@ class Memory:
 
     def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
                end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None,
-               min_score: float | None = None, min_relevance: float | None = None, as_of: str | None = None,
-               history: bool = False) -> dict:
+               min_score: float | None = None, min_relevance: float | None = None, min_words: int | None = None,
+               as_of: str | None = None, history: bool = False) -> dict:
         """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
         files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
         `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
-        (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score` and/or
-        `min_relevance`, nothing unless something new comes from a keyword match scoring that high. Superseded and
-        expired digest nodes are left out unless history; as_of answers what was valid on that day."""
+        (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score`,
+        `min_relevance` and/or `min_words`, nothing unless something new comes from a keyword match that relevant
+        (the same numbers mean the same on a memory of any size). Superseded and expired digest nodes are left out
+        unless history; as_of answers what was valid on that day."""
         from storage import recall as _recall
 
         check_query(query)
@@ -548,17 +549,19 @@ class Memory:
             raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
         check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session, as_of=as_of)
         check_texts("tags", tags)
+        if min_words is not None:
+            check_counts(min_words=min_words)
         if session is not None:
             check_session_id(session)
         with self._reading() as (con, behind):
             seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
-                con, self.ws, query, budget, given=seen, vectors=self.vectors,
+                con, self.ws, query, budget, given=seen, vectors=self.vectors, min_words=min_words,
                 start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None,
                 path_prefix=path_prefix or None, min_score=min_score,
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
             if session and not self.db.read_only:  # a read-only workspace keeps no record: all is new each time
-                _recall.remember(self.ws, session, keys)
+                _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
         return _telling(behind, {**answer, "session": session})
 
     def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:

@@ -10,17 +10,19 @@ piece first, in search order, then the hits' other pieces, each only if it still
 
 With a `session` id, the lines given are remembered in `metadata/recall/<session>.json` (by path and line
 text, so a line stays given when an edit moves it): a later recall of that session leaves them out and
-fills the budget with what is new. Bounded: the newest MAX_GIVEN lines per session, the MAX_SESSIONS most
-recently used sessions.
+fills the budget with what is new. The same file logs each time the session was given something (`log`:
+`{at, kind, query, items: [{path, start_line, end_line}]}`, kind `recall` or the hook's `session-start`),
+which the dashboard shows. Bounded: the newest MAX_GIVEN lines and MAX_LOG log entries per session, the
+MAX_SESSIONS most recently used sessions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
@@ -28,7 +30,8 @@ import duckdb
 from storage import validity
 from storage.errors import IndexBusy, NotFound
 from storage.locks import FileLock, LockTimeout
-from storage.search import search, term_weights
+from storage.relevance import QueryTerms, relevant
+from storage.search import search
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
 
@@ -39,6 +42,7 @@ FOLLOW = 1  # non-blank lines kept after each matching line
 PIECE_TOKENS = 200  # most tokens of one piece (a longer one is cut)
 MIN_TOKENS = 16  # a piece smaller than this would not fit a useful header and line: packing stops below it
 MAX_GIVEN = 20_000  # line keys remembered per session (the newest)
+MAX_LOG = 200  # times a session was given something, logged per session (the newest)
 MAX_SESSIONS = 1_000  # session files kept (the most recently used)
 FOLDER = "metadata/recall"
 LOCK = "recall.lock"  # in metadata/
@@ -69,18 +73,17 @@ class Piece:
 
 def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: int, given: set[str] | None = None,
            vectors: Any = None, min_score: float | None = None, min_relevance: float | None = None,
-           **filters: Any) -> tuple[dict, list[str]]:
+           min_words: int | None = None, **filters: Any) -> tuple[dict, list[str]]:
     """(answer, keys of the lines it gives) for `query` within `budget` tokens, leaving out lines whose key is
-    in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score` or
-    `min_relevance`, the answer is empty unless a piece it gives comes from a hit whose keyword (BM25) score
-    reaches `min_score` and `min_relevance` times the query's weight (`query_weight`): evidence only when there
-    is something that relevant not given before (then the budget is filled as without them). When what is left
-    does not fill the budget (a session given much already), the search goes deeper, up to MAX_POOL hits."""
+    in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score`,
+    `min_relevance` or `min_words`, the answer is empty unless a piece it gives comes from a hit that reaches
+    them (storage/relevance.py: a keyword score, a share of the query's weight, distinct words of the query, in
+    numbers that mean the same at any size of the memory): evidence only when there is something that relevant
+    not given before (then the budget is filled as without them). When what is left does not fill the budget (a
+    session given much already), the search goes deeper, up to MAX_POOL hits."""
     given = given or set()
-    weights = term_weights(con, query)
-    floor = None
-    if min_score is not None or min_relevance is not None:
-        floor = max(min_score or 0.0, (min_relevance or 0.0) * query_weight(con, query, weights))
+    query_terms = QueryTerms.of(con, query)
+    weights = query_terms.weights()
     pool = min(MAX_POOL, max(10, budget // 40))
     candidates = _Candidates(ws, weights, given)
     searched = 0  # the limit of the last search
@@ -94,7 +97,9 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
         if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
             break
         pool = min(MAX_POOL, DEEPER * pool)
-    if floor is not None and not any((hits[p.rank]["bm25"] or 0.0) >= floor for p, _ in chosen):
+    if (min_score, min_relevance, min_words) != (None, None, None) and not relevant(
+            con, query_terms, list(dict.fromkeys(hits[p.rank]["chunk_id"] for p, _ in chosen)), min_score,
+            min_relevance, min_words):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = "\n\n".join(text for _, text in chosen)
     items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line,
@@ -103,17 +108,6 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     keys = [line_key(p.path, text) for p, _ in chosen for _, text in p.lines]
     return {"query": query, "budget": budget, "tokens": tokens(answer), "text": answer, "items": items,
             "withheld": withheld}, keys
-
-
-def query_weight(con: duckdb.DuckDBPyConnection, query: str, weights: dict[str, float] | None = None) -> float:
-    """What the query's terms weigh together: the sum of their inverse document frequencies, a term no chunk has
-    weighing as much as the rarest can. A hit's BM25 score over this is how much of the query it carries
-    (about 1 for a hit on all of it, near 0 for one on its commonest words): comparable across queries and
-    workspaces, which the raw score is not (it grows with the query's length and the index's size)."""
-    weights = term_weights(con, query) if weights is None else weights
-    n = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    unknown = math.log(1 + (n + 0.5) / 0.5)
-    return sum(weights.get(t, unknown) for t in set(terms(query)))
 
 
 class _Candidates:
@@ -244,17 +238,46 @@ def line_key(path: str, text: str) -> str:
 
 def given(ws: Workspace, session: str) -> set[str]:
     """The line keys `session` was given (empty for a new session or an unreadable file)."""
+    return set(_record(ws, _file(session)).get("given", []))
+
+
+def sessions(ws: Workspace, limit: int = 100) -> list[dict]:
+    """The sessions given something, most recently first: `{session, at, lines, times}` (`lines` given,
+    `times` logged)."""
     try:
-        data = json.loads((ws.root / _file(session)).read_text(encoding="utf-8"))
-        return set(data.get("given", []))
-    except (OSError, ValueError, AttributeError):
-        return set()
+        with os.scandir(ws.root / FOLDER) as entries:
+            files = sorted(((e.stat().st_mtime, e.name) for e in entries if e.name.endswith(".json")), reverse=True)
+    except OSError:
+        return []
+    rows = []
+    for _, name in files[:limit]:
+        record = _record(ws, f"{FOLDER}/{name}")
+        log = record.get("log", [])
+        rows.append({"session": name.removesuffix(".json"), "at": log[-1].get("at") if log else None,
+                     "lines": len(record.get("given", [])), "times": len(log)})
+    return rows
 
 
-def remember(ws: Workspace, session: str, keys: list[str]) -> None:
-    """Add `keys` to what `session` was given (newest MAX_GIVEN kept); drop the least recently used sessions
-    past MAX_SESSIONS. Serialised between processes by `metadata/recall.lock` (not the index lock: the
-    session-start digest records what it showed without opening the index)."""
+def log(ws: Workspace, session: str) -> list[dict]:
+    """What `session` was given, each time (`{at, kind, query, items}`), newest first."""
+    return [e for e in reversed(_record(ws, _file(session)).get("log", [])) if isinstance(e, dict)]
+
+
+def _record(ws: Workspace, rel: str) -> dict:
+    """A session's record (`{}` when missing or unreadable)."""
+    try:
+        data = json.loads((ws.root / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remember(ws: Workspace, session: str, keys: list[str], kind: str = "recall", query: str | None = None,
+             items: list[dict] | None = None) -> None:
+    """Add `keys` to what `session` was given (newest MAX_GIVEN kept) and log the giving (`kind`, the `query`,
+    the `items` cited: path, start_line, end_line); drop the least recently used sessions past MAX_SESSIONS.
+    Serialised between processes by `metadata/recall.lock` (not the index lock: the session-start digest
+    records what it showed without opening the index)."""
     from storage.db import lock_timeout
 
     rel = _file(session)
@@ -262,14 +285,14 @@ def remember(ws: Workspace, session: str, keys: list[str]) -> None:
         return
     folder = ws.root / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
+    entry = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "kind": kind, "query": query,
+             "items": [{k: item.get(k) for k in ("path", "start_line", "end_line")} for item in items or []]}
     try:
         with FileLock(ws.metadata / LOCK).held(lock_timeout()):
-            try:
-                old = json.loads((ws.root / rel).read_text(encoding="utf-8")).get("given", [])
-            except (OSError, ValueError, AttributeError):
-                old = []
-            merged = list(dict.fromkeys([*old, *keys]))[-MAX_GIVEN:]
-            ws.write_text(rel, json.dumps({"session": session, "given": merged}))
+            record = _record(ws, rel)
+            merged = list(dict.fromkeys([*record.get("given", []), *keys]))[-MAX_GIVEN:]
+            log = [*record.get("log", []), entry][-MAX_LOG:]
+            ws.write_text(rel, json.dumps({"session": session, "given": merged, "log": log}))
             with os.scandir(folder) as entries:
                 names = [e.name for e in entries if e.name.endswith(".json")]
             if len(names) <= MAX_SESSIONS:

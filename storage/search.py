@@ -16,7 +16,6 @@ where a bound list becomes a join, and the Python client's per-value conversion 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
@@ -100,19 +99,6 @@ def bm25(
         join="" if filters == "TRUE" else _FILTER_JOIN.format(filters=filters),
     )
     return con.execute(sql, params or None).fetchall()
-
-
-def term_weights(con: duckdb.DuckDBPyConnection, query: str) -> dict[str, float]:
-    """{query term: its inverse document frequency, as BM25 weighs it} (terms no chunk has: left out)."""
-    qterms = list(dict.fromkeys(terms(query)))
-    if not qterms:
-        return {}
-    n = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    rows = con.execute(
-        f"SELECT q.t, count(*) FROM (SELECT unnest({sql_literal(qterms)}::VARCHAR[]) AS t) q "
-        f"JOIN postings p ON p.term = hash(q.t) GROUP BY q.t"
-    ).fetchall()
-    return {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t, df in rows}
 
 
 def _file_filters(

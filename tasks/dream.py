@@ -31,6 +31,7 @@ import numpy as np
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from pydantic import BaseModel, field_validator
 
 from engine.embedders import EmbedderError, make_embedder
@@ -39,7 +40,7 @@ from engine.settings import Settings
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
-from storage import facts, validity
+from storage import dream_log, facts, validity
 from storage.errors import JobFailed
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
@@ -485,7 +486,7 @@ def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], fail
 @task(cache_policy=NO_CACHE)
 def publish_report(workspace: str, summary: dict) -> str:
     """A markdown artifact of the run (per fact: what was done in which node, by path; failures; tokens per
-    call kind) and the run's entry in the usage log."""
+    call kind), the run's entry in the usage log and its record of decisions (storage/dream_log.py)."""
     lines = [f"# Dream of {summary['date']}", "",
              f"Scanned {summary['scanned']} files, {summary['changed']} changed; {summary['facts']} facts in "
              f"{summary['units']} subjects, {len(summary['failed'])} failed; {summary['topics']} new topics.", "",
@@ -500,6 +501,7 @@ def publish_report(workspace: str, summary: dict) -> str:
               *usage.table(u)]
     markdown = "\n".join(lines)
     usage.publish(workspace, "auto-dream", f"dream of {summary['date']}", u)
+    dream_log.record(metadata_of(workspace), summary, flow_run.id)  # the dashboard's day page reads it back
     create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
     return markdown
 

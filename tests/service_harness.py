@@ -66,6 +66,31 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
+def register(root: Path, admin: str, folders: dict[str, Path], tokens: dict[str, tuple[list[str], bool]],
+             reads: dict[str, list[str]] | None = None,
+             settings: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """Register `folders` (name -> folder; `reads` and `settings` by name as `Registry.add` takes them) and create
+    `tokens` (name -> (workspaces, read-only)) in `root/home`, the Dreamflow home of `RunningService.start(root,
+    token=admin)`; returns {token name: secret}, the admin's as `admin`. Done in this process: the `workspace add`
+    and `token create` commands have their own tests."""
+    import pytest
+
+    from engine import grants
+    from engine.registry import Registry
+
+    secrets = {"admin": admin}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DREAMFLOW_HOME", str(root / "home"))
+        env.setenv("DREAMFLOW_API_TOKEN", admin)
+        registry = Registry.load()
+        for name, folder in folders.items():
+            registry.add(name, folder, reads=(reads or {}).get(name), settings=(settings or {}).get(name))
+        registry.save()
+        for name, (granted, read_only) in tokens.items():
+            secrets[name] = grants.create(name, sorted(granted), read_only)
+    return secrets
+
+
 class RunningService:
     """One `dreamflow start` process; `stop()` sends SIGTERM and returns the exit code."""
 

@@ -133,6 +133,10 @@ def test_token_is_required_on_every_route(ws):
             assert status == 401 and body["error"]["type"] == "Unauthorized", path
         status, _ = server.raw("POST", "/ops/index_stats", {}, headers={"Authorization": "Bearer wrong"})
         assert status == 401
+        status, _ = server.raw("GET", "/ui/")  # the dashboard asks for the token on its sign-in form
+        assert status == 303
+        status, body = server.raw("GET", "/ui/", headers={"Authorization": "Bearer wrong"})
+        assert status == 401 and body["error"]["type"] == "Unauthorized"
         status, body = server.raw("GET", "/health", headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and body["ok"] is True
         assert RemoteMemory(server.url, token="s3cret").list()["entries"] is not None

@@ -16,15 +16,16 @@ def imports() -> dict[str, set[str]]:
     """{module: the modules and packages it imports, anywhere in its code}."""
     found = {}
     for package in LAYERS:
-        for path in sorted((ROOT / package).glob("*.py")):
-            module = f"{package}.{path.stem}" if path.stem != "__init__" else package
+        for path in sorted((ROOT / package).rglob("*.py")):  # sub-packages too (dreamflow/web)
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             names = set()
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Import):
                     names |= {alias.name for alias in node.names}
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module)
-                    if node.module in LAYERS:  # `from storage import index` imports storage.index
+                    if node.module.split(".")[0] in LAYERS:  # `from storage import index` imports storage.index
                         names |= {f"{node.module}.{alias.name}" for alias in node.names}
             found[module] = names
     return found

@@ -12,7 +12,7 @@ from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
-from storage import facts
+from storage import dream_log, facts
 from storage.markdown import split_frontmatter
 from storage.memory import Memory
 from storage.workspace import Workspace
@@ -209,6 +209,12 @@ def test_a_ui_retry_reruns_only_the_failed_unit(prefect_harness, llm, memory, ws
     done = checkpoints.load(ws, "dream")["files"]
     assert paths["user"] in done and paths["ana"] not in done and paths["mia"] not in done
     assert "**FAILED**" in read_artifact(f"dream-{day}")
+    [decided] = dream_log.for_day(ws, day)  # what the dashboard's day page shows, per fact
+    assert decided["run_id"] == str(state.state_details.flow_run_id)
+    units = {u["name"]: u for u in decided["units"]}
+    assert units["The user"]["action"] == "replaced" and units["The user"]["target"] == "digest/personal/user.md"
+    assert units["The user"]["fact"] == "The user lives in Porto now." and units["The user"]["replaced"]
+    assert units["Ana"]["action"] == "FAILED" and "after one repair" in units["Ana"]["error"]
 
     # Retrying the run the way the UI does (same flow run, AwaitingRetry) re-runs only the failed units.
     llm.reset()
@@ -223,6 +229,8 @@ def test_a_ui_retry_reruns_only_the_failed_unit(prefect_harness, llm, memory, ws
     assert {paths["ana"], paths["mia"]} <= set(checkpoints.load(ws, "dream")["files"])
     assert not node_facts(memory, "digest/personal/ana.md")["Ana works at a bakery in Alfama."].current
     assert len(node_facts(memory, "digest/personal/user.md")) == 2  # the cached unit wrote nothing twice
+    [decided] = dream_log.for_day(ws, day)  # the retried run's record replaces its first one
+    assert not [u for u in decided["units"] if u["action"] == "FAILED"]
 
 
 def retry_from_ui(state):

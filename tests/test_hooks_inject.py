@@ -18,7 +18,7 @@ from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
-from storage import index
+from storage import index, recall
 from storage.db import IndexDB
 from storage.workspace import Workspace
 
@@ -28,7 +28,8 @@ HEAVY = ("click", "prefect", "openai", "torch", "sentence_transformers", "fastap
 
 CWD = "/home/ana/trip-planner"
 TRANSCRIPTS = "/home/ana/.claude/projects/-home-ana-trip-planner"
-ANY_MATCH = {"DREAMFLOW_INJECT_MIN_SCORE": "0", "DREAMFLOW_INJECT_MIN_RELEVANCE": "0"}  # any keyword match is injected
+ANY_MATCH = {"DREAMFLOW_INJECT_MIN_SCORE": "0", "DREAMFLOW_INJECT_MIN_RELEVANCE": "0",
+             "DREAMFLOW_INJECT_MIN_WORDS": "0"}  # any keyword match is injected
 CARD = """# Lisbon with Ana
 
 Ana booked Casa do Largo in Alfama for 150 EUR a night.
@@ -120,6 +121,51 @@ def test_a_prompt_gets_cited_recall_once_per_session(trip):
 def test_a_prompt_memory_has_nothing_on_injects_nothing(trip, text):
     done = hook(prompt(text), trip)
     assert injected(done, "UserPromptSubmit") is None and done.stderr == "", done.stderr
+
+
+ALLERGY = "The user is allergic to peanuts since March 2025; avoid peanut butter in any recipe.\n"
+SNACK = "Can you suggest a snack recipe with peanut butter for me?"
+SMALL_TALK = ("thanks!", "run the tests", "fix the typo in line 3", "What is the capital of Peru?")
+
+
+def memory_of(root: Path, notes: dict[str, str]) -> Path:
+    """A workspace of `notes` {path: text}, written as an editor would (no fsync each) and indexed in one rebuild."""
+    ws = Workspace(root)
+    for path, text in notes.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    with IndexDB(ws).session() as con:
+        index.rebuild(con, ws)
+    return ws.root
+
+
+def test_a_two_note_memory_gets_its_match_and_nothing_for_small_talk(tmp_path):
+    ws = memory_of(tmp_path / "ws", {  # BM25 over 2 notes weighs a word in one of them 0.69: no match reached 4
+        "digest/personal/allergy.md": note("Peanut allergy", "Food the user must avoid", ALLERGY),
+        "digest/wiki/lisbon.md": note("Lisbon", "City notes", "Thanks to Bo: tram line 28E goes up to Alfama.\n")})
+    text = injected(hook(prompt(SNACK), ws), "UserPromptSubmit")
+    assert text is not None and "[digest/personal/allergy.md:" in text and "avoid peanut butter" in text
+    for n, talk in enumerate(SMALL_TALK):  # "thanks" and "line" are in a note: one shared word is not a match
+        assert injected(hook(prompt(talk, session=f"talk-{n}"), ws), "UserPromptSubmit") is None, talk
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """2,000 work notes (one chunk each), the allergy note and one note that thanks someone: a memory where a
+    word in one note weighs 7.6, more than the threshold alone."""
+    notes = {f"daily/2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}/log-{n}.md":
+             f"# Log {n}\n\nAna reviewed pull request {n} of the payments service with Bo; the build ran the tests "
+             f"and line {n % 7} of the report was rewritten.\n" for n in range(2000)}
+    notes["digest/personal/allergy.md"] = note("Peanut allergy", "Food the user must avoid", ALLERGY)
+    notes["daily/2024-05-02/review.md"] = "# Review\n\nThanks to Carla for the quick review.\n"
+    return memory_of(tmp_path_factory.mktemp("large") / "ws", notes)
+
+
+def test_a_large_memory_gets_the_same_match_and_nothing_for_one_shared_word(large):
+    text = injected(hook(prompt(SNACK), large), "UserPromptSubmit")
+    assert text is not None and "[digest/personal/allergy.md:" in text and "avoid peanut butter" in text
+    for n, talk in enumerate(SMALL_TALK):  # "thanks" is in one note of 2,000: rare, yet one word
+        assert injected(hook(prompt(talk, session=f"talk-{n}"), large), "UserPromptSubmit") is None, talk
 
 
 def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip):
@@ -248,6 +294,9 @@ def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
 
     begun = injected(hook(start(session="started"), trip), "SessionStart")
     assert "[digest/personal/ana.md:7-8] Ana: The user, travel preferences\nPrefers window seats" in begun
+    [logged] = recall.log(Workspace(trip), "started")  # what the dashboard shows the session was given
+    assert logged["kind"] == "session-start" and logged["query"] is None
+    assert {"path": "digest/personal/ana.md", "start_line": 7, "end_line": 8} in logged["items"]
     after = injected(hook(prompt(asked, session="started"), trip, env=ANY_MATCH), "UserPromptSubmit")
     assert after is None or "Prefers window seats" not in after  # the session has it from its start
     assert after is None or "digest/personal/ana.md:7" not in after

@@ -11,7 +11,7 @@ import re
 import anyio
 import httpx
 import pytest
-from service_harness import RunningService
+from service_harness import RunningService, register
 
 from engine import ops
 from engine.grants import UNKNOWN_WORKSPACE
@@ -68,28 +68,16 @@ def args_for(op: str, workspace: str, token: str) -> dict:
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
     """The service serving alpha (default), beta and gamma, with the tokens; yields (service, secrets, folders).
-    Registered and granted in this process (the `workspace add` and `token create` commands have their own tests in
-    test_registry.py): the service start is what this module pays for."""
-    from engine import grants
-    from engine.registry import Registry
-
+    Registered and granted in this process (service_harness.register): the service start is what this module pays
+    for."""
     root = tmp_path_factory.mktemp("isolation")
     folders = {"wsgamma3": root / "gamma-store", "wsbeta2": root / "beta-store", "wsalpha1": root / "ws"}
-    secrets = {"admin": ADMIN}
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DREAMFLOW_HOME", str(root / "home"))
-        env.setenv("DREAMFLOW_API_TOKEN", ADMIN)
-        registry = Registry.load()
-        for name, folder in folders.items():
-            registry.add(name, folder, reads=["wsgamma3"] if name == "wsalpha1" else None,
-                         settings=BETA_SCHEDULE if name == "wsbeta2" else None)
-            page = folder / f"digest/wiki/{MARK[name]}-page.md"
-            page.parent.mkdir(parents=True)
-            page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
-        registry.save()
-        for token, (granted, read_only) in TOKENS.items():
-            if token != "admin":
-                secrets[token] = grants.create(f"tok-{token}", sorted(granted), read_only)
+    for name, folder in folders.items():
+        page = folder / f"digest/wiki/{MARK[name]}-page.md"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"# {MARK[name]}\n\n{MARK[name]} lives here, see [[digest/wiki/{MARK[name]}-other.md]].\n")
+    secrets = register(root, ADMIN, folders, {token: grant for token, grant in TOKENS.items() if token != "admin"},
+                       reads={"wsalpha1": ["wsgamma3"]}, settings={"wsbeta2": BETA_SCHEDULE})
     service = RunningService.start(root, token=ADMIN, env={"DREAMFLOW_MCP_TOOLS": "all"})
     try:
         yield service, secrets, folders
@@ -329,6 +317,8 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
         ZoneInfo("Asia/Kolkata"))
     assert (planned.hour, planned.minute) == (2, 15)
     assert rows["wsbeta2"]["last_dream"]["id"] == dreamt["id"] and rows["wsbeta2"]["last_dream"]["state"] == "Completed"
+    assert {rows["wsbeta2"][key]["deployment"] for key in ("last_dream", "next_dream")} == {
+        "auto-dream/nightly-wsbeta2"}  # its own deployment's name, not the first workspace's `nightly`
     assert rows["wsalpha1"]["last_dream"] is None and rows["wsgamma3"]["last_dream"] is None
 
     for token in ("a", "b", "ab"):
@@ -339,7 +329,7 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
 
     env = {**{key: None for key in os.environ if key not in service.env}, **service.env}
     text = invoke(["--workspace", str(folders["wsalpha1"]), "status"], env=env).stdout
-    assert "Workspaces  3 served;" in text, text
+    assert "Workspaces  3 served;" in text and f"Dashboard   {service.url}/ui/" in text, text
     for name in NAMES:
         files = rows[name]["index"]["files"]
         assert re.search(rf"\n  {name}( \(default\))? +{re.escape(str(folders[name]))}\n +{files} files, ", text), text

@@ -146,6 +146,10 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             assert recalled.structured_content["items"][0]["start_line"] == 5
             assert again.structured_content["items"] == [] and "already given" in again.content[0].text
             assert elsewhere.structured_content["items"] == recalled.structured_content["items"]
+            gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}  # the hook's, on a one-note memory
+            relevant = await call(client, "recall", query="When does the Naxos ferry leave?", budget=100, **gate)
+            chatter = await call(client, "recall", query="thanks, the ferry is fine", budget=100, **gate)
+            assert relevant.structured_content["items"] and not chatter.structured_content["items"]
 
             conflict = await call(client, "edit", path="notes/ferry.md", old="8:15", new="9:00")
             escape = await call(client, "write", path="../outside.md", content="x")

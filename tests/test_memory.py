@@ -361,3 +361,12 @@ def test_reindex_rebuilds_from_files_with_progress(mem, monkeypatch):
     assert calls and calls[-1][0] == calls[-1][1] >= 2
     assert sorted(paths(mem.search("quokka"))) == ["notes/one.md", "notes/two.md"]
     assert mem.index_stats()["files"] >= 2
+
+
+def test_index_stats_count_files_by_bucket(ws):
+    mem = Memory(ws.root)
+    for path in ("notes.md", "daily/2024-01-01/a.md", "daily/2024-01-02.md", "digest/wiki/k.md", "digest/wiki/l.md",
+                 "digest/personal/me.md", "digest/archive/wiki/old.md", "resource/r.txt"):
+        mem.write(path, "text")
+    assert mem.index_stats()["by_bucket"] == {".": 1, "daily": 2, "digest/archive": 1, "digest/personal": 1,
+                                              "digest/wiki": 2, "resource": 1}

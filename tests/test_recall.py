@@ -70,6 +70,13 @@ def test_a_session_is_never_given_the_same_lines_twice_and_another_session_gets_
     assert last["items"] == [] and last["text"] == "" and last["tokens"] == 0
     stored = json.loads((mem.ws.root / "metadata/recall/chat-1.json").read_text())
     assert len(stored["given"]) == 12
+    logged = recall_module.log(mem.ws, "chat-1")  # each time it was given something, newest first
+    assert [e["kind"] for e in logged] == ["recall"] * len(logged) and logged[-1]["query"] == query
+    assert [(i["path"], i["start_line"], i["end_line"]) for i in logged[-1]["items"]] == [
+        (i["path"], i["start_line"], i["end_line"]) for i in first["items"]]
+    sessions = {s["session"]: s for s in recall_module.sessions(mem.ws)}
+    assert set(sessions) == {"chat-1", "chat-2"} and sessions["chat-1"]["lines"] == 12
+    assert sessions["chat-1"]["times"] == len(logged) and sessions["chat-1"]["at"] == logged[0]["at"]
 
     monkeypatch.setattr(recall_module, "MAX_GIVEN", 3)
     monkeypatch.setattr(recall_module, "MAX_SESSIONS", 2)
@@ -117,3 +124,45 @@ def test_recall_and_paging_on_the_cli_http_and_agent_tools(mem):
     tools = Toolbox(mem, mem.ws)
     assert "recall" in {s["function"]["name"] for s in tools.schemas()}
     assert tools.call("recall", {"query": "ferry", "budget": 80})["tokens"] <= 80
+
+
+def test_recall_thresholds_mean_the_same_on_a_two_note_memory_on_every_surface(ws):
+    """min_score 4, min_relevance 0.5, min_words 2 (the hook's defaults) on two notes: BM25 over 2 chunks weighed a
+    word in one of them 0.69, so nothing ever reached 4; recall weighs words as over at least 50 chunks."""
+    memory = Memory(ws.root)
+    memory.write("digest/personal/allergy.md", "The user is allergic to peanuts since March 2025; avoid peanut butter "
+                 "in any recipe.\n", name="Peanut allergy", description="Food the user must avoid")
+    memory.write("digest/wiki/lisbon.md", "Thanks to Bo: tram line 28E goes up to Alfama.\n", name="Lisbon",
+                 description="City notes")
+    snack, thanks = "Can you suggest a snack recipe with peanut butter for me?", "thanks!"
+    gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}
+    flags = ["--min-score", "4", "--min-relevance", "0.5", "--min-words", "2", "--json"]
+
+    def paths(answer: dict) -> list[str]:
+        return [item["path"] for item in answer["items"]]
+
+    assert paths(memory.recall(snack, budget=200, min_score=4, min_relevance=0.5)) == ["digest/personal/allergy.md"]
+    assert paths(memory.recall(snack, budget=200, **gate)) == ["digest/personal/allergy.md"]
+    assert paths(memory.recall(thanks, budget=200, **gate)) == []  # one shared word
+    assert paths(memory.recall(thanks, budget=200, min_words=1)) == ["digest/wiki/lisbon.md"]
+    with pytest.raises(InvalidInput):
+        memory.recall(snack, budget=200, min_words=-1)
+
+    runner = CliRunner()
+    for query, expected in ((snack, ["digest/personal/allergy.md"]), (thanks, [])):
+        out = runner.invoke(cli, ["-w", str(ws.root), "recall", query, "--budget", "200", *flags])
+        assert out.exit_code == 0, out.output
+        assert paths(json.loads(out.output)) == expected
+    assert paths(Toolbox(memory, memory.ws).call("recall", {"query": snack, "budget": 200, **gate})) == [
+        "digest/personal/allergy.md"]
+
+    server = ApiServer(memory)
+    try:
+        remote = RemoteMemory(server.url)
+        assert paths(remote.recall(snack, budget=200, **gate)) == ["digest/personal/allergy.md"]
+        assert paths(remote.recall(thanks, budget=200, **gate)) == []
+        asked = {"event": "UserPromptSubmit", "session": None, "budget": 200, **gate}  # the hook through the service
+        assert "avoid peanut butter" in remote.request("POST", "/inject", {**asked, "prompt": snack})["text"]
+        assert remote.request("POST", "/inject", {**asked, "prompt": thanks})["text"] is None
+    finally:
+        server.stop()
