@@ -1,15 +1,16 @@
-"""How the LLM jobs hold up on an endpoint: auto-memory and a dream over a small fixed workspace.
+"""How the LLM jobs hold up on an endpoint: auto-memory of one conversation, then a dream over that card and
+three older prose cards (written before cards were facts: the dream reads their facts once).
 
 Runs against whatever `DREAMFLOW_LLM_BASE_URL` / `DREAMFLOW_LLM_MODEL` name (a llama.cpp, Ollama, vLLM or
 LM Studio server, or a hosted API), with every other `DREAMFLOW_LLM_*` setting as configured. With
 `--scripted` (or when no endpoint is configured and `--scripted` is given) it starts tests/llm_server.py with
 a scripted "small model" that makes the mistakes measured on Qwen2.5-Coder-0.5B/1.5B served by llama.cpp
-(docs/benchmarks.md, "LLM jobs on a small model"): tool calls written as text while tools are offered, a source
-path it was not given, an invalid first answer without constrained decoding, and no `json_schema` support (HTTP
-400).
+(docs/benchmarks.md, "LLM jobs on a small model"): no `json_schema` support (HTTP 400), an invalid first answer
+without constrained decoding, a fact citing the wrong message, a fact the messages do not say.
 
-Prints per call kind: calls, valid-first-try rate, repairs, failures, tokens and seconds; for the dream the
-nodes written; and what Dreamflow learned about the endpoint (response_format mode, tool support).
+Prints per call kind: calls, valid-first-try rate, repairs, failures, tokens and seconds; the card's facts kept
+and dropped; for the dream what it did per fact and the nodes written; and what Dreamflow learned about the
+endpoint (response_format mode).
 
     python benchmarks/local_llm.py --scripted
     DREAMFLOW_LLM_BASE_URL=http://127.0.0.1:8080/v1 DREAMFLOW_LLM_MODEL=qwen python benchmarks/local_llm.py
@@ -55,41 +56,29 @@ NODES = {"digest/wiki/portugal.md": ("Portugal", "Portugal's capital is Lisbon, 
 
 def small_model():
     """A responder with the measured mistakes of small local models (see the module docstring)."""
+    import re
+
     from llm_server import Reply
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict) -> Reply | None:
+        if "messages" not in body:
+            return None
         system = body["messages"][0]["content"]
         user = "\n".join(m["content"] or "" for m in body["messages"][1:] if m["role"] == "user")
         fmt = (body.get("response_format") or {}).get("type")
         if fmt == "json_schema":
             return Reply(content="json_schema is not supported", status=400)
-        if body.get("tools"):  # the model's chat template shows the tools; it answers with a text call
-            return Reply(content='<tool_call>{"name": "node_search", "arguments": {"query": "Ana"}}</tool_call>')
-        if "You consolidate a person's memory" in system:
-            paths = [line.split('"')[1] for line in user.splitlines() if line.startswith("<file path=")]
-            buckets = {"call-with-ana": "personal", "sourdough": "procedure"}
-            units = [{"name": title, "bucket": buckets.get(Path(p).stem, "wiki"),
-                      "summary": text.strip().splitlines()[0].lstrip("- "), "paths": [p, "daily/2024-05-08/trip.md"]}
-                     for p, (title, text) in DAILY.items() if p in paths]
-            topics = [{"title": "Book flights to Lisbon", "reason": "Prices rise after Friday", "paths": paths[:1]}]
-            return Reply(content=json.dumps({"units": units, "topics": topics}))
-        if "You maintain the long-term digest" in system:
-            name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
+        if "list the facts worth remembering" in system:
             if fmt is None and "could not be used" not in user:  # unconstrained: prose around broken JSON
-                return Reply(content=f'Here is the node: {{"action": "CREATE", "name": "{name}", "content": ')
-            if "digest/wiki/portugal.md" in user and "Ana" in name:
-                return Reply(content=json.dumps({"action": "REFINE", "target": "digest/wiki/portugal.md",
-                                                 "content": "Portugal's capital is Lisbon, famous for pastel de "
-                                                            "nata. Ana bakes them in Alfama."}))
-            return Reply(content=json.dumps({"action": "CREATE", "target": None, "name": name,
-                                             "description": f"About {name}.",
-                                             "content": f"{name}: what the sources say."}))
-        if "You pick the topics" in system:
-            return Reply(content=json.dumps({"topics": []}))
-        return Reply(content=json.dumps({"name": "Ana in Lisbon and a new starter", "description": "News and plans",
-                                         "content": "- Ana moved to Lisbon (bakery in Alfama).\n"
-                                                    "- Visit 14-20 June: book flights before Friday.\n"
-                                                    "- Sourdough: feed every 12 hours."}))
+                return Reply(content='Here are the facts: {"title": "News", "facts": [')
+            said = re.findall(r"^\[(\d+)\] (?:\w+, [\d-]+ [\d:]+: |under [^:]+: )?(.+)$", user, re.M)
+            found = [{"text": text.rstrip("?!"), "about": "user", "kind": "fact", "source": [int(n) + 1]}
+                     for n, text in said if len(text.split()) > 4]  # each cited one line too far
+            found.append({"text": "The user won the lottery.", "about": "user", "kind": "event", "source": [1]})
+            return Reply(content=json.dumps({"title": "News and plans", "facts": found}))
+        if "You keep a memory of facts up to date" in system:
+            return Reply(content=json.dumps({"relation": "new", "fact": 0}))
+        return Reply(content=json.dumps({"topics": []}))
 
     return respond
 
@@ -128,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scripted", action="store_true",
                         help="start tests/llm_server.py with a scripted small model instead of a configured endpoint")
-    parser.add_argument("--max-units", type=int, default=3, help="dream units (default 3)")
+    parser.add_argument("--max-units", type=int, default=5, help="dream units: subjects (default 5)")
     args = parser.parse_args()
 
     scripted = small_model() if args.scripted else None
@@ -146,8 +135,8 @@ def run(args, home: Path, settings) -> None:
     memory = build_workspace(ws)
     messages = [{"role": role, "content": text, "created_at": f"{DAY}T09:{i:02d}:00"}
                 for i, (role, text) in enumerate(CONVERSATION)]
-    print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; tools {settings.llm_tools}, "
-          f"json {settings.llm_json}, max_tokens {settings.llm_max_tokens}, timeout {settings.llm_timeout:g} s")
+    print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; json {settings.llm_json}, "
+          f"max_tokens {settings.llm_max_tokens}, timeout {settings.llm_timeout:g} s")
     with prefect_env.interactive_runs():
         started = time.perf_counter()
         state = auto_memory(session_id="bench", messages=messages, workspace=str(ws), return_state=True)
@@ -158,7 +147,10 @@ def run(args, home: Path, settings) -> None:
             if getattr(card, "usage", None):
                 print("\n".join(rows(card.usage)))
         else:
-            print(f"auto-memory: card {card['card']} in {seconds:.1f} s (incl. Prefect start)")
+            print(f"auto-memory: card {card['card']}, {card['facts']} facts kept ({card['recited']} re-cited), "
+                  f"{len(card['dropped'])} dropped, in {seconds:.1f} s (incl. Prefect start)")
+            for dropped in card["dropped"]:
+                print(f"  dropped ({dropped['rule']}): {dropped['text'][:100]}")
             print("\n".join(rows(card["usage"])))
             print(show(memory, card["card"]))
         started = time.perf_counter()
@@ -170,16 +162,14 @@ def run(args, home: Path, settings) -> None:
         if not isinstance(summary, dict):
             print(f"dream FAILED after {seconds:.1f} s: {summary}")
         else:
-            nodes = sorted({a["target"] for a in summary["actions"]})
-            print(f"dream: {summary['units']} units, {len(summary['failed'])} failed, {len(nodes)} nodes "
-                  f"written in {seconds:.1f} s: " + ", ".join(f"{a['action']} {a['target']}"
-                                                        for a in summary["actions"]))
+            nodes = sorted({a["node"] for a in summary["actions"]})
+            print(f"dream: {summary['facts']} facts in {summary['units']} subjects, {len(summary['failed'])} failed, "
+                  f"{len(nodes)} nodes written in {seconds:.1f} s")
+            for action in summary["actions"]:
+                print(f"  {action['action']:<8} {action['node']}: {action['fact']}")
             for failure in summary["failed"]:
                 print(f"  failed unit {failure['name']}: {failure['error'][:160]}")
             print("\n".join(rows(summary["usage"])))
-            cited = {p for n in nodes for p in DAILY if f"[[{p}]]" in memory.read(n, numbered=False)["content"]}
-            print(f"  nodes cite {len(cited)} of {len(DAILY)} daily files; invented paths cited: "
-                  f"{sum('trip.md' in memory.read(n, numbered=False)['content'] for n in nodes)}")
             for node in nodes:
                 print(show(memory, node))
     print(f"learned about the endpoint: {learned(settings.llm_base_url, settings.llm_model)}")
