@@ -23,25 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-def instant_llm(units: int):
-    """A responder answering extract, integrate and card prompts at once, with plausible JSON."""
+def instant_llm():
+    """A responder answering the facts and comparison prompts at once, with plausible JSON."""
     from llm_server import Reply
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict) -> Reply | None:
+        if "messages" not in body:
+            return None
         system = body["messages"][0]["content"]
-        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        if "You consolidate a person's memory" in system:
-            paths = [line.split('"')[1] for line in user.splitlines() if line.startswith("<file path=")]
-            found = [{"name": f"Topic {i} of {paths[i % len(paths)]}", "bucket": "wiki",
-                      "summary": f"Fact number {i}.", "paths": [paths[i % len(paths)]]} for i in range(units)]
-            return Reply(content=json.dumps({"units": found, "topics": [
-                {"title": "Follow up on the notes", "reason": "recent", "paths": paths[:1]}]}))
-        if "You maintain the long-term digest" in system:
-            name = user.split("Unit: ", 1)[1].split("\n", 1)[0]
-            return Reply(content=json.dumps({"action": "CREATE", "name": name, "description": "d",
-                                             "content": f"{name}: a consolidated fact."}))
-        return Reply(content=json.dumps({"name": "Conversation notes", "description": "d",
-                                         "content": "- Summary of the new messages."}))
+        if "You keep a memory of facts up to date" in system:
+            return Reply(content=json.dumps({"relation": "replaces", "fact": 1}))
+        return Reply(content=json.dumps({"title": "Conversation notes", "facts": [
+            {"text": "The user said message number one.", "about": "user", "kind": "fact", "source": [1]}]}))
 
     return respond
 
@@ -49,7 +42,7 @@ def instant_llm(units: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dreams", type=int, default=3, help="measured dream runs (after one warm-up)")
-    parser.add_argument("--units", type=int, default=5, help="units per dream")
+    parser.add_argument("--units", type=int, default=5, help="subjects per dream (one fact each, changed every day)")
     parser.add_argument("--memory-calls", type=int, default=5, help="measured auto_memory calls")
     args = parser.parse_args()
 
@@ -61,7 +54,7 @@ def main() -> None:
     from llm_server import LLMServer
 
     server = LLMServer().start()
-    server.responder = instant_llm(args.units)
+    server.responder = instant_llm()
     os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL="instant",
                       DREAMFLOW_LLM_MAX_RETRIES="0", DREAMFLOW_EMBEDDER="none")
 
@@ -75,17 +68,23 @@ def main() -> None:
     memory = Memory(ws)
 
     def write_day(day: str) -> None:
+        """A card of one fact per subject; from the second day each replaces the day before's (one question)."""
+        from storage import facts
+
+        body = "# Notes\n"
         for i in range(args.units):
-            memory.write(f"daily/{day}/note-{i}.md", f"Note {i} of {day}: something worth keeping.", name=f"n{i}")
+            body = facts.add(body, facts.Fact(f"Subject {i} likes the colour of {day}.", id=f"f{i + 1}",
+                                              about=f"subject {i}", sources=(f"session/dialog/s.jsonl#L{i + 1}",)))
+        memory.write(f"daily/{day}/notes.md", body, name="Notes")
 
     def plain_dream(day: str) -> tuple[float, float]:
         """The same dream stages called as plain functions (`task.fn`): storage + LLM work, no Prefect."""
-        from tasks.dream import extract, finish, integrate
+        from tasks.dream import consolidate, finish, gather
         from tasks.topics import select_topics
 
         started = time.perf_counter()
-        found = extract.fn(str(ws), day, 1, args.units, None)
-        outcomes = [integrate.fn(str(ws), unit, day) for unit in found["units"]]
+        found = gather.fn(str(ws), day, 1, args.units, None)
+        outcomes = [consolidate.fn(str(ws), unit, day) for unit in found["units"]]
         topics = select_topics.fn(str(ws), day, found["topics"], 3, 7)
         summary = finish.fn(str(ws), day, found, outcomes, [], topics)
         return time.perf_counter() - started, summary["usage"]["seconds"]
@@ -97,13 +96,13 @@ def main() -> None:
         started = time.perf_counter()
         record_messages.fn(str(ws), "plain", messages(call))
         todo = unsummarised.fn(str(ws), "plain")
-        card = summarise_session.fn(str(ws), "plain", todo["records"], "2024-06-10", None)
+        card = summarise_session.fn(str(ws), "plain", todo["records"], todo["lines"], "2024-06-10", None)
         refresh_day.fn(str(ws), "2024-06-10")
         mark_summarised.fn(str(ws), "plain", todo["end"], card["path"])
         return time.perf_counter() - started, card["usage"]["seconds"]
 
     def messages(call: int) -> list[dict]:
-        return [{"role": "user", "content": f"message {call}", "created_at": "2024-06-10T10:00:00"},
+        return [{"role": "user", "content": f"I said message number one ({call}).", "created_at": "2024-06-10T10:00:00"},
                 {"role": "assistant", "content": f"reply {call}", "created_at": "2024-06-10T10:00:05"}]
 
     flow_dreams, plain_dreams, flow_memory, plain_memory_rows = [], [], [], []
