@@ -54,6 +54,7 @@ CANDIDATES = 5          # node facts one new fact is compared with
 SIMILAR = 0.35          # cosine from which a fact of the subject's node is shown though it shares no word
 KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
 SHARED_WORDS = 2        # words shared with a listed fact that make a low-overlap `refines` a replacement
+NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor
@@ -240,7 +241,9 @@ def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate 
     same); the model the rest. A `same` or `refines` must keep `KEPT_WORDS` of the listed fact's words: one that
     keeps fewer but still shares `SHARED_WORDS` of them says the same thing anew, so it `replaces` it
     (`my coffee order is a flat white` after `my usual coffee order is an espresso`); one sharing fewer is about
-    something else, so it is `new` (a small model called `I work at Acme` a refinement of `I live in Lisbon`)."""
+    something else, so it is `new` (a small model called `I work at Acme` a refinement of `I live in Lisbon`).
+    One that denies what the listed fact does not (`..., not an espresso`, `no longer`, `anymore`) replaces it
+    whatever words it keeps."""
     if not shown:
         return "new", None
     for candidate in shown:
@@ -251,6 +254,8 @@ def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate 
         return "new", None
     target = shown[answer.fact - 1]
     if answer.relation in ("same", "refines"):
+        if NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text):
+            return "replaces", target
         theirs = fact_key(target.fact.text) - set(terms(ref["about"] or ""))
         kept = len(theirs & fact_key(ref["text"]))
         if kept < KEPT_WORDS * len(theirs):

@@ -349,3 +349,18 @@ def test_a_refinement_that_restates_the_fact_anew_replaces_it(prefect_harness, l
     assert [a["action"] for a in summary["actions"]] == ["replaced"]
     old = node_facts(memory, "digest/personal/user.md")["My usual coffee order is an espresso."]
     assert (old.current, old.until) == (False, "2026-11-08")
+
+
+def test_a_refinement_that_denies_the_old_value_replaces_it(prefect_harness, llm, memory, ws):
+    """`My coffee order is a flat white, not an espresso` keeps most words of `... an espresso` and the 1.5B
+    model called it a refinement: it denies the old value, so it replaces it from the day it was said."""
+    card(memory, "2026-11-04", "Coffee", ("preference", "user", "My usual coffee order is an espresso."))
+    auto_dream(date="2026-11-04", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-08", "Coffee now", ("preference", "user", "My coffee order is a flat white, not an espresso."),
+         session="t")
+    llm.on(COMPARE, json_reply({"relation": "refines", "fact": 1}))
+    summary = auto_dream(date="2026-11-08", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["replaced"]
+    now = node_facts(memory, "digest/personal/user.md")
+    assert now["My coffee order is a flat white, not an espresso."].since == "2026-11-08"
+    assert now["My usual coffee order is an espresso."].until == "2026-11-08"
