@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 from engine.llm import LLM, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
 from engine.usage import Usage, charged
+from storage import facts
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
@@ -93,6 +94,9 @@ class SplitPlan(BaseModel):
 
 
 # ---- plain functions -----------------------------------------------------------------------------------
+
+FACTS_KEPT = "a node of facts: the dream keeps it (merge and split rewrite prose, which would lose each fact's validity)"
+
 
 def outcome(item: str, status: str, detail: str = "", changed=(), deleted=(), usage: dict | None = None) -> dict:
     return {"item": item, "status": status, "detail": detail, "changed": sorted(set(changed)),
@@ -279,6 +283,8 @@ def merge_pair(workspace: str, survivor: str, victim: str, date: str) -> dict:
     kept_fm, gone_fm = split_frontmatter(kept), split_frontmatter(gone)
     if kept_fm.error or gone_fm.error:
         return outcome(item, "skipped", "malformed frontmatter")
+    if facts.parse(kept) or facts.parse(gone):
+        return outcome(item, "skipped", FACTS_KEPT)
     llm = LLM.from_settings()
     with charged(llm.usage):
         system = load_prompt("merge")
@@ -316,6 +322,8 @@ def split_node(workspace: str, path: str, max_parts: int, date: str) -> dict:
     if skipped:
         return skipped
     text, fm = node
+    if facts.parse(text):
+        return outcome(path, "skipped", FACTS_KEPT)
     llm = LLM.from_settings()
     with charged(llm.usage):
         system = load_prompt("split").replace("{max_parts}", str(max_parts))

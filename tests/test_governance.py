@@ -371,3 +371,19 @@ def test_split_never_writes_the_repair_turns_example(prefect_harness, llm, mem, 
     summary = state.result(raise_on_failure=False).summary
     assert "rule `markup`" in summary["failed"][0]["error"] and summary["usage"]["gates"] == {"markup": 2}
     assert snapshot(mem) == before
+
+
+def test_merge_and_split_leave_a_node_of_facts_to_the_dream(prefect_harness, llm, mem, ws):
+    """A prose rewrite would lose each fact's validity and history: both skip without asking the model."""
+    from storage import facts
+    nodes = []
+    for name, text in [("user", "The user lives in Porto."), ("the-user", "The user drives a Tesla.")]:
+        body = facts.add(f"# {name}\n", facts.Fact(text, id="f1", since="2026-11-02",
+                                                    sources=("daily/2026-11-02/home.md#^f1",)))
+        nodes.append(f"digest/personal/{name}.md")
+        mem.write(nodes[-1], body, name=name)
+    before = snapshot(mem)
+    outcomes = [*merge(pairs=[nodes], workspace=str(ws.root))["outcomes"],
+                *split(paths=[nodes[0]], workspace=str(ws.root))["outcomes"]]
+    assert [(o["status"], o["detail"][:16]) for o in outcomes] == [("skipped", "a node of facts:")] * 2
+    assert snapshot(mem) == before and [r for r in llm.requests if "messages" in r] == []
