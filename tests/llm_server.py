@@ -20,6 +20,7 @@ Every request body is recorded in `server.requests`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -237,6 +238,27 @@ def format_type(body: dict) -> str | None:
 def json_reply(obj: Any, **kwargs) -> Reply:
     """A reply whose text is `obj` as JSON."""
     return Reply(content=json.dumps(obj, ensure_ascii=False), **kwargs)
+
+
+def fact(text, about="user", kind="fact", source=(1,)) -> dict:
+    """One fact as the facts schema asks for it."""
+    return {"text": text, "about": about, "kind": kind, "source": list(source)}
+
+
+def answer_by_message(llm, title: str, *scripted: tuple) -> None:
+    """Answer every facts request turn by turn: each scripted `(said, fact...)` fact where the message that
+    says `said` is in the turn, citing that message's number (`+ shift`: a wrong number, as small models give)."""
+    def respond(body: dict):
+        if "messages" not in body:
+            return None
+        lines = {text: int(n) for n, text in re.findall(r"^\[(\d+)\] \w+, [\d-]+ [\d:]+: (.*)$",
+                                                        body["messages"][1]["content"], re.M)}
+        found = [{**f, "source": [lines[text] + shift]} for said, f, shift in (s if len(s) == 3 else (*s, 0)
+                                                                               for s in scripted)
+                 for text in lines if said in text]
+        return json_reply({"title": title, "facts": found})
+
+    llm.responder = respond
 
 
 def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:

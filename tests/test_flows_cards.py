@@ -13,7 +13,7 @@ from flows.auto_memory import auto_memory
 from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
-from llm_server import Reply, json_reply, misbehave
+from llm_server import Reply, answer_by_message, fact, json_reply, misbehave
 from storage import facts, vectors
 from storage.db import IndexDB
 from storage.errors import InvalidInput
@@ -36,28 +36,6 @@ def msg(content: str, minute: int, role: str = "user", day: str = DAY) -> dict:
 STORY = [msg("Hi! Big news: I moved to Porto yesterday.", 0), msg("Congratulations!", 1, "assistant"),
          msg("My sister Ana works at a bakery in Alfama.", 2), msg("Nice.", 3, "assistant"),
          msg("I prefer green tea over coffee these days.", 4)]
-
-
-def fact(text, about="user", kind="fact", source=(1,)) -> dict:
-    return {"text": text, "about": about, "kind": kind, "source": list(source)}
-
-
-def answer_by_message(llm, title: str, *scripted: tuple) -> None:
-    """Answer every facts request turn by turn: each scripted `(said, fact...)` fact where the message that
-    says `said` is in the turn, citing that message's number (`+ shift`: a wrong number, as small models give)."""
-    import re
-
-    def respond(body: dict):
-        if "messages" not in body:
-            return None
-        lines = {text: int(n) for n, text in re.findall(r"^\[(\d+)\] \w+, [\d-]+ [\d:]+: (.*)$",
-                                                        body["messages"][1]["content"], re.M)}
-        found = [{**f, "source": [lines[text] + shift]} for said, f, shift in (s if len(s) == 3 else (*s, 0)
-                                                                               for s in scripted)
-                 for text in lines if said in text]
-        return json_reply({"title": title, "facts": found})
-
-    llm.responder = respond
 
 
 def card_of(memory: Memory, result: dict) -> tuple[str, list[facts.Fact]]:

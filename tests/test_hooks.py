@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_probe import PROBE, RSS_PROBE
-from llm_server import Reply, text_of
+from llm_server import answer_by_message, fact
 from service_harness import DREAMFLOW, wait_for
 from test_cli import invoke
 
@@ -173,8 +173,9 @@ def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_se
     svc, session = dreamflow_service, "7d3e9b10-2c4f-4e55-a1b2-c3d4e5f6a7b8"
     transcript = tmp_path / f"{session}.jsonl"
     transcript.write_text("".join(fixture_lines()).replace(SESSION, session))
-    card = json.dumps({"name": "Lisbon with Ana", "description": "Trip plans", "content": "# Lisbon with Ana\n\nPlans.\n"})
-    llm_server.on(lambda body: "Casa do Largo" in text_of(body) and "Lisbon" in text_of(body), Reply(content=card))
+    answer_by_message(llm_server, "Lisbon with Ana",
+                      ("vegetarian", fact("Ana is vegetarian and hates early flights.", about="Ana")),
+                      ("Casa do Largo", fact("The hotel budget is 150 EUR a night.")))
 
     done = hook(svc.workspace, payload(transcript, "PreCompact", session=session))
 
@@ -184,6 +185,8 @@ def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_se
                              if r["parameters"].get("session_id") == session and r["state_type"] in
                              {"COMPLETED", "FAILED", "CRASHED"}], 120, "the auto_memory run of the compaction")
     assert runs[0]["state_type"] == "COMPLETED", runs
+    card = next((svc.workspace / "daily").glob("*/lisbon-with-ana.md")).read_text()
+    assert "Ana is vegetarian and hates early flights." in card and "The hotel budget is 150 EUR a night." in card
 
 
 def test_the_hook_imports_no_prefect_openai_or_torch(tmp_path):
