@@ -1,6 +1,7 @@
 """Memory that stays true: validity windows of whole nodes (a node superseded before facts carried their own
 validity, or an `expires` a person set), search now and as of a day on every surface, and doctor's chain
-checks. Facts' own validity: tests/test_fact_level.py (search, recall, doctor) and tests/test_flows_dream.py (the dream)."""
+checks. Facts' own validity: tests/test_fact_level.py (search, recall, doctor) and tests/test_flows_dream.py
+(the dream)."""
 
 import pytest
 
