@@ -6,7 +6,8 @@ The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites
 code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
 that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
-words is dropped; relative times are resolved to dates from its message's day (tasks/relative_dates.py), and
+words is dropped, and so is a question asked in the conversation filed as anything but an open question;
+relative times are resolved to dates from its message's day (tasks/relative_dates.py), and
 the first day a fact names is its `date`.
 A dropped fact is reported with its rule; the others are kept.
 """
@@ -40,6 +41,12 @@ SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay 
 # a transcript line's head: a time, `[stamp]` or speaker label before the words (`- **18:00**: User: ...`)
 _TRANSCRIPT = re.compile(r"^[\W_]{0,6}(?:\[[^\]\n]{0,40}\]|\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}\S*|\d{1,2}:\d{2}"
                          r"(?::\d{2})?(?:\s?[ap]m)?\b|(?:user|assistant|system|human|ai|bot)[\W_]{0,4}:)", re.IGNORECASE)
+# a sentence that asks (`Is she settling in`, `Do you plan to visit her`, `What is ...`): a question said in
+# the conversation is not a fact about anyone, unless the model files it as an open question
+_QUESTION = re.compile(r"\?|(?:^|[.!;:]\s+)(?:(?:is|are|am|was|were|do|does|did|can|could|shall|should|will|would|"
+                       r"have|has|had)\s+(?:i|you|he|she|it|we|they|there|this|that|the|your|my|his|her|our|their)"
+                       r"|(?:what|where|when|who|why|how|which)\s+(?:is|are|was|were|do|does|did|can|could|should|"
+                       r"will|would|have|has))\b", re.IGNORECASE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
@@ -190,6 +197,8 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
     for fact in answer.facts:
         text = " ".join(fact.text.split()).lstrip("-*> ").strip()
         refused = _refused(text, material)
+        if refused is None and fact.kind != "question" and _QUESTION.search(text):
+            refused = ("question", "a question asked in the conversation is not a fact (file it as an open question)")
         cited = [by_number[n] for n in dict.fromkeys(fact.source) if n in by_number]
         said = cited[0].said if cited and cited[0].said else (items[0].said if items else dt.date.today())
         resolved, named = relative_dates.resolve(_own_dates(text, cited), said)

@@ -147,6 +147,21 @@ def test_screening_drops_each_bad_fact_with_its_rule():
     assert "pianist" in out.dropped[0]["why"] and "famous" in out.dropped[0]["why"]
 
 
+def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
+    """A small model listed each message as a fact, questions too (`Is she settling in`, without its `?`)."""
+    material = ("That's big news. Is she settling in?", "Do you plan to visit her?", "Where does Ana work now?",
+                "When I moved to Porto, Ana stayed in Lisbon.", "How to feed a starter: every 12 hours.")
+    answer = extraction.FactList(facts=[
+        extraction.ExtractedFact(text="That's big news. Is she settling in", about="Ana", source=[1]),
+        extraction.ExtractedFact(text="Do you plan to visit her", about="user", source=[2]),
+        extraction.ExtractedFact(text="Where does Ana work now?", about="Ana", kind="open question", source=[3]),
+        extraction.ExtractedFact(text="When I moved to Porto, Ana stayed in Lisbon.", about="Ana", source=[4]),
+        extraction.ExtractedFact(text="How to feed a starter: every 12 hours.", kind="how-to", source=[5])])
+    out = extraction.screen(answer, items(*material), "You keep a person's long-term memory.")
+    assert [d["rule"] for d in out.dropped] == ["question", "question"]
+    assert [f.kind for f in out.kept] == ["question", "fact", "procedure"]
+
+
 def test_relative_times_count_from_the_day_said():
     said = dt.date(2026, 11, 5)  # a Thursday
     assert relative_dates.resolve("I moved to Porto yesterday.", said) == ("I moved to Porto on 2026-11-04.",
