@@ -54,6 +54,9 @@ CANDIDATES = 5          # node facts one new fact is compared with
 SIMILAR = 0.35          # cosine from which a fact of the subject's node is shown though it shares no word
 KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
 SHARED_WORDS = 2        # words shared with a listed fact that make a low-overlap `refines` a replacement
+# a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
+CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|instead|"
+                    r"no longer|any ?more|from\b.{1,60}\bto)\b|n't\b", re.I)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
@@ -238,28 +241,39 @@ def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
 
 def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
     """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
-    same); the model the rest. A `same` or `refines` must keep `KEPT_WORDS` of the listed fact's words: one that
-    keeps fewer but still shares `SHARED_WORDS` of them says the same thing anew, so it `replaces` it
-    (`my coffee order is a flat white` after `my usual coffee order is an espresso`); one sharing fewer is about
-    something else, so it is `new` (a small model called `I work at Acme` a refinement of `I live in Lisbon`).
-    One that denies what the listed fact does not (`..., not an espresso`, `no longer`, `anymore`) replaces it
-    whatever words it keeps."""
+    same); the model the rest, and code checks its answer against the words:
+    - a `same` or `refines` must keep `KEPT_WORDS` of the listed fact's words: one that keeps fewer but still
+      shares `SHARED_WORDS` of them says the same thing anew, so it `replaces` it; one sharing fewer is about
+      something else, so it is `new` (a small model called `I work at Acme` a refinement of `I live in Lisbon`);
+      one that denies what the listed fact does not (`..., not an espresso`, `no longer`) replaces it;
+    - a `new` fact that says a value changed (`I moved my gym sessions from Mondays to Thursdays`) replaces the
+      listed fact it shares the most words with, when that is `SHARED_WORDS` or more (a 0.5B model called
+      most changes new);
+    - a `replaces` names the listed fact that shares the most words, when the model's pick shares fewer (the
+      0.5B model replaced `The flat was sold` with a coffee order)."""
     if not shown:
         return "new", None
     for candidate in shown:
         if fact_key(candidate.fact.text) == fact_key(ref["text"]):
             return "same", candidate
+    about, said = set(terms(ref["about"] or "")), fact_key(ref["text"])
+
+    def shared(candidate: Candidate) -> int:
+        return len((fact_key(candidate.fact.text) - about) & said)
+
+    closest = max(shown, key=shared)
     answer = ask(llm, ref, shown)
     if answer.relation == "new":
-        return "new", None
+        changed = CHANGE.search(ref["text"]) and shared(closest) >= SHARED_WORDS
+        return ("replaces", closest) if changed else ("new", None)
     target = shown[answer.fact - 1]
-    if answer.relation in ("same", "refines"):
-        if NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text):
-            return "replaces", target
-        theirs = fact_key(target.fact.text) - set(terms(ref["about"] or ""))
-        kept = len(theirs & fact_key(ref["text"]))
-        if kept < KEPT_WORDS * len(theirs):
-            return ("replaces", target) if kept >= SHARED_WORDS else ("new", None)
+    if answer.relation == "replaces":
+        return "replaces", closest if shared(closest) > shared(target) else target
+    if NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text):
+        return "replaces", target
+    theirs = fact_key(target.fact.text) - about
+    if shared(target) < KEPT_WORDS * len(theirs):
+        return ("replaces", target) if shared(target) >= SHARED_WORDS else ("new", None)
     return answer.relation, target
 
 

@@ -4,6 +4,7 @@ Dreams over facts: a card's facts land in their subject's node; the model answer
 writes what holds now and the history."""
 
 import os
+import re
 
 import pytest
 
@@ -364,3 +365,35 @@ def test_a_refinement_that_denies_the_old_value_replaces_it(prefect_harness, llm
     now = node_facts(memory, "digest/personal/user.md")
     assert now["My coffee order is a flat white, not an espresso."].since == "2026-11-08"
     assert now["My usual coffee order is an espresso."].until == "2026-11-08"
+
+
+def test_a_new_fact_that_says_its_value_changed_replaces_the_closest(prefect_harness, llm, memory, ws):
+    """The 0.5B model answered `new` for most changes: code sees the change in the words."""
+    card(memory, "2026-11-02", "Week", ("plan", "user", "I train at the gym on Mondays."),
+         ("fact", "user", "Sam and I hike on Sundays."), ("fact", "user", "I live in Lisbon."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-07", "Gym", ("plan", "user", "I moved my gym sessions from Mondays to Thursdays."),
+         ("fact", "user", "I like walking in Lisbon."), session="t")
+    llm.on(COMPARE, *[json_reply({"relation": "new", "fact": 0})] * 2)
+    summary = auto_dream(date="2026-11-07", scan_days=1, workspace=str(ws.root))
+    assert sorted(a["action"] for a in summary["actions"]) == ["added", "replaced"]
+    user = node_facts(memory, "digest/personal/user.md")
+    assert user["I train at the gym on Mondays."].until == "2026-11-07"
+    assert user["I live in Lisbon."].current and user["Sam and I hike on Sundays."].current
+
+
+def test_a_replacement_names_the_fact_that_shares_its_words(prefect_harness, llm, memory, ws):
+    """The 0.5B model replaced `The flat was sold` with a coffee order: code takes the coffee fact instead."""
+    card(memory, "2026-11-04", "Week", ("preference", "user", "My usual coffee order is an espresso."),
+         ("fact", "user", "The flat was sold."))
+    auto_dream(date="2026-11-04", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-08", "Coffee", ("preference", "user", "My coffee order is a flat white."), session="t")
+    def pick_the_flat(body: dict) -> Reply | None:
+        listed = re.findall(r"^(\d+)\. (.+)$", text_of(body), re.M)
+        return json_reply({"relation": "replaces", "fact": next(int(n) for n, text in listed if "flat was" in text)})
+
+    llm.responder = pick_the_flat
+    summary = auto_dream(date="2026-11-08", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
+        ("replaced", "My usual coffee order is an espresso.")]
+    assert node_facts(memory, "digest/personal/user.md")["The flat was sold."].current
