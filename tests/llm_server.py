@@ -261,6 +261,18 @@ def answer_by_message(llm, title: str, *scripted: tuple) -> None:
     llm.responder = respond
 
 
+def answer_each_item(server: LLMServer, title: str) -> None:
+    """Answer every facts request with one fact per numbered message or block: its own words, citing it."""
+    def respond(body: dict):
+        if "messages" not in body:
+            return None
+        shown = re.findall(r"^\[(\d+)\] (?:(?:user|assistant)(?:, [\d-]+ [\d:]+)?: )?(.+)$",
+                           body["messages"][1]["content"], re.M)
+        return json_reply({"title": title, "facts": [fact(text, source=(int(n),)) for n, text in shown]})
+
+    server.responder = respond
+
+
 def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:
     """A reply that calls one tool."""
     return Reply(tool_calls=[call(name, arguments)], **kwargs)

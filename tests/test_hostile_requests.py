@@ -121,7 +121,8 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(server, path):
 @pytest.mark.slow
 def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_server):
     from service_harness import DREAMFLOW, RunningService, wait_for
-    from test_service import card_reply, finished
+    from llm_server import answer_each_item
+    from test_service import finished
 
     svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret",
                                env={"PREFECT_RUNNER_POLL_FREQUENCY": "1"})  # its three runs start sooner
@@ -138,7 +139,7 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
         runs = wait_for(lambda: finished(svc, "reindex/manual", 1), 120, "the reindex run to finish")
         assert [(r["id"], r["state_type"]) for r in runs] == [(run["id"], "COMPLETED")], svc.log()
         llm_server.reset()
-        llm_server.on("koalafacts", card_reply("Koala facts", "Notes about koalas"))
+        answer_each_item(llm_server, "Koala facts")
         svc.memory.write("resource/2024-05-03/koala.md", "# koalafacts\n\nKoalas sleep 20 hours a day.\n")
         runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1), 120, "the auto_resource run")
         assert [r["state_type"] for r in runs] == ["COMPLETED"], svc.log()

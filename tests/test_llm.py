@@ -127,9 +127,8 @@ def test_extract_json_and_parse_errors():
 
 
 def test_prompts_are_files():
-    for name in ("auto_memory", "auto_resource", "extract", "integrate", "topics"):
+    for name in ("facts", "compare", "topics", "merge", "split", "link_mine"):
         assert "JSON" in load_prompt(name)
-
 
 
 # ---- schema-constrained JSON ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_probe import run_cli
-from llm_server import Reply, text_of
+from llm_server import answer_each_item, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
@@ -29,11 +29,6 @@ from dreamflow.service import Options, Service, ServiceError
 pytestmark = pytest.mark.timeout(300)
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-def card_reply(name: str, description: str = "A card"):
-    """A final agent answer: the card as JSON (its text never repeats the messages it summarises)."""
-    return Reply(content=json.dumps({"name": name, "description": description, "content": f"# {name}\n\nSummary.\n"}))
 
 
 def runs_for(service, deployment: str, **params) -> list[dict]:
@@ -139,7 +134,7 @@ def test_the_cli_goes_through_the_running_service(dreamflow_service):
 def test_a_dropped_resource_runs_auto_resource_exactly_once(dreamflow_service, llm_server):
     svc = dreamflow_service
     llm_server.reset()
-    llm_server.on("wombatfacts", card_reply("Wombat facts", "Notes about wombats"))
+    answer_each_item(llm_server, "Wombat droppings")
     path = svc.workspace / "resource/2024-05-03/wombat.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:  # created, then modified twice: one write as a slow program makes it
@@ -153,7 +148,7 @@ def test_a_dropped_resource_runs_auto_resource_exactly_once(dreamflow_service, l
     rel = "resource/2024-05-03/wombat.md"
     runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1, path=rel), 90, "the auto_resource run")
     assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
-    card = svc.workspace / "daily/2024-05-03/wombat-facts.md"
+    card = svc.workspace / "daily/2024-05-03/wombat-droppings.md"
     assert card.is_file() and "source_resource" in card.read_text()
     time.sleep(3)  # a duplicate run would have been created by now (watcher quiet window 1 s)
     assert len(runs_for(svc, "auto-resource/on-change", path=rel)) == 1
@@ -162,11 +157,11 @@ def test_a_dropped_resource_runs_auto_resource_exactly_once(dreamflow_service, l
 def test_turns_launch_auto_memory_every_n_turns_and_no_turn_is_summarised_twice(dreamflow_service, llm_server):
     svc, memory, n = dreamflow_service, dreamflow_service.memory, SERVICE_TURNS
     llm_server.reset()
-    llm_server.responder = lambda body: card_reply("Planning the trip")
+    answer_each_item(llm_server, "Planning the trip")
     session = "trip-planning"
     results = [
-        memory.turn(session, [{"role": "user", "content": f"question{i}x"},
-                              {"role": "assistant", "content": f"answer{i}x"}])
+        memory.turn(session, [{"role": "user", "content": f"question{i}x about the trip budget"},
+                              {"role": "assistant", "content": f"answer{i}x about the hotel"}])
         for i in range(2 * n + 1)
     ]
     launched = [r["launched"] for r in results if r["launched"]]
@@ -200,9 +195,9 @@ def test_turn_cli_and_bad_input(dreamflow_service):
 def test_turn_prints_the_ui_link_of_the_run_it_starts(dreamflow_service, llm_server):
     svc = dreamflow_service
     llm_server.reset()
-    llm_server.on("uilinkchat", card_reply("UI link chat"))
+    answer_each_item(llm_server, "UI link chat")
     done = cli("turn", "--session-id", "ui-link-chat", "--compact", "--messages",
-               '[{"role": "user", "content": "uilinkchat"}]', workspace=svc.workspace)
+               '[{"role": "user", "content": "uilinkchat about the trip"}]', workspace=svc.workspace)
     assert done.returncode == 0, done.stderr
     run_id = re.search(r"auto_memory run started: (\S+)", done.stdout).group(1)
     assert f"follow it in the Prefect UI: {svc.prefect_api.removesuffix('/api')}/runs/flow-run/{run_id}" in done.stdout
@@ -345,8 +340,8 @@ def test_kill_9_in_the_middle_of_indexing_then_restart_gives_a_consistent_index(
 def test_work_that_arrives_while_the_service_is_down_runs_after_restart(spare, dreamflow_service, llm_server):
     svc, n = spare, SERVICE_TURNS
     llm_server.reset()
-    llm_server.responder = lambda body: card_reply("While away")
-    turn = [{"role": "user", "content": "offline question"}]
+    answer_each_item(llm_server, "While away")
+    turn = [{"role": "user", "content": "offline question about the trip"}]
     assert svc.memory.turn("restart-chat", turn)["pending"] == 1
     assert svc.stop() == 0
     for _ in range(n - 1):  # counted in-process: the summary waits for the service
