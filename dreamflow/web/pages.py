@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from markupsafe import Markup
 
-from dreamflow.web import fact_rows
+import dreamflow.web.fact_rows as fact_rows
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
