@@ -1,24 +1,27 @@
 """The dashboard (`/ui`, dreamflow/web/) driven in a real headless Chromium (Playwright over the system's
 Chromium): sign in, the overview, search, a hit opened at its lines, a wikilink followed, a superseded node's
-history, the graph, a day's dream decisions, what a session was given, an edit found by search; a read-only
-token refused, a token for one workspace that never sees the other's names or files, a cross-site POST refused,
-nothing loaded from outside 127.0.0.1; and, on the shared service, a failed dream seen on its day and retried.
+history, the graph, a day's dream decisions per fact, what a session was given, an edit found by search; a node's
+facts with their windows and History, each fact's way back to the message it comes from; a read-only token
+refused, a token for one workspace that never sees the other's names, files or messages, a cross-site POST
+refused, nothing loaded from outside 127.0.0.1; and, on the shared service, a failed dream seen on its day and
+retried.
 
 One browser for the module. The token-protected service serves two workspaces and borrows the shared service's
-Prefect server (`--prefect-api`, no runner), so it starts in seconds; the retry runs on the shared service.
-"""
+Prefect server (`--prefect-api`, no runner), so it starts in seconds; its facts are written by real dreams run
+in this process, and the retry runs on the shared service."""
 
+import json
 import os
 import re
 from pathlib import Path
 
 import httpx
 import pytest
-from llm_server import Reply, json_reply
+from llm_server import Reply, json_reply, text_of
 from service_harness import RunningService, ThreadedServer, register, wait_for
 from test_api import ApiServer
 
-from storage import dream_log
+from storage import dream_log, facts
 from storage.memory import Memory
 
 pytestmark = pytest.mark.timeout(400)
@@ -29,6 +32,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 ADMIN = "admin-secret-for-the-dashboard"
 ALPHA, BETA = "wsalpha", "wsbeta"
 SECRET_OF_BETA = "zebrabetasecret"  # a word only beta's files hold
+BETA_DIALOG, BETA_SAID = "session/dialog/beta-chat.jsonl", "quokkamessage: only beta's conversation says this"
 OLD, NEW = "digest/personal/ana-s-city.md", "digest/personal/ana-s-city-2024-05-08.md"
 CARD = "daily/2024-05-08/call-with-ana.md"
 
@@ -69,21 +73,81 @@ def write_alpha(root: Path) -> None:
         (root / rel).write_text(text)
 
 
+# The memory as the jobs write it: each message of a conversation a dialog record, each card a list of facts
+# citing them (as auto-memory writes it), nodes of facts written by real dreams (flows/auto_dream.py, in this
+# process, the model scripted): the user lived in Lisbon, then moved to Porto.
+DAY1, DAY2 = "2026-11-02", "2026-11-05"
+USER = "digest/personal/user.md"
+CHAT1, CHAT2 = "session/dialog/chat-1.jsonl", "session/dialog/chat-2.jsonl"
+HOME, MOVED = f"daily/{DAY1}/home.md", f"daily/{DAY2}/moved.md"
+BORROWED = "daily/2026-10-01/borrowed.md"
+LISBON, PORTO = "The user lives in Lisbon, near the river.", "The user lives in Porto now."
+COMPARE = "You keep a memory of facts up to date"  # tasks/prompts/compare.md
+CONVERSATIONS = {
+    CHAT1: [("user", f"{DAY1}T18:01:00", "I live in Lisbon, near the river."),
+            ("assistant", f"{DAY1}T18:01:05", "Lovely! Do you like it there?"),
+            ("user", f"{DAY1}T18:03:00", "I do. I like green tea in the morning, on the balcony.")],
+    CHAT2: [("user", f"{DAY2}T09:12:00", "Big change: I moved to Porto yesterday. I live in Porto now.")],
+}
+
+
+def write_card(memory: Memory, path: str, name: str, *lines: tuple) -> None:
+    """A card as auto-memory writes it: (kind, about, text, dialog, line[, date]) facts citing their message."""
+    body = f"# {name}\n"
+    for n, (kind, about, text, dialog, line, *when) in enumerate(lines, 1):
+        said = CONVERSATIONS.get(dialog)
+        stamp = said[line - 1][1].replace("T", " ")[:16] if said else path.split("/")[1]
+        body = facts.add(body, facts.Fact(text, id=f"f{n}", kind=kind, about=about, date=when[0] if when else None,
+                                          sources=(f"{dialog}#L{line}",), labels=(stamp,)))
+    memory.write(path, body, name=name, description=name, metadata={"session_id": dialog.split("/")[-1][:-6]})
+
+
+def dream_facts(root: Path, llm_server) -> None:
+    """Two days of cards and the real dream of each: the second day's move replaces where the user lives."""
+    memory = Memory(root)
+    for dialog, said in CONVERSATIONS.items():
+        memory.ws.write_text(dialog, "".join(json.dumps({"role": role, "content": text, "created_at": at,
+                                                         "id": f"m{n}"}) + "\n"
+                                             for n, (role, at, text) in enumerate(said, 1)))
+    write_card(memory, HOME, "Home", ("fact", "user", LISBON, CHAT1, 1),
+               ("preference", "user", "The user likes green tea in the morning.", CHAT1, 3))
+    from flows.auto_dream import auto_dream
+
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in {"DREAMFLOW_LLM_BASE_URL": llm_server.base_url, "DREAMFLOW_LLM_MODEL": llm_server.model,
+                           "DREAMFLOW_LLM_API_KEY": "test-key", "DREAMFLOW_LLM_MAX_RETRIES": "0",
+                           "DREAMFLOW_EMBEDDER": "none"}.items():
+            env.setenv(key, value)
+        auto_dream(date=DAY1, scan_days=1, workspace=str(root))
+        write_card(memory, MOVED, "Moved to Porto", ("fact", "user", PORTO, CHAT2, 1, "2026-11-04"))
+        llm_server.reset()
+        llm_server.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+        auto_dream(date=DAY2, scan_days=1, workspace=str(root))
+    assert llm_server.pending() == 0  # the model was asked once: does the move replace Lisbon?
+
+
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory, dreamflow_service):
+def guarded(tmp_path_factory, dreamflow_service, prefect_harness, inprocess_llm_server):
     """A token-protected service serving alpha (default) and beta, on the shared service's Prefect server;
     yields (service, {token name: secret})."""
     root = tmp_path_factory.mktemp("dashboard")
     folders = {ALPHA: root / "ws", BETA: root / "beta-store"}
     write_alpha(folders[ALPHA])
+    dream_facts(folders[ALPHA], inprocess_llm_server)
+    # a card of alpha whose fact cites beta's conversation by a path out of alpha: its trace must not follow it
+    write_card(Memory(folders[ALPHA]), BORROWED, "Borrowed", ("fact", "user", "The user read a note.",
+                                                              f"../{folders[BETA].name}/{BETA_DIALOG}", 1))
     secret_page = folders[BETA] / f"digest/wiki/{SECRET_OF_BETA}.md"
     secret_page.parent.mkdir(parents=True)
-    secret_page.write_text(note(SECRET_OF_BETA, "beta only", f"{SECRET_OF_BETA} lives in Lisbon too.\n"))
-    dream_log.record(Memory(folders[BETA]).ws, {"date": "2024-05-08", "actions": [
-        {"name": SECRET_OF_BETA, "action": "CREATE", "target": f"digest/wiki/{SECRET_OF_BETA}.md"}], "failed": []})
-    dream_log.record(Memory(folders[ALPHA]).ws, {"date": "2024-05-08", "actions": [
-        {"name": "Ana lives in Lisbon", "action": "SUPERSEDE", "target": NEW, "superseded": OLD}],
-        "failed": [{"name": "Bakery hours", "error": "refused: ungrounded (opening hours are not in the cards)"}]})
+    secret_page.write_text(note(SECRET_OF_BETA, "beta only", f"## Facts\n\n- {SECRET_OF_BETA} lives in Lisbon too. "
+                                f"(about:: {SECRET_OF_BETA}) (since:: {DAY1}) (source:: [[{BETA_DIALOG}#L1]]) ^f1\n\n"
+                                f"## Sources\n\n- {DAY1}: [[{BETA_DIALOG}]]\n"))
+    (folders[BETA] / BETA_DIALOG).parent.mkdir(parents=True)
+    (folders[BETA] / BETA_DIALOG).write_text(json.dumps({"role": "user", "content": BETA_SAID,
+                                                        "created_at": f"{DAY1}T08:00:00"}) + "\n")
+    dream_log.record(Memory(folders[BETA]).ws, {"date": DAY2, "actions": [
+        {"name": SECRET_OF_BETA, "fact": f"{SECRET_OF_BETA} lives in Lisbon too.", "action": "created",
+         "node": f"digest/wiki/{SECRET_OF_BETA}.md"}], "failed": []})
     secrets = register(root, ADMIN, folders, {"a": ([ALPHA], False), "a-read": ([ALPHA], True)})
     service = RunningService.start(root, token=ADMIN, prefect_api=dreamflow_service.prefect_api, runner=False)
     try:
@@ -136,7 +200,8 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
 
         # the overview: each workspace with its counts and last dream; health and jobs load after it
         card = page.locator(f"#ws-{ALPHA}")
-        assert "digest/personal" in card.inner_text() and "Dream of 2024-05-08" in card.inner_text()
+        assert "digest/personal" in card.inner_text() and f"Dream of {DAY2}" in card.inner_text()
+        assert "1 replaced" in card.locator(".actions-summary").inner_text()  # the move replaced where they live
         page.wait_for_selector(f"#ws-{ALPHA} .health")
         health = card.locator(".health").inner_text()
         assert "broken links" in health and "alfama-bakery" in health  # the typed link to a missing node
@@ -188,12 +253,16 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         page.wait_for_url(re.compile(r"/graph/digest/wiki/portugal\.md"))
         assert "Graph around Portugal" in page.locator("h1").inner_text()
 
-        # the day: its cards and what the dream decided, per unit
-        visit.go(f"/ui/w/{ALPHA}/day/2024-05-08")
-        assert "Call with Ana" in page.locator("ul.cards").inner_text()
-        decided = page.locator("table.units").inner_text()
-        assert "superseded" in decided and NEW in decided and OLD in decided
-        assert "Bakery hours" in decided and "ungrounded" in decided
+        # the day: its cards and what the dream decided, per fact: the fact, the decision, the node, what it replaced
+        visit.go(f"/ui/w/{ALPHA}/day/{DAY2}")
+        assert "Moved to Porto" in page.locator("ul.cards").inner_text()
+        row = page.locator("table.units tr", has_text=PORTO)
+        assert row.locator(".badge").inner_text() == "replaced" and f"was: {LISBON}" in row.inner_text()
+        row.locator("a", has_text=PORTO).click()  # the fact as its card says it
+        page.wait_for_url(re.compile(re.escape(MOVED) + "#f1$"))
+        visit.go(f"/ui/w/{ALPHA}/day/{DAY2}")
+        page.locator("table.units tr", has_text=PORTO).locator("a", has_text=USER).click()
+        page.wait_for_url(re.compile(re.escape(USER) + "$"))
 
         # what the agent session was given, with the lines' text
         page.locator("nav a", has_text="Given to agents").click()
@@ -208,6 +277,69 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         page.wait_for_url(re.compile(r"/ui/login"))
         visit.go("/ui/")
         assert "/ui/login" in page.url
+
+
+@pytest.mark.slow  # a browser, a service
+def test_a_node_shows_its_facts_their_history_and_where_each_comes_from(browser, guarded):
+    svc, secrets = guarded
+    with Visit(browser, svc.url, secrets["a-read"]) as visit:  # a read-only token reads traces too
+        page = visit.page
+        visit.go(f"/ui/w/{ALPHA}/file/{USER}")
+        body = page.locator(".markdown")
+        assert "(since::" not in body.inner_text() and "^f" not in body.locator(".fact-text").first.inner_text()
+        now, was = fact_row(page, PORTO), fact_row(page, LISBON)
+        assert "current" in now.locator(".fact-meta").inner_text() and "since 2026-11-04" in now.inner_text()
+        assert "replaced" in was.locator(".fact-meta").inner_text()
+        assert "held 2026-11-02 → 2026-11-04" in was.inner_text()
+        assert LISBON in now.locator(".fact-rel", has_text="replaces").inner_text()
+        tea = fact_row(page, "green tea")
+        assert "preference" in tea.inner_text() and "current" in tea.inner_text()
+        assert body.locator("h2", has_text="History").count() == 1 and "Home" in body.inner_text()
+
+        was.locator(".fact-rel a", has_text=PORTO).click()  # "replaced by": jumps to the fact that replaced it
+        assert page.evaluate("location.hash") == "#" + now.get_attribute("id")
+        assert page.locator(".fact:target").inner_text().startswith(PORTO)
+
+        # where it comes from: the node fact, the card fact it was consolidated from, the message with its time
+        now.locator("a", has_text="Where from?").click()
+        chain = now.locator(".trace-box")
+        chain.locator(".said").wait_for()
+        steps = chain.inner_text()
+        assert MOVED in steps and CHAT2 in steps and "2026-11-05 09:12" in steps
+        assert "Big change: I moved to Porto yesterday." in chain.locator(".said").inner_text()
+        assert chain.locator(".role-user").count() == 1
+        chain.locator("a", has_text=f"{CHAT2}:1").click()  # the message, in its conversation, at its line
+        page.wait_for_url(re.compile(re.escape(CHAT2) + r"\?lines=1-1#L1$"))
+        assert "Big change" in page.locator(".source .hit").inner_text()
+
+        # the retired fact's own way back, on its page: the first conversation's message
+        response = visit.go(f"/ui/w/{ALPHA}/trace/{USER}?fact={was_id(svc)}")
+        assert response.status == 200 and "I live in Lisbon, near the river." in page.locator(".said").inner_text()
+        assert "2026-11-02 18:01" in page.locator("main").inner_text()
+
+        # a card's fact, straight to its message
+        visit.go(f"/ui/w/{ALPHA}/file/{HOME}")
+        tea = fact_row(page, "green tea")
+        tea.locator("a", has_text="Where from?").click()
+        tea.locator(".trace-box .said").wait_for()
+        assert "I like green tea in the morning" in tea.locator(".trace-box").inner_text()
+
+        # search: a fact hit carries its own validity
+        visit.go("/ui/search?q=lisbon+river&history=true")
+        hit = page.locator("ol.hits .hit", has_text=USER)
+        assert "replaced" in hit.locator(".hit-head").inner_text()
+        assert "2026-11-02 → 2026-11-04" in hit.locator(".hit-head").inner_text()
+        assert visit.foreign() == []
+
+
+def fact_row(page, sentence: str):
+    """The row of the fact whose sentence holds `sentence` (not the rows that only link to it)."""
+    return page.locator(".markdown .fact", has=page.locator(".fact-text", has_text=sentence))
+
+
+def was_id(svc) -> str:
+    """The block id of the retired Lisbon fact in the user's node (the dream numbers facts)."""
+    return next(f.id for f in facts.parse(svc.memory.read(USER, numbered=False)["content"]) if f.text == LISBON)
 
 
 @pytest.mark.slow  # a browser, a service
@@ -269,15 +401,23 @@ def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
     svc, secrets = guarded
     with Visit(browser, svc.url, secrets["a"]) as visit:
         page = visit.page
-        forbidden = (BETA, SECRET_OF_BETA, "beta-store")
+        forbidden = (BETA, SECRET_OF_BETA, "beta-store", BETA_SAID.split(":")[0])
+        cited = f"../beta-store/{BETA_DIALOG}"  # alpha's own card names this path: shown as written, never followed
         seen = []
         for path in ("/ui/", "/ui/search?q=lives+lisbon&in=*",
-                     f"/ui/w/{ALPHA}/graph/{NEW}?depth=3", f"/ui/w/{ALPHA}/day/2024-05-08", f"/ui/w/{ALPHA}/days",
-                     f"/ui/w/{ALPHA}/sessions", f"/ui/w/{ALPHA}/health", f"/ui/w/{ALPHA}/jobs"):
+                     f"/ui/w/{ALPHA}/graph/{NEW}?depth=3", f"/ui/w/{ALPHA}/day/{DAY2}", f"/ui/w/{ALPHA}/days",
+                     f"/ui/w/{ALPHA}/sessions", f"/ui/w/{ALPHA}/health", f"/ui/w/{ALPHA}/jobs",
+                     f"/ui/w/{ALPHA}/file/{BORROWED}"):
             response = visit.go(path)
             assert response.status == 200, path
             seen.append((path, page.content()))
-        for path in (f"/ui/w/{BETA}/file/digest/wiki/{SECRET_OF_BETA}.md", f"/ui/w/{BETA}/day/2024-05-08",
+        # alpha's card citing beta's conversation by a path out of alpha: the trace stops there, broken
+        response = visit.go(f"/ui/w/{ALPHA}/trace/{BORROWED}?fact=f1")
+        assert response.status == 200 and page.locator(".step-broken").count() == 1
+        seen.append(("trace", page.content()))
+        for path in (f"/ui/w/{BETA}/file/digest/wiki/{SECRET_OF_BETA}.md", f"/ui/w/{BETA}/day/{DAY2}",
+                     f"/ui/w/{BETA}/trace/digest/wiki/{SECRET_OF_BETA}.md?fact=f1",
+                     f"/ui/w/{BETA}/trace/{BETA_DIALOG}?fact=1",
                      f"/ui/w/{BETA}/sessions", f"/ui/w/{BETA}/graph/digest/wiki/{SECRET_OF_BETA}.md",
                      f"/ui/w/{BETA}/health", f"/ui/w/{BETA}/edit/digest/wiki/{SECRET_OF_BETA}.md",
                      f"/ui/search?q=lisbon&in={BETA}", "/ui/w/nosuchws/days"):
@@ -285,7 +425,7 @@ def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
             assert response.status == 404 and "no such workspace" in page.content(), path
             seen.append((path, page.content()))
         for path, html in seen:
-            leaked = [word for word in forbidden if word in html]
+            leaked = [word for word in forbidden if word in html.replace(cited, "")]
             assert not leaked, (path, leaked)
         visit.go("/ui/search?q=lisbon&in=*")
         assert {o.get_attribute("value") for o in page.locator("select[name=in] option").all()} == {ALPHA}
@@ -366,15 +506,17 @@ def test_status_names_the_dashboard():
 @pytest.mark.slow  # a browser, a service
 def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-09-03"
-    svc.memory.write(f"daily/{day}/harbour.md", content="# Harbour\n\nAna moved her boat to the Nyhavn harbour.\n")
-    svc.memory.write(f"daily/{day}/sauna.md", content="# Sauna\n\nAna goes to the harbour sauna on Fridays.\n")
+    for who, was in (("Birgit", "Birgit keeps her sailing boat in the Christianshavn canal."),
+                     ("Jonas", "Jonas goes to the harbour sauna on Mondays.")):  # nodes the dream has written
+        svc.memory.write(f"digest/personal/{who.lower()}.md", f"# {who}\n\n## Facts\n\n- {was} (since:: 2024-09-01) ^f1\n",
+                         name=who, metadata={"about": who.lower(), "status": "current"})
+    write_card(svc.memory, f"daily/{day}/harbour.md", "Harbour", ("fact", "Birgit", "Birgit keeps her sailing boat "
+                                                                  "in the Nyhavn harbour now.", "session/dialog/b.jsonl", 1))
+    write_card(svc.memory, f"daily/{day}/sauna.md", "Sauna", ("fact", "Jonas", "Jonas goes to the harbour sauna on "
+                                                              "Fridays now.", "session/dialog/j.jsonl", 1))
     llm_server.reset()
-    llm_server.on("You consolidate a person's memory", json_reply({"units": [
-        {"name": "Boat", "bucket": "personal", "summary": "Ana's boat is in Nyhavn.", "paths": [f"daily/{day}/harbour.md"]},
-        {"name": "Sauna", "bucket": "personal", "summary": "Friday sauna.", "paths": [f"daily/{day}/sauna.md"]}]}))
-    llm_server.on("Unit: Boat\n", json_reply({"action": "CREATE", "name": "Ana's boat", "content": "Ana's boat "
-                                                                                                   "is in Nyhavn."}))
-    llm_server.on("Unit: Sauna\n", Reply(status=500, content="model overloaded"))
+    llm_server.on(lambda b: "messages" in b and "Nyhavn" in text_of(b), json_reply({"relation": "replaces", "fact": 1}))
+    llm_server.on(lambda b: "messages" in b and "Fridays" in text_of(b), Reply(status=500, content="model overloaded"))
     run = httpx.post(f"{svc.url}/flows/auto_dream", json={"date": day, "scan_days": 1}, timeout=60).json()
     wait_for(lambda: httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["state_type"] == "FAILED",
              180, "the dream to fail")
@@ -382,27 +524,30 @@ def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflo
         page = visit.page
         visit.go(f"/ui/w/default/day/{day}")
         decided = page.locator("table.units").inner_text()
-        assert "digest/personal/ana-s-boat.md" in decided
-        assert "Sauna" in decided and "failed" in decided
+        assert "digest/personal/birgit.md" in decided and "Christianshavn" in decided  # what it replaced
+        failed = page.locator("table.units tr.failed")
+        assert "Jonas" in failed.inner_text() and "failed" in failed.inner_text()
+        assert "model overloaded" in failed.inner_text()  # why
         page.locator("a", has_text="its run").click()
         assert "Failed" in page.locator("main").inner_text()
         assert page.locator("a", has_text="Open in the Prefect UI").get_attribute("href").endswith(run["id"])
-        llm_server.on("Unit: Sauna\n", json_reply({"action": "CREATE", "name": "Friday sauna",
-                                                   "content": "Ana goes to the harbour sauna on Fridays."}))
+        llm_server.on(lambda b: "messages" in b and "Fridays" in text_of(b),
+                      json_reply({"relation": "replaces", "fact": 1}))
         page.locator("button", has_text="Retry").click()
         page.wait_for_selector(".badge.state-completed", timeout=150_000)  # the page refreshes until the run ends
         visit.go(f"/ui/w/default/day/{day}")
         decided = page.locator("table.units").inner_text()
-        assert "failed" not in decided and "digest/personal/friday-sauna.md" in decided  # the retry's record
+        assert "failed" not in decided and "digest/personal/jonas.md" in decided  # the retry's record
+        assert "on Mondays" in decided
         visit.go("/ui/")
         page.wait_for_selector("#ws-default .jobs table.runs")
         assert page.locator("#ws-default .jobs a", has_text="Prefect UI").count() >= 1
 
-        # forget the new node: the archive job moves it to digest/archive/, links follow
-        visit.go("/ui/w/default/file/digest/personal/friday-sauna.md")
+        # forget the node: the archive job moves it to digest/archive/, links follow
+        visit.go("/ui/w/default/file/digest/personal/jonas.md")
         page.once("dialog", lambda dialog: dialog.accept())  # "Forget this node? ..."
         page.locator("button", has_text="Forget").click()
         page.wait_for_selector(".badge.state-completed", timeout=150_000)
-        assert "digest/archive/personal/friday-sauna.md" in page.locator("table.units").inner_text()
-        assert svc.memory.stat("digest/archive/personal/friday-sauna.md")["frontmatter"]["archived"]
+        assert "digest/archive/personal/jonas.md" in page.locator("table.units").inner_text()
+        assert svc.memory.stat("digest/archive/personal/jonas.md")["frontmatter"]["archived"]
         assert visit.foreign() == []

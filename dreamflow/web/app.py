@@ -195,11 +195,17 @@ class URLS:
 
     @staticmethod
     def file(ws: str, path: str, lines: tuple[int, int] | list[int] | None = None, q: str | None = None,
-             view: str | None = None) -> str:
+             view: str | None = None, fact: str | None = None) -> str:
+        """A file's page, at `lines` (highlighted) or at the fact whose block id is `fact`."""
         query = {k: v for k, v in (("lines", f"{lines[0]}-{lines[1]}" if lines else None), ("q", q),
                                    ("view", view)) if v}
         return (f"{DASHBOARD}/w/{quote(ws)}/file/{quote(path)}" + (f"?{urlencode(query)}" if query else "")
-                + (f"#L{lines[0]}" if lines else ""))
+                + (f"#L{lines[0]}" if lines else f"#{quote(fact)}" if fact else ""))
+
+    @staticmethod
+    def trace(ws: str, path: str, fact: str) -> str:
+        """Where a fact (`^f2`) or a line (`12`) of a file comes from."""
+        return f"{DASHBOARD}/w/{quote(ws)}/trace/{quote(path)}?{urlencode({'fact': fact})}"
 
     @staticmethod
     def page(ws: str, kind: str, path: str = "") -> str:

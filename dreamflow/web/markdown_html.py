@@ -1,12 +1,14 @@
 """A memory file's Markdown as safe HTML for the dashboard: one `<div class="block">` per top-level block with
 the lines it comes from, working wikilinks, and the query's words marked.
 
-- Blocks: storage/outline.parse_blocks cuts the body (the same cut the index's chunks follow); each block is
-  rendered alone by marko (GFM) and wrapped with `id="L<first line>"`, `data-start` and `data-end` (file line
-  numbers), so a search hit opens the file at its lines and a later per-fact tool (validity, "where did this
-  come from") can hang off the block whose lines it names.
+- Blocks: storage/outline.parse_blocks cuts the body (the same cut the index's chunks follow), lists into their
+  items; each is rendered alone by marko (GFM) as a `Segment` with the file lines it comes from (the file page
+  wraps it with `id="L<first line>"`, `data-start` and `data-end`), so a search hit opens the file at its lines
+  and a line's "where from?" names it. A fact line (storage/facts.py) is left to the page, which shows it as a
+  fact (dreamflow/web/fact_rows.py); its sentence is rendered by `render_inline`.
 - Wikilinks `[[target#anchor|alias]]` become links to the target's file page (`#L9-L10` opens it at those
-  lines); a target that does not exist is marked `missing`. Typed links (`uses:: [[x]]`) keep their text.
+  lines, `#^f2` at that fact); a target that does not exist is marked `missing`. Typed links (`uses:: [[x]]`)
+  keep their text.
 - Safety: memory text is written by people and models, so raw HTML is shown as text, only http(s), mailto and
   in-page URLs are followed, and images are links, never loaded (the page loads nothing from elsewhere).
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Container
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -33,6 +36,7 @@ from storage.tokenize import terms
 SAFE_SCHEMES = ("http", "https", "mailto")
 _WORD = re.compile(r"\w+")
 _LINES_ANCHOR = re.compile(r"^L(\d+)(?:-L(\d+))?")
+_BLOCK_ANCHOR = re.compile(r"^\^([A-Za-z0-9][A-Za-z0-9-]*)$")
 
 LinkTo = Callable[[str, str | None], tuple[str, bool, str | None]]  # (target, anchor) -> (href, exists, name)
 
@@ -104,24 +108,54 @@ class _SafeRenderer:
 _WIKI = MarkoExtension(elements=[WikiLink], renderer_mixins=[_SafeRenderer])
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A piece of the body as the page shows it: file lines `start`..`end`, its HTML (None for a fact line,
+    which the page shows as a fact), whether it overlaps the lines asked for (`hit`), and its block kind."""
+
+    start: int
+    end: int
+    html: str | None
+    hit: bool = False
+    kind: str = "paragraph"
+
+
 def render_body(body: str, first_line: int, link_to: LinkTo, query: str = "",
-                lines: tuple[int, int] | None = None) -> str:
-    """The body (which starts at file line `first_line`) as HTML blocks; `query`'s words are marked and the
-    blocks overlapping file `lines` (first, last) get the class `hit`."""
+                lines: tuple[int, int] | None = None, fact_lines: Container[int] = ()) -> list[Segment]:
+    """The body (which starts at file line `first_line`) as segments: each top-level block, each item of a
+    list, rendered alone; a one-line item on a file line in `fact_lines` is left for the page (html None).
+    `query`'s words are marked; segments overlapping file `lines` (first, last) are `hit`."""
     outline = parse_blocks(body)
     source = outline.lines
-    markdown = marko.Markdown(renderer=HTMLRenderer, extensions=[GFM, _WIKI])  # not thread-safe: one per call
+    markdown = _markdown(link_to, query)
+    out = []
+    for block in outline.blocks:
+        for part in (block.children or [block]) if block.kind == "list" else [block]:
+            start, end = part.start + first_line, part.end + first_line
+            hit = lines is not None and start <= lines[1] and end >= lines[0]
+            if start == end and start in fact_lines:
+                out.append(Segment(start, end, None, hit, "fact"))
+                continue
+            text = "\n".join(source[part.start:part.end + 1]) + "\n"
+            out.append(Segment(start, end, markdown.render(markdown.parse(text)), hit, part.kind))
+    return out
+
+
+def render_inline(text: str, link_to: LinkTo, query: str = "") -> str:
+    """One line of Markdown (a fact's sentence) as inline HTML: wikilinks working, `query`'s words marked."""
+    markdown = _markdown(link_to, query)
+    html_text = markdown.render(markdown.parse(text.strip())).strip()
+    return html_text.removeprefix("<p>").removesuffix("</p>") if html_text.startswith("<p>") else html_text
+
+
+def _markdown(link_to: LinkTo, query: str) -> marko.Markdown:
+    """A marko renderer with the rules above, `link_to` for wikilinks and `query`'s words to mark (not
+    thread-safe: one per call)."""
+    markdown = marko.Markdown(renderer=HTMLRenderer, extensions=[GFM, _WIKI])
     markdown.parse("")  # sets the renderer up
     markdown.renderer.link_to = link_to
     markdown.renderer.marked = frozenset(terms(query)) if query else frozenset()
-    out = []
-    for block in outline.blocks:
-        start, end = block.start + first_line, block.end + first_line
-        text = "\n".join(source[block.start:block.end + 1]) + "\n"
-        hit = lines is not None and start <= lines[1] and end >= lines[0]
-        out.append(f'<div class="block{" hit" if hit else ""}" id="L{start}" data-start="{start}" '
-                   f'data-end="{end}">{markdown.render(markdown.parse(text))}</div>')
-    return "\n".join(out)
+    return markdown
 
 
 def render_source(text: str, first_line: int = 1, query: str = "", lines: tuple[int, int] | None = None) -> str:
@@ -165,6 +199,12 @@ def line_range(anchor: str | None) -> tuple[int, int] | None:
         return None
     first = int(found.group(1))
     return first, int(found.group(2) or first)
+
+
+def block_id(anchor: str | None) -> str | None:
+    """A wikilink anchor's block id (`^f2` -> `f2`: the fact's anchor on its file's page), None for others."""
+    found = _BLOCK_ANCHOR.match(anchor or "")
+    return found.group(1) if found else None
 
 
 def _safe(url: str) -> bool:

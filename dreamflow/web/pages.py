@@ -1,5 +1,6 @@
-"""The dashboard's pages that read: overview, search, a file, the graph, days, what agents were given, a job run,
-and the overview's parts that load after it (health, jobs). docs/dashboard.md says what each shows."""
+"""The dashboard's pages that read: overview, search, a file, where a fact comes from, the graph, days, what agents
+were given, a job run, and the overview's parts that load after it (health, jobs). docs/dashboard.md says what
+each shows."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
+from markupsafe import Markup
 
+import dreamflow.web.fact_rows as fact_rows
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
-from dreamflow.web.markdown_html import compact, line_range, mark, render_body, render_source
+from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
 from engine import scoped
-from storage import doctor, dream_log, recall, validity
+from storage import doctor, dream_log, facts, recall, validity
 from storage.arguments import parse_date
 from storage.errors import DreamflowError, InvalidInput
 from storage.markdown import split_frontmatter
@@ -109,8 +112,13 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
         if scope == ALL:
             args["workspaces"] = visible
         hits = scoped.search_across(who.catalog, who.grant, None if scope == ALL else scope, "search", args)
+        words, today = set(terms(q)), dt.date.today()
         for hit in hits:
-            hit["html"] = mark(compact(hit["text"]), set(terms(q)))
+            text = compact(hit["text"])
+            hit["fact"] = facts.parse_line(text) if "\n" not in text else None
+            if hit["fact"] is not None:  # a fact's own window: shown as on its file's page
+                hit["status"] = fact_rows.status(hit["fact"], hit.get("status"), today)
+            hit["html"] = mark(hit["fact"].text if hit["fact"] else text, words)
     who.workspace = scope if scope in visible else None
     return who.dashboard.render(who, "search.html", q=q, scope=scope, visible=visible, hits=hits, start=start,
                                 end=end, as_of=as_of, history=history, archived=archived, prefix=prefix,
@@ -122,8 +130,8 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
 @router.get("/w/{ws}/file/{path:path}")
 def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = "", start: str | None = None,
          saved: bool = False, who: Visitor = Depends(visitor)):
-    """A file: its Markdown rendered (or its text with line numbers), frontmatter as fields, links out and in,
-    sources, and for a digest node its history chain."""
+    """A file: its Markdown rendered (its facts as facts), or its text with line numbers; frontmatter as fields,
+    links out and in, sources, and for a digest node its history chain."""
     name, memory = who.open(ws)
     wanted = _lines(lines)
     info = memory.stat(path)
@@ -131,35 +139,49 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         raise InvalidInput(f"{info['path']} is a folder, not a file")
     first = number(start, "start", 1, 10**9, 1)
     page = _text(memory, info, first)
-    body_html = source_html = None
+    body = source_html = None
     meta = info.get("frontmatter") or {}
     links = memory.traverse([info["path"]], depth=1, direction="forward", limit=500) if info["links_out"] else None
     exists = {n["path"]: n for n in (links or {}).get("nodes", [])}
 
     def link_to(target: str, anchor: str | None) -> tuple[str, bool, str | None]:
         known = exists.get(target) or {}
-        return URLS.file(name, target, line_range(anchor)), known.get("exists", True), known.get("name")
+        return (URLS.file(name, target, line_range(anchor), fact=block_id(anchor)), known.get("exists", True),
+                known.get("name"))
 
+    node = info["path"].startswith("digest/") and info["kind"] == "markdown"
     sections: dict[str, tuple[int, int]] = {}
+    shown_facts: dict[int, fact_rows.Row] = {}
     if page is not None and info["kind"] == "markdown" and first == 1:
         text = page["text"]
-        body = split_frontmatter(text).body
-        body_line = text[:len(text) - len(body)].count("\n") + 1  # the body's first line in the file
-        sections = _sections(body, body_line, page["end_line"])
+        parts = split_frontmatter(text)
+        body_line = parts.body_line  # the body's first line in the file
+        sections = _sections(parts.body, body_line, page["end_line"])
+        shown_facts = {line: row for line, row in fact_rows.rows(
+            info["path"], text, link_to, lambda fact: URLS.trace(name, info["path"], fact),
+            validity.status(meta, dt.date.today()) if node else None, dt.date.today(), q).items() if line >= body_line}
         if view != "source":
-            body_html = render_body(body, body_line, link_to, q, wanted)
-    if page is not None and body_html is None:
+            body = render_body(parts.body, body_line, link_to, q, wanted, shown_facts)
+    if page is not None and body is None:
         source_html = render_source(page["text"], page["start_line"], q, wanted)
-    node = info["path"].startswith("digest/") and info["kind"] == "markdown"
     for link in info["links_out"]:
         link["exists"] = exists.get(link["target"], {}).get("exists", True)
         link["name"] = exists.get(link["target"], {}).get("name")
     return who.dashboard.render(
-        who, "file.html", ws=name, info=info, meta=meta, page=page, body_html=body_html, source_html=source_html,
-        q=q, view=view, lines=wanted, sources=[k for k in info["links_out"] if _within(k["line"], sections, "sources")],
-        links_out=[k for k in info["links_out"] if not _within(k["line"], sections, "sources", "history")],
+        who, "file.html", ws=name, info=info, meta=meta, page=page, body=body, facts=shown_facts,
+        source_html=source_html, traceable=_traceable(info["path"]), q=q, view=view, lines=wanted,
+        sources=[k for k in info["links_out"] if _within(k["line"], sections, "sources")],
+        links_out=[k for k in info["links_out"]
+                   if not _within(k["line"], sections, "sources", "history") and k["line"] not in shown_facts],
+        links_in=[k for k in info["links_in"] if k["source"] != info["path"]],  # a fact's replaced_by: its row says it
         history=_chain(memory, info["path"], meta) if node else [], node=node,
         archived=info["path"].startswith("digest/archive/"), writable=not who.grant.read_only, saved=saved)
+
+
+def _traceable(path: str) -> bool:
+    """Whether the lines of a file get a "where from?": memory the jobs write (cards and nodes), not raw
+    material (it is where things come from)."""
+    return path.startswith(("digest/", "daily/"))
 
 
 def _text(memory, info: dict, first: int) -> dict | None:
@@ -193,7 +215,8 @@ def _within(line: int, sections: dict, *names: str) -> bool:
 
 def _chain(memory, path: str, meta: dict) -> list[dict]:
     """The node's supersession chain, oldest first: each node it replaced (`supersedes`), itself, each node that
-    replaced it (`superseded_by`), with name, status and validity window."""
+    replaced it (`superseded_by`), with name, status and validity window; nothing for a current node that
+    replaced none (its facts carry their own history)."""
     today = dt.date.today()
 
     def row(at: str, fm: dict) -> dict:
@@ -212,7 +235,20 @@ def _chain(memory, path: str, meta: dict) -> list[dict]:
                 break
             rows.insert(len(rows) if forward else 0, row(step, fm))
             step = validity.target(fm.get(key))
-    return rows if len(rows) > 1 or meta.get("status") else []
+    return rows if len(rows) > 1 or rows[0]["status"] != validity.CURRENT else []
+
+
+# ---- where a fact comes from ----------------------------------------------------------------------------------
+
+@router.get("/w/{ws}/trace/{path:path}")
+def trace(ws: str, path: str, fact: str = "", who: Visitor = Depends(visitor)):
+    """The chain from a fact (`fact=^f2`) or a line (`fact=12`) of a file down to the messages or resource lines
+    it comes from (the `trace` operation); alone when a file page's script fetches it under the fact."""
+    name, memory = who.open(ws)
+    answer = memory.trace(path, fact or None)
+    words = set(terms(answer["chain"].get("text") or ""))  # the traced sentence's words, marked where they stand
+    return _part(who, "trace.html", "Where this comes from", ws=name, answer=answer,
+                 marked=lambda text: Markup(mark(text or "", words)))
 
 
 # ---- the graph -------------------------------------------------------------------------------------------------
@@ -240,14 +276,18 @@ def days(ws: str, who: Visitor = Depends(visitor)):
 
 @router.get("/w/{ws}/day/{date}")
 def day(ws: str, date: str, who: Visitor = Depends(visitor)):
-    """A day: its cards, and what each dream that ran for it decided per unit."""
+    """A day: its cards, and what each dream that ran for it decided per fact."""
     name, memory = who.open(ws)
     date = parse_date(date)
     listed = memory.daily_list(date=date)
     when = dt.date.fromisoformat(date)
+    dreams = dream_log.for_day(memory.ws, date)
+    for unit in (u for dream in dreams for u in dream["units"]):  # a fact links to where its card says it
+        card, _, anchor = (unit.get("source") or "").partition("#")
+        unit["source_url"] = URLS.file(name, card, line_range(anchor), fact=block_id(anchor)) if card else None
     return who.dashboard.render(
         who, "day.html", ws=name, date=date, cards=listed["cards"], index_page=listed["index_page"],
-        dreams=dream_log.for_day(memory.ws, date), before=(when - dt.timedelta(days=1)).isoformat(),
+        dreams=dreams, before=(when - dt.timedelta(days=1)).isoformat(),
         after=(when + dt.timedelta(days=1)).isoformat())
 
 

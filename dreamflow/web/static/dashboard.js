@@ -1,5 +1,6 @@
 // Dreamflow dashboard (hand-written, no library): loads the overview's slower parts (health, jobs) after the
-// page, and asks before a form marked data-confirm (forgetting a node) is sent.
+// page, opens a fact's "where from?" under the fact (a second click closes it), and asks before a form marked
+// data-confirm (forgetting a node) is sent.
 "use strict";
 
 async function loadPart(box, src) {
@@ -24,6 +25,22 @@ document.addEventListener("DOMContentLoaded", () => {
     loadPart(box, box.dataset.src);
   }
   document.addEventListener("click", (event) => {
+    const trace = event.target.closest("a[data-trace]");
+    if (trace) {
+      event.preventDefault();
+      const holder = trace.closest(".fact") || trace.closest(".block");
+      const open = holder.querySelector(":scope > .trace-box");
+      trace.setAttribute("aria-expanded", open ? "false" : "true");
+      if (open) {
+        open.remove();
+        return;
+      }
+      const box = document.createElement("div");
+      box.className = "trace-box fragment";
+      holder.appendChild(box);
+      loadPart(box, trace.getAttribute("href"));
+      return;
+    }
     const link = event.target.closest("a[data-refresh]");
     const box = link && link.closest(".fragment");
     if (box) {
