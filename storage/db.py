@@ -51,8 +51,9 @@ from storage.workspace import Workspace
 if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
-# The index layout; the DuckDB version is part of it because postings store DuckDB's hash() of each term.
-SCHEMA_VERSION = f"6 duckdb {duckdb.__version__}"  # 6: fact chunks (search_text, valid_from, valid_to)
+# The index layout. 7: postings keyed by storage.tokenize.term_hash (6: DuckDB's hash(), whose values could
+# change with the DuckDB version; 6 added fact chunks: search_text, valid_from, valid_to).
+SCHEMA_VERSION = "7"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")
@@ -88,7 +89,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     valid_from DATE,      -- a digest node's fact: its `since` ...
     valid_to DATE         -- ... and `until` (exclusive)
 );
--- BM25 postings: `term` is DuckDB's hash() of the term string (integers scan and sort several times faster
+-- BM25 postings: `term` is storage.tokenize.term_hash of the term string (integers scan and sort several times faster
 -- than strings); `length` repeats the chunk's BM25 length so scoring needs no join. Kept sorted by term
 -- (zone maps then skip all but a few row groups per query term); rows of replaced chunks stay until
 -- compaction, listed in `stale_chunks` and skipped by queries.

@@ -22,7 +22,7 @@ import duckdb
 
 from storage import search_cache
 from storage.model import Chunk, ParsedFile, normalize_tag
-from storage.tokenize import terms
+from storage.tokenize import term_hash, terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8, read_regular
 
@@ -392,7 +392,8 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     if not items:
         return
     files, chunks, links = [], [], []
-    post_term: list[str] = []
+    post_term: list[int] = []
+    hashes: dict[str, int] = {}  # term -> term_hash, once per distinct term of the batch
     post_tf: list[int] = []
     post_chunk: list[int] = []
     post_length: list[int] = []
@@ -411,7 +412,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
                 chunk.valid_to or "",
             ))
             counts = Counter(toks)
-            post_term += counts.keys()
+            post_term += [hashes.get(t) or hashes.setdefault(t, term_hash(t)) for t in counts]
             post_tf += counts.values()
             post_chunk += [chunk_id] * len(counts)
             post_length += [len(toks)] * len(counts)
@@ -428,7 +429,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
             try_cast(nullif(valid_from, '') AS DATE), try_cast(nullif(valid_to, '') AS DATE)""")
     if post_term:
         _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
-                "hash(term), chunk_id, tf, length")
+                ", ".join(POSTING_COLUMNS))
         con.execute(f"""
             UPDATE meta SET value = (value::BIGINT + {len(post_term)})::VARCHAR WHERE key = 'unsorted_postings'
         """)

@@ -17,22 +17,16 @@ nothing, however rare it is in the memory. Measured from one session to 20,000 f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import duckdb
 
-from storage.search import B, K1
+from storage.bm25 import idf, saturation
 from storage.sql import in_list, sql_literal
-from storage.tokenize import terms
+from storage.tokenize import term_hash, terms
 
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks
-
-
-def idf(df: int, n: int) -> float:
-    """BM25's inverse document frequency of a word held by `df` of `n` chunks."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 @dataclass
@@ -50,8 +44,8 @@ class QueryTerms:
         qterms = list(dict.fromkeys(terms(query)))
         n, avgdl = con.execute("SELECT count(*), coalesce(avg(length), 0) FROM chunks").fetchone()
         rows = con.execute(
-            f"SELECT q.t, count(*) FROM (SELECT unnest({sql_literal(qterms)}::VARCHAR[]) AS t) q "
-            f"JOIN postings p ON p.term = hash(q.t) WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
+            f"SELECT q.t, count(*) FROM {_hashed(qterms)} q "
+            f"JOIN postings p ON p.term = q.h WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
         ).fetchall() if qterms else []
         return cls(qterms, {t: 0 for t in qterms} | dict(rows), n, float(avgdl))
 
@@ -75,8 +69,7 @@ def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[
     floor = max(min_score or 0.0, (min_relevance or 0.0) * sum(weights.values()))
     held = _held(con, query, chunk_ids)
     for words in (held.get(cid, []) for cid in chunk_ids):  # a hit found by meaning alone: no words, score 0
-        score = sum(weights[t] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / query.avgdl))
-                    for t, tf, length in words)
+        score = sum(weights[t] * saturation(tf, length, query.avgdl) for t, tf, length in words)
         if len(words) >= (min_words or 0) and score >= floor:
             return True
     return False
@@ -89,7 +82,13 @@ def _held(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[int
         return {}
     held: dict[int, list[tuple]] = {}
     for cid, t, tf, length in con.execute(
-            f"SELECT p.chunk_id, q.t, p.tf, p.length FROM (SELECT unnest({sql_literal(present)}::VARCHAR[]) AS t) q "
-            f"JOIN postings p ON p.term = hash(q.t) WHERE p.chunk_id IN ({in_list(chunk_ids)})").fetchall():
+            f"SELECT p.chunk_id, q.t, p.tf, p.length FROM {_hashed(present)} q "
+            f"JOIN postings p ON p.term = q.h WHERE p.chunk_id IN ({in_list(chunk_ids)})").fetchall():
         held.setdefault(cid, []).append((t, tf, length))
     return held
+
+
+def _hashed(words: list[str]) -> str:
+    """The terms and their postings key as an SQL table (t, h)."""
+    return (f"(SELECT unnest({sql_literal(words)}::VARCHAR[]) AS t, "
+            f"unnest({sql_literal([term_hash(w) for w in words])}::UBIGINT[]) AS h)")

@@ -1,13 +1,14 @@
 """Recall over the index: `search` (BM25 [+ vectors] -> RRF -> link expansion), `node_search`, `traverse`.
 
-BM25 (k1 = 1.2, b = 0.75) is scored in SQL over the `postings` table, with document frequencies and the
+BM25 (storage/bm25.py) is scored in SQL over the `postings` table, with document frequencies and the
 average chunk length taken from the live tables, so a write is visible to the next query. When a `vectors`
 object is given (see storage/vectors.py) its candidates are fused with the keyword list by reciprocal rank
 fusion: score = sum(weight / (RRF_K + rank)) over the lists a chunk appears in, divided by the best
 possible sum, so the top hit of every list scores 1.0.
 
-In the service (the index held open) storage/search_cache.py answers the same lookups from memory with the
-same ranking: each lookup below asks it first (`search_cache.of(con)`) and runs its SQL when there is none.
+In the service (the index held open) storage/search_cache.py answers the same lookups from memory, with the
+same formula and fact window (storage/bm25.py): each lookup below asks it first (`search_cache.of(con)`) and
+runs its SQL when there is none.
 
 Values go into these queries as SQL literals (`sql_literal`): constant IN lists are pruned with zone maps,
 where a bound list becomes a join, and the Python client's per-value conversion is skipped.
@@ -21,12 +22,11 @@ from typing import Any, Iterable, Protocol, Sequence
 import duckdb
 
 from storage import search_cache, timeref, validity
+from storage.bm25 import Window, holds, score
 from storage.model import normalize_tag
-from storage.sql import FILE_FACTS, in_list, sql_literal
-from storage.tokenize import terms
+from storage.sql import FILE_FACTS, Expr, in_list, sql_literal
+from storage.tokenize import term_hash, terms
 
-K1 = 1.2
-B = 0.75
 RRF_K = 60
 CANDIDATES = 50  # at least this many candidates from each list go into the fusion
 PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
@@ -35,8 +35,6 @@ ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
 DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the query names (storage/timeref.py)
 DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
 DATE_SPANS = 8  # at most this many of the periods a query names are looked up
-
-Window = tuple[dt.date | None, dt.date]  # fact chunks kept: `valid_from <= first` (None: any) and `day < valid_to`
 
 
 class Vectors(Protocol):
@@ -51,8 +49,8 @@ class Vectors(Protocol):
     # search takes them as they are
 
 
-# BM25 of the chunks that contain any query term, best first. Postings carry the chunk length and a hash of
-# the term (see storage/db.py); rows of replaced chunks (stale_chunks) are skipped. `{filters}` is a
+# BM25 of the chunks that contain any query term, best first. Postings carry the chunk length and the term's
+# hash (storage.tokenize.term_hash); rows of replaced chunks (stale_chunks) are skipped. `{filters}` is a
 # condition over the matched chunk `c` and its file `f`, applied to scored chunks before the limit.
 _BM25_SQL = """
 WITH matches AS (
@@ -62,9 +60,7 @@ WITH matches AS (
 df AS (SELECT term, count(*)::DOUBLE AS df FROM matches GROUP BY term),
 corpus AS (SELECT count(*)::DOUBLE AS n, avg(length)::DOUBLE AS avgdl FROM chunks),
 scored AS (
-    SELECT chunk_id,
-           sum(ln(1 + (corpus.n - df.df + 0.5) / (df.df + 0.5))
-               * tf * ({k1} + 1) / (tf + {k1} * (1 - {b} + {b} * length / corpus.avgdl))) AS score
+    SELECT chunk_id, sum({score}) AS score
     FROM matches JOIN df USING (term) CROSS JOIN corpus
     GROUP BY chunk_id
 )
@@ -72,7 +68,7 @@ SELECT s.chunk_id, s.score FROM scored s
 {join}
 ORDER BY s.score DESC, s.chunk_id
 LIMIT {limit}
-"""
+""".replace("{score}", str(score(Expr("tf"), Expr("length"), Expr("df.df"), Expr("corpus.n"), Expr("corpus.avgdl"))))
 _FILTER_JOIN = "JOIN chunks c ON c.id = s.chunk_id JOIN files f ON f.path = c.path WHERE {filters}"
 
 
@@ -86,16 +82,15 @@ def bm25(
 ) -> list[tuple[int, float]]:
     """Top `limit` (chunk_id, BM25 score) for `query`, restricted by a SQL condition over `c` and `f` and to the
     fact chunks that hold in `window` (see `_fact_window`)."""
-    qterms = list(dict.fromkeys(terms(query)))
-    if not qterms:
+    hashes = sorted({term_hash(t) for t in terms(query)})
+    if not hashes:
         return []
     cache = search_cache.of(con)  # the service's in-memory postings: same ranking, no SQL
-    if cache is not None and (found := cache.bm25(con, qterms, limit, filters, params, K1, B, window)) is not None:
+    if cache is not None and (found := cache.bm25(con, hashes, limit, filters, params, window)) is not None:
         return found
     filters = _within(filters, window)
     sql = _BM25_SQL.format(
-        terms=", ".join(f"hash({sql_literal(t)})" for t in qterms),
-        k1=f"{K1!r}::DOUBLE", b=f"{B!r}::DOUBLE", limit=int(limit),  # DOUBLE: decimal arithmetic is slower
+        terms=", ".join(f"{h}::UBIGINT" for h in hashes), limit=int(limit),
         join="" if filters == "TRUE" else _FILTER_JOIN.format(filters=filters),
     )
     return con.execute(sql, params or None).fetchall()
@@ -154,9 +149,8 @@ def _within(filters: str, window: Window | None) -> str:
     if window is None:
         return filters
     first, day = window
-    cond = f"coalesce(c.valid_to > {sql_literal(day)}, TRUE)"
-    if first is not None:
-        cond = f"coalesce(c.valid_from <= {sql_literal(first)}, TRUE) AND {cond}"
+    cond = holds(Expr("coalesce(c.valid_from, '-infinity'::DATE)"), Expr("coalesce(c.valid_to, 'infinity'::DATE)"),
+                 None if first is None else Expr(sql_literal(first)), Expr(sql_literal(day))).sql
     return cond if filters == "TRUE" else f"{filters} AND {cond}"
 
 

@@ -7,12 +7,11 @@ answers from numpy arrays and dicts held in memory cost a fraction of that.
 
 Layout: chunk ids sorted (ids only grow) with their BM25 length, file, line range, fact window (`valid_from`,
 `valid_to` as days since 1970, open ends as the int32 extremes) and a liveness mask;
-postings by term (DuckDB's `hash()` of the term, as in the `postings` table) in one CSR array of dense chunk
+postings by term (storage.tokenize.term_hash, as in the `postings` table) in one CSR array of dense chunk
 positions and term frequencies, plus the postings of chunks added since the load, by term in small pieces;
 {path: (name, description, date)} of every file; the links as arrays over a table of path names (`_Links`);
 chunk texts (headings, text) only while the index holds at most TEXT_CHUNKS chunks (past
-that one query per search fetches the hits' texts). Query terms are hashed in Python (`duckdb_hash`,
-checked against DuckDB's `hash()` at each load; on a mismatch DuckDB hashes them).
+that one query per search fetches the hits' texts).
 
 Kept in step by pulling from the tables, so it is exact whatever a write did and whether it committed:
 `index._transaction` marks the cache dirty (search_cache.changed), and the next query reads what moved. Chunks with an
@@ -23,18 +22,18 @@ the ids are compared). Files whose chunks came or went get their row and links r
 still differs (a file without chunks, an image say, came or went) reads all file rows and links again. A
 large change (a reindex) marks the cache `stale`: storage/search_cache.py builds a new one.
 
-Scores equal the SQL path's: the same formula in float64 (N, avgdl and df over live chunks); only the order
-in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
+Scores equal the SQL path's: the same formula (storage/bm25.py) in float64 (N, avgdl and df over live chunks);
+only the order in which one chunk's per-term parts are added may differ (a last-bit difference at most). Filters are SQL
 conditions over the file `f`: each is evaluated once per file with one query, cached per condition, and
 re-evaluated for files whose chunks changed. A condition naming the chunk `c`, or one whose answer moves
 with the clock (`current_date`, `now()`: the mask would go stale), falls back to SQL. The fact window
-(storage/search.py `_fact_window`) comes apart from the filters and is compared on the held window arrays.
+(storage/search.py `_fact_window`) comes apart from the filters and is kept by the same `holds` as in SQL,
+on the held window arrays.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 import threading
 from typing import Any, Callable
@@ -42,7 +41,8 @@ from typing import Any, Callable
 import duckdb
 import numpy as np
 
-from storage.sql import FILE_FACTS, in_list, sql_literal
+from storage.bm25 import Window, holds, score
+from storage.sql import FILE_FACTS, in_list
 
 TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
@@ -50,11 +50,8 @@ RELOAD_SHARE = 0.25  # more new or dead chunks than this share of the held ones:
 PIECES = 16  # a term's pieces of added postings are joined into one past this many
 MASKS = 8  # filter conditions remembered (least recently used dropped)
 LINK_ROWS = 50_000  # files whose links are kept as tuples once asked for (cleared when full)
-HASHES = 200_000  # term -> hash entries remembered (cleared when full)
 _CHUNK_REF = re.compile(r"\bc\.")
 _VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re.IGNORECASE)  # masks would go stale
-_HASH_PROBES = ["", "a", "bm25", "abcdefgh", "abcdefghijklm", "überprüfung", "日本語の検索", "x" * 40]
-_M64 = (1 << 64) - 1
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
 _OPEN_FROM, _OPEN_TO = -(2**31), 2**31 - 1  # a fact window's open ends (NULL) in the int32 day arrays
 _EPOCH = dt.date(1970, 1, 1)
@@ -91,12 +88,9 @@ class SearchCache:
         self.info: dict[str, tuple] = {}  # path -> its storage.sql.FILE_FACTS of every file
         self.link_table: _Links | None = None  # every link but self-links
         self.texts: dict[int, tuple] | None = None  # chunk id -> (headings, text), small indexes only
-        self.python_hash = False  # duckdb_hash agrees with this DuckDB's hash()
         self.masks: dict[tuple, list] = {}  # key -> [bool per file, paths to re-check]
-        self.hashes: dict[str, int] = {}
         self._scored: tuple | None = None  # the last query's scores (search widens its pool: same query again)
         self._acc, self._seen = np.zeros(0), np.zeros(0, dtype=bool)  # scratch of _score, one per chunk
-        self._norms: tuple | None = None  # ((k1, b, total length, live, held), per-chunk length norm)
 
     # ---- keeping in step -------------------------------------------------------------------------------
 
@@ -150,8 +144,6 @@ class SearchCache:
         if self.n_live <= TEXT_CHUNKS:
             self.texts = {}
             self._read_texts(con)
-        probes = con.execute("SELECT list(hash(t)) FROM (SELECT unnest($1::VARCHAR[]) AS t)", [_HASH_PROBES]).fetchone()
-        self.python_hash = probes[0] == [duckdb_hash(t) for t in _HASH_PROBES]
 
     def _read_texts(self, con: duckdb.DuckDBPyConnection) -> None:
         for cid, headings, text in con.execute("SELECT id, headings, text FROM chunks").fetchall():
@@ -283,26 +275,24 @@ class SearchCache:
 
     # ---- querying --------------------------------------------------------------------------------------
 
-    def bm25(self, con: duckdb.DuckDBPyConnection, qterms: list[str], limit: int, filters: str,
-             params: dict[str, Any] | None, k1: float, b: float,
-             window: tuple[dt.date | None, dt.date] | None = None) -> list[tuple[int, float]] | None:
-        """Top `limit` (chunk id, BM25 score) as storage.search.bm25 ranks them, fact chunks only within
-        `window`; None when the SQL path must answer (a filter over the chunk `c`, or one that moves with the
-        clock)."""
+    def bm25(self, con: duckdb.DuckDBPyConnection, hashes: list[int], limit: int, filters: str,
+             params: dict[str, Any] | None, window: Window | None = None) -> list[tuple[int, float]] | None:
+        """Top `limit` (chunk id, BM25 score) of the chunks holding any of the term `hashes` (sorted, distinct)
+        as storage.search.bm25 ranks them, fact chunks only within `window`; None when the SQL path must answer
+        (a filter over the chunk `c`, or one that moves with the clock)."""
         if _CHUNK_REF.search(filters) or _VOLATILE.search(filters):
             return None
         with self._lock:
             if not self.sync(con):
                 return None
-            hashes = self._hash(con, qterms)
-            cand, scores = self._score(hashes, k1, b)
+            cand, scores = self._score(hashes)
             if len(cand) and filters.strip() != "TRUE":
                 keep = self._mask(con, filters, params)[self.file_of[cand]]
                 cand, scores = cand[keep], scores[keep]
             if len(cand) and window is not None:
-                keep = self.windows[cand, 1] > (window[1] - _EPOCH).days
-                if window[0] is not None:
-                    keep &= self.windows[cand, 0] <= (window[0] - _EPOCH).days
+                first, day = window
+                keep = holds(self.windows[cand, 0], self.windows[cand, 1],
+                             None if first is None else (first - _EPOCH).days, (day - _EPOCH).days)
                 cand, scores = cand[keep], scores[keep]
             if len(cand) > limit:
                 cut = np.partition(scores, len(scores) - limit)[len(scores) - limit]
@@ -352,19 +342,6 @@ class SearchCache:
             return {cid: (list(self.texts[cid][0]), self.texts[cid][1], _day(start, _OPEN_FROM), _day(end, _OPEN_TO))
                     for cid, (start, end) in zip(held, windows)}
 
-    def _hash(self, con: duckdb.DuckDBPyConnection, qterms: list[str]) -> list[int]:
-        """DuckDB's hash() of each term (asked once per new term), deduplicated."""
-        if self.python_hash:
-            return sorted({duckdb_hash(t) for t in qterms})
-        missing = [t for t in qterms if t not in self.hashes]
-        if missing:
-            if len(self.hashes) + len(missing) > HASHES:
-                self.hashes = {}
-            values = ", ".join(f"({i}, {sql_literal(t)})" for i, t in enumerate(missing))
-            found = dict(con.execute(f"SELECT i, hash(t) FROM (VALUES {values}) v(i, t)").fetchall())
-            self.hashes.update((t, found[i]) for i, t in enumerate(missing))
-        return sorted({self.hashes[t] for t in qterms})
-
     def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
         """(dense chunk positions, tfs) of one term, dead chunks included."""
         parts = []
@@ -379,12 +356,12 @@ class SearchCache:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
         return np.concatenate([p for p, _ in parts]), np.concatenate([f for _, f in parts])
 
-    def _score(self, hashes: list[int], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    def _score(self, hashes: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(dense positions, BM25 scores) of the live chunks holding any of the term hashes."""
-        if self._scored is not None and self._scored[0] == (hashes, k1, b):
+        if self._scored is not None and self._scored[0] == hashes:
             return self._scored[1]
         n = float(self.n_live)
-        norm = self._norm(k1, b)
+        avgdl = self.total_length / n if n else 0.0
         everyone = self.n_live == len(self.ids)
         found = []
         for term in hashes:
@@ -394,10 +371,7 @@ class SearchCache:
                 pos, tf = pos[alive], tf[alive]
             if not len(pos):
                 continue
-            df = float(len(pos))
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            tf = tf.astype(np.float64)
-            found.append((pos, idf * tf * (k1 + 1) / (tf + norm[pos])))
+            found.append((pos, score(tf.astype(np.float64), self.lengths[pos], float(len(pos)), n, avgdl)))
         if not found:
             result = (np.zeros(0, dtype=np.int64), np.zeros(0))
         elif len(found) == 1:
@@ -411,17 +385,8 @@ class SearchCache:
             cand = np.flatnonzero(self._seen)
             result = (cand, self._acc[cand])
             self._acc[cand], self._seen[cand] = 0.0, False
-        self._scored = ((hashes, k1, b), result)
+        self._scored = (hashes, result)
         return result
-
-    def _norm(self, k1: float, b: float) -> np.ndarray:
-        """Per held chunk: k1 * (1 - b + b * length / avgdl), the length part of BM25's denominator, computed
-        as the SQL query computes it (same operations, same order: the same float64)."""
-        key = (k1, b, self.total_length, self.n_live, len(self.ids))
-        if self._norms is None or self._norms[0] != key:
-            avgdl = self.total_length / self.n_live if self.n_live else 0.0
-            self._norms = (key, k1 * (1 - b + b * self.lengths / avgdl) if self.n_live else np.zeros(len(self.ids)))
-        return self._norms[1]
 
     def _mask(self, con: duckdb.DuckDBPyConnection, filters: str, params: dict[str, Any] | None) -> np.ndarray:
         """Bool per held file: passes the SQL condition `filters` over `files f` (re-checked where changed)."""
@@ -531,20 +496,6 @@ class _Links:
         return [(names[s], names[t], a, p, None if line == _NO_LINE else line) for s, t, a, p, line in zip(
             self.source[at].tolist(), self.target[at].tolist(), self.anchor[at].tolist(), self.predicate[at].tolist(),
             self.line[at].tolist())]
-
-
-def duckdb_hash(text: str) -> int:
-    """DuckDB's hash() of a VARCHAR (1.x: 8-byte blocks folded with a multiply, then a murmur finaliser),
-    sql_literal's NUL removal applied; checked against the database before use."""
-    data = text.replace("\x00", "").encode("utf-8", "surrogatepass")
-    h = 0xE17A1465 ^ ((len(data) * 0xC6A4A7935BD1E995) & _M64)
-    for at in range(0, len(data), 8):
-        h = ((h ^ int.from_bytes(data[at:at + 8], "little")) * 0xD6E8FEB86659FD93) & _M64
-    h ^= h >> 32
-    h = (h * 0xD6E8FEB86659FD93) & _M64
-    h ^= h >> 32
-    h = (h * 0xD6E8FEB86659FD93) & _M64
-    return h ^ (h >> 32)
 
 
 def _day(days: int, open_end: int) -> str | None:

@@ -12,7 +12,6 @@ chunk ids again). What is held and how it stays exact: storage/search_arrays.py.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -124,7 +123,6 @@ class _Slot:
                 fresh.dirty = True  # writes since the snapshot: taken in by the first query
                 self.cache = fresh
                 self.loaded.set()
-        _release_freed_memory()
 
     def close(self) -> None:
         with _guard:
@@ -140,11 +138,3 @@ class _Slot:
             thread.join(timeout=10)
         self.loaded.set()
 
-
-def _release_freed_memory() -> None:
-    """Hand the heap the load freed back to the system: glibc keeps it resident otherwise (about 340 MB of the
-    load's temporaries at 1M chunks). Elsewhere (no `malloc_trim`) nothing to do."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (AttributeError, OSError):
-        pass

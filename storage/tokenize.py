@@ -5,11 +5,13 @@ PyStemmer; numbers are kept as they are. CJK runs (Chinese, Japanese kana, Korea
 between words, so each run becomes overlapping character bigrams (a one-character run becomes that
 character), which finds Chinese words without a dictionary.
 
+`term_hash` is a term's key in the index's postings (storage/index.py writes it, search looks it up).
 `tokens` estimates what a text takes in a model's context (recall's budgets, what the hooks inject).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import unicodedata
@@ -101,3 +103,10 @@ def tokens(text: str) -> int:
     (conservative for CJK)."""
     ascii_chars = len(text.encode("ascii", "ignore"))
     return math.ceil(ascii_chars / 4) + len(text) - ascii_chars
+
+
+def term_hash(term: str) -> int:
+    """A term's key in the `postings` table: its 8-byte BLAKE2b digest as a non-negative 63-bit integer (fits
+    DuckDB's integer columns and numpy's int64; integers scan and sort several times faster than strings)."""
+    digest = hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
