@@ -6,7 +6,7 @@ The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites
 code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
 that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
-words is dropped; relative times are resolved to dates from its message's day (tasks/relative_dates.py), and
+words is dropped; relative times are resolved to dates from its message's day (engine/relative_dates.py), and
 the first day a fact names is its `date`.
 A dropped fact is reported with its rule; the others are kept.
 """
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
 
+from engine import quality, relative_dates
 from engine.llm import response_schema
 from storage import facts
 from storage.tokenize import terms
-from tasks import quality, relative_dates
 
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence
