@@ -94,12 +94,18 @@ def _linked(tmp_path, n=12):
     return mem
 
 
-def test_an_interrupted_relink_is_finished_by_the_next_open(tmp_path, monkeypatch):
-    mem = _linked(tmp_path)
-    _crash_after(monkeypatch, 5)
+def _half_relinked(tmp_path, monkeypatch, n=12, writes=5):
+    """A workspace whose relink of old.md to new.md was killed after `writes` of its `n` files."""
+    mem = _linked(tmp_path, n)
+    _crash_after(monkeypatch, writes)
     with pytest.raises(KeyboardInterrupt):
         mem.relink("digest/wiki/old.md", "digest/wiki/new.md")
     monkeypatch.undo()
+    return mem
+
+
+def test_an_interrupted_relink_is_finished_by_the_next_open(tmp_path, monkeypatch):
+    mem = _half_relinked(tmp_path, monkeypatch)
     texts = [(mem.ws.root / f"digest/wiki/n{i}.md").read_text() for i in range(12)]
     assert sum("new.md#L8|first line" in t for t in texts) == 5  # half done, as a crash would leave it
     reopened, recovered = _open(mem.ws.root)
@@ -117,11 +123,7 @@ def _files(root) -> dict:
 
 
 def test_constructing_a_memory_touches_no_file_until_the_workspace_is_opened_for_writing(tmp_path, monkeypatch):
-    mem = _linked(tmp_path)
-    _crash_after(monkeypatch, 5)
-    with pytest.raises(KeyboardInterrupt):
-        mem.relink("digest/wiki/old.md", "digest/wiki/new.md")
-    monkeypatch.undo()
+    mem = _half_relinked(tmp_path, monkeypatch)
     pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                          text=True).stdout.strip()  # a writer that died mid-write: its marker and temp file
     (mem.ws.root / WRITERS / f"writer-{pid}").write_text("")
@@ -140,11 +142,7 @@ def test_every_writer_opens_the_workspace_for_writing(tmp_path, monkeypatch, ope
     from engine.client import local_memory
     from engine.job_workspace import memory_of
 
-    mem = _linked(tmp_path, n=3)
-    _crash_after(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt):
-        mem.relink("digest/wiki/old.md", "digest/wiki/new.md")
-    monkeypatch.undo()
+    mem = _half_relinked(tmp_path, monkeypatch, n=3, writes=1)
     assert journal.interrupted(mem.ws)
     if opener == "service":
         local_memory(mem.ws.root, keep_open=True).db.close()  # what the service's hosting opens
