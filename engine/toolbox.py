@@ -20,8 +20,7 @@ from typing import Any
 from engine import ops
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
-from storage.text_view import read_all
-from storage.text_view import split_head
+from storage.text_view import read_all, split_head
 from storage.workspace import Workspace
 
 READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "recall", "node_search", "traverse", "daily_list")

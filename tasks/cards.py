@@ -25,8 +25,7 @@ from engine.llm import LLM, AnswerRefused
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import charged
-from storage import checkpoints, dialog
-from storage import facts
+from storage import checkpoints, dialog, facts
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from storage.text_view import read_all

@@ -42,8 +42,7 @@ from engine.prefect_env import run_logger
 from engine.settings import Settings
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
-from storage import checkpoints
-from storage import dream_log, facts, validity
+from storage import checkpoints, dream_log, facts, validity
 from storage.errors import JobFailed
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms

@@ -15,8 +15,7 @@ from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
 from llm_server import Reply, json_reply, misbehave
 from engine import usage_log
-from storage import checkpoints
-from storage import facts, vectors
+from storage import checkpoints, facts, vectors
 from storage.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory

@@ -13,8 +13,7 @@ from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
 from engine.job_workspace import RESULTS
-from storage import checkpoints
-from storage import dream_log, facts
+from storage import checkpoints, dream_log, facts
 from storage.markdown import split_frontmatter
 from storage.memory import Memory
 from storage.workspace import Workspace

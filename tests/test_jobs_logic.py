@@ -8,8 +8,7 @@ import pytest
 
 from engine import extraction, interests, relative_dates
 from engine.toolbox import WriteRejected, predict
-from storage import checkpoints, dialog
-from storage import facts
+from storage import checkpoints, dialog, facts
 from storage.errors import InvalidInput
 from storage.memory import Memory
 from tasks.cards import add_facts, find_card, slugify, unique_path
