@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT), str(ROOT / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
 from storage.errors import DreamflowError  # noqa: E402
-from storage.memory import Memory  # noqa: E402
+from storage.memory import Memory, recover  # noqa: E402
 
 SECRET = "SECRET-OUTSIDE"
 SPECIALS = ["fifo.md", "sock.md", "loop", "dangle.md", "metalink", "idx.md", "outlink", "outfile.md", "up"]
@@ -229,7 +229,7 @@ def paths_over_mcp(mem: Memory, outside: Path) -> tuple[int, list[str]]:
 
 
 def _recover(root: str) -> None:
-    Memory(root)
+    recover(Memory(root))
 
 
 def _killed_moves(trials: int, rng: random.Random):
@@ -280,6 +280,7 @@ def crash_trials(trials: int, seed: int) -> dict:
                 out["recoveries_killed"] += 1
             child.join()
         mem = Memory(root)
+        recover(mem)
         out["dangling_after"] += dangling(root) > 0
         out["temps_after"] += bool(temp_files(root))
         out["journal_left"] += bool(journal.entries(mem.ws))
@@ -336,6 +337,7 @@ def journal_damage(trials: int, seed: int) -> dict:
         journal.begin(Workspace(root), "move", {"src": SRC})  # valid JSON, good checksum, no destination
         lines.lines.clear()
         mem = Memory(root)
+        recover(mem)
         out["lines_first_open"] += len(lines.lines)
         out["dangling_after"] += dangling(root) > 0
         out["journal_left"] += bool(journal.entries(mem.ws))
@@ -344,7 +346,7 @@ def journal_damage(trials: int, seed: int) -> dict:
         out["notes_wrong"] += notes_wrong
         out["index_wrong"] += index_wrong
         lines.lines.clear()
-        Memory(root)
+        recover(Memory(root))
         out["lines_second_open"] += len(lines.lines)
     logging.getLogger("storage").removeHandler(lines)
     return out
@@ -456,7 +458,7 @@ def import_hostile(gb: float) -> dict:
                "skipped": {r["path"]: r["reason"][:40] for r in result.get("skipped", [])},
                "index_finds_it": bool(found), "workspace_disk_mb": ws_mb}
         script = ("import sys; from pathlib import Path; from storage.workspace import Workspace\n"
-                  "from tasks.reme_import import copy_file\n"
+                  "from engine.reme_import import copy_file\n"
                   "print(copy_file(Path(sys.argv[2]), Workspace(sys.argv[1]), 'resource/huge.bin', True, 1 << 40))")
         status, rss, took, answer = _peak_rss_mb([sys.executable, "-c", script, str(ws),
                                                    str(src / "resource/huge.bin")])

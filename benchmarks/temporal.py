@@ -169,8 +169,8 @@ def cited_text(memory, source: str) -> str:
 
 def unsupported(memory, fact) -> set[str]:
     """The fact's words its cited lines do not have (besides framing words and the date code wrote)."""
+    from engine.extraction import FRAMING
     from storage.tokenize import terms
-    from tasks.extraction import FRAMING
 
     said = set()
     for source in fact.sources:
@@ -260,11 +260,13 @@ def main() -> None:
 
 def run(args, home: Path, settings) -> None:
     from engine import prefect_env
+
+    prefect_env.configure()  # before the flows import prefect
     from engine.usage import Usage
+    from engine.usage_log import gates_line
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
     from storage.memory import Memory
-    from tasks.usage import gates_line
 
     ws = home / "ws"
     memory = Memory(ws)

@@ -222,8 +222,8 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
                   body: ProactiveRequest = Body(default_factory=ProactiveRequest)) -> dict[str, Any]:
         """The topics to bring up proactively on a day, from the dream's `daily/<date>/interests.yaml`
         (`skipped` when the day has none). `POST /flows/proactive` runs the same as a Prefect flow."""
-        from tasks.context import check_date, today
-        from tasks.interests import proactive_topics
+        from engine.days import check_date, today
+        from engine.interests import proactive_topics
 
         _, memory = _open(catalog, request, writes=False)
         day = check_date(body.date) if body.date else today()

@@ -18,7 +18,7 @@ def record_turn(workspace: str | Path, session_id: str, messages: list[dict], co
     from engine.settings import Settings
     from engine.turns import TurnCounter
     from engine.turns import record_turn as record
-    from tasks.dialog import append_messages
+    from storage.dialog import append_messages
 
     remote = connect(workspace)
     if remote is not None:

@@ -87,8 +87,8 @@ def dream(obj, as_json: bool, no_wait: bool, **params: Any) -> None:
 def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wait: bool) -> None:
     """Topics to bring up today, from daily/<date>/interests.yaml (written by dream)."""
     from engine.client import connect, local_memory
-    from tasks.context import check_date, today
-    from tasks.interests import proactive_topics
+    from engine.days import check_date, today
+    from engine.interests import proactive_topics
 
     remote = connect(obj.workspace)
     if remote is not None:

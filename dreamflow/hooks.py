@@ -15,7 +15,7 @@ Which workspace: `--workspace` when given, else the registered workspace whose `
 repository gets its own memory (`session_workspace`).
 
 What is kept: the main conversation's user prompts (a slash command as `/name args`) and assistant text (and
-tool calls, their long arguments cut). Dropped: tool results, thinking, base64 images (tasks/dialog.py filters
+tool calls, their long arguments cut). Dropped: tool results, thinking, base64 images (storage/dialog.py filters
 as for every turn), sidechains (subagents), meta records (a slash command's expanded body), local-command
 output and caveats, `<system-reminder>` blocks, Claude Code's own compaction summaries and the answers it
 writes itself (model `<synthetic>`), summary/system/snapshot records. A partly written last line waits for
@@ -144,7 +144,7 @@ def _stamp(value: Any) -> str | int | float | None:
 
 
 def _content(content: Any) -> Any:
-    from tasks.dialog import DROP_BLOCKS  # tool results: a user record of only these is no prompt
+    from storage.dialog import DROP_BLOCKS  # tool results: a user record of only these is no prompt
 
     if isinstance(content, str):
         text = _text(content)
@@ -162,7 +162,7 @@ def _content(content: Any) -> Any:
         elif block.get("type") == "tool_use":
             kept.append({"type": "tool_use", "name": _cut(block.get("name")), "input": _cut(block.get("input"))})
         else:
-            kept.append(_cut(block))  # images and the like: tasks/dialog.py drops base64 payloads
+            kept.append(_cut(block))  # images and the like: storage/dialog.py drops base64 payloads
     return kept or None
 
 
@@ -249,7 +249,7 @@ class Delivery:
         self.refused: list[str] = []
 
     def read(self, path: Path) -> None:
-        from tasks import checkpoints
+        from storage import checkpoints
 
         state = checkpoints.load(self.ws, self.name)
         uuids = state.get("uuids") if isinstance(state.get("uuids"), list) else []
@@ -318,7 +318,7 @@ class Delivery:
         self.save(end, False)
 
     def save(self, offset: int, skipping: bool) -> None:
-        from tasks import checkpoints
+        from storage import checkpoints
 
         checkpoints.save(self.ws, self.name, {"transcript": self.path, "offset": offset, "skipping": skipping,
                                               "uuids": list(self.seen)})
@@ -330,9 +330,9 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     bytes left for the next delivery)."""
     from dreamflow.capture import record_turn
     from engine.turns import check_session_id
+    from storage import checkpoints
     from storage.errors import InvalidInput
     from storage.workspace import Workspace
-    from tasks import checkpoints
 
     event = payload.get("hook_event_name")
     session_id = check_session_id(payload.get("session_id"))

@@ -1,4 +1,4 @@
-"""`dreamflow import-reme DIR`: bring a ReMe workspace over (tasks/reme_import.py). CLI only: DIR is a folder
+"""`dreamflow import-reme DIR`: bring a ReMe workspace over (engine/reme_import.py). CLI only: DIR is a folder
 on this machine, so no HTTP route or agent tool offers it."""
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def import_reme(obj, source: str, overwrite: bool, max_file_bytes: int | None, a
     unless --overwrite.
     """
     from dreamflow.cli import fail
+    from engine.reme_import import import_reme as run_import
     from storage.errors import DreamflowError
     from storage.workspace import Workspace
-    from tasks.reme_import import import_reme as run_import
 
     try:
         result = run_import(obj.memory(), Workspace(obj.workspace), source, overwrite=overwrite,

@@ -126,7 +126,7 @@ class Target:
 def _check_date(date: str | None) -> None:
     """Refuse a malformed date now, as a tool error, rather than in a run that fails later."""
     if date:
-        from tasks.context import check_date
+        from engine.days import check_date
 
         check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dreamflow.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
-from engine.client import read_all
 from engine.grants import ADMIN, Grant
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError
+from storage.text_view import read_all
 
 PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
 
@@ -426,7 +426,7 @@ class Service:
 
     def _job_workspace(self, name: str) -> str:
         """How a run names a served workspace: a registered one by name; the unregistered default by its folder,
-        which a run accepts only while a service serves it (tasks.context.workspace_root), so a runner or worker
+        which a run accepts only while a service serves it (engine.job_workspace.workspace_root), so a runner or worker
         shared by several services finds its owner."""
         return name if name in self.hosts.registry.entries else str(self.hosts.root(name))
 
@@ -488,7 +488,7 @@ class Service:
         (with the run's UI link, as the other job commands print)."""
         from deployments.launch import run_url
         from engine.turns import record_turn
-        from tasks.dialog import append_messages
+        from storage.dialog import append_messages
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         memory = self.hosts.memory(hosted.name)
@@ -514,7 +514,7 @@ class Service:
     def _catch_up_resources(self, hosted) -> None:
         """Emit events for text resources added, changed or deleted while no service watched them (compared
         with auto_resource's checkpoint of what each card was made from)."""
-        from tasks import checkpoints
+        from storage import checkpoints
 
         seen = checkpoints.load(hosted.ws, "resources")
         on_disk = list(hosted.ws.iter_files("resource"))
@@ -545,7 +545,7 @@ class Service:
         and folders."""
         from deployments import launch
         from dreamflow import workspace_status
-        from tasks import usage
+        from engine import usage_log
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         memory = self.hosts.memory(hosted.name)
@@ -555,7 +555,7 @@ class Service:
             "index": memory.index_stats(),
             "watcher": {"idle": hosted.watcher.idle() if hosted.watcher else None},
             "turns": {"every": hosted.turns.every, "sessions": hosted.turns.sessions()},
-            "usage": usage.summary(str(hosted.ws.root)),
+            "usage": usage_log.summary(str(hosted.ws.root)),
             "warnings": self.warnings,
         }
         if grant.admin:

@@ -110,9 +110,9 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters, last dream, and
     the same for every registered workspace)."""
     from dreamflow.workspace_status import recorded_dream
+    from engine import usage_log
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
-    from tasks import usage
 
     remote = connect(workspace)
     if remote is not None:
@@ -126,7 +126,7 @@ def current_status(workspace: Path) -> dict:
         "last_dream": recorded_dream(memory.ws),  # what the last dream recorded (any process)
         "index": index,
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
-        "usage": usage.summary(str(memory.ws.root)),
+        "usage": usage_log.summary(str(memory.ws.root)),
         "warnings": [warning] if warning else [],
         "logs": str(dreamflow_home() / "logs"),
         "workspaces": _registered(memory.ws.root, index),

@@ -37,39 +37,26 @@ def open_memory(workspace: str | os.PathLike[str] | None = None):
     return remote if remote is not None else local_memory(root)
 
 
-def read_all(memory, path: str) -> str:
-    """The whole text of a file as `read` numbers its lines, with no size bound (for Dreamflow's own jobs;
-    agents page with `read`): the pages of `read` joined, or the decoded bytes when a line is longer than a page."""
-    from storage.text_view import READ_CHARS_MAX, text_lines
-
-    parts, at = [], None
-    while True:
-        page = memory.read(path, start_line=at, numbered=False, max_chars=READ_CHARS_MAX)
-        if page["cut_line"]:
-            rel, data = memory.download_content(path)
-            return "".join(line + "\n" for line in text_lines(rel, data))
-        parts.append(page["content"])
-        at = page["next_start_line"]
-        if at is None:
-            return "".join(parts)
-
-
 def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
-    """An in-process `Memory`; `keep_open=True` holds the index for the life of the process (service only: its
-    watcher keeps the index up to date, so its reads never look at the files first). Without it, each read
-    first indexes what changed on disk, within `DREAMFLOW_CATCH_UP_SECONDS` (storage/freshness.py)."""
-    from storage.memory import Memory
+    """An in-process `Memory`, opened for writing (`storage.memory.recover`: what a killed process left is
+    finished first); `keep_open=True` holds the index for the life of the process (service only: its watcher
+    keeps the index up to date, so its reads never look at the files first). Without it, each read first
+    indexes what changed on disk, within `DREAMFLOW_CATCH_UP_SECONDS` (storage/freshness.py)."""
+    from storage.memory import Memory, recover
 
     if not keep_open:
         from engine.semantic import attach
 
         memory = Memory(workspace)
+        recover(memory)
         attach(memory)  # vector search in-process only with DREAMFLOW_CLI_VECTORS=1 (the service always has it)
         return memory
     from storage.db import IndexDB
     from storage.workspace import Workspace
 
-    return Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True), watched=True)
+    memory = Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True), watched=True)
+    recover(memory)
+    return memory
 
 
 def service_info(workspace: str | os.PathLike[str]) -> dict | None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 
 from engine import ops
-from engine.client import read_all
 from engine.settings import Settings
 from storage.errors import InvalidInput
+from storage.text_view import read_all
 
 CAPPED_FOLDERS = ("daily", "digest")
 # Parameters whose text goes into the file, per operation (frontmatter included: a runaway value is as big).

@@ -11,7 +11,7 @@ local models:
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
 - the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
   tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
-- a job may pass `check(answer) -> (rule, message) | None`, its content rules (tasks/quality.py): a refused
+- a job may pass `check(answer) -> (rule, message) | None`, its content rules (engine/quality.py): a refused
   answer gets the same one repair turn, naming the rule; the repair turn shows the answer's shape with
   placeholders (never an example a model could copy as memory);
 - usage (tokens, seconds, first-try answers, repairs, failures, refusals per rule) is counted per call kind.

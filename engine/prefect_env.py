@@ -37,7 +37,7 @@ DEFAULTS = {
 
 def prefect_home() -> str:
     """Where Prefect keeps its database: `<dreamflow home>/prefect` (a flow run's persisted results go to its
-    workspace instead: tasks.context.keep_results_in)."""
+    workspace instead: engine.job_workspace.keep_results_in)."""
     return str(dreamflow_home() / "prefect")
 
 

@@ -18,10 +18,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from engine import ops
-from engine.client import read_all
 from storage.errors import DreamflowError, NotFound
 from storage.markdown import render_frontmatter, split_frontmatter
-from storage.text_view import split_head
+from storage.text_view import read_all, split_head
 from storage.workspace import Workspace
 
 READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "recall", "node_search", "traverse", "daily_list")

@@ -1,9 +1,7 @@
 """Memory jobs as Prefect flows: one module per job (their tasks' prompts are in tasks/prompts/*.md).
 
-Importing this package applies Dreamflow's quiet, offline Prefect defaults (nothing phones home) before any
-flow module imports prefect, so `from flows.auto_dream import auto_dream` is safe from plain Python too.
+Importing a flow configures nothing: whatever runs flows applies Dreamflow's quiet, offline Prefect defaults
+first (`engine.prefect_env.configure()`, before `prefect` is imported): the runner (`deployments.serve`), the
+service, the CLI's job commands (dreamflow/job_runs.py), the tests and benchmarks. A flow run also applies them
+at its first step (`engine.job_workspace.workspace_root`), for the process a deployment run starts.
 """
-
-from engine import prefect_env
-
-prefect_env.configure()

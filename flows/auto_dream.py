@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from prefect import flow, unmapped
 from prefect.states import Failed
-from prefect.task_runners import ThreadPoolTaskRunner
 
+from engine.days import check_date, today
+from engine.job_workspace import workspace_root
 from engine.llm import require_llm
-from engine.settings import Settings
-from tasks.context import check_date, today, workspace_root
+from flows.unit_pool import UnitPool
 from tasks.dream import UnitsFailed, consolidate, finish, gather, publish_report, settle
 from tasks.topics import select_topics
 
 
-@flow(name="auto-dream", persist_result=True,
-      task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+@flow(name="auto-dream", persist_result=True, task_runner=UnitPool)
 def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
                topic_count: int = 3, topic_diversity_days: int = 7, workspace: str | None = None) -> dict:
     """Consolidate the facts of the daily cards changed in the `scan_days` days ending at `date` (default

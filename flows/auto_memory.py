@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from prefect import flow
 
+from engine.days import check_date, today
+from engine.job_workspace import workspace_root
 from engine.llm import require_llm
 from engine.usage import Usage
+from storage import dialog
 from storage.errors import InvalidInput
-from tasks import dialog
 from tasks.cards import publish_usage, refresh_day, summarise_session
-from tasks.context import check_date, today, workspace_root
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from prefect import flow
 
+from engine.days import today
+from engine.job_workspace import workspace_root
 from engine.llm import require_llm
 from storage.markdown import path_date
 from tasks.cards import (check_resource, publish_usage, record_resource, refresh_day, remove_resource_card,
                          summarise_resource)
-from tasks.context import today, workspace_root
 
 
 @flow(name="auto-resource", persist_result=True)

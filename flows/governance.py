@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from prefect import flow, unmapped
 from prefect.states import Failed
-from prefect.task_runners import ThreadPoolTaskRunner
 
+from engine.days import today
+from engine.job_workspace import workspace_root
 from engine.llm import require_llm
-from engine.settings import Settings
-from tasks.context import today, workspace_root
+from flows.unit_pool import UnitPool
 from tasks.dream import UnitsFailed
 from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
@@ -30,8 +30,7 @@ def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: in
     return report
 
 
-@flow(name="link-mine", persist_result=True,
-      task_runner=ThreadPoolTaskRunner(max_workers=Settings().dream_concurrency))
+@flow(name="link-mine", persist_result=True, task_runner=UnitPool)
 def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: int = 8,
               workspace: str | None = None) -> dict:
     """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""

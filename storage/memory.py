@@ -58,7 +58,9 @@ class Memory:
 
     `db` defaults to a short-lived-session `IndexDB` for the workspace; `vectors` (optional, see
     storage/vectors.py) adds semantic candidates to `search` and `node_search`. `watched`: a watcher keeps the
-    index up to date (the service's), so reads answer from it without looking at the files first.
+    index up to date (the service's), so reads answer from it without looking at the files first. A process
+    that writes calls `recover(memory)` first (crash recovery is a step of opening for writing, not of
+    construction).
     """
 
     def __init__(self, workspace_root: str | os.PathLike[str], db: IndexDB | None = None, vectors: Any = None,
@@ -73,7 +75,6 @@ class Memory:
         self.vectors = vectors
         if vectors is not None:
             db.add_cache(vectors)
-        self.recovered = self._recover()
 
     # ---- writing files -------------------------------------------------------------------------------
 
@@ -747,26 +748,6 @@ class Memory:
         if problem:
             raise PathError(f"{rel!r}: {problem}")
 
-    def _recover(self) -> dict:
-        """Finish what a killed process left: its journaled moves/relinks and its temp files (cheap when
-        there is nothing: two folder listings)."""
-        from storage import journal
-
-        done: dict = {}
-        temps = self.ws.clean_stale_temps()
-        if temps:
-            done["temp_files_removed"] = temps
-        if journal.interrupted(self.ws):
-            from storage import recovery
-
-            try:
-                with self.db.session() as con:
-                    done.update(recovery.recover(con, self.ws))
-            except IndexRebuilt:  # the replay met a damaged index, now rebuilt from the files: replay on it
-                with self.db.session() as con:
-                    done.update(recovery.recover(con, self.ws))
-        return done
-
     def _reindex(self, con, *rels: str) -> None:
         """Re-index changed files before the write returns (a missing file's rows are removed)."""
         from storage import index
@@ -914,6 +895,29 @@ class Memory:
             return {"path": rel, "type": "folder"}
         st = self.ws.resolve(rel).stat()
         return {"path": rel, "type": "file", "size": st.st_size, "mtime": _iso(st.st_mtime), "mtime_ns": st.st_mtime_ns}
+
+
+def recover(memory: Memory) -> dict:
+    """Open the workspace of `memory` for writing: finish what a killed process left, its journaled moves and
+    relinks (storage/recovery.py) and its temp files; returns what was done (`{}` when nothing: two folder
+    listings). Every process that writes calls it once before its first write (engine.client.local_memory);
+    constructing a `Memory` touches no file."""
+    from storage import journal
+
+    done: dict = {}
+    temps = memory.ws.clean_stale_temps()
+    if temps:
+        done["temp_files_removed"] = temps
+    if journal.interrupted(memory.ws):
+        from storage import recovery
+
+        try:
+            with memory.db.session() as con:
+                done.update(recovery.recover(con, memory.ws))
+        except IndexRebuilt:  # the replay met a damaged index, now rebuilt from the files: replay on it
+            with memory.db.session() as con:
+                done.update(recovery.recover(con, memory.ws))
+    return done
 
 
 def _telling(behind: dict | None, result: dict) -> dict:

@@ -42,6 +42,22 @@ def page(lines: list[str], first: int, last: int, numbered: bool, max_chars: int
     return "".join(parts), len(parts), None
 
 
+def read_all(memory, path: str) -> str:
+    """The whole text of a file as `read` numbers its lines, with no size bound (for Dreamflow's own jobs;
+    agents page with `read`) of any memory (`Memory`, `RemoteMemory`): the pages of `read` joined, or the decoded
+    bytes when a line is longer than a page."""
+    parts, at = [], None
+    while True:
+        answer = memory.read(path, start_line=at, numbered=False, max_chars=READ_CHARS_MAX)
+        if answer["cut_line"]:
+            rel, data = memory.download_content(path)
+            return "".join(line + "\n" for line in text_lines(rel, data))
+        parts.append(answer["content"])
+        at = answer["next_start_line"]
+        if at is None:
+            return "".join(parts)
+
+
 def split_head(rel: str, text: str) -> tuple[str, str]:
     """(frontmatter block with its fences, body) of a Markdown file's text; ("", text) for other files. A
     malformed block still counts as the head, so body-only operations never touch it."""

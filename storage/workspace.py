@@ -7,7 +7,8 @@ refuses anything whose resolved path is in `metadata/` (case-insensitively). Rea
 `.<name>.<pid>-<rand>.tmp` in the target folder, fsynced, renamed over the target and the folder fsynced;
 the target keeps its mode (new files get the umask's). A rewrite checks the file is unchanged just before
 the rename and carries over what others append in between (`write_bytes`). Temp files of a process killed
-mid-write are removed by the next process that opens the workspace (`clean_stale_temps`).
+mid-write are removed by the next process that opens the workspace for writing (`clean_stale_temps`, called by
+`storage.memory.recover`).
 
 Opening a workspace also gives it its `.gitignore` files (`GITIGNORES`), so a workspace inside a git repository
 never has its derived state committed by accident, nor, unless the team decides so, its raw conversations.

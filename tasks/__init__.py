@@ -1,8 +1,5 @@
-"""Small Prefect tasks around plain functions, used by the flows.
+"""Prefect tasks, used by the flows: every module here defines tasks (`@task`), with the small pure code that
+belongs to one of them beside it; the domain logic they call is in engine/ and storage/.
 
-Like `flows`, importing this package applies the quiet, offline Prefect defaults first.
+Importing a task configures nothing (see `flows`: what runs flows configures Prefect first).
 """
-
-from engine import prefect_env
-
-prefect_env.configure()

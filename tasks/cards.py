@@ -1,7 +1,7 @@
 """Daily cards: `daily/<date>/<name>.md`, one per conversation per day or per resource, and day pages.
 
 A card is a list of facts (storage/facts.py) grouped by kind, each citing the messages or resource lines it
-comes from. The model only lists facts (tasks/extraction.py); code checks each one and writes the card: a
+comes from. The model only lists facts (engine/extraction.py); code checks each one and writes the card: a
 card is found again by an identity key in its frontmatter (`session_id` or `source_resource`), new facts are
 added to it with new block ids (a fact it already states is not added twice), and nothing else in it is
 rewritten. Its title is the model's (when the content checks pass it) or its first fact's words.
@@ -19,17 +19,17 @@ from pathlib import PurePosixPath
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.client import read_all
+from engine import extraction, quality, usage_log
+from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, AnswerRefused
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import charged
-from storage import facts
+from storage import checkpoints, dialog, facts
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
+from storage.text_view import read_all
 from storage.tokenize import terms
-from tasks import checkpoints, dialog, extraction, quality, usage
-from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
 MAX_RESOURCE_CHARS = 40_000  # of a resource read into cards (the rest is left out, and said so)
@@ -336,7 +336,7 @@ def record_resource(workspace: str, path: str, result: dict) -> None:
 @task(cache_policy=NO_CACHE)
 def publish_usage(workspace: str, job: str, title: str, spent: dict | None) -> str:
     """The run's LLM usage per call kind: a `<job>-usage` artifact and an entry in the usage log."""
-    return usage.publish(workspace, job, title, spent)
+    return usage_log.publish(workspace, job, title, spent)
 
 
 @task(cache_policy=NO_CACHE)

@@ -34,19 +34,19 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from pydantic import BaseModel, field_validator
 
+from engine import extraction, usage_log
 from engine.embedders import EmbedderError, make_embedder
+from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, LLMError, response_schema
-from engine.settings import Settings
 from engine.prefect_env import run_logger
+from engine.settings import Settings
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
-from storage import dream_log, facts, validity
+from storage import checkpoints, dream_log, facts, validity
 from storage.errors import JobFailed
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
-from tasks import checkpoints, extraction, usage
 from tasks.cards import describe, extract_facts, fact_key, slugify, unwrap_link
-from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
 BUCKETS = ("personal", "procedure", "wiki")
@@ -517,9 +517,9 @@ def publish_report(workspace: str, summary: dict) -> str:
     u = summary["usage"]
     lines += ["", f"LLM: {u['calls']} calls, {u['total_tokens']} tokens "
                   f"({u['prompt_tokens']} prompt, {u['completion_tokens']} completion), {u['seconds']} s.", "",
-              *usage.table(u)]
+              *usage_log.table(u)]
     markdown = "\n".join(lines)
-    usage.publish(workspace, "auto-dream", f"dream of {summary['date']}", u)
+    usage_log.publish(workspace, "auto-dream", f"dream of {summary['date']}", u)
     dream_log.record(metadata_of(workspace), summary, flow_run.id)  # the dashboard's day page reads it back
     create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
     return markdown

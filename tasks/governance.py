@@ -17,16 +17,16 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
+from engine import quality, usage_log
+from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, response_schema
 from engine.toolbox import WriteRejected, predict, read_text
 from engine.usage import Usage, charged
-from storage import facts
+from storage import checkpoints, facts
 from storage.doctor import describe
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
-from tasks import checkpoints, quality, usage
 from tasks.cards import slugify, unique_path
-from tasks.context import memory_of, metadata_of
 from tasks.prompts import load_prompt
 
 MAX_NODE_CHARS = 12_000   # node text shown to the model
@@ -386,8 +386,8 @@ def publish_changes(workspace: str, summary: dict) -> str:
     if summary.get("deferred"):
         lines += ["", f"Left for the next run: {len(summary['deferred'])} nodes."]
     if summary["usage"]["calls"]:
-        lines += ["", *usage.table(summary["usage"])]
-        usage.publish(workspace, flow, flow, summary["usage"])
+        lines += ["", *usage_log.table(summary["usage"])]
+        usage_log.publish(workspace, flow, flow, summary["usage"])
     markdown = "\n".join(lines)
     create_markdown_artifact(markdown=markdown, key=flow, description=f"{flow} run")
     return markdown

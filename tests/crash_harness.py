@@ -4,7 +4,8 @@ benchmarks/crash_move.py for more trials).
 A template workspace has one target node and `linking` notes that link to it. Each trial copies it, starts a
 move of the target (a CLI subprocess, or a forked process calling `Memory.move`, which starts faster), waits
 until the file has been renamed, sleeps a random part of the time the link rewriting takes, and SIGKILLs it.
-Then one command runs (`dreamflow list`, or opening a `Memory` in this process) and the files are scanned:
+Then one command runs (`dreamflow list`, or opening the workspace for writing in this process,
+`storage.memory.recover`) and the files are scanned:
 every link must name an existing file, and no temp file may be left.
 """
 
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 from storage.markdown import parse_links
-from storage.memory import Memory
+from storage.memory import Memory, recover
 
 SRC, DST = "digest/wiki/target.md", "digest/wiki/moved.md"
 TEMP = re.compile(r"^\..+\.tmp$")
@@ -146,7 +147,7 @@ def trial(template: Path, work: Path, n: int, window: float, rng: random.Random,
         done = cli(root, "list", "digest", "--json")
         assert done.returncode == 0, done.stderr
     else:
-        Memory(root)
+        recover(Memory(root))
     result = {"mid_move": before > 0, "dangling_before": before, "dangling_after": dangling(root),
               "temps_after": len(temp_files(root)), "moved": (root / DST).is_file()}
     if not keep:

@@ -255,14 +255,14 @@ def test_tool_schemas_are_json_schemas_without_callbacks():
 
 
 def test_status_sums_up_recent_llm_usage(ws):
-    from tasks import usage
+    from engine import usage_log
 
     Memory(ws)  # the workspace layout
     spent = {"calls": 3, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000, "seconds": 4.5,
              "kinds": {"extract": {"calls": 1, "total_tokens": 600, "answers": 1, "first_try": 1}}}
-    usage.record(str(ws), "auto-dream", spent, run_id="r1")
-    usage.record(str(ws), "auto-memory", {**spent, "kinds": {}}, run_id="r2")
-    (ws / usage.LOG).write_text((ws / usage.LOG).read_text() + "not json\n")  # a damaged line is skipped
+    usage_log.record(str(ws), "auto-dream", spent, run_id="r1")
+    usage_log.record(str(ws), "auto-memory", {**spent, "kinds": {}}, run_id="r2")
+    (ws / usage_log.LOG).write_text((ws / usage_log.LOG).read_text() + "not json\n")  # a damaged line is skipped
     status = as_json(ws, "status")
     assert [r["job"] for r in status["usage"]["runs"]] == ["auto-memory", "auto-dream"]
     total = status["usage"]["total"]
@@ -272,15 +272,15 @@ def test_status_sums_up_recent_llm_usage(ws):
 
 
 def test_a_retried_run_replaces_its_usage_entry(ws):
-    from tasks import usage
+    from engine import usage_log
 
     Memory(ws)
     first = {"calls": 3, "total_tokens": 900, "kinds": {"integrate": {"calls": 2, "failures": 1}}}
-    usage.record(str(ws), "auto-dream", first, run_id="r1")
-    usage.record(str(ws), "merge", {"calls": 1, "total_tokens": 50}, run_id="r2")
+    usage_log.record(str(ws), "auto-dream", first, run_id="r1")
+    usage_log.record(str(ws), "merge", {"calls": 1, "total_tokens": 50}, run_id="r2")
     # the UI's Retry re-runs r1: its summary holds the finished units' usage again, plus the retried unit's
-    usage.record(str(ws), "auto-dream", {"calls": 3, "total_tokens": 950}, run_id="r1")
-    runs = usage.summary(str(ws))["runs"]
+    usage_log.record(str(ws), "auto-dream", {"calls": 3, "total_tokens": 950}, run_id="r1")
+    runs = usage_log.summary(str(ws))["runs"]
     assert [(r["job"], r["run_id"], r["calls"]) for r in runs] == [("auto-dream", "r1", 3), ("merge", "r2", 1)]
 
 
@@ -295,7 +295,7 @@ def test_a_malformed_numeric_setting_is_a_clear_error_not_a_traceback(ws):
 
 
 def test_status_without_the_service_shows_the_last_dream(ws):
-    from tasks import checkpoints
+    from storage import checkpoints
 
     memory = Memory(ws)
     assert "Last dream  none yet" in ok(ws, "status").stdout

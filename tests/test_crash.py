@@ -7,12 +7,15 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_during_close, trial
 
 from storage import journal
-from storage.memory import Memory
+from storage.memory import Memory, recover
+from storage.workspace import WRITERS
 
 TRIALS = 10
 LINKING = 300
@@ -60,6 +63,12 @@ def test_moves_killed_while_the_index_closes_leave_every_next_command_working(te
         shutil.rmtree(root)
 
 
+def _open(root):
+    """The workspace opened for writing, as every process that writes opens it: (memory, what recovery did)."""
+    memory = Memory(root)
+    return memory, recover(memory)
+
+
 def _crash_after(monkeypatch, writes: int):
     """Make the graph edit die (as a kill would) after `writes` rewritten files."""
     from storage import graph_edit
@@ -85,20 +94,65 @@ def _linked(tmp_path, n=12):
     return mem
 
 
-def test_an_interrupted_relink_is_finished_by_the_next_open(tmp_path, monkeypatch):
-    mem = _linked(tmp_path)
-    _crash_after(monkeypatch, 5)
+def _half_relinked(tmp_path, monkeypatch, n=12, writes=5):
+    """A workspace whose relink of old.md to new.md was killed after `writes` of its `n` files."""
+    mem = _linked(tmp_path, n)
+    _crash_after(monkeypatch, writes)
     with pytest.raises(KeyboardInterrupt):
         mem.relink("digest/wiki/old.md", "digest/wiki/new.md")
     monkeypatch.undo()
+    return mem
+
+
+def test_an_interrupted_relink_is_finished_by_the_next_open(tmp_path, monkeypatch):
+    mem = _half_relinked(tmp_path, monkeypatch)
     texts = [(mem.ws.root / f"digest/wiki/n{i}.md").read_text() for i in range(12)]
     assert sum("new.md#L8|first line" in t for t in texts) == 5  # half done, as a crash would leave it
-    reopened = Memory(mem.ws.root)
-    assert reopened.recovered["operations"][0]["kind"] == "relink"
+    reopened, recovered = _open(mem.ws.root)
+    assert recovered["operations"][0]["kind"] == "relink"
     texts = [(mem.ws.root / f"digest/wiki/n{i}.md").read_text() for i in range(12)]
     assert all("[[digest/wiki/new.md#L8|first line]]" in t for t in texts)  # anchors followed once, not twice
     assert len(reopened.stat("digest/wiki/new.md")["links_in"]) == 12
     assert journal.entries(mem.ws) == []
+
+
+def _files(root) -> dict:
+    """Every file under `root` (metadata/ too) with its bytes and modification time."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_constructing_a_memory_touches_no_file_until_the_workspace_is_opened_for_writing(tmp_path, monkeypatch):
+    mem = _half_relinked(tmp_path, monkeypatch)
+    pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                         text=True).stdout.strip()  # a writer that died mid-write: its marker and temp file
+    (mem.ws.root / WRITERS / f"writer-{pid}").write_text("")
+    (mem.ws.root / f"digest/wiki/.n0.md.{pid}-0123abcd.tmp").write_text("half")
+    before = _files(mem.ws.root)
+    assert journal.interrupted(mem.ws)
+    reopened = Memory(mem.ws.root)
+    assert _files(mem.ws.root) == before  # nothing replayed, cleaned or indexed by construction
+    done = recover(reopened)  # the explicit step
+    assert done["operations"][0]["kind"] == "relink" and journal.entries(mem.ws) == []
+    assert done["temp_files_removed"] and not (mem.ws.root / f"digest/wiki/.n0.md.{pid}-0123abcd.tmp").exists()
+
+
+@pytest.mark.parametrize("opener", ["cli-process", "service", "job"])
+def test_every_writer_opens_the_workspace_for_writing(tmp_path, monkeypatch, opener):
+    from engine.client import local_memory
+    from engine.job_workspace import memory_of
+
+    mem = _half_relinked(tmp_path, monkeypatch, n=3, writes=1)
+    assert journal.interrupted(mem.ws)
+    if opener == "service":
+        local_memory(mem.ws.root, keep_open=True).db.close()  # what the service's hosting opens
+    elif opener == "job":
+        memory_of(str(mem.ws.root))
+    else:
+        local_memory(mem.ws.root)  # what a CLI command, the hook, capture and stdio MCP open
+    assert journal.entries(mem.ws) == []
+    texts = [(mem.ws.root / f"digest/wiki/n{i}.md").read_text() for i in range(3)]
+    assert all("[[digest/wiki/new.md#L8|first line]]" in t for t in texts)
 
 
 def test_a_move_killed_before_the_rename_is_rolled_back(tmp_path, monkeypatch):
@@ -114,8 +168,8 @@ def test_a_move_killed_before_the_rename_is_rolled_back(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         mem.move("digest/wiki/old.md", "digest/wiki/moved.md")
     monkeypatch.undo()
-    reopened = Memory(mem.ws.root)
-    assert reopened.recovered["operations"][0]["outcome"].startswith("rolled back")
+    _, recovered = _open(mem.ws.root)
+    assert recovered["operations"][0]["outcome"].startswith("rolled back")
     assert (mem.ws.root / "digest/wiki/old.md").is_file() and not (mem.ws.root / "digest/wiki/moved.md").exists()
     assert dangling(mem.ws.root) == 0 and journal.entries(mem.ws) == []
 
@@ -129,11 +183,11 @@ def test_a_live_process_entry_is_left_alone(tmp_path):
     try:
         entry = mem.ws.root / journal.JOURNAL / f"{sleeper.pid}-1.json"
         entry.write_text(json.dumps({"kind": "move", "src": "a.md", "dst": "b.md", "files": {}}))
-        assert Memory(mem.ws.root).recovered == {} and entry.exists()
+        assert _open(mem.ws.root)[1] == {} and entry.exists()
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert Memory(mem.ws.root).recovered["operations"][0]["kind"] == "move" and not entry.exists()
+    assert _open(mem.ws.root)[1]["operations"][0]["kind"] == "move" and not entry.exists()
 
 
 # ---- journal entries that cannot be trusted (issue 21, item 2) -------------------------------------------
@@ -182,7 +236,7 @@ def test_a_damaged_entry_of_a_killed_move_still_leads_to_a_repaired_graph(small_
     else:
         entry.write_bytes(b"\x00\xff" * 64)
     with caplog.at_level("WARNING"):
-        mem = Memory(root)  # used to drop the entry silently (or replay it wrongly): up to 180 links dangled
+        mem, recovered = _open(root)  # used to drop the entry silently (or replay it wrongly): 180 links dangled
     assert dangling(root) == 0, f"{before} links to the missing file before, still some after"
     assert mem.doctor()["broken_links"] == []
     assert len(mem.stat(DST)["links_in"]) == SMALL * 3
@@ -191,22 +245,22 @@ def test_a_damaged_entry_of_a_killed_move_still_leads_to_a_repaired_graph(small_
     assert [p.name.endswith(entry.name) for p in kept] == [True]  # set aside for diagnosis, not deleted
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == 1 and entry.name in lines[0] and "retargeted" in lines[0], lines
-    assert mem.recovered["graph_repaired"]["retargeted"]
+    assert recovered["graph_repaired"]["retargeted"]
 
 
 def test_an_invalid_entry_is_quarantined_once_then_silent(tmp_path, caplog):
     mem = _linked(tmp_path, n=2)
     journal.begin(mem.ws, "move", {"src": "digest/wiki/old.md"})  # parses, but says nothing of where to
     with caplog.at_level("WARNING"):
-        first = Memory(mem.ws.root)
+        _, first = _open(mem.ws.root)
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == 1 and "invalid" in lines[0] and journal.QUARANTINE in lines[0], lines
-    assert "set aside" in first.recovered["operations"][0]["outcome"]
+    assert "set aside" in first["operations"][0]["outcome"]
     assert journal.entries(mem.ws) == [] and len(list((mem.ws.root / journal.QUARANTINE).iterdir())) == 1
     caplog.clear()
     with caplog.at_level("WARNING"):
-        second = Memory(mem.ws.root)  # used to warn "could not finish" on every command, forever
-    assert second.recovered == {} and not [r for r in caplog.records if r.levelname == "WARNING"]
+        _, second = _open(mem.ws.root)  # used to warn "could not finish" on every command, forever
+    assert second == {} and not [r for r in caplog.records if r.levelname == "WARNING"]
     assert (mem.ws.root / "digest/wiki/old.md").is_file() and dangling(mem.ws.root) == 0
 
 
@@ -217,7 +271,7 @@ def test_the_quarantine_keeps_only_the_newest_entries(tmp_path):
     for i in range(journal.QUARANTINE_KEEP):
         (folder / f"{1_000_000_000_000_000_000 + i}-1-{i}.json").write_text("{}")
     journal.begin(mem.ws, "teleport", {})
-    Memory(mem.ws.root)
+    _open(mem.ws.root)
     kept = sorted(folder.iterdir())
     assert len(kept) == journal.QUARANTINE_KEEP and kept[0].name.endswith("-1-1.json")  # the oldest dropped
     assert json.loads(kept[-1].read_text())["kind"] == "teleport"
@@ -237,12 +291,12 @@ def test_an_entry_whose_replay_keeps_failing_is_set_aside_after_a_few_tries(tmp_
 
     monkeypatch.setattr(graph_edit, "replay_move", broken)
     for _ in range(journal.MAX_ATTEMPTS - 1):
-        assert "not finished" in Memory(mem.ws.root).recovered["operations"][0]["outcome"]
+        assert "not finished" in _open(mem.ws.root)[1]["operations"][0]["outcome"]
         assert len(journal.entries(mem.ws)) == 1
-    last = Memory(mem.ws.root)
-    assert "set aside" in last.recovered["operations"][0]["outcome"]
+    _, last = _open(mem.ws.root)
+    assert "set aside" in last["operations"][0]["outcome"]
     assert journal.entries(mem.ws) == [] and dangling(mem.ws.root) == 0  # the graph repaired from the files
-    assert Memory(mem.ws.root).recovered == {}
+    assert _open(mem.ws.root)[1] == {}
 
 
 def test_a_torn_entry_still_names_the_destination_when_the_content_is_not_unique(tmp_path, monkeypatch):
@@ -256,10 +310,10 @@ def test_a_torn_entry_still_names_the_destination_when_the_content_is_not_unique
     entry = journal.entries(mem.ws)[0]
     text = entry.read_text()
     entry.write_text(text[:text.index('"files"')])  # torn after src and dst
-    reopened = Memory(mem.ws.root)
+    reopened, recovered = _open(mem.ws.root)
     assert dangling(mem.ws.root) == 0
     assert len(reopened.stat("digest/wiki/moved.md")["links_in"]) == 6
-    assert reopened.recovered["operations"][0]["dst"] == "digest/wiki/moved.md"
+    assert recovered["operations"][0]["dst"] == "digest/wiki/moved.md"
 
 
 def test_a_repair_that_fails_is_said_once_and_left_to_doctor_fix(tmp_path, monkeypatch, caplog):
@@ -273,8 +327,8 @@ def test_a_repair_that_fails_is_said_once_and_left_to_doctor_fix(tmp_path, monke
 
     monkeypatch.setattr(doctor, "repair", full_disk)
     with caplog.at_level("WARNING"):
-        first = Memory(mem.ws.root)
-        second = Memory(mem.ws.root)
+        _, first = _open(mem.ws.root)
+        _, second = _open(mem.ws.root)
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == 1 and "not repaired" in lines[0] and "doctor --fix" in lines[0], lines
-    assert first.recovered["graph_repaired"] is None and second.recovered == {}
+    assert first["graph_repaired"] is None and second == {}

@@ -362,7 +362,7 @@ def test_import_reme_on_the_cli(root, tmp_path):
 
 
 def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
-    from tasks import dialog
+    from storage import dialog
 
     reme = tmp_path / "reme"
     _reme_workspace(reme)
@@ -439,7 +439,7 @@ def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
         fh.seek(50 << 20)
         fh.write(b"middle")
     script = ("import resource, sys; from pathlib import Path; from storage.workspace import Workspace\n"
-              "from tasks.reme_import import copy_file\n"
+              "from engine.reme_import import copy_file\n"
               "ws = Workspace(sys.argv[1]); before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "assert copy_file(Path(sys.argv[2]), ws, 'resource/big.bin', False, 100 << 20) == 'copied'\n"
               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)")

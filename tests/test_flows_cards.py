@@ -8,17 +8,17 @@ import logging
 import numpy as np
 import pytest
 
+from engine import usage_log
 from engine.llm import AnswerRefused, LLMError
 from flows.auto_memory import auto_memory
 from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
 from llm_server import Reply, answer_by_message, fact, json_reply, misbehave
-from storage import facts, vectors
+from storage import checkpoints, facts, vectors
 from storage.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory
-from tasks import checkpoints, usage
 
 FACTS = "list the facts worth remembering"
 DAY = "2026-11-05"
@@ -133,7 +133,7 @@ def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, w
 
 def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, memory, ws):
     # The service appends turns as they happen, then runs auto_memory with the session id only.
-    from tasks import dialog
+    from storage import dialog
 
     dialog.append_messages(memory, "chat-7", [msg("I adopted a cat named Miso", 8), msg("Lovely!", 9, "assistant")])
     llm.on(FACTS, Reply(content="not json"), Reply(content="still not json"))
@@ -157,7 +157,7 @@ def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, me
 
 
 def test_a_long_conversation_is_read_in_runs_a_small_model_takes(prefect_harness, llm, memory, ws, monkeypatch):
-    from tasks import dialog
+    from storage import dialog
 
     monkeypatch.setattr(dialog, "MAX_PROMPT_CHARS", 300)
     messages = [msg(f"Fact number {n}: the user owns {n} plants of kind {n}.", n) for n in range(1, 9)]
@@ -301,7 +301,7 @@ def test_a_tool_call_written_as_text_is_not_a_card(prefect_harness, llm, memory,
         "call of the tool" in llm.requests[1]["messages"][-1]["content"]
     kinds = result["usage"]["kinds"]
     assert kinds["card"]["answers"] == 1 and kinds["card"]["first_try"] == 0 and kinds["card"]["repairs"] == 1
-    entry = usage.recent(str(ws.root))[0]
+    entry = usage_log.recent(str(ws.root))[0]
     assert entry["job"] == "auto-memory" and entry["calls"] == 2 and entry["run_id"]
 
 
@@ -325,7 +325,7 @@ def test_the_repair_turns_shape_copied_is_never_written(prefect_harness, llm, me
     assert isinstance(error, AnswerRefused) and error.exit_code == 9 and "rule `markup`" in str(error)
     assert not ws.exists(f"daily/{DAY}") or memory.list(f"daily/{DAY}")["entries"] == []
     assert checkpoints.load(ws, "sessions/s1") == {} and res not in checkpoints.load(ws, "resources")
-    logged = usage.recent(str(ws.root))[0]
+    logged = usage_log.recent(str(ws.root))[0]
     assert logged["job"] == flow and logged["gates"]["markup"] >= 1
     assert "Content checks" in read_artifact(f"{flow}-usage")
 

@@ -13,12 +13,11 @@ from engine.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
-from storage import dream_log, facts
+from engine.job_workspace import RESULTS
+from storage import checkpoints, dream_log, facts
 from storage.markdown import split_frontmatter
 from storage.memory import Memory
 from storage.workspace import Workspace
-from tasks import checkpoints
-from tasks.context import RESULTS
 from tasks.dream import UnitsFailed
 
 COMPARE = "You keep a memory of facts up to date"

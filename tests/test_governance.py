@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from dreamflow.cli import cli
 from flows.governance import archive, doctor, link_mine, merge, split
 from llm_server import Reply, json_reply, misbehave, text_of
+from engine import usage_log
 from storage.markdown import parse_links, split_frontmatter
 from storage.memory import Memory
-from tasks import usage
 
 BAKE, BEN = "daily/2024-05-08/bake.md", "daily/2024-05-09/ben.md"
 
@@ -183,7 +183,7 @@ def test_merge_folds_the_doctors_duplicate_keeping_every_source_and_link(prefect
     assert summary["deleted"] == [victim] and not mem.ws.resolve(victim).exists()
     assert summary["usage"]["kinds"]["merge"]["first_try"] == 1
     assert "| merge | 1 | 1/1 |" in read_artifact("merge")
-    assert usage.recent(str(ws.root))[0]["job"] == "merge"
+    assert usage_log.recent(str(ws.root))[0]["job"] == "merge"
     assert summary["changed"] == ["digest/personal/ben.md", survivor]
     node = text(mem, survivor)
     meta = split_frontmatter(node).meta

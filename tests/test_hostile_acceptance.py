@@ -18,7 +18,7 @@ from test_cli import as_json, run, run_process
 from deployments.watch import WorkspaceWatcher
 from storage import index
 from storage.errors import InvalidInput, PathError
-from storage.memory import Memory
+from storage.memory import Memory, recover
 from storage.workspace import NOT_UTF8
 
 BAD_NAME = b"caf\xe9.md"  # "café.md" in Latin-1
@@ -111,7 +111,7 @@ def test_a_move_next_to_a_file_whose_name_is_not_utf8_completes(tmp_path):
     moved = mem.move("digest/wiki/boats.md", "digest/wiki/ships.md")  # used to fail half-way, journal left
     assert moved["rewritten"] == [{"path": "digest/wiki/fleet.md", "links": 1}]
     assert not list((mem.ws.root / "metadata" / "journal").glob("*.json"))
-    Memory(tmp_path / "ws")  # and the next command opens the workspace
+    recover(Memory(tmp_path / "ws"))  # and the next command opens the workspace
 
 
 def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tmp_path, monkeypatch):
@@ -124,11 +124,11 @@ def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tm
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(graph_edit, "replay_move", full_disk)
-    again = Memory(tmp_path / "ws")  # used to raise: every command failed until the entry was removed
-    assert "not finished" in json.dumps(again.recovered)
+    again = recover(Memory(tmp_path / "ws"))  # used to raise: every command failed until the entry was removed
+    assert "not finished" in json.dumps(again)
     assert len(journal.entries(mem.ws)) == 1  # kept: tried again next time
     monkeypatch.undo()
-    Memory(tmp_path / "ws")
+    recover(Memory(tmp_path / "ws"))
     assert journal.entries(mem.ws) == []
 
 

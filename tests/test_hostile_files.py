@@ -114,7 +114,7 @@ def test_memory_reads_and_edits_a_note_with_a_bad_value(ws):
 
 
 def test_an_alias_bomb_in_interests_yaml_is_a_clear_error(ws):
-    from tasks.interests import load as load_interests
+    from engine.interests import load as load_interests
 
     ws.write_text("daily/2024-05-08/interests.yaml", "topics: &t [x]\n" + alias_bomb().replace("a: &a", "z: &a"))
     with pytest.raises(InvalidInput, match="not readable YAML"):

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from engine import extraction, interests, relative_dates
 from engine.toolbox import WriteRejected, predict
-from storage import facts
+from storage import checkpoints, dialog, facts
 from storage.errors import InvalidInput
 from storage.memory import Memory
-from tasks import checkpoints, dialog, extraction, interests, relative_dates
 from tasks.cards import add_facts, find_card, slugify, unique_path
 from tasks.dream import changed_files, group, since, subject, window
 from tasks.governance import link_guard

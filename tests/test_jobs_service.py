@@ -16,7 +16,7 @@ from results_scan import holding
 from service_harness import DREAMFLOW, wait_for
 
 from deployments.serve import DEPLOYMENTS
-from tasks.context import RESULTS
+from engine.job_workspace import RESULTS
 
 pytestmark = pytest.mark.timeout(300)
 

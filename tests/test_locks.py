@@ -103,7 +103,7 @@ def _try(lock: FileLock, timeout: float) -> bool:
 
 
 def test_a_checkpoint_lock_is_one_object_per_path_so_it_nests(ws):
-    from tasks import checkpoints
+    from storage import checkpoints
 
     with checkpoints.lock(ws, "x", timeout=1):
         with checkpoints.lock(ws, "x", timeout=1):  # the same thread again: no deadlock

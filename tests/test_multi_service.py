@@ -185,9 +185,9 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
 
 
 def test_a_deployment_run_naming_no_workspace_is_refused_not_given_the_workers_folder(tmp_path, monkeypatch):
+    from engine.job_workspace import workspace_root
     from engine.registry import Registry
     from storage.errors import InvalidInput
-    from tasks.context import workspace_root
 
     monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "5f2ad41c-0000-4000-8000-000000000001")  # a worker's run

@@ -1,4 +1,4 @@
-"""The content checks (tasks/quality.py), one test per rule, and the repair turn they drive (scripted server)."""
+"""The content checks (engine/quality.py), one test per rule, and the repair turn they drive (scripted server)."""
 
 import pytest
 from pydantic import BaseModel
@@ -6,10 +6,10 @@ from pydantic import BaseModel
 from engine.llm import LLM, AnswerRefused, shape_of, response_schema
 from engine.settings import Settings
 from llm_server import copy_shown
+from engine import quality
+from engine.quality import Material, check
+from storage.dialog import transcript
 from storage.errors import JobFailed
-from tasks import quality
-from tasks.dialog import transcript
-from tasks.quality import Material, check
 
 DIALOG = ("[2024-05-08T09:00:00] user: My sister Ana moved from Lisbon to Porto last week.\n"
           "[2024-05-08T09:01:00] assistant: Nice! Does she still work at the bakery?\n"

@@ -8,12 +8,13 @@ from click.testing import CliRunner
 from test_api import ApiServer
 
 from dreamflow.cli import cli
-from engine.client import RemoteMemory, read_all
+from engine.client import RemoteMemory
 from engine.toolbox import Toolbox
 from storage import recall as recall_module
 from storage.errors import InvalidInput
 from storage.memory import Memory
 from storage.recall import tokens
+from storage.text_view import read_all
 
 
 @pytest.fixture

@@ -274,8 +274,8 @@ def test_dreamflow_home_and_a_workspace_never_share_a_folder(tmp_path, home, mon
 
 
 def test_status_without_the_service_shows_every_registered_workspace(tmp_path, home):
+    from storage import checkpoints
     from storage.workspace import Workspace
-    from tasks import checkpoints
 
     folders = registered(tmp_path, home)
     checkpoints.save(Workspace(folders["web"]), "dream", {"last_run": {

@@ -104,8 +104,8 @@ def test_doctor_reports_broken_chains(ws):
 
 def test_a_card_day_outside_its_messages_days_is_refused(prefect_harness, llm, ws):
     from flows.auto_memory import auto_memory
+    from storage import dialog
     from storage.errors import InvalidInput
-    from tasks import dialog
 
     said = [{"role": "user", "content": "Ana moved to Porto.", "created_at": "2024-06-20T09:00:00"}]
     with pytest.raises(InvalidInput, match="outside its messages' days 2024-06-20..2024-06-20"):

@@ -1,4 +1,4 @@
-"""What every task needs to reach a workspace: its resolved root, its memory and today's date.
+"""The workspace a job runs for: its resolved root (the flow's first step), its memory and its `metadata/`.
 
 Tasks take the workspace as a plain path string (so Prefect can record and hash it) and open memory through
 `engine.client.open_memory` only; the `Workspace` object is used for `metadata/` checkpoints alone.
@@ -7,7 +7,6 @@ Tasks take the workspace as a plain path string (so Prefect can record and hash 
 from __future__ import annotations
 
 import os
-from datetime import date
 from pathlib import Path
 
 from engine.client import open_memory
@@ -31,9 +30,11 @@ def workspace_root(workspace: str | None = None) -> str:
     folder (what `prefect deploy` of prefect.yaml without DREAMFLOW_WORKSPACE would do). Any folder is accepted
     for flows called in-process (the CLI, tests).
     """
+    from engine import prefect_env
     from engine.client import service_info
     from engine.registry import NAME_RE, Registry, resolve, resolve_name
 
+    prefect_env.configure()  # in the process a deployment run starts, nothing configured Prefect at import
     registry = Registry.load()
     if workspace and NAME_RE.match(workspace):
         try:
@@ -114,17 +115,3 @@ def memory_of(workspace: str):
 def metadata_of(workspace: str) -> Workspace:
     """The workspace's folder object, for checkpoints in `metadata/`."""
     return Workspace(workspace)
-
-
-def today() -> str:
-    return date.today().isoformat()
-
-
-def check_date(value: str) -> str:
-    """`value` as YYYY-MM-DD (`today` allowed), else InvalidInput."""
-    if value == "today":
-        return today()
-    try:
-        return date.fromisoformat(str(value)).isoformat()
-    except ValueError:
-        raise InvalidInput(f"date must be YYYY-MM-DD, got {value!r}") from None

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.settings import Settings
+from storage import dialog
 from storage.arguments import new_path_problem
 from storage.day_page import REME_NOTES_START
 from storage.errors import DreamflowError, InvalidInput, PathError
 from storage.markdown import split_frontmatter
 from storage.workspace import Workspace, is_scratch_name, open_regular, shown_path, special_kind
-from tasks import dialog
 
 NOT_MEMORY = ("metadata", "mem_session")  # ReMe's derived indexes and agent runtime state
 REME_FOLDERS = ("daily", "digest", "session", "resource")

@@ -15,12 +15,11 @@ import datetime as dt
 from datetime import datetime, timezone
 from typing import Any
 
-from engine.client import read_all
-from engine.turns import check_session_id
+from storage import checkpoints
 from storage.errors import NotFound
 from storage.model import split_lines
-from storage.workspace import Workspace
-from tasks import checkpoints
+from storage.text_view import read_all
+from storage.workspace import Workspace, check_session_id
 
 TIME_KEYS = ("created_at", "timestamp", "createdAt", "time_created", "timeCreated", "created_time")
 DROP_ROLES = {"tool", "function", "ipython"}

@@ -7,7 +7,7 @@ code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `reso
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
 that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
 words is dropped, and so is a question asked in the conversation filed as anything but an open question;
-relative times are resolved to dates from its message's day (tasks/relative_dates.py), and
+relative times are resolved to dates from its message's day (engine/relative_dates.py), and
 the first day a fact names is its `date`.
 A dropped fact is reported with its rule; the others are kept.
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
 
+from engine import quality, relative_dates
 from engine.llm import response_schema
 from storage import facts
 from storage.tokenize import terms
-from tasks import quality, relative_dates
 
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence

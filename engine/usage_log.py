@@ -10,9 +10,9 @@ import json
 from datetime import datetime, timezone
 
 from engine.usage import Usage
+from storage import checkpoints
 from storage.errors import NotFound
 from storage.workspace import Workspace
-from tasks import checkpoints
 
 LOG = "metadata/usage.jsonl"
 KEEP = 200
@@ -33,7 +33,7 @@ def table(usage: dict | None) -> list[str]:
 
 def gates_line(usage: dict | None) -> str:
     """What the content checks refused: `Content checks (...) refused: ungrounded 2, markup 1.` (or none)."""
-    from tasks.quality import RULES
+    from engine.quality import RULES
 
     gates = (usage or {}).get("gates") or {}
     refused = ", ".join(f"{rule} {gates[rule]}" for rule in sorted(gates, key=lambda r: (RULES + (r,)).index(r)))
