@@ -5,7 +5,7 @@
 
 The CLI reference is each command's `--help` as click prints it at a fixed width (the generated memory
 commands and the extensions); the HTTP reference is the `/ops/<name>` routes with their request fields; the
-MCP reference is the tools of `dreamflow.mcp_server` with their annotations and input fields. The output
+MCP reference is the tools of `dreamflow.mcp.server` with their annotations and input fields. The output
 depends only on the code (no environment, no clock, declaration order), so regenerating after a change to
 an operation, a parameter's help text or a command is one command, and tests/test_docs.py fails until it ran.
 """
@@ -50,13 +50,11 @@ def cli_reference() -> str:
 
 def _exit_codes() -> str:
     """A table of exit codes and the errors that exit with them (every `DreamflowError` subclass)."""
-    import importlib
-
+    # the modules that declare errors of their own
+    import dreamflow.mcp.targets, dreamflow.service.hosting, dreamflow.service.supervisor  # noqa: E401, F401
+    import engine.client, engine.grants, engine.llm, engine.toolbox  # noqa: E401, F401
     from storage.errors import DreamflowError
 
-    for module in ("engine.llm", "engine.toolbox", "engine.client", "engine.grants", "dreamflow.mcp_targets",
-                   "dreamflow.service", "dreamflow.hosting"):
-        importlib.import_module(module)  # the modules that declare errors of their own
     by_code: dict[int, list[type]] = {}
     stack = list(DreamflowError.__subclasses__())
     while stack:
@@ -87,7 +85,7 @@ def _help_block(command: click.Command, ctx: click.Context) -> str:
 # ---- HTTP ------------------------------------------------------------------------------------------------
 
 def http_reference() -> str:
-    from dreamflow.api import DownloadRequest, UploadRequest
+    from dreamflow.http.api import DownloadRequest, UploadRequest
     from engine import ops
 
     parts = [HEADER, "# HTTP API reference: memory operations\n\n",
@@ -112,7 +110,7 @@ def http_reference() -> str:
 # ---- MCP -------------------------------------------------------------------------------------------------
 
 def mcp_reference() -> str:
-    from dreamflow.mcp_server import DEFAULT_TOOLS, tools
+    from dreamflow.mcp.server import DEFAULT_TOOLS, tools
     from engine import ops
 
     parts = [HEADER, "# MCP tools reference\n\n",

@@ -2,7 +2,7 @@
 workspaces (declared sharing).
 
 Every surface (HTTP routes, MCP tools and resources, the CLI) calls `call(catalog, grant, name, op, args)`.
-A catalog is what serves workspaces: the service's hosts (dreamflow/hosting.py), or `LocalCatalog` for the
+A catalog is what serves workspaces: the service's hosts (dreamflow/service/hosting.py), or `LocalCatalog` for the
 CLI without a service. A workspace outside the grant answers exactly as one that does not exist.
 
 `search` and `node_search` take `workspaces`: the workspaces to search, merged by score; without it, the

@@ -145,7 +145,7 @@ JOB_HINTS: dict[str, dict[str, bool]] = {
 
 
 class ServiceTarget(Target):
-    """Calls inside the running service (a `dreamflow.service.Service`)."""
+    """Calls inside the running service (a `dreamflow.service.supervisor.Service`)."""
 
     def __init__(self, service):
         self.service = service
@@ -225,7 +225,7 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.capture import record_turn  # in-process: counted; a due run waits for the service
+        from dreamflow.hooks.capture import record_turn  # in-process: counted; a due run waits for the service
 
         return record_turn(self.root(name), session_id, messages, compact, turn_id)
 
