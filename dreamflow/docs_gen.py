@@ -50,17 +50,12 @@ def cli_reference() -> str:
 
 def _exit_codes() -> str:
     """A table of exit codes and the errors that exit with them (every `DreamflowError` subclass)."""
-    # the modules that declare errors of their own
-    import dreamflow.mcp.targets, dreamflow.service.hosting, dreamflow.service.supervisor  # noqa: E401, F401
-    import engine.client, engine.grants, engine.llm, engine.toolbox  # noqa: E401, F401
-    from storage.errors import DreamflowError
+    from storage import errors
 
     by_code: dict[int, list[type]] = {}
-    stack = list(DreamflowError.__subclasses__())
-    while stack:
-        error = stack.pop()
-        stack.extend(error.__subclasses__())
-        if "exit_code" in vars(error):  # declares its own code (a subclass sharing its parent's is listed once)
+    for error in vars(errors).values():
+        subclass = isinstance(error, type) and issubclass(error, errors.DreamflowError) and error is not errors.DreamflowError
+        if subclass and "exit_code" in vars(error):  # declares its own code (one sharing its parent's: listed once)
             by_code.setdefault(error.exit_code, []).append(error)
     rows = ["| code | meaning |", "|---|---|", "| 0 | success |", "| 1 | an unexpected error |"]
     for code in sorted(by_code):

@@ -17,7 +17,7 @@ import json
 from engine import ops
 from engine.client import read_all
 from engine.settings import Settings
-from storage.errors import InvalidInput
+from storage.errors import TooLarge
 
 CAPPED_FOLDERS = ("daily", "digest")
 # Parameters whose text goes into the file, per operation (frontmatter included: a runaway value is as big).
@@ -29,10 +29,6 @@ TEXT_PARAMS = {
     "edit": ("new",),
     "frontmatter_update": ("metadata",),
 }
-
-
-class TooLarge(InvalidInput):
-    """A job tried to write more into one card or node than `DREAMFLOW_MAX_WRITE_CHARS` allows."""
 
 
 class JobMemory:

@@ -8,8 +8,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from engine.llm import require_llm
 from engine.settings import Settings
+from storage.errors import UnitsFailed
 from tasks.context import check_date, today, workspace_root
-from tasks.dream import UnitsFailed, consolidate, finish, gather, publish_report, settle
+from tasks.dream import consolidate, finish, gather, publish_report, settle
 from tasks.topics import select_topics
 
 

@@ -14,8 +14,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from engine.llm import require_llm
 from engine.settings import Settings
+from storage.errors import UnitsFailed
 from tasks.context import today, workspace_root
-from tasks.dream import UnitsFailed
 from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
 

@@ -132,3 +132,23 @@ def test_surface_packages_import_each_other_only_as_declared():
                 if surface(module) and surface(name) not in (None, surface(module))
                 and surface(name) not in SURFACE_IMPORTS[surface(module)]]
     assert crossing == []
+
+
+def test_every_error_class_and_the_error_envelope_live_in_storage_errors():
+    """One errors module: no class elsewhere derives from its errors, and no code elsewhere writes the envelope's
+    `{type, message, exit_code}` by hand (`DreamflowError.to_json`, `errors.envelope`)."""
+    from storage import errors
+
+    names = {name for name, value in vars(errors).items()
+             if isinstance(value, type) and issubclass(value, errors.DreamflowError)}
+    elsewhere = []
+    for module, tree in sources().items():
+        if module == "storage.errors":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and {getattr(b, "id", getattr(b, "attr", None)) for b in node.bases} & names:
+                elsewhere.append((module, node.name))
+            elif isinstance(node, ast.Dict) and {"type", "message", "exit_code"} <= {
+                    k.value for k in node.keys if isinstance(k, ast.Constant)}:
+                elsewhere.append((module, node.lineno))
+    assert elsewhere == []

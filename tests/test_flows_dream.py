@@ -18,7 +18,7 @@ from storage.memory import Memory
 from storage.workspace import Workspace
 from tasks import checkpoints
 from tasks.context import RESULTS
-from tasks.dream import UnitsFailed
+from storage.errors import UnitsFailed
 
 COMPARE = "You keep a memory of facts up to date"
 FACTS = "list the facts worth remembering"

@@ -15,8 +15,7 @@ from storage.errors import DreamflowError
 def fail(exc: DreamflowError, as_json: bool = False) -> typing.NoReturn:
     """Print a DreamflowError (as JSON on stdout with --json, else on stderr) and exit with its code."""
     if as_json:
-        payload = {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
-        click.echo(json.dumps(payload, ensure_ascii=False))
+        click.echo(json.dumps(exc.to_json(), ensure_ascii=False))
     else:
         from dreamflow.cli.render import error
 

@@ -45,7 +45,7 @@ from dreamflow import web
 from engine import ops, scoped
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
-from storage.errors import DreamflowError, InvalidInput, NotFound
+from storage.errors import DreamflowError, InvalidInput, NotFound, envelope
 
 
 class TurnRequest(BaseModel):
@@ -147,10 +147,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (503, "Index busy, LLM or service unavailable"),
     )
 }
-
-
-def error_body(exc: DreamflowError) -> dict:
-    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
 class SingleWorkspace:
@@ -272,22 +268,22 @@ def _mcp_mount(service):
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DreamflowError)
     async def dreamflow_error(request: Request, exc: DreamflowError):
-        return JSONResponse(error_body(exc), status_code=exc.http_status)
+        return JSONResponse(exc.to_json(), status_code=exc.http_status)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        return JSONResponse(error_body(ops.invalid_arguments(exc.errors())), status_code=422)
+        return JSONResponse(ops.invalid_arguments(exc.errors()).to_json(), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
         message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
-        body = {"error": {"type": kind, "message": message, "exit_code": 3 if exc.status_code == 404 else 1}}
+        body = envelope(kind, message, NotFound.exit_code if exc.status_code == 404 else DreamflowError.exit_code)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)  # e.g. 405's `Allow`
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        body = {"error": {"type": type(exc).__name__, "message": f"internal error: {exc}", "exit_code": 1}}
+        body = envelope(type(exc).__name__, f"internal error: {exc}", DreamflowError.exit_code)
         return JSONResponse(body, status_code=500)
 
 

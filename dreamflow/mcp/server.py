@@ -195,11 +195,6 @@ def json_ready(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
-def error_object(exc: DreamflowError) -> dict:
-    """The CLI's `--json` error shape."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
-
-
 # ---- the server --------------------------------------------------------------------------------------------
 
 def build_server(dispatcher: Dispatcher):
@@ -228,7 +223,7 @@ def build_server(dispatcher: Dispatcher):
                                                                grant, workspace)
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
-                                        structured_content=error_object(error), is_error=True)
+                                        structured_content=error.to_json(), is_error=True)
         data = json_ready(mcp_text.structured(params.name, result))
         if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             data = {"results": data}

@@ -24,14 +24,7 @@ from typing import Any
 
 from engine import scoped
 from engine.grants import ADMIN, Grant
-from storage.errors import DreamflowError, IndexBusy
-
-
-class ServiceNeeded(DreamflowError):
-    """A job tool was called while no `dreamflow start` runs for the workspace."""
-
-    exit_code = 8
-    http_status = 503
+from storage.errors import IndexBusy, ServiceNeeded, ServiceUnavailable
 
 
 class Target:
@@ -260,8 +253,6 @@ def call_retrying(target: Target, call):
     """`call()`; once more when it met IndexBusy because a service took the index over meanwhile (the lock is
     taken before anything is written, so nothing happens twice), or in this process when the service's port
     refused the connection (nothing was sent)."""
-    from engine.client import ServiceUnavailable
-
     try:
         return call()
     except IndexBusy:

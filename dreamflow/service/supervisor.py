@@ -32,16 +32,9 @@ from dreamflow.service.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, 
 from engine.client import read_all
 from engine.grants import ADMIN, Grant
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, LLMNotConfigured, ServiceError
 
 PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
-
-
-class ServiceError(DreamflowError):
-    """The service cannot start or keep running (port taken, a child keeps crashing, already running)."""
-
-    exit_code = 8
-    http_status = 503
 
 
 def advertised_host(bound: str) -> str:
@@ -412,7 +405,7 @@ class Service:
         from deployments.serve import DEPLOYMENTS
 
         if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
-            from engine.llm import LLMNotConfigured, require_llm
+            from engine.llm import require_llm
 
             try:  # our runner runs it with our settings: say so now, not in a Failed run
                 require_llm(self.settings)
