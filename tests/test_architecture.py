@@ -152,3 +152,20 @@ def test_every_error_class_and_the_error_envelope_live_in_storage_errors():
                     k.value for k in node.keys if isinstance(k, ast.Constant)}:
                 elsewhere.append((module, node.lineno))
     assert elsewhere == []
+
+
+def test_every_catalog_has_the_declared_interface():
+    """The classes that serve workspaces by name have what `engine.scoped.Catalog` declares, with its parameters."""
+    import inspect
+
+    from dreamflow.http.api import SingleWorkspace
+    from dreamflow.mcp.targets import ServiceTarget, WorkspaceTarget
+    from dreamflow.service.hosting import Hosts
+    from engine.scoped import Catalog, LocalCatalog
+
+    declared = {name: list(inspect.signature(getattr(Catalog, name)).parameters)
+                for name in ("names", "serves", "reads", "root", "memory")}
+    for catalog in (LocalCatalog, Hosts, SingleWorkspace, ServiceTarget, WorkspaceTarget):
+        found = {name: list(inspect.signature(getattr(catalog, name)).parameters) if hasattr(catalog, name) else None
+                 for name in declared}
+        assert found == declared, catalog
