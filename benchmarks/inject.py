@@ -1,4 +1,4 @@
-"""What the Claude Code hooks inject (dreamflow/hook_context.py), on LoCoMo: useful, quiet when irrelevant, fast.
+"""What the Claude Code hooks inject (dreamflow/hooks/context.py), on LoCoMo: useful, quiet when irrelevant, fast.
 
 Each LoCoMo conversation is its own workspace (one memory per project, as routing by `cwd` gives), built as
 benchmarks/locomo.py builds notes (keyword search only, `DREAMFLOW_EMBEDDER=none`). Printed:
@@ -50,7 +50,7 @@ from benchmarks.locomo import (  # noqa: E402
     add_data_options, evidence_sessions, load, questions, session_of, write_conversation)
 from benchmarks.service import pct  # noqa: E402
 from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
-from dreamflow import hook_context  # noqa: E402
+from dreamflow.hooks import context as hook_context  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 from storage import index  # noqa: E402
 from storage.db import IndexDB  # noqa: E402

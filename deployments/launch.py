@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
-from storage.errors import Conflict, InvalidInput, NotFound
+from storage.errors import Conflict, InvalidInput, NotFound, envelope
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
@@ -168,7 +168,7 @@ def _error_of(result: Any) -> dict | None:
     if not isinstance(result, BaseException):
         return None
     code = getattr(result, "exit_code", 1)
-    return {"type": type(result).__name__, "message": str(result), "exit_code": code if isinstance(code, int) else 1}
+    return envelope(type(result).__name__, str(result), code if isinstance(code, int) else 1)["error"]
 
 
 def _report_text(client, run_id) -> str | None:

@@ -17,7 +17,7 @@
 | archive/manual           | by hand                                                                      |
 
 Every deployment can also be run by hand from the UI with parameters; with the service running, the CLI's
-job commands start runs of these deployments too (dreamflow/job_runs.py): of the `manual` deployment of a
+job commands start runs of these deployments too (dreamflow/cli/job_runs.py): of the `manual` deployment of a
 scheduled flow, so the UI never labels a run started by hand "nightly". Entrypoints are module paths
 (`flows.auto_dream.auto_dream`), so they do not depend on the folder the service was started from.
 `prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (docs/service.md,
@@ -27,7 +27,6 @@ This module imports prefect and the flows only inside functions: the service and
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from dataclasses import dataclass
@@ -152,8 +151,11 @@ def crons(settings: Settings) -> dict[str, str]:
 
 def load_flow(flow: str):
     """The Prefect flow object of `DEPLOYMENTS[flow]` (imports the flow module)."""
+    from flows import auto_dream, auto_memory, auto_resource, governance, maintenance, proactive
+
+    modules = {m.__name__: m for m in (auto_dream, auto_memory, auto_resource, governance, maintenance, proactive)}
     d = DEPLOYMENTS[flow]
-    obj = getattr(importlib.import_module(d.module), d.flow)
+    obj = getattr(modules[d.module], d.flow)
     if obj.name != d.flow_name:
         raise RuntimeError(f"{d.entrypoint} is named {obj.name!r}, but its deployment expects {d.flow_name!r}")
     return obj

@@ -5,7 +5,7 @@
 
 The CLI reference is each command's `--help` as click prints it at a fixed width (the generated memory
 commands and the extensions); the HTTP reference is the `/ops/<name>` routes with their request fields; the
-MCP reference is the tools of `dreamflow.mcp_server` with their annotations and input fields. The output
+MCP reference is the tools of `dreamflow.mcp.server` with their annotations and input fields. The output
 depends only on the code (no environment, no clock, declaration order), so regenerating after a change to
 an operation, a parameter's help text or a command is one command, and tests/test_docs.py fails until it ran.
 """
@@ -50,19 +50,12 @@ def cli_reference() -> str:
 
 def _exit_codes() -> str:
     """A table of exit codes and the errors that exit with them (every `DreamflowError` subclass)."""
-    import importlib
+    from storage import errors
 
-    from storage.errors import DreamflowError
-
-    for module in ("engine.llm", "engine.toolbox", "engine.client", "engine.grants", "dreamflow.mcp_targets",
-                   "dreamflow.service", "dreamflow.hosting"):
-        importlib.import_module(module)  # the modules that declare errors of their own
     by_code: dict[int, list[type]] = {}
-    stack = list(DreamflowError.__subclasses__())
-    while stack:
-        error = stack.pop()
-        stack.extend(error.__subclasses__())
-        if "exit_code" in vars(error):  # declares its own code (a subclass sharing its parent's is listed once)
+    for error in vars(errors).values():
+        subclass = isinstance(error, type) and issubclass(error, errors.DreamflowError) and error is not errors.DreamflowError
+        if subclass and "exit_code" in vars(error):  # declares its own code (one sharing its parent's: listed once)
             by_code.setdefault(error.exit_code, []).append(error)
     rows = ["| code | meaning |", "|---|---|", "| 0 | success |", "| 1 | an unexpected error |"]
     for code in sorted(by_code):
@@ -87,7 +80,7 @@ def _help_block(command: click.Command, ctx: click.Context) -> str:
 # ---- HTTP ------------------------------------------------------------------------------------------------
 
 def http_reference() -> str:
-    from dreamflow.api import DownloadRequest, UploadRequest
+    from dreamflow.http.api import DownloadRequest, UploadRequest
     from engine import ops
 
     parts = [HEADER, "# HTTP API reference: memory operations\n\n",
@@ -112,7 +105,7 @@ def http_reference() -> str:
 # ---- MCP -------------------------------------------------------------------------------------------------
 
 def mcp_reference() -> str:
-    from dreamflow.mcp_server import DEFAULT_TOOLS, tools
+    from dreamflow.mcp.server import DEFAULT_TOOLS, tools
     from engine import ops
 
     parts = [HEADER, "# MCP tools reference\n\n",

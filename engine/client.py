@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from engine.settings import Settings
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, RemoteError, ServiceUnavailable
 from storage.workspace import pid_alive
 
 SERVICE_FILE = "metadata/service.json"
@@ -92,22 +92,6 @@ def connect(workspace: str | os.PathLike[str], timeout: float = 600.0, check: bo
     except DreamflowError:  # it answered (e.g. 401 without a token): the service is there
         pass
     return remote
-
-
-class ServiceUnavailable(DreamflowError):
-    """The service named in service.json does not answer."""
-
-    exit_code = 8
-    http_status = 503
-
-
-class RemoteError(DreamflowError):
-    """An error the service reported whose class this process does not know; keeps its code and status."""
-
-    def __init__(self, message: str, exit_code: int = 1, http_status: int = 500):
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.http_status = http_status
 
 
 class RemoteMemory:

@@ -19,19 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.settings import ADMIN_FILE, admin_token, dreamflow_home
-from storage.errors import DreamflowError, InvalidInput, NotFound
+from storage.errors import Forbidden, InvalidInput, NotFound
 
 FILE = "tokens.json"
 # what naming a workspace that does not exist, or one the caller may not use, answers (the same, naming nothing)
 UNKNOWN_WORKSPACE = "no such workspace (`workspaces` lists the ones you may use)"
 PREFIX = "dft_"  # tokens look like dft_<43 url-safe characters>, so a leaked one is easy to recognise
-
-
-class Forbidden(DreamflowError):
-    """The token may read this workspace but not change it."""
-
-    exit_code = 8
-    http_status = 403
 
 
 @dataclass(frozen=True)

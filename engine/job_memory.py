@@ -16,7 +16,7 @@ import json
 
 from engine import ops
 from engine.settings import Settings
-from storage.errors import InvalidInput
+from storage.errors import TooLarge
 from storage.text_view import read_all
 
 CAPPED_FOLDERS = ("daily", "digest")
@@ -29,10 +29,6 @@ TEXT_PARAMS = {
     "edit": ("new",),
     "frontmatter_update": ("metadata",),
 }
-
-
-class TooLarge(InvalidInput):
-    """A job tried to write more into one card or node than `DREAMFLOW_MAX_WRITE_CHARS` allows."""
 
 
 class JobMemory:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine.settings import Settings
 from engine.usage import Usage
-from storage.errors import DreamflowError, InvalidInput, JobFailed
+from storage.errors import AnswerRefused, InvalidInput, LLMError, LLMNotConfigured, LLMRejected
 
 if TYPE_CHECKING:
     from engine.toolbox import Toolbox
@@ -47,34 +47,6 @@ JSON_MODES = ("json_schema", "json_object", "none")  # DREAMFLOW_LLM_JSON's forc
 # without it for a server that refuses keys it does not know
 CHAIN = ("json_schema", "json_object+schema", "json_object", "none")
 TOOL_MODES = ("auto", "on", "off")
-
-
-class LLMNotConfigured(DreamflowError):
-    """No LLM endpoint is configured, so jobs that need one cannot run."""
-
-    exit_code = 6
-    http_status = 503
-
-
-class LLMError(DreamflowError):
-    """A call to the LLM failed (timeout, HTTP error) or its answer could not be used."""
-
-    exit_code = 7
-    http_status = 502
-
-
-class AnswerRefused(JobFailed, LLMError):
-    """The model's answer broke a content rule again after the repair turn naming it: nothing was written,
-    the unit fails and its input is left for a retry (a planned failure, exit code 9)."""
-
-    def __init__(self, message: str, rule: str):
-        super().__init__(message)
-        self.rule = rule
-
-
-class LLMRejected(LLMError):
-    """The endpoint refused the request as malformed (HTTP 400 or 422), e.g. a `response_format` it does not
-    know."""
 
 
 # ---- settings ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Every memory operation, declared once.
 
 An operation is a method of `storage.memory.Memory`; `OPS` names it and says how the surfaces expose it.
-`dreamflow/cli.py` builds a click command per entry, the HTTP API a route, the agent loop a tool schema, all from
+`dreamflow/cli/app.py` builds a click command per entry, the HTTP API a route, the agent loop a tool schema, all from
 the method's signature (type hints, defaults) and docstring. Adding an operation = a `Memory` method + one line
 here. This module stays import-light (no pydantic) so the CLI starts fast; schemas are generated on demand.
 """
@@ -101,7 +101,7 @@ OPS: tuple[Op, ...] = (
     Op("node_search", writes=False, args=("query",), across=True),
     Op("traverse", writes=False, args=("paths",)),
     Op("trace", writes=False, args=("path", "fact")),
-    # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/governance_commands.py)
+    # graph governance (the `doctor` and `doctor-fix` CLI commands are replaced by dreamflow/cli/governance_commands.py)
     Op("doctor", writes=False),
     Op("doctor_fix", writes=True, destructive=True, idempotent=True),  # retargets links in files, as relink does
     Op("relink", writes=True, args=("target", "new_target"), destructive=True, idempotent=True),

@@ -2,7 +2,7 @@
 workspaces (declared sharing).
 
 Every surface (HTTP routes, MCP tools and resources, the CLI) calls `call(catalog, grant, name, op, args)`.
-A catalog is what serves workspaces: the service's hosts (dreamflow/hosting.py), or `LocalCatalog` for the
+A catalog is what serves workspaces: the service's hosts (dreamflow/service/hosting.py), or `LocalCatalog` for the
 CLI without a service. A workspace outside the grant answers exactly as one that does not exist.
 
 `search` and `node_search` take `workspaces`: the workspaces to search, merged by score; without it, the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from engine.grants import UNKNOWN_WORKSPACE, Grant
 from storage.errors import NotFound
@@ -22,7 +22,31 @@ from storage.errors import NotFound
 SEARCH_THREADS = 4  # workspaces searched at once by one call (DuckDB releases the GIL while it works)
 
 
-def default_for(catalog, grant: Grant) -> str:
+@runtime_checkable
+class Catalog(Protocol):
+    """What serves workspaces by name: `LocalCatalog` (the CLI, the stdio MCP server's `WorkspaceTarget`), the
+    service's `Hosts` and its MCP `ServiceTarget`, the API's `SingleWorkspace` (an app over one memory)."""
+
+    default_name: str  # the workspace a caller means when it names none (if its grant covers it)
+
+    def names(self) -> list[str]:
+        """The workspaces served."""
+
+    def serves(self, name: str) -> bool:
+        """Whether `name` is served here."""
+
+    def reads(self, name: str) -> list[str]:
+        """The workspaces `name`'s searches also read (its registry entry's `reads`)."""
+
+    def root(self, name: str) -> Path:
+        """The folder of workspace `name`."""
+
+    def memory(self, name: str) -> Any:
+        """The memory of workspace `name`: a `storage.memory.Memory`, or an `engine.client.RemoteMemory` when
+        its service runs elsewhere; both have one method per `engine.ops.OPS` operation."""
+
+
+def default_for(catalog: Catalog, grant: Grant) -> str:
     """The workspace a caller means when it names none: the catalog's default when granted, else the first
     workspace the grant covers."""
     if grant.sees(catalog.default_name) and catalog.serves(catalog.default_name):
@@ -33,7 +57,7 @@ def default_for(catalog, grant: Grant) -> str:
     raise NotFound("no workspace: this token grants none that this service serves")
 
 
-def open_scoped(catalog, grant: Grant, name: str | None, writes: bool):
+def open_scoped(catalog: Catalog, grant: Grant, name: str | None, writes: bool):
     """(name, memory) of the workspace a call is for, after the grant check."""
     name = name or default_for(catalog, grant)
     grant.check(name, writes)
@@ -42,12 +66,12 @@ def open_scoped(catalog, grant: Grant, name: str | None, writes: bool):
     return name, catalog.memory(name)
 
 
-def visible(catalog, grant: Grant) -> list[str]:
+def visible(catalog: Catalog, grant: Grant) -> list[str]:
     """The served workspaces the grant covers."""
     return [n for n in catalog.names() if grant.sees(n)]
 
 
-def list_workspaces(catalog, grant: Grant) -> list[dict[str, Any]]:
+def list_workspaces(catalog: Catalog, grant: Grant) -> list[dict[str, Any]]:
     """The workspaces a caller may use (`GET /workspaces`, the MCP `workspaces` tool): name, whether it is the
     default, what its searches also read, whether the caller may change it, and for the admin its folder."""
     rows = []
@@ -61,7 +85,7 @@ def list_workspaces(catalog, grant: Grant) -> list[dict[str, Any]]:
     return rows
 
 
-def call(catalog, grant: Grant, name: str | None, op, args: dict[str, Any]):
+def call(catalog: Catalog, grant: Grant, name: str | None, op, args: dict[str, Any]):
     """Run operation `op` (an `engine.ops.Op`) with `args` in the named (or default) workspace."""
     if op.across:
         return search_across(catalog, grant, name, op.name, dict(args))
@@ -69,7 +93,7 @@ def call(catalog, grant: Grant, name: str | None, op, args: dict[str, Any]):
     return getattr(memory, op.method_name)(**args)
 
 
-def search_across(catalog, grant: Grant, name: str | None, op_name: str, args: dict[str, Any]) -> list[dict]:
+def search_across(catalog: Catalog, grant: Grant, name: str | None, op_name: str, args: dict[str, Any]) -> list[dict]:
     """`search` / `node_search` over one or several workspaces, hits merged by score, each naming its workspace."""
     wanted = args.pop("workspaces", None)
     name = name or default_for(catalog, grant)

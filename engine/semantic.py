@@ -1,5 +1,5 @@
 """Semantic recall for a process: which vector index a `Memory` searches with and the background filler
-(the `dreamflow embed` command is dreamflow/embed_command.py).
+(the `dreamflow embed` command is dreamflow/cli/embed_command.py).
 
 Decision (fast start): torch takes ~6 s to import, the CLI must answer in a fraction of a second. So
 - the long-running service (`attach(memory, long_running=True)`) searches with vectors, loads the model once

@@ -87,20 +87,20 @@ class Settings:
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     # DREAMFLOW_API_TOKEN, else the one `dreamflow token create` kept in $DREAMFLOW_HOME/admin-token
     api_token: str | None = field(default_factory=admin_token)
-    # HTTP API guards (dreamflow/http_guard.py): bodies past this get 413; extra `Host` names it answers to
+    # HTTP API guards (dreamflow/http/http_guard.py): bodies past this get 413; extra `Host` names it answers to
     max_body_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_BODY_BYTES", str(32 << 20)))
     allowed_hosts: list[str] = field(default_factory=lambda: [
         name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
     # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
     max_write_chars: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_WRITE_CHARS", "100000"))
     turns_per_summary: int = field(default_factory=lambda: _num(int, "DREAMFLOW_TURNS_PER_SUMMARY", "10"))
-    # the most one Claude Code hook delivery reads and records (dreamflow/hooks.py); the rest waits for the next
+    # the most one Claude Code hook delivery reads and records (dreamflow/hooks/events.py); the rest waits for the next
     hook_max_seconds: float = field(default_factory=lambda: _num(float, "DREAMFLOW_HOOK_MAX_SECONDS", "10"))
     hook_max_turns: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_TURNS", "500"))
     hook_max_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_BYTES", str(64 << 20)))
     # a transcript line longer than this is skipped and reported (a pasted screenshot is a few MB)
     hook_max_line_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_HOOK_MAX_LINE_BYTES", str(8 << 20)))
-    # what `dreamflow hook claude-code` puts before the agent (dreamflow/hook_context.py): each event on/off,
+    # what `dreamflow hook claude-code` puts before the agent (dreamflow/hooks/context.py): each event on/off,
     # tokens per prompt and per session start, the least keyword score, share of the prompt's term weight and
     # distinct words of the prompt a match must reach for a prompt to get anything (storage/relevance.py: the
     # same at any size of the memory; docs/benchmarks.md: measured on LoCoMo), seconds allowed per answer
@@ -120,7 +120,7 @@ class Settings:
     mcp_tools: str = field(default_factory=lambda: _env("DREAMFLOW_MCP_TOOLS", "default"))  # default | all (/mcp)
     # open /mcp sessions; at the cap a new one ends the least recently used idle one (~40 KB each)
     mcp_max_sessions: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MCP_MAX_SESSIONS", "1000"))
-    # indexes a service keeps open between calls; the least recently used of more is closed (dreamflow/hosting.py)
+    # indexes a service keeps open between calls; the least recently used of more is closed (dreamflow/service/hosting.py)
     max_open_indexes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_OPEN_INDEXES", "16"))
 
     @property

@@ -18,7 +18,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from engine import ops
-from storage.errors import DreamflowError, NotFound
+from storage.errors import DreamflowError, NotFound, OutOfScope, WriteRejected
+from storage.text_view import read_all
 from storage.markdown import render_frontmatter, split_frontmatter
 from storage.text_view import read_all, split_head
 from storage.workspace import Workspace
@@ -27,13 +28,6 @@ READ_TOOLS = ("read", "stat", "list", "frontmatter_get", "search", "recall", "no
 WRITE_TOOLS = ("write", "create", "edit", "append", "prepend", "frontmatter_update", "frontmatter_delete_keys")
 RESULT_CHARS = 20_000  # a tool result longer than this is cut for the prompt
 READ_PAGE = RESULT_CHARS // 2  # `read` pages for agent tools unless the model asks for another size
-
-
-class WriteRejected(DreamflowError):
-    """A write the job's rules forbid (e.g. it would drop existing links); fails the unit."""
-
-    exit_code = 4
-    http_status = 409
 
 
 Guard = Callable[[str, str, str], None]
@@ -108,7 +102,7 @@ class Toolbox:
                 name in ("write", "create") or not os.path.lexists(self.ws.resolve(path))):
             path += ".md"  # the path rule Memory applies (a suffix-less path means <path>.md)
         if not path or not self.can_write(self.ws.normalize(path)):
-            raise _Refused(f"this job may only write {self.write_scope}; {path or 'no path'} is not allowed")
+            raise OutOfScope(f"this job may only write {self.write_scope}; {path or 'no path'} is not allowed")
         path = self.ws.normalize(path)
         before = read_text(self.memory, path) if self.guard is not None else None
         if before is not None:
@@ -116,10 +110,6 @@ class Toolbox:
             if after is not None:
                 self.guard(path, before, after)
         return path
-
-
-class _Refused(DreamflowError):
-    """A write outside the job's scope: reported to the model, not fatal."""
 
 
 def read_text(memory, path: str) -> str | None:

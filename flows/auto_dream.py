@@ -9,7 +9,8 @@ from engine.days import check_date, today
 from engine.job_workspace import workspace_root
 from engine.llm import require_llm
 from flows.unit_pool import UnitPool
-from tasks.dream import UnitsFailed, consolidate, finish, gather, publish_report, settle
+from storage.errors import UnitsFailed
+from tasks.dream import consolidate, finish, gather, publish_report, settle
 from tasks.topics import select_topics
 
 

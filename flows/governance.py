@@ -15,7 +15,7 @@ from engine.days import today
 from engine.job_workspace import workspace_root
 from engine.llm import require_llm
 from flows.unit_pool import UnitPool
-from tasks.dream import UnitsFailed
+from storage.errors import UnitsFailed
 from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
 

@@ -1,4 +1,10 @@
-"""Errors raised by the storage layer, each with a stable exit code and HTTP status for the CLI and API."""
+"""Every Dreamflow error, each with a stable exit code and HTTP status for the CLI and API, and the error envelope
+all surfaces answer with (`--json`, HTTP, MCP): `{"error": {type, message, exit_code}}`."""
+
+
+def envelope(kind: str, message: str, exit_code: int) -> dict:
+    """The error envelope; `DreamflowError.to_json` for Dreamflow's own errors."""
+    return {"error": {"type": kind, "message": message, "exit_code": exit_code}}
 
 
 class DreamflowError(Exception):
@@ -6,6 +12,10 @@ class DreamflowError(Exception):
 
     exit_code = 1
     http_status = 400
+
+    def to_json(self) -> dict:
+        """This error as the envelope the CLI's `--json`, the API and MCP answer with."""
+        return envelope(type(self).__name__, str(self), self.exit_code)
 
 
 def from_os_error(exc: OSError) -> DreamflowError:
@@ -71,3 +81,102 @@ class JobFailed(DreamflowError):
 
     exit_code = 9
     http_status = 500
+
+
+class TooLarge(InvalidInput):
+    """A job tried to write more into one card or node than `DREAMFLOW_MAX_WRITE_CHARS` allows."""
+
+
+class Forbidden(DreamflowError):
+    """The token may read this workspace but not change it."""
+
+    exit_code = 8
+    http_status = 403
+
+
+class WriteRejected(DreamflowError):
+    """A write the job's rules forbid (e.g. it would drop existing links); fails the unit."""
+
+    exit_code = 4
+    http_status = 409
+
+
+class OutOfScope(DreamflowError):
+    """A write outside the job's scope: reported to the model, not fatal."""
+
+
+class LLMNotConfigured(DreamflowError):
+    """No LLM endpoint is configured, so jobs that need one cannot run."""
+
+    exit_code = 6
+    http_status = 503
+
+
+class LLMError(DreamflowError):
+    """A call to the LLM failed (timeout, HTTP error) or its answer could not be used."""
+
+    exit_code = 7
+    http_status = 502
+
+
+class AnswerRefused(JobFailed, LLMError):
+    """The model's answer broke a content rule again after the repair turn naming it: nothing was written,
+    the unit fails and its input is left for a retry (a planned failure, exit code 9)."""
+
+    def __init__(self, message: str, rule: str):
+        super().__init__(message)
+        self.rule = rule
+
+
+class UnitsFailed(JobFailed, LLMError):
+    """Some units of a job failed (a planned failure, exit code 9); `summary` is the run summary (their paths
+    stay un-checkpointed)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message, summary)
+        self.summary = summary
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class LLMRejected(LLMError):
+    """The endpoint refused the request as malformed (HTTP 400 or 422), e.g. a `response_format` it does not
+    know."""
+
+
+class ServiceUnavailable(DreamflowError):
+    """The service named in service.json does not answer."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class ServiceNeeded(DreamflowError):
+    """A job tool was called while no `dreamflow start` runs for the workspace."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class ServiceError(DreamflowError):
+    """The service cannot start or keep running (port taken, a child keeps crashing, already running)."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class WorkspaceOwned(DreamflowError):
+    """Another running service owns the workspace (one owner per workspace)."""
+
+    exit_code = 8
+    http_status = 503
+
+
+class RemoteError(DreamflowError):
+    """An error the service reported whose class this process does not know; keeps its code and status."""
+
+    def __init__(self, message: str, exit_code: int = 1, http_status: int = 500):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.http_status = http_status

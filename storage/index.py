@@ -10,7 +10,6 @@ middle leaves the index as it was before, and the next `reconcile` brings it up 
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -229,8 +228,8 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
 def load_writer() -> None:
     """Import what indexing a file needs and reads never do (the parser, numpy): a few tenths of a second, once
     per process."""
-    for module in ("numpy", "storage.markdown"):
-        importlib.import_module(module)
+    import numpy  # noqa: F401
+    import storage.markdown  # noqa: F401
 
 
 # ---- reading and parsing -----------------------------------------------------------------------------

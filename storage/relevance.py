@@ -1,6 +1,6 @@
 """How much of a query a keyword match carries, in numbers that mean the same on a memory of 2 chunks or 2
 million: what `recall`'s `min_score`, `min_relevance` and `min_words` (the thresholds of the Claude Code hook,
-dreamflow/hook_context.py) are compared with.
+dreamflow/hooks/context.py) are compared with.
 
 BM25 weighs a word by its inverse document frequency, ln(1 + (N - df + 0.5) / (df + 0.5)): about -ln of the
 share of the N chunks that hold it, so a score is a statement about shares (4: the matched words together are

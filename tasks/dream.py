@@ -43,7 +43,6 @@ from engine.settings import Settings
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
 from storage import checkpoints, dream_log, facts, validity
-from storage.errors import JobFailed
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
 from tasks.cards import describe, extract_facts, fact_key, slugify, unwrap_link
@@ -523,18 +522,6 @@ def publish_report(workspace: str, summary: dict) -> str:
     dream_log.record(metadata_of(workspace), summary, flow_run.id)  # the dashboard's day page reads it back
     create_markdown_artifact(markdown=markdown, key=f"dream-{summary['date']}", description="auto_dream run")
     return markdown
-
-
-class UnitsFailed(JobFailed, LLMError):
-    """Some units of a job failed (a planned failure, exit code 9); `summary` is the run summary (their paths
-    stay un-checkpointed)."""
-
-    def __init__(self, message: str, summary: dict):
-        super().__init__(message, summary)
-        self.summary = summary
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def settle(futures: list, units: list[dict]) -> tuple[list[dict], list[dict]]:

@@ -14,7 +14,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from dreamflow.api import create_app
+from dreamflow.http.api import create_app
 from engine.settings import Settings
 from storage.memory import Memory
 

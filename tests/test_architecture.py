@@ -1,5 +1,7 @@
 """The shape docs/architecture.md promises holds in the code: imports point one way down the layers, no modules
-import each other in a circle, and storage/ stays plain Python. Imports inside functions count too."""
+import each other in a circle, storage/ stays plain Python, no module is loaded by a name string, and the
+surface packages of dreamflow/ import neither the package they live in nor each other beyond SURFACE_IMPORTS.
+Imports inside functions count too, in every sub-package."""
 
 import ast
 import json
@@ -14,25 +16,50 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["dreamflow", "deployments", "flows", "tasks", "engine", "storage"]  # each imports only those below it
 SAME_LAYER = {"deployments": "flows"}  # the deployments declare the flows they run: one layer in the docs' picture
 HEAVY = ("prefect", "openai", "torch", "sentence_transformers")
+# Which surface package of dreamflow/ may import which other one (its modules, never its package `__init__`):
+# the CLI starts every other surface; the supervisor serves the HTTP API; the API mounts the MCP endpoint, the
+# dashboard and answers the hook's question; MCP over HTTP reads the caller's grant from the request scope and
+# records turns as the hook does; the hook and the CLI write the MCP server's text; the dashboard signs in
+# through the API's access layer.
+SURFACE_IMPORTS = {
+    "cli": {"service", "mcp", "hooks"},
+    "service": {"http"},
+    "http": {"mcp", "hooks", "web"},
+    "mcp": {"http", "hooks"},
+    "hooks": {"mcp"},
+    "web": {"http"},
+}
+
+
+@cache
+def sources() -> dict[str, ast.Module]:
+    """{module name: its parsed source} for every module of the layers, sub-packages included."""
+    found = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[module] = ast.parse(path.read_text(), str(path))
+    return found
 
 
 @cache
 def imports() -> dict[str, set[str]]:
-    """{module: the modules and packages it imports, anywhere in its code}."""
+    """{module: the modules and packages it imports, anywhere in its code}. `from P import m` imports the module
+    `P.m` when there is one (not the package P), else P."""
+    modules = sources()
     found = {}
-    for package in LAYERS:
-        for path in sorted((ROOT / package).rglob("*.py")):  # sub-packages too (dreamflow/web)
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            names = set()
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names |= {alias.name for alias in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+    for module, tree in modules.items():
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                inner = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
+                names |= inner
+                if len(inner) < len(node.names):
                     names.add(node.module)
-                    if node.module.split(".")[0] in LAYERS:  # `from storage import index` imports storage.index
-                        names |= {f"{node.module}.{alias.name}" for alias in node.names}
-            found[module] = names
+        found[module] = names
     return found
 
 
@@ -133,3 +160,79 @@ def test_importing_flows_and_tasks_configures_nothing(tmp_path):
     assert json.loads(done.stdout.splitlines()[-1]) == {"environment changed": [], "settings read": 0,
                                                        "log filters": []}
     assert "flows.auto_dream" in modules and "tasks.dream" in modules
+
+
+def test_no_module_is_imported_by_a_name_string():
+    """`importlib.import_module(...)` and `__import__(...)` only with a literal name outside the project: a
+    project module is imported by an import statement, so the import graph above sees it."""
+    found = []
+    for module, tree in sources().items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called not in ("import_module", "__import__"):
+                continue
+            name = node.args[0] if node.args else None
+            literal = isinstance(name, ast.Constant) and isinstance(name.value, str)
+            if not literal or name.value.split(".")[0] in LAYERS:
+                found.append((module, node.lineno))
+    assert found == []
+
+
+def test_no_module_imports_the_package_it_lives_in():
+    """A sub-package's `__init__` imports its modules, never the other way round; the layer roots (`dreamflow`,
+    `engine`, ...) only declare (a version), so importing them is not a loop."""
+    back = [(module, name) for module, names in imports().items() for name in names
+            if "." in name and module.startswith(name + ".")]
+    assert back == []
+
+
+def test_surface_packages_import_each_other_only_as_declared():
+    def surface(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "dreamflow" and len(parts) > 2 else None
+
+    found = imports()
+    assert {surface(m) for m in found} - {None} == SURFACE_IMPORTS.keys()  # every surface package is declared
+    crossing = [(module, name) for module, names in found.items() for name in names
+                if surface(module) and surface(name) not in (None, surface(module))
+                and surface(name) not in SURFACE_IMPORTS[surface(module)]]
+    assert crossing == []
+
+
+def test_every_error_class_and_the_error_envelope_live_in_storage_errors():
+    """One errors module: no class elsewhere derives from its errors, and no code elsewhere writes the envelope's
+    `{type, message, exit_code}` by hand (`DreamflowError.to_json`, `errors.envelope`)."""
+    from storage import errors
+
+    names = {name for name, value in vars(errors).items()
+             if isinstance(value, type) and issubclass(value, errors.DreamflowError)}
+    elsewhere = []
+    for module, tree in sources().items():
+        if module == "storage.errors":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and {getattr(b, "id", getattr(b, "attr", None)) for b in node.bases} & names:
+                elsewhere.append((module, node.name))
+            elif isinstance(node, ast.Dict) and {"type", "message", "exit_code"} <= {
+                    k.value for k in node.keys if isinstance(k, ast.Constant)}:
+                elsewhere.append((module, node.lineno))
+    assert elsewhere == []
+
+
+def test_every_catalog_has_the_declared_interface():
+    """The classes that serve workspaces by name have what `engine.scoped.Catalog` declares, with its parameters."""
+    import inspect
+
+    from dreamflow.http.api import SingleWorkspace
+    from dreamflow.mcp.targets import ServiceTarget, WorkspaceTarget
+    from dreamflow.service.hosting import Hosts
+    from engine.scoped import Catalog, LocalCatalog
+
+    declared = {name: list(inspect.signature(getattr(Catalog, name)).parameters)
+                for name in ("names", "serves", "reads", "root", "memory")}
+    for catalog in (LocalCatalog, Hosts, SingleWorkspace, ServiceTarget, WorkspaceTarget):
+        found = {name: list(inspect.signature(getattr(catalog, name)).parameters) if hasattr(catalog, name) else None
+                 for name in declared}
+        assert found == declared, catalog

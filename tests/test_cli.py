@@ -312,7 +312,7 @@ def test_job_counts_are_bounded_like_the_operations_counts(ws, command):
 
 
 def test_counts_in_messages_agree_with_their_number(ws):
-    from dreamflow.render import counted
+    from dreamflow.cli.render import counted
 
     assert (counted(1, "card"), counted(0, "card"), counted(2, "new topic")) == ("1 card", "0 cards", "2 new topics")
     ok(ws, "write", "daily/2024-05-08/a.md", "--content", "# A", "--name", "A")

@@ -497,7 +497,7 @@ def test_without_a_token_the_dashboard_is_open_and_says_so(ws, monkeypatch):
 
 
 def test_status_names_the_dashboard():
-    from dreamflow.service_commands import format_status
+    from dreamflow.cli.service_commands import format_status
 
     shown = format_status({"running": True, "service": {"url": "http://127.0.0.1:8420", "uptime_s": 5}})
     assert "Dashboard   http://127.0.0.1:8420/ui/" in shown

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from dreamflow import docs_gen
-from dreamflow.mcp_server import tools
+from dreamflow.mcp.server import tools
 from engine.ops import OPS
 
 

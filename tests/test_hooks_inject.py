@@ -1,4 +1,4 @@
-"""`dreamflow hook claude-code` on SessionStart and UserPromptSubmit (dreamflow/hook_context.py), fed the JSON
+"""`dreamflow hook claude-code` on SessionStart and UserPromptSubmit (dreamflow/hooks/context.py), fed the JSON
 Claude Code sends: recall for a prompt, cited, never repeated within a session, nothing for a prompt memory has
 nothing on; the session-start digest; a service that does not answer; a session routed to one of two workspaces."""
 

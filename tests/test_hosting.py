@@ -1,4 +1,4 @@
-"""The workspaces one service serves (dreamflow/hosting.py), in this process: each its own index and watcher,
+"""The workspaces one service serves (dreamflow/service/hosting.py), in this process: each its own index and watcher,
 at most `max_open_indexes` indexes open between calls, the registry re-read while running, one owner each."""
 
 import threading
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dreamflow.hosting import Hosts, WorkspaceOwned
+from dreamflow.service.hosting import Hosts, WorkspaceOwned
 from engine.registry import Registry
 from engine.settings import Settings
 from storage.db import IndexDB

@@ -232,7 +232,7 @@ def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_serv
 
 
 def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_path, no_llm):
-    from dreamflow.service import Options, Service
+    from dreamflow.service.supervisor import Options, Service
     from engine.llm import LLMNotConfigured
     from engine.settings import Settings
 

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from service_harness import DREAMFLOW
 
-from dreamflow.mcp_server import DEFAULT_TOOLS
+from dreamflow.mcp.server import DEFAULT_TOOLS
 from engine import ops
 
 pytestmark = pytest.mark.timeout(240)
@@ -108,7 +108,7 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
 def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
     import inspect
 
-    from dreamflow.mcp_targets import Target
+    from dreamflow.mcp.targets import Target
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
 
@@ -186,7 +186,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
 
 
 def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
-    from dreamflow.mcp_server import RESOURCE_CHARS, RESOURCE_LIMIT
+    from dreamflow.mcp.server import RESOURCE_CHARS, RESOURCE_LIMIT
     from storage.text_view import READ_CHARS
 
     ws = tmp_path / "ws"
@@ -491,8 +491,8 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
 
 
 def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):
-    from dreamflow.mcp_server import HttpMount
-    from dreamflow.mcp_targets import WorkspaceTarget
+    from dreamflow.mcp.server import HttpMount
+    from dreamflow.mcp.targets import WorkspaceTarget
     from engine.settings import Settings
     from storage.errors import InvalidInput
 
@@ -513,7 +513,7 @@ def test_the_documented_host_configs_parse_and_the_stdio_entry_starts_a_working_
     import tomllib
     from pathlib import Path
 
-    from dreamflow.hooks import EVENTS
+    from dreamflow.hooks.events import EVENTS
 
     section = (Path(__file__).parent.parent / "docs" / "agents.md").read_text()
     blocks = re.findall(r"```(json|toml)\n(.*?)```", section, re.S)

@@ -29,9 +29,9 @@ class MountServer(ThreadedServer):
         from starlette.applications import Starlette
         from starlette.routing import Route
 
-        from dreamflow.access import Access
-        from dreamflow.mcp_server import HttpMount
-        from dreamflow.mcp_targets import WorkspaceTarget
+        from dreamflow.http.access import Access
+        from dreamflow.mcp.server import HttpMount
+        from dreamflow.mcp.targets import WorkspaceTarget
         from engine.grants import Tokens
 
         self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
@@ -74,8 +74,8 @@ def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
 
 
 def test_the_session_cap_comes_from_the_setting_and_must_be_positive(tmp_path, monkeypatch):
-    from dreamflow.mcp_server import HttpMount
-    from dreamflow.mcp_targets import WorkspaceTarget
+    from dreamflow.mcp.server import HttpMount
+    from dreamflow.mcp.targets import WorkspaceTarget
     from storage.errors import InvalidInput
 
     monkeypatch.setenv("DREAMFLOW_MCP_MAX_SESSIONS", "7")

@@ -213,7 +213,7 @@ def test_a_service_of_another_machine_sharing_the_folder_is_found_by_its_service
     import json
     import socket
 
-    from dreamflow.service import advertised_host
+    from dreamflow.service.supervisor import advertised_host
     from engine.client import service_info
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -23,8 +23,8 @@ from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
 from engine.client import connect
-from dreamflow.children import Child
-from dreamflow.service import Options, Service, ServiceError
+from dreamflow.service.children import Child
+from dreamflow.service.supervisor import Options, Service, ServiceError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -371,7 +371,7 @@ def test_work_that_arrives_while_the_service_is_down_runs_after_restart(spare, d
 
 def test_children_die_with_the_service_even_on_kill_9(tmp_path):
     script = (
-        "import sys, time; from pathlib import Path; from dreamflow.children import Child\n"
+        "import sys, time; from pathlib import Path; from dreamflow.service.children import Child\n"
         f"c = Child('sleeper', [sys.executable, '-c', 'import time; time.sleep(60)'], None, Path({str(tmp_path / 'c.log')!r}))\n"
         "c.start(); print(c.pid, flush=True); time.sleep(60)\n"
     )

@@ -105,7 +105,7 @@ def test_bad_messages_are_refused_before_anything_is_written(ws):
 
 def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
     """What a retried hook delivery sends: the same turn_id and message ids, perhaps with more of the answer."""
-    from dreamflow.capture import record_turn as record  # the real append (storage/dialog.py), in-process
+    from dreamflow.hooks.capture import record_turn as record  # the real append (storage/dialog.py), in-process
 
     def dialog() -> list[dict]:
         return [json.loads(line) for line in (ws.root / "session/dialog/s.jsonl").read_text().splitlines()]
@@ -128,7 +128,7 @@ def test_the_mcp_turn_tool_and_the_cli_take_turn_id_too(ws):
     import subprocess
     import sys
 
-    from dreamflow.mcp_targets import WorkspaceTarget
+    from dreamflow.mcp.targets import WorkspaceTarget
 
     target = WorkspaceTarget(ws.root)
     prompt = [{"role": "user", "content": "Which ferry?", "id": "u1"}]

@@ -17,7 +17,7 @@ def mount(app, catalog, service, tokens) -> None:
     from fastapi import FastAPI
     from fastapi.staticfiles import StaticFiles
 
-    from dreamflow.access import DASHBOARD
+    from dreamflow.http.access import DASHBOARD
     from dreamflow.web.app import Dashboard, add_error_pages
     from dreamflow.web.changes import router as changing
     from dreamflow.web.pages import router as reading

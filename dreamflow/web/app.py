@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dreamflow.access import DASHBOARD, grant_of
+from dreamflow.http.access import DASHBOARD, grant_of
 from dreamflow.web.graph_layout import kind_of
 from dreamflow.web.markdown_html import compact, line_range
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 
-from dreamflow.access import DASHBOARD
+from dreamflow.http.access import DASHBOARD
 from dreamflow.web.app import URLS, Visitor, check_form, clear_cookie, set_cookie, visitor
 from storage.errors import Changed, InvalidInput
 from storage.markdown import render_frontmatter, split_frontmatter

@@ -7,19 +7,19 @@ status and health.
   `file` part) and `POST /ops/download` answers with the file's bytes: over HTTP no operation names a path on
   the server's machine (the CLI's `upload SOURCE` / `download PATH DEST` read and write on the caller's side).
 - `POST /proactive`: the day's topics (read at once); `POST /inject`: what the Claude Code hook puts before
-  the agent (dreamflow/hook_context.py); `GET /health`.
+  the agent (dreamflow/hooks/context.py); `GET /health`.
 - `POST /turn`, `POST /flows/<flow>`, `GET /flows/runs/<id>`, `POST /flows/runs/<id>/retry`, `GET /status` and
-  the MCP endpoint `/mcp` (streamable HTTP, dreamflow/mcp_server.py) need the service (`dreamflow start`).
+  the MCP endpoint `/mcp` (streamable HTTP, dreamflow/mcp/server.py) need the service (`dreamflow start`).
 - The dashboard at `/ui/` (dreamflow/web/, docs/dashboard.md): memory in the browser, its job pages with the
   service.
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
-- Workspaces (dreamflow/access.py, engine/scoped.py): every route also lives under `/workspaces/<name>/`;
+- Workspaces (dreamflow/http/access.py, engine/scoped.py): every route also lives under `/workspaces/<name>/`;
   unscoped routes mean the service's default workspace; `GET /workspaces` lists those the caller may use.
   Once a token is configured (`DREAMFLOW_API_TOKEN`, `dreamflow token create`), every route, docs included,
   requires `Authorization: Bearer`; a workspace the token does not grant answers as if it did not exist.
-- In front of everything (`dreamflow.http_guard`): unknown `Host` names get 421, state-changing requests a
+- In front of everything (`dreamflow.http.http_guard`): unknown `Host` names get 421, state-changing requests a
   page of another site could send (foreign `Origin`, a form or `text/plain` body without proof of a script)
   get 403, bodies over `DREAMFLOW_MAX_BODY_BYTES` get 413 before they are read.
 """
@@ -39,13 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
-from dreamflow.access import Access, grant_of, workspace_of
-from dreamflow.http_guard import RequestGuard, allowed_hosts
+from dreamflow.http.access import Access, grant_of, workspace_of
+from dreamflow.http.http_guard import RequestGuard, allowed_hosts
 from dreamflow import web
 from engine import ops, scoped
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
-from storage.errors import DreamflowError, InvalidInput, NotFound
+from storage.errors import DreamflowError, InvalidInput, NotFound, envelope
 
 
 class TurnRequest(BaseModel):
@@ -65,7 +65,7 @@ class ProactiveRequest(BaseModel):
 
 
 class InjectRequest(BaseModel):
-    """What `dreamflow hook claude-code` asks for a Claude Code event (dreamflow/hook_context.py `question`)."""
+    """What `dreamflow hook claude-code` asks for a Claude Code event (dreamflow/hooks/context.py `question`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -149,10 +149,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_body(exc: DreamflowError) -> dict:
-    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
-
-
 class SingleWorkspace:
     """A catalog (engine/scoped.py) of one memory, for an API without the service."""
 
@@ -181,7 +177,7 @@ class SingleWorkspace:
 
 def create_app(memory=None, token: str | None = None, service=None, host: str = "127.0.0.1",
                settings: Settings | None = None) -> FastAPI:
-    """The API over the workspaces of `service` (a running `dreamflow.service.Service`: also turns, flow
+    """The API over the workspaces of `service` (a running `dreamflow.service.supervisor.Service`: also turns, flow
     launches, status and `/mcp`), or over `memory` alone (a `Memory`). `token` is the admin token; tokens from
     `dreamflow token create` are checked too. `host`: the interface it is served on (its name is accepted in
     `Host`, with `settings.allowed_hosts`)."""
@@ -232,8 +228,8 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
     @app.post("/inject", tags=["memory: reads"])
     def inject(request: Request, body: InjectRequest) -> dict[str, Any]:
         """What the Claude Code hook puts before the agent (`text`, None: nothing): recall for a prompt, or the
-        session-start digest, in one request (dreamflow/hook_context.py)."""
-        from dreamflow import hook_context
+        session-start digest, in one request (dreamflow/hooks/context.py)."""
+        from dreamflow.hooks import context as hook_context
 
         _, memory = _open(catalog, request, writes=False)
         return {"text": hook_context.inject(memory, **body.model_dump())}
@@ -262,8 +258,8 @@ def _open(catalog, request: Request, writes: bool):
 
 def _mcp_mount(service):
     """The MCP tools over the service (tool set: `DREAMFLOW_MCP_TOOLS`, default the short one)."""
-    from dreamflow.mcp_server import HttpMount
-    from dreamflow.mcp_targets import ServiceTarget
+    from dreamflow.mcp.server import HttpMount
+    from dreamflow.mcp.targets import ServiceTarget
 
     return HttpMount(ServiceTarget(service), service.settings.mcp_tools, host=service.options.host,
                      max_sessions=service.settings.mcp_max_sessions)
@@ -272,22 +268,22 @@ def _mcp_mount(service):
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DreamflowError)
     async def dreamflow_error(request: Request, exc: DreamflowError):
-        return JSONResponse(error_body(exc), status_code=exc.http_status)
+        return JSONResponse(exc.to_json(), status_code=exc.http_status)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        return JSONResponse(error_body(ops.invalid_arguments(exc.errors())), status_code=422)
+        return JSONResponse(ops.invalid_arguments(exc.errors()).to_json(), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
         message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
-        body = {"error": {"type": kind, "message": message, "exit_code": 3 if exc.status_code == 404 else 1}}
+        body = envelope(kind, message, NotFound.exit_code if exc.status_code == 404 else DreamflowError.exit_code)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)  # e.g. 405's `Allow`
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        body = {"error": {"type": type(exc).__name__, "message": f"internal error: {exc}", "exit_code": 1}}
+        body = envelope(type(exc).__name__, f"internal error: {exc}", DreamflowError.exit_code)
         return JSONResponse(body, status_code=500)
 
 

@@ -7,10 +7,7 @@ import json
 
 import click
 
-
-def register(cli: click.Group) -> None:
-    """Add `dreamflow import-reme` to the command group."""
-    cli.add_command(import_reme)
+from dreamflow.cli.common import fail
 
 
 @click.command("import-reme")
@@ -31,8 +28,6 @@ def import_reme(obj, source: str, overwrite: bool, max_file_bytes: int | None, a
     card names are marked as summarised. A workspace file with other content is a conflict: listed and kept
     unless --overwrite.
     """
-    from dreamflow.cli import fail
-    from engine.reme_import import import_reme as run_import
     from storage.errors import DreamflowError
     from storage.workspace import Workspace
 

@@ -15,6 +15,7 @@ import json
 from urllib.parse import unquote
 
 from engine.grants import Grant, Tokens
+from storage.errors import envelope
 
 GRANT = "dreamflow.grant"          # request scope keys
 WORKSPACE = "dreamflow.workspace"
@@ -66,7 +67,7 @@ def _dashboard(path: str) -> bool:
 async def _unauthorized(send) -> None:
     message = "missing or wrong bearer token: send 'Authorization: Bearer <token>' (DREAMFLOW_API_TOKEN or a " \
               "token from `dreamflow token create`)"
-    body = json.dumps({"error": {"type": "Unauthorized", "message": message, "exit_code": 8}}).encode()
+    body = json.dumps(envelope("Unauthorized", message, 8)).encode()
     await send({"type": "http.response.start", "status": 401, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"www-authenticate", b"Bearer")]})

@@ -21,17 +21,10 @@ from engine.client import SERVICE_FILE, service_info
 from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import Entry, Registry
 from engine.settings import Settings
-from storage.errors import DreamflowError, NotFound
+from storage.errors import NotFound, WorkspaceOwned
 from storage.workspace import Workspace
 
 BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
-
-
-class WorkspaceOwned(DreamflowError):
-    """Another running service owns the workspace (one owner per workspace)."""
-
-    exit_code = 8
-    http_status = 503
 
 
 class Hosted:

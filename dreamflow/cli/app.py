@@ -1,4 +1,4 @@
-"""The `dreamflow` command line: one command per operation in `engine.ops`, plus registered extensions.
+"""The `dreamflow` group: one command per operation in `engine.ops`, plus the commands of the other modules here.
 
 Memory commands are generated from the `Memory` method signatures (type hints -> click options, the docstring
 -> help). They import only click, the storage layer and (for people) rich: never prefect, openai, torch,
@@ -8,7 +8,6 @@ Errors print a clear message and exit with the error's `exit_code` (usage errors
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import sys
@@ -23,14 +22,18 @@ import click
 from dreamflow import __version__
 from engine import ops
 from engine.client import open_memory
+from dreamflow.cli import (embed_command, flow_commands, governance_commands, hook_command, import_command,
+                           mcp_command, service_commands, workspace_commands)
+from dreamflow.cli.common import fail
 from storage.errors import DreamflowError, from_os_error
 
-# Modules that add commands or groups (flows, service): each defines `register(cli: click.Group)` and imports
-# prefect/openai/torch only inside its command bodies, so memory commands stay fast. One line per module.
-EXTENSIONS: list[str] = [
-    "dreamflow.service_commands", "dreamflow.flow_commands", "dreamflow.governance_commands", "dreamflow.embed_command",
-    "dreamflow.mcp_server", "dreamflow.hooks", "dreamflow.import_command", "dreamflow.workspace_commands",
-]
+# The commands besides the generated ones, in the order help lists them. Their modules import prefect, openai
+# and torch only inside command bodies, so memory commands stay fast.
+EXTENSIONS: tuple[click.Command, ...] = (
+    service_commands.start, service_commands.status, service_commands.turn,
+    *flow_commands.COMMANDS, *governance_commands.COMMANDS, embed_command.embed, mcp_command.mcp,
+    hook_command.hook, import_command.import_reme, workspace_commands.workspace, workspace_commands.token,
+)
 
 
 @dataclass
@@ -163,7 +166,7 @@ def build_command(op: ops.Op) -> click.Command:
             else:
                 method = getattr(obj.memory(), op.method_name)
                 if "progress" in inspect.signature(method).parameters and not as_json:
-                    from dreamflow import render
+                    from dreamflow.cli import render
 
                     with render.progress(op.cli_name) as bar:
                         result = method(**kwargs, progress=bar)
@@ -176,24 +179,12 @@ def build_command(op: ops.Op) -> click.Command:
         if as_json:
             click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
         else:
-            from dreamflow import render
+            from dreamflow.cli import render
 
             render.show(op.name, result)
 
     return click.Command(op.cli_name, params=params, callback=callback, help=op.help, short_help=op.summary,
                          epilog=epilog if op.args else None)
-
-
-def fail(exc: DreamflowError, as_json: bool = False) -> typing.NoReturn:
-    """Print a DreamflowError (as JSON on stdout with --json, else on stderr) and exit with its code."""
-    if as_json:
-        payload = {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
-        click.echo(json.dumps(payload, ensure_ascii=False))
-    else:
-        from dreamflow import render
-
-        render.error(str(exc))
-    sys.exit(exc.exit_code)
 
 
 class KeyValue(click.ParamType):
@@ -287,10 +278,10 @@ def _body(op: ops.Op, content: str | None, body_file) -> str | None:
     return None
 
 
-for _module in EXTENSIONS:
-    importlib.import_module(_module).register(cli)
-for _command in cli.commands.values():
+for _command in EXTENSIONS:
+    cli.add_command(_command)
     _whole_short_help(_command)
+cli.wrappers.update(flow_commands.WRAPPERS)
 
 
 def main() -> None:

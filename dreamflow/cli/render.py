@@ -93,7 +93,7 @@ def show_node_search(rows: list[dict]) -> None:
 
 
 def show_read(result: dict) -> None:
-    from dreamflow.mcp_text import read_notes
+    from dreamflow.mcp.text import read_notes
 
     sys.stdout.write(result["content"])
     notes = read_notes(result)
@@ -106,7 +106,7 @@ def show_read(result: dict) -> None:
 
 
 def show_recall(result: dict) -> None:
-    from dreamflow.mcp_text import recall_note
+    from dreamflow.mcp.text import recall_note
 
     if result["text"]:
         out.print(Text(result["text"]))
@@ -116,7 +116,7 @@ def show_recall(result: dict) -> None:
 
 
 def show_trace(result: dict) -> None:
-    from dreamflow.mcp_text import trace_lines
+    from dreamflow.mcp.text import trace_lines
 
     for line in trace_lines(result):
         style = "yellow" if ": BROKEN: " in line or line.startswith("[") else None

@@ -3,13 +3,13 @@
 One server definition (`build_server`), two transports:
 
 - `dreamflow mcp`: stdio, what desktop hosts spawn (calls go to the running service when there is one, else
-  run in this process with short index sessions: see dreamflow/mcp_targets.py);
+  run in this process with short index sessions: see dreamflow/mcp/targets.py);
 - the service's `/mcp`: streamable HTTP on the API port, behind the API token like every route (`HttpMount`,
-  mounted by dreamflow/api.py).
+  mounted by dreamflow/http/api.py).
 
 Tools are generated from `engine.ops.OPS` (names, descriptions, parameters and their help text as on the CLI
 and API; annotations from each Op's read-only / destructive / idempotent facts, `openWorldHint` false) plus
-the job tools of `mcp_targets.Target`; so a new operation is a tool with no code here. Every tool but
+the job tools of `targets.Target`; so a new operation is a tool with no code here. Every tool but
 `workspaces` takes an optional `workspace` (a name the `workspaces` tool lists; default: the connection's,
 `dreamflow mcp --workspace NAME` or the `/workspaces/NAME/mcp` URL), checked against the caller's grant (the
 bearer token on `/mcp`; the local user on stdio may use every registered workspace). `DEFAULT_TOOLS` is
@@ -17,8 +17,8 @@ the short set agents get; `--tools all` (or `DREAMFLOW_MCP_TOOLS=all` for the se
 operation. `upload`/`download` take paths of the server's own file system and are never tools.
 
 Resources are the connection's default workspace; `?workspace=NAME` in a URI reads another one.
-A result is concise text for the model (dreamflow/mcp_text.py) plus the API's JSON as structured content,
-without the field the text already carries in full (`mcp_text.AS_TEXT`: a page of text travels once; a list
+A result is concise text for the model (dreamflow/mcp/text.py) plus the API's JSON as structured content,
+without the field the text already carries in full (`text.AS_TEXT`: a page of text travels once; a list
 is wrapped as `{"results": [...]}` for clients of protocol versions before 2026-07-28, which allow only
 objects there). A Dreamflow error (an unknown tool too) is a tool error (`isError`) whose text is the
 CLI's message and whose structured content is the CLI's `--json` error object; never a protocol error or a
@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from dreamflow import __version__, mcp_text
-from dreamflow.mcp_targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
+from dreamflow import __version__
+from dreamflow.mcp import text as mcp_text
+from dreamflow.mcp.targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
 from engine.grants import ADMIN, Grant
 from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
@@ -124,11 +125,11 @@ class Dispatcher:
         self._models: dict[str, Any] = {}
 
     def caller(self, ctx) -> tuple[Grant | None, str | None]:
-        """(grant, default workspace) of a request: over HTTP from the request scope (dreamflow/access.py;
+        """(grant, default workspace) of a request: over HTTP from the request scope (dreamflow/http/access.py;
         None when missing), on stdio the local user's."""
         if not self.over_http:
             return ADMIN, None
-        from dreamflow.access import GRANT, WORKSPACE
+        from dreamflow.http.access import GRANT, WORKSPACE
 
         scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
         return scope.get(GRANT), scope.get(WORKSPACE)
@@ -194,11 +195,6 @@ def json_ready(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
-def error_object(exc: DreamflowError) -> dict:
-    """The CLI's `--json` error shape."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
-
-
 # ---- the server --------------------------------------------------------------------------------------------
 
 def build_server(dispatcher: Dispatcher):
@@ -227,7 +223,7 @@ def build_server(dispatcher: Dispatcher):
                                                                grant, workspace)
         if error is not None:
             return types.CallToolResult(content=[types.TextContent(text=str(error))],
-                                        structured_content=error_object(error), is_error=True)
+                                        structured_content=error.to_json(), is_error=True)
         data = json_ready(mcp_text.structured(params.name, result))
         if not isinstance(data, dict) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             data = {"results": data}
@@ -377,7 +373,7 @@ def serve_stdio(workspace: str | Path | None, tool_set: str = "default") -> None
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from dreamflow.mcp_targets import WorkspaceTarget
+    from dreamflow.mcp.targets import WorkspaceTarget
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="dreamflow mcp: %(message)s")
     server = build_server(Dispatcher(WorkspaceTarget(workspace), tool_set))
@@ -475,14 +471,14 @@ class HttpMount:
     """Streamable HTTP at `/mcp` inside the API: `asgi` is the endpoint, `lifespan` runs its session manager
     (the app's lifespan must enter it). DNS-rebinding protection is on when the API listens on loopback. At
     `max_sessions` (default `DREAMFLOW_MCP_MAX_SESSIONS`) open sessions a new one ends the least recently used
-    idle one (dreamflow/mcp_sessions.py)."""
+    idle one (dreamflow/mcp/sessions.py)."""
 
     def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1",
                  max_sessions: int | None = None):
         from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from dreamflow.mcp_sessions import EvictingSessionManager
+        from dreamflow.mcp.sessions import EvictingSessionManager
         from engine.settings import Settings
 
         max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
@@ -505,31 +501,3 @@ class HttpMount:
 
     def lifespan(self, app):
         return self.sessions.run()
-
-
-# ---- CLI: dreamflow mcp (registered in dreamflow/cli.py) -----------------------------------------------------
-
-def register(cli) -> None:
-    """Add `mcp` to the `dreamflow` command group."""
-    import click
-
-    @cli.command("mcp")
-    @click.option("--tools", "tool_set", type=click.Choice(TOOL_SETS), default="default", show_default=True,
-                  help="Tool set: the short one for agents, or every memory operation.")
-    @click.option("--workspace", "-w", "workspace", default=None, metavar="NAME|DIR",
-                  help="The connection's default workspace (tools may name any registered one).")
-    @click.pass_obj
-    def mcp_command(obj, tool_set: str, workspace: str | None) -> None:
-        """Serve the workspace's memory to an agent host over MCP (stdio).
-
-        Hosts (Claude Code, Claude Desktop, Cursor, Codex) spawn this command. Calls go to the running
-        service (`dreamflow start`) when there is one, else run in this process; several hosts may run it on
-        one workspace at once. The service itself serves the same tools over HTTP at /mcp.
-        """
-        from dreamflow.cli import fail
-        from storage.errors import DreamflowError
-
-        try:
-            serve_stdio(workspace or obj.workspace_arg, tool_set)
-        except DreamflowError as exc:  # before serving: e.g. a malformed workspace registry
-            fail(exc)

@@ -24,14 +24,7 @@ from typing import Any
 
 from engine import scoped
 from engine.grants import ADMIN, Grant
-from storage.errors import DreamflowError, IndexBusy
-
-
-class ServiceNeeded(DreamflowError):
-    """A job tool was called while no `dreamflow start` runs for the workspace."""
-
-    exit_code = 8
-    http_status = 503
+from storage.errors import IndexBusy, ServiceNeeded, ServiceUnavailable
 
 
 class Target:
@@ -145,7 +138,7 @@ JOB_HINTS: dict[str, dict[str, bool]] = {
 
 
 class ServiceTarget(Target):
-    """Calls inside the running service (a `dreamflow.service.Service`)."""
+    """Calls inside the running service (a `dreamflow.service.supervisor.Service`)."""
 
     def __init__(self, service):
         self.service = service
@@ -225,7 +218,7 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.capture import record_turn  # in-process: counted; a due run waits for the service
+        from dreamflow.hooks.capture import record_turn  # in-process: counted; a due run waits for the service
 
         return record_turn(self.root(name), session_id, messages, compact, turn_id)
 
@@ -260,8 +253,6 @@ def call_retrying(target: Target, call):
     """`call()`; once more when it met IndexBusy because a service took the index over meanwhile (the lock is
     taken before anything is written, so nothing happens twice), or in this process when the service's port
     refused the connection (nothing was sent)."""
-    from engine.client import ServiceUnavailable
-
     try:
         return call()
     except IndexBusy:

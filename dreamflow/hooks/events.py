@@ -1,5 +1,5 @@
 """`dreamflow hook claude-code`: capture Claude Code conversations from its hooks, without the agent's help
-(and, on `SessionStart` and `UserPromptSubmit`, put memory before the agent: dreamflow/hook_context.py).
+(and, on `SessionStart` and `UserPromptSubmit`, put memory before the agent: dreamflow/hooks/context.py).
 
 Claude Code runs the command on `Stop`, `PreCompact` and `SessionEnd` with a JSON object on stdin
 (`session_id`, `transcript_path`, `hook_event_name`, ...). The transcript is the session's JSONL file, one
@@ -298,7 +298,7 @@ class Delivery:
     def record(self, turn: Turn, end: int) -> None:
         """Record the turn (idempotent: ids as in the module docstring), then checkpoint the transcript up
         to `end`. A turn the receiving side refuses as invalid is reported and passed over, not retried forever."""
-        from dreamflow.capture import record_turn
+        from dreamflow.hooks.capture import record_turn
         from storage.errors import InvalidInput
 
         messages = [{"role": m["role"], "content": m["content"], "created_at": m["created_at"], "id": m["uuid"]}
@@ -328,7 +328,7 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     """Record the new turns of the payload's transcript: `{session_id, event, appended, turns, results,
     unreadable, too_long, refused, left}` (`results`: what each record_turn call answered; `left`: transcript
     bytes left for the next delivery)."""
-    from dreamflow.capture import record_turn
+    from dreamflow.hooks.capture import record_turn
     from engine.turns import check_session_id
     from storage import checkpoints
     from storage.errors import InvalidInput
@@ -396,12 +396,12 @@ def _pending(ws, session_id: str) -> bool:
     return TurnCounter(ws, 1).sessions().get(session_id, {}).get("pending", 0) > 0
 
 
-# ---- CLI: dreamflow hook claude-code (registered in dreamflow/cli.py; dreamflow/entry.py calls it directly) --
+# ---- CLI: dreamflow hook claude-code (registered in dreamflow/cli/app.py; dreamflow/entry.py calls it directly) --
 
 def claude_code(workspace_arg: str | None, verbose: bool = False) -> None:
     """Answer one Claude Code hook event from the JSON on stdin: capture (Stop, PreCompact, SessionEnd) or
     inject (SessionStart, UserPromptSubmit: the answer on stdout). Never raises: a problem is one stderr line."""
-    from dreamflow import hook_context
+    from dreamflow.hooks import context as hook_context
 
     try:
         text = sys.stdin.read(MAX_INPUT_BYTES + 1)
@@ -434,24 +434,3 @@ def claude_code(workspace_arg: str | None, verbose: bool = False) -> None:
     if verbose:
         left = f"; {result['left']} bytes left for the next delivery" if result["left"] else ""
         print(f"{said}: {result['appended']} message(s) in {result['turns']} turn(s){left}", file=sys.stderr)
-
-
-def register(cli) -> None:
-    """Add the `hook` group to the `dreamflow` command group."""
-    import click
-
-    @cli.group("hook")
-    def hook() -> None:
-        """Capture conversations from agent hosts' hooks and put memory before the agent (see docs/agents.md)."""
-
-    @hook.command("claude-code")
-    @click.option("--verbose", "-v", is_flag=True, help="Print what was captured on stderr.")
-    @click.pass_obj
-    def claude_code_command(obj, verbose: bool) -> None:
-        """Claude Code hook: Stop, PreCompact, SessionEnd record the transcript's new turns; SessionStart and
-        UserPromptSubmit print memory for the agent's context (a digest; recall for the prompt).
-
-        Reads the hook's JSON from stdin. Always exits 0, so memory trouble never interrupts the session;
-        problems are reported on stderr (Claude Code shows them in its debug log).
-        """
-        claude_code(obj.workspace_arg, verbose)

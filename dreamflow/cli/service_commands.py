@@ -1,7 +1,7 @@
-"""`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service.py).
+"""`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service/).
 
 `current_status` works with or without a running service (through it when it runs); `turn` records through
-`dreamflow.capture.record_turn`, as the stdio MCP server and the Claude Code hook do.
+`dreamflow.hooks.capture.record_turn`, as the stdio MCP server and the Claude Code hook do.
 """
 
 from __future__ import annotations
@@ -10,93 +10,89 @@ import json
 import sys
 from pathlib import Path
 
+import click
+
 from deployments.serve import llm_warning
+from dreamflow.cli.common import fail
+from engine.ops import PARAM_HELP
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError
 
 
-def register(cli) -> None:
-    """Add `start`, `status` and `turn` to the `dreamflow` command group."""
-    import click
+@click.command("start")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface the HTTP API listens on.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port of the HTTP API.")
+@click.option("--prefect-api", default=None, metavar="URL",
+              help="Use this running Prefect API (or $PREFECT_API_URL) instead of starting a Prefect server.")
+@click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
+              help="Port of the Prefect server (and UI) the service starts.")
+@click.option("--runner/--no-runner", default=True, show_default=True,
+              help="Serve the deployments here; --no-runner when `prefect worker`s run them (see docs/service.md).")
+@click.option("--serve", "only", multiple=True, metavar="NAME",
+              help="Serve only these registered workspaces besides the default one (repeatable; default: all "
+                   "that no other service owns).")
+@click.pass_obj
+def start(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool,
+          only: tuple[str, ...]) -> None:
+    """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.
 
-    from engine.ops import PARAM_HELP
+    Serves the workspace (--workspace) and every registered one (`dreamflow workspace add`), each with its own
+    index. Runs in the foreground until Ctrl-C or SIGTERM. Starts a Prefect server (database under
+    $DREAMFLOW_HOME, default ~/.local/state/dreamflow) unless --prefect-api or PREFECT_API_URL names one.
+    """
+    from dreamflow.service import supervisor
 
-    @cli.command("start")
-    @click.option("--host", default="127.0.0.1", show_default=True, help="Interface the HTTP API listens on.")
-    @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port of the HTTP API.")
-    @click.option("--prefect-api", default=None, metavar="URL",
-                  help="Use this running Prefect API (or $PREFECT_API_URL) instead of starting a Prefect server.")
-    @click.option("--prefect-port", default=DEFAULT_PREFECT_PORT, show_default=True, type=int,
-                  help="Port of the Prefect server (and UI) the service starts.")
-    @click.option("--runner/--no-runner", default=True, show_default=True,
-                  help="Serve the deployments here; --no-runner when `prefect worker`s run them (see docs/service.md).")
-    @click.option("--serve", "only", multiple=True, metavar="NAME",
-                  help="Serve only these registered workspaces besides the default one (repeatable; default: all "
-                       "that no other service owns).")
-    @click.pass_obj
-    def start_command(obj, host: str, port: int, prefect_api: str | None, prefect_port: int, runner: bool,
-                      only: tuple[str, ...]) -> None:
-        """Run Dreamflow: index on save, nightly dreams, turn summaries, HTTP API and the Prefect UI.
+    options = supervisor.Options(obj.workspace, host=host, port=port, prefect_api=prefect_api,
+                                 prefect_port=prefect_port, runner=runner, only=list(only))
+    sys.exit(supervisor.start(options))
 
-        Serves the workspace (--workspace) and every registered one (`dreamflow workspace add`), each with its own
-        index. Runs in the foreground until Ctrl-C or SIGTERM. Starts a Prefect server (database under
-        $DREAMFLOW_HOME, default ~/.local/state/dreamflow) unless --prefect-api or PREFECT_API_URL names one.
-        """
-        from dreamflow.service import Options, start
 
-        options = Options(obj.workspace, host=host, port=port, prefect_api=prefect_api,
-                          prefect_port=prefect_port, runner=runner, only=list(only))
-        sys.exit(start(options))
+@click.command("status")
+@click.option("--verbose", "-v", is_flag=True, help="Also pids, log files and the index's internal counters.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_obj
+def status(obj, verbose: bool, as_json: bool) -> None:
+    """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
+    try:
+        found = current_status(obj.workspace)
+    except DreamflowError as exc:
+        fail(exc, as_json)
+    if as_json:
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False, default=str))
+    else:
+        click.echo(format_status(found, verbose))
 
-    @cli.command("status")
-    @click.option("--verbose", "-v", is_flag=True, help="Also pids, log files and the index's internal counters.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-    @click.pass_obj
-    def status_command(obj, verbose: bool, as_json: bool) -> None:
-        """Show whether the service runs, what it runs, index size, last dream, recent LLM usage and pending work."""
-        from dreamflow.cli import fail
 
-        try:
-            status = current_status(obj.workspace)
-        except DreamflowError as exc:
-            fail(exc, as_json)
-        if as_json:
-            click.echo(json.dumps(status, indent=2, ensure_ascii=False, default=str))
-        else:
-            click.echo(format_status(status, verbose))
+@click.command("turn")
+@click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
+@click.option("--messages", default=None, metavar="JSON",
+              help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
+@click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
+@click.option("--turn-id", default=None, help=PARAM_HELP["turn_id"])
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_obj
+def turn(obj, session_id: str, messages: str | None, compact: bool, turn_id: str | None, as_json: bool) -> None:
+    """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
 
-    @cli.command("turn")
-    @click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
-    @click.option("--messages", default=None, metavar="JSON",
-                  help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
-    @click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
-    @click.option("--turn-id", default=None, help=PARAM_HELP["turn_id"])
-    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-    @click.pass_obj
-    def turn_command(obj, session_id: str, messages: str | None, compact: bool, turn_id: str | None,
-                     as_json: bool) -> None:
-        """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
+    The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
+    counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
+    when the service does.
+    """
+    from dreamflow.hooks.capture import record_turn
+    from storage.errors import InvalidInput
 
-        The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
-        counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
-        when the service does.
-        """
-        from dreamflow.capture import record_turn
-        from dreamflow.cli import fail
-        from storage.errors import InvalidInput
-
-        try:
-            text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
-            parsed = _parse_messages(text, compact)
-            result = record_turn(obj.workspace, session_id, parsed, compact, turn_id)
-        except json.JSONDecodeError as exc:
-            fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
-        except DreamflowError as exc:
-            fail(exc, as_json)
-        if as_json:
-            click.echo(json.dumps(result, indent=2, ensure_ascii=False))
-        else:
-            click.echo(format_turn(result))
+    try:
+        text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
+        parsed = _parse_messages(text, compact)
+        result = record_turn(obj.workspace, session_id, parsed, compact, turn_id)
+    except json.JSONDecodeError as exc:
+        fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
+    except DreamflowError as exc:
+        fail(exc, as_json)
+    if as_json:
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        click.echo(format_turn(result))
 
 
 def _parse_messages(text: str, compact: bool) -> list[dict]:
@@ -109,7 +105,7 @@ def _parse_messages(text: str, compact: bool) -> list[dict]:
 def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters, last dream, and
     the same for every registered workspace)."""
-    from dreamflow.workspace_status import recorded_dream
+    from dreamflow.service.workspace_status import recorded_dream
     from engine import usage_log
     from engine.client import connect, local_memory
     from engine.turns import TurnCounter
@@ -137,7 +133,7 @@ def _registered(root: Path, index: dict) -> list[dict]:
     """A status row for this workspace (its `index`) and every registered one, read without a service: the
     counts of an index that exists (through the service that serves it, if one does; a workspace never used
     stays untouched), the last dream its folder recorded."""
-    from dreamflow.workspace_status import recorded_dream, row
+    from dreamflow.service.workspace_status import recorded_dream, row
     from engine.client import open_memory
     from engine.registry import UNREGISTERED, Registry
     from storage.workspace import Workspace
@@ -161,7 +157,7 @@ def _registered(root: Path, index: dict) -> list[dict]:
 
 def format_status(status: dict, verbose: bool = False) -> str:
     """People's view of `current_status`: what a user needs; `verbose` adds pids, logs and internal counters."""
-    from dreamflow.workspace_status import lines as workspace_lines
+    from dreamflow.service.workspace_status import lines as workspace_lines
 
     svc, index = status.get("service", {}), status.get("index", {})
     lines = [f"Workspace   {svc.get('workspace')}"]

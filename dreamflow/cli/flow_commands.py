@@ -1,7 +1,7 @@
 """CLI commands that run the memory jobs: `auto-memory`, `auto-resource`, `dream`, `proactive`, and the job
 form of the generated `reindex` and `optimize` commands.
 
-With the service running, each is a run of its deployment on the service (dreamflow/job_runs.py: it shows in
+With the service running, each is a run of its deployment on the service (dreamflow/cli/job_runs.py: it shows in
 the Prefect UI, which can retry it, and uses the service's LLM and timezone settings); without it, the LLM
 jobs run their flows in this process, and `proactive`, `reindex` and `optimize` stay plain memory operations
 (no Prefect start). Prefect and the flows are imported inside the command bodies, so other commands keep
@@ -18,21 +18,9 @@ from typing import Any, Callable
 
 import click
 
-from dreamflow.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.common import fail, json_option, print_result
+from dreamflow.cli.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
-
-
-def register(cli: click.Group) -> None:
-    """Add the flow commands to the `dreamflow` group, and make the generated `reindex` and `optimize`
-    commands runs of their deployments when the service runs."""
-    for command in (auto_memory, auto_resource, dream, proactive):
-        cli.add_command(command)
-    cli.wrappers["reindex"] = lambda command: as_job(command, "reindex", lambda result: result["rebuilt"])
-    cli.wrappers["optimize"] = lambda command: as_job(command, "optimize")
-
-
-def _json_option(fn):
-    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
 
 
 @click.command("auto-memory")
@@ -41,7 +29,7 @@ def _json_option(fn):
 @click.option("--file", "messages_file", type=click.File("r", encoding="utf-8"), help="Read the messages JSON from a file.")
 @click.option("--date", help="Day of the card (YYYY-MM-DD); default: the latest message's day, else today.")
 @click.option("--hint", help="A hint for the summary (what matters to you).")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def auto_memory(obj, session_id: str, messages: str | None, messages_file, date: str | None, hint: str | None,
@@ -49,17 +37,17 @@ def auto_memory(obj, session_id: str, messages: str | None, messages_file, date:
     """Summarise a conversation's not-yet-summarised messages into its daily card."""
     parsed = _messages(messages, messages_file)
     params = {"session_id": session_id, "messages": parsed, "date": date, "hint": hint}
-    _run(obj.workspace, "flows.auto_memory", "auto_memory", params, as_json, no_wait, needs_llm=True)
+    _run(obj.workspace, "auto_memory", params, as_json, no_wait)
 
 
 @click.command("auto-resource")
 @click.argument("path")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
     """Write, update or remove the daily card of resource PATH (under resource/[YYYY-MM-DD/])."""
-    _run(obj.workspace, "flows.auto_resource", "auto_resource", {"path": path}, as_json, no_wait, needs_llm=True)
+    _run(obj.workspace, "auto_resource", {"path": path}, as_json, no_wait)
 
 
 @click.command("dream")
@@ -70,18 +58,18 @@ def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
 @click.option("--topic-count", type=COUNT, default=3, show_default=True, help="New topics per day.")
 @click.option("--topic-diversity-days", type=COUNT, default=7, show_default=True,
               help="Avoid topics of this many previous days.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def dream(obj, as_json: bool, no_wait: bool, **params: Any) -> None:
     """Consolidate recent daily cards into digest nodes and write the day's interests (auto_dream)."""
-    _run(obj.workspace, "flows.auto_dream", "auto_dream", params, as_json, no_wait, needs_llm=True)
+    _run(obj.workspace, "auto_dream", params, as_json, no_wait)
 
 
 @click.command("proactive")
 @click.option("--date", help="Day (YYYY-MM-DD); default today.")
 @click.option("--include-content", is_flag=True, help="Include the text of each topic's files.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wait: bool) -> None:
@@ -92,7 +80,7 @@ def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wa
 
     remote = connect(obj.workspace)
     if remote is not None:
-        _run(obj.workspace, "flows.proactive", "proactive", {"date": date, "include_content": include_content},
+        _run(obj.workspace, "proactive", {"date": date, "include_content": include_content},
              as_json, no_wait, remote=remote)
         return
     if no_wait:
@@ -101,8 +89,8 @@ def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wa
         result = proactive_topics(local_memory(obj.workspace), check_date(date) if date else today(),
                                   include_content)
     except DreamflowError as exc:
-        _fail(exc, as_json)
-    _print(result, as_json, _show_topics)
+        fail(exc, as_json)
+    print_result(result, as_json, _show_topics)
 
 
 def as_job(command: click.Command, flow: str, shown=lambda result: result) -> click.Command:
@@ -120,13 +108,13 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
                 refuse_no_wait()
             return ctx.invoke(original, as_json=as_json, **kwargs)
         try:
-            done = run_job(ctx.obj.workspace, flow, "", kwargs, as_json, no_wait, remote=remote)
+            done = run_job(ctx.obj.workspace, flow, kwargs, as_json, no_wait, remote=remote)
         except DreamflowError as exc:
-            _fail(exc, as_json)
+            fail(exc, as_json)
         if done is not None:
-            from dreamflow import render
+            from dreamflow.cli import render
 
-            _print(shown(done[0]), as_json, lambda result: render.show(command.name, result))
+            print_result(shown(done[0]), as_json, lambda result: render.show(command.name, result))
 
     command.callback = callback
     no_wait_option(command)
@@ -153,34 +141,20 @@ def _messages(text: str | None, file) -> list[dict] | None:
     return value
 
 
-def _run(workspace: Path, module: str, name: str, params: dict, as_json: bool, no_wait: bool,
-         needs_llm: bool = False, remote=None) -> None:
-    """Run flow `module.name` (on the service, else in this process) and print its summary."""
+def _run(workspace: Path, name: str, params: dict, as_json: bool, no_wait: bool, remote=None) -> None:
+    """Run flow `name` (on the service, else in this process) and print its summary."""
     try:
-        done = run_job(workspace, name, module, params, as_json, no_wait, needs_llm, remote)
+        done = run_job(workspace, name, params, as_json, no_wait, remote)
     except DreamflowError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if done is None:  # --no-wait: the started run was printed
         return
     result, failed = done
-    _print(result, as_json, SHOW.get(name, _show_dict))
+    print_result(result, as_json, SHOW.get(name, _show_dict))
     sys.exit(exit_code(failed))
 
 
-def _fail(exc: DreamflowError, as_json: bool):
-    from dreamflow.cli import fail
-
-    fail(exc, as_json)
-
-
 # ---- output --------------------------------------------------------------------------------------------
-
-def _print(result: dict, as_json: bool, show: Callable[[dict], None]) -> None:
-    if as_json:
-        click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
-    else:
-        show(result)
-
 
 def _table(title: str, *columns: str):
     from rich import box
@@ -195,7 +169,7 @@ def _table(title: str, *columns: str):
 def _show_dict(result: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import out
+    from dreamflow.cli.render import out
 
     table = _table("Result", "key", "value")
     for key, value in result.items():
@@ -211,7 +185,7 @@ def _show_dict(result: dict) -> None:
 def _show_dream(summary: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import counted, out
+    from dreamflow.cli.render import counted, out
 
     if not summary["actions"] and not summary["failed"]:
         out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "
@@ -238,7 +212,7 @@ def _show_dream(summary: dict) -> None:
 def _show_topics(result: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import out
+    from dreamflow.cli.render import out
 
     if result.get("skipped"):
         out.print(Text(f"no topics: {result['skipped']}", style="dim"))
@@ -252,7 +226,7 @@ def _show_topics(result: dict) -> None:
 def _show_card(result: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import counted, out
+    from dreamflow.cli.render import counted, out
 
     if result.get("skipped"):
         out.print(Text(f"nothing to do: {result['skipped']}", style="dim"))
@@ -272,3 +246,8 @@ def _show_card(result: dict) -> None:
 
 SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive": _show_topics,
                                            "auto_memory": _show_card, "auto_resource": _show_card}
+
+COMMANDS = (auto_memory, auto_resource, dream, proactive)
+# The generated `reindex` and `optimize` commands, as runs of their deployments when the service runs.
+WRAPPERS = {"reindex": lambda command: as_job(command, "reindex", lambda result: result["rebuilt"]),
+            "optimize": lambda command: as_job(command, "optimize")}

@@ -21,7 +21,7 @@ import json
 import socket
 from collections.abc import Iterable
 
-from storage.errors import InvalidInput
+from storage.errors import InvalidInput, envelope
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 ALL_INTERFACES = ("0.0.0.0", "::", "")
@@ -168,7 +168,7 @@ async def _refuse(scope, receive, send, status: int, kind: str, message: str) ->
         await receive()  # the websocket.connect message
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
         return
-    body = json.dumps({"error": {"type": kind, "message": message, "exit_code": InvalidInput.exit_code}}).encode()
+    body = json.dumps(envelope(kind, message, InvalidInput.exit_code)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

@@ -1,5 +1,5 @@
 """Record a conversation turn from any surface: the CLI's `turn`, the Claude Code hook, the stdio MCP server, or
-Python (`from dreamflow.capture import record_turn`).
+Python (`from dreamflow.hooks.capture import record_turn`).
 
 Through the running service when one serves the workspace (it counts the turn and starts auto_memory when due);
 else in this process: appended and counted, and the due run starts when the service does.

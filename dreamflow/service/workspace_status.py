@@ -1,9 +1,9 @@
 """`status`'s row for each workspace: name, folder, index counts, last and next dream, and its lines in
 `dreamflow status`.
 
-The service (dreamflow/service.py) makes a row for every workspace it serves that the caller's token grants
+The service (dreamflow/service/supervisor.py) makes a row for every workspace it serves that the caller's token grants
 (the folder for the admin only); without a service, `dreamflow status` makes one for every registered workspace
-(dreamflow/service_commands.py). The same rows go out as JSON (`--json`, `GET /status`).
+(dreamflow/cli/service_commands.py). The same rows go out as JSON (`--json`, `GET /status`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ asks it in one request (`POST /inject`: the service works `inject` out on its op
 imports no more than that needs (dreamflow/entry.py); without one, it opens the workspace itself. Never in
 the prompt's way: the service's answer is waited for `inject_timeout` seconds, in-process the index lock as
 long; a service named in service.json that does not answer is not worked around (it owns the index), and
-any problem means nothing injected, one line on stderr, exit 0 (dreamflow/hooks.py).
+any problem means nothing injected, one line on stderr, exit 0 (dreamflow/hooks/events.py).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def answer(event: str, text: str) -> dict:
 def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
                    min_relevance: float | None, min_words: int | None = None) -> str | None:
     """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
-    from dreamflow.mcp_text import behind_note
+    from dreamflow.mcp.text import behind_note
 
     if not prompt.strip():
         return None

@@ -5,7 +5,7 @@ and replaces the command generated for it, to print a table per finding and exit
 attention (0 when healthy; errors: their own codes); `doctor --fix` writes, so with the service running it
 is a run of the `doctor/manual` deployment (`doctor-fix` is the same, as the `doctor_fix` operation is the
 writing half of `doctor`). The others are runs of their deployments on the service, else
-flows in this process (dreamflow/job_runs.py), and print each item's outcome and every file changed; exit 9
+flows in this process (dreamflow/cli/job_runs.py), and print each item's outcome and every file changed; exit 9
 when an item failed (the run ended Failed; retry it).
 """
 
@@ -16,18 +16,9 @@ import sys
 
 import click
 
-from dreamflow.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.common import fail, json_option
+from dreamflow.cli.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
-
-
-def register(cli: click.Group) -> None:
-    """Add the governance commands to the `dreamflow` group (replacing the generated `doctor`, `doctor-fix`)."""
-    for command in (doctor, doctor_fix, link_mine, merge, split, archive):
-        cli.add_command(command)
-
-
-def _json_option(fn):
-    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
 
 
 def _doctor_options(fn):
@@ -37,7 +28,7 @@ def _doctor_options(fn):
         click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`."),
         click.option("--overlong-lines", type=COUNT, default=300, show_default=True,
                      help="Lines from which a node is overlong."),
-        _json_option, no_wait_option)):
+        json_option, no_wait_option)):
         fn = option(fn)
     return fn
 
@@ -50,14 +41,13 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
            no_wait: bool) -> None:
     """Check the memory graph: broken links and anchors, orphans, missing sources, near-duplicates, bad
     frontmatter, index drift. Exit code 0 when healthy, 1 when something needs attention."""
-    from dreamflow.cli import fail
     from engine.client import connect
 
     params = {"fix": fix, "dup_threshold": dup_threshold, "stale_days": stale_days, "overlong_lines": overlong_lines}
     remote = connect(obj.workspace) if fix or no_wait else None
     try:
         if remote is not None:  # a repair: a run of the doctor deployment, in the UI
-            done = run_job(obj.workspace, "doctor", "flows.governance", params, as_json, no_wait, remote=remote)
+            done = run_job(obj.workspace, "doctor", params, as_json, no_wait, remote=remote)
             if done is None:
                 return
             report = done[0]
@@ -87,7 +77,7 @@ def doctor_fix(ctx, **options) -> None:
 @click.argument("paths", nargs=-1)
 @click.option("--max-nodes", type=COUNT, default=20, show_default=True, help="Most nodes per run (the rest wait).")
 @click.option("--candidates", type=COUNT, default=8, show_default=True, help="Candidate nodes shown per node.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_json: bool, no_wait: bool) -> None:
@@ -100,7 +90,7 @@ def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_j
 @click.argument("survivor", required=False)
 @click.argument("victim", required=False)
 @click.option("--max-pairs", type=COUNT, default=5, show_default=True, help="Most pairs from the doctor per run.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json: bool, no_wait: bool) -> None:
@@ -116,7 +106,7 @@ def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json
 @click.argument("paths", nargs=-1)
 @click.option("--max-nodes", type=COUNT, default=3, show_default=True, help="Most nodes per run.")
 @click.option("--max-parts", type=COUNT, default=4, show_default=True, help="Most parts per node.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: bool, no_wait: bool) -> None:
@@ -129,7 +119,7 @@ def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: 
 @click.argument("paths", nargs=-1)
 @click.option("--stale-days", type=COUNT, default=180, show_default=True,
               help="Without PATHS: archive nodes nobody links to, not updated for this many days.")
-@_json_option
+@json_option
 @no_wait_option
 @click.pass_obj
 def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool, no_wait: bool) -> None:
@@ -140,12 +130,10 @@ def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool, no_wait
 # ---- running and printing ------------------------------------------------------------------------------
 
 def _run(workspace, name: str, params: dict, as_json: bool, no_wait: bool) -> None:
-    from dreamflow.flow_commands import _fail
-
     try:
-        done = run_job(workspace, name, "flows.governance", params, as_json, no_wait, needs_llm=name != "archive")
+        done = run_job(workspace, name, params, as_json, no_wait)
     except DreamflowError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     if done is None:  # --no-wait: the started run was printed
         return
     summary, failed = done
@@ -169,7 +157,7 @@ def _table(*columns: str):
 def _show_report(report: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import out
+    from dreamflow.cli.render import out
     from storage.doctor import PROBLEMS, describe
 
     state = Text("healthy", style="bold green") if report["ok"] else Text("needs attention", style="bold yellow")
@@ -197,7 +185,7 @@ def _show_report(report: dict) -> None:
 def _show_changes(summary: dict) -> None:
     from rich.text import Text
 
-    from dreamflow.render import out
+    from dreamflow.cli.render import out
 
     table = _table("item", "status", "detail")
     for o in summary["outcomes"]:
@@ -213,3 +201,6 @@ def _show_changes(summary: dict) -> None:
         out.print(Text(f"left for the next run: {len(summary['deferred'])} nodes", style="dim"))
     if usage_text(summary.get("usage")):
         out.print(Text(usage_text(summary["usage"])))
+
+
+COMMANDS = (doctor, doctor_fix, link_mine, merge, split, archive)  # replacing the generated doctor, doctor-fix

@@ -1,6 +1,6 @@
 """`dreamflow start`: the one process that owns its workspaces' indexes while it runs, and keeps memory alive.
 
-    this process   per served workspace (dreamflow/hosting.py): index owner (IndexDB keep_open), watcher,
+    this process   per served workspace (dreamflow/service/hosting.py): index owner (IndexDB keep_open), watcher,
                    turn counter, vector backfill; one HTTP API for all of them (uvicorn thread)
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
                    (skipped when --prefect-api / PREFECT_API_URL names a running server); with
@@ -28,26 +28,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dreamflow.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
+from dreamflow.service.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
 from engine.grants import ADMIN, Grant
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
-from storage.errors import DreamflowError
+from storage.errors import DreamflowError, LLMNotConfigured, ServiceError
 from storage.text_view import read_all
 
 PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
 
 
-class ServiceError(DreamflowError):
-    """The service cannot start or keep running (port taken, a child keeps crashing, already running)."""
-
-    exit_code = 8
-    http_status = 503
-
-
 def advertised_host(bound: str) -> str:
     """The host name `service.json` gives clients: the bound address, or this machine's name when bound to all
     interfaces (a worker on another machine sharing the workspace folder connects to it)."""
-    from dreamflow.http_guard import ALL_INTERFACES
+    from dreamflow.http.http_guard import ALL_INTERFACES
 
     return socket.gethostname() if bound in ALL_INTERFACES else bound
 
@@ -73,7 +66,7 @@ class Service:
     """Start, supervise and stop everything `dreamflow start` runs (see the module docstring)."""
 
     def __init__(self, options: Options, say: Callable[[str], None] = lambda text: print(text, flush=True)):
-        from dreamflow.hosting import Hosts
+        from dreamflow.service.hosting import Hosts
 
         self.options = options
         self.settings = options.settings
@@ -346,7 +339,7 @@ class Service:
     def _start_api(self) -> None:
         import uvicorn
 
-        from dreamflow.api import create_app
+        from dreamflow.http.api import create_app
 
         app = create_app(None, token=self.settings.api_token, service=self, host=self.options.host,
                          settings=self.settings)
@@ -360,7 +353,7 @@ class Service:
             if not self._api_thread.is_alive() or time.monotonic() > deadline:
                 raise ServiceError(f"the HTTP API could not listen on {self.url}")
             time.sleep(0.02)
-        from dreamflow.http_guard import LOOPBACK_NAMES
+        from dreamflow.http.http_guard import LOOPBACK_NAMES
 
         if self.options.host.strip("[]") not in LOOPBACK_NAMES and not self.settings.api_token:
             self.say(f"WARNING: the API listens on {self.options.host} without DREAMFLOW_API_TOKEN: "
@@ -412,7 +405,7 @@ class Service:
         from deployments.serve import DEPLOYMENTS
 
         if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
-            from engine.llm import LLMNotConfigured, require_llm
+            from engine.llm import require_llm
 
             try:  # our runner runs it with our settings: say so now, not in a Failed run
                 require_llm(self.settings)
@@ -541,10 +534,10 @@ class Service:
 
     def status(self, workspace: str | None = None, grant: Grant = ADMIN) -> dict:
         """What runs, one workspace's index, turn counters, last and next dream, runs in progress, and a row per
-        served workspace the grant sees (dreamflow/workspace_status.py); the admin also sees the children, logs
+        served workspace the grant sees (dreamflow/service/workspace_status.py); the admin also sees the children, logs
         and folders."""
         from deployments import launch
-        from dreamflow import workspace_status
+        from dreamflow.service import workspace_status
         from engine import usage_log
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)

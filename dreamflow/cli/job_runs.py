@@ -51,10 +51,11 @@ def no_wait_option(fn):
                         help="With the service running: print the run id and UI link, don't wait.")(fn)
 
 
-def run_job(workspace: Path, flow: str, module: str, params: dict[str, Any], quiet: bool,
-            no_wait: bool = False, needs_llm: bool = False, remote=None) -> tuple[dict, bool] | None:
-    """Run `flow` (`module.flow` in-process) and return `(summary, units_failed)`, or None after `--no-wait`
-    (the started run is printed). `quiet` (with --json) keeps progress off stderr."""
+def run_job(workspace: Path, flow: str, params: dict[str, Any], quiet: bool, no_wait: bool = False,
+            remote=None) -> tuple[dict, bool] | None:
+    """Run `flow` (a key of `deployments.serve.DEPLOYMENTS`) and return `(summary, units_failed)`, or None
+    after `--no-wait` (the started run is printed). `quiet` (with --json) keeps progress off stderr."""
+    from deployments.serve import DEPLOYMENTS
     from engine.client import connect
 
     params = {k: v for k, v in params.items() if v is not None}
@@ -67,11 +68,11 @@ def run_job(workspace: Path, flow: str, module: str, params: dict[str, Any], qui
         return follow(remote, run, quiet)
     if no_wait:
         refuse_no_wait()
-    if needs_llm:
+    if DEPLOYMENTS[flow].needs_llm:
         from engine.llm import require_llm
 
         require_llm()  # fail before paying for Prefect's start
-    return _call_flow(workspace, module, flow, params, quiet)
+    return _call_flow(workspace, flow, params, quiet)
 
 
 def refuse_no_wait() -> typing.NoReturn:
@@ -96,7 +97,7 @@ def exit_code(units_failed: bool) -> int:
 
 def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
     """Wait for a service run, streaming its state changes and log lines to stderr; its summary at the end."""
-    from dreamflow.render import err
+    from dreamflow.cli.render import err
 
     label, offset, shown = run["deployment"], 0, None
     if not quiet:
@@ -147,7 +148,7 @@ def _drain_logs(remote, run_id: str, offset: int, settle: float = 2.0, limit: fl
 def _print_logs(remote, run_id: str, offset: int) -> int:
     from rich.text import Text
 
-    from dreamflow.render import err
+    from dreamflow.cli.render import err
 
     lines = remote.run_logs(run_id, offset)
     for line in lines:
@@ -170,16 +171,16 @@ def _print_started(run: dict, as_json: bool) -> None:
 
 # ---- in this process -----------------------------------------------------------------------------------------
 
-def _call_flow(workspace: Path, module: str, name: str, params: dict, quiet: bool) -> tuple[dict, bool]:
-    import importlib
+def _call_flow(workspace: Path, name: str, params: dict, quiet: bool) -> tuple[dict, bool]:
     import os
 
+    from deployments.serve import load_flow
     from engine import prefect_env
 
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")  # the table says it all
     prefect_env.configure()
     with _spinner(f"{name.replace('_', '-')}", quiet):
-        flow = getattr(importlib.import_module(module), name)
+        flow = load_flow(name)
         with prefect_env.interactive_runs():
             state = flow(**params, workspace=str(workspace), return_state=True)
     result = state.result(raise_on_failure=False)
@@ -201,7 +202,7 @@ class _spinner:
 
     def __enter__(self):
         if not self.quiet:
-            from dreamflow.render import err
+            from dreamflow.cli.render import err
 
             self.started = time.monotonic()
             self.status = err.status(f"{self.label}: starting Prefect and running the flow…")
@@ -211,7 +212,7 @@ class _spinner:
     def __exit__(self, *exc):
         if self.status is not None:
             self.status.__exit__(*exc)
-            from dreamflow.render import err
+            from dreamflow.cli.render import err
 
             err.print(f"[dim]{self.label} finished in {time.monotonic() - self.started:.1f} s[/dim]")
         return False
