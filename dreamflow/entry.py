@@ -1,5 +1,5 @@
 """The `dreamflow` console script: `dreamflow [--workspace W] hook claude-code [--verbose]` goes straight to
-dreamflow/hooks.py, everything else to the CLI (dreamflow/cli.py).
+dreamflow/hooks/events.py, everything else to the CLI (dreamflow/cli/app.py).
 
 Claude Code starts a new process for every hook event, the prompt waiting on `UserPromptSubmit`: that process
 imports the standard library and the small modules a hook needs (the registry, service.json, one HTTP request

@@ -249,13 +249,15 @@ def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate 
       listed fact it shares the most words with, when that is `SHARED_WORDS` or more (a 0.5B model called
       most changes new);
     - a `replaces` names the listed fact that shares the most words, when the model's pick shares fewer (the
-      0.5B model replaced `The flat was sold` with a coffee order)."""
+      0.5B model replaced `The flat was sold` with a coffee order).
+    Numbers are not counted as shared words: two facts of one day share its date, not their subject."""
     if not shown:
         return "new", None
     for candidate in shown:
         if fact_key(candidate.fact.text) == fact_key(ref["text"]):
             return "same", candidate
-    about, said = set(terms(ref["about"] or "")), fact_key(ref["text"])
+    about = set(terms(ref["about"] or ""))
+    said = {t for t in fact_key(ref["text"]) if not t.isdigit()}  # a day both name is no shared subject
 
     def shared(candidate: Candidate) -> int:
         return len((fact_key(candidate.fact.text) - about) & said)

@@ -396,3 +396,16 @@ def test_a_replacement_names_the_fact_that_shares_its_words(prefect_harness, llm
     assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
         ("replaced", "My usual coffee order is an espresso.")]
     assert node_facts(memory, "digest/personal/user.md")["The flat was sold."].current
+
+
+def test_a_date_two_facts_share_does_not_make_them_the_same_subject(prefect_harness, llm, memory, ws):
+    """`I moved to Porto on 2026-11-04` shares the day, not the subject, with `my first day at Globex was
+    2026-11-04`: it replaces the Lisbon fact it shares words with."""
+    card(memory, "2026-11-04", "Week", ("fact", "user", "I live in Lisbon."),
+         ("event", "user", "My first day at Globex Labs was 2026-11-04."))
+    auto_dream(date="2026-11-04", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-05", "Porto", ("event", "user", "I moved to Porto on 2026-11-04, I don't live in Lisbon anymore."),
+         session="t")
+    llm.on(COMPARE, json_reply({"relation": "new", "fact": 0}))
+    summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [("replaced", "I live in Lisbon.")]
