@@ -28,6 +28,7 @@ def import_reme(obj, source: str, overwrite: bool, max_file_bytes: int | None, a
     card names are marked as summarised. A workspace file with other content is a conflict: listed and kept
     unless --overwrite.
     """
+    from engine.reme_import import import_reme as run_import
     from storage.errors import DreamflowError
     from storage.workspace import Workspace
 
