@@ -163,7 +163,7 @@ class ServiceTarget(Target):
         return self.service.hosts.root(name)
 
     def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
-        return self.service.record_turn(session_id, messages, compact, turn_id, workspace=name)
+        return self.service.turn(session_id, messages, compact, turn_id, workspace=name)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self.service.launch(flow, parameters, workspace=name)
@@ -215,12 +215,12 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         return self._local[name]
 
     def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
+        from engine.turns import record_turn
+
         remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.hooks.capture import record_turn  # in-process: counted; a due run waits for the service
-
-        return record_turn(self.root(name), session_id, messages, compact, turn_id)
+        return record_turn(self.root(name), session_id, messages, compact, turn_id, memory=self.memory(name))
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self._service(name, "start a run").launch(flow, parameters)
