@@ -2,8 +2,8 @@
 
 A turn is appended to `session/dialog/<session_id>.jsonl` at once; the per-session counts live in
 `metadata/turns.json` (under a file lock, written atomically) so counting survives restarts and is shared
-by the service and an in-process CLI. This module only counts and decides; launching the auto_memory run is
-the caller's `launch` function. What has been summarised is auto_memory's own per-session checkpoint, so a
+by the service and an in-process CLI. `record_turn` is the one way a turn is recorded, from every surface;
+launching the auto_memory run is the service's `launch` function. What has been summarised is auto_memory's own per-session checkpoint, so a
 lost or failed launch loses nothing: the next launch for that session picks up every unsummarised record.
 """
 
@@ -13,7 +13,12 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
 
+from engine.client import connect, local_memory
+from engine.settings import Settings
+from storage.dialog import append_messages
 from storage.errors import InvalidInput
 from storage.locks import FileLock
 from storage.workspace import Workspace, check_session_id
@@ -83,26 +88,36 @@ class TurnCounter:
 
 
 def record_turn(
-    counter: TurnCounter,
-    append: Callable[[str, list[dict]], dict],
-    launch: Callable[[str], str] | None,
+    workspace: str | Path,
     session_id: str,
     messages: list[dict],
     compact: bool = False,
     turn_id: str | None = None,
+    *,
+    memory: Any = None,
+    counter: TurnCounter | None = None,
+    launch: Callable[[str], str] | None = None,
 ) -> dict:
-    """Append a turn, count it, and launch auto_memory when due.
+    """Record a conversation turn in `session/dialog/<session_id>.jsonl`, count it, and launch auto_memory when
+    due: what every surface calls (CLI `turn`, the Claude Code hook, MCP, `POST /turn`, Python).
 
-    `append(session_id, messages)` writes the records (returning what it wrote; messages with an `id` already
-    among the session's last records are skipped); `launch(session_id)` starts auto_memory and returns a run
-    id, or raises; with `launch=None` (no service) a due session waits for the service to start. A failed
-    launch keeps the turns pending, so the next turn tries again.
+    Through the running service when one serves `workspace` (it counts the turn and launches); else in this
+    process: appended and counted, and a due session waits for the service to start. The service itself passes
+    its open `memory`, its `counter` and `launch(session_id)`, which starts auto_memory and returns a run id, or raises; a failed launch keeps the turns pending, so the next turn
+    tries again. `compact` asks for the session's summary now.
 
-    With a `turn_id` (a caller that may deliver a turn again, e.g. after being killed) the turn is recorded
-    once: append and count run under the counter's lock, and the turn is counted only when it holds a user
-    message and its id is not the last one counted; sending the same id again with more messages (the rest
-    of an answer) appends just those.
+    Messages with an `id` already among the session's last records are not appended again. With a `turn_id`
+    (a caller that may deliver a turn again, e.g. after being killed) the turn is recorded once: append and
+    count run under the counter's lock, and the turn is counted only when it holds a user message and its id
+    is not the last one counted; sending the same id again with more messages (the rest of an answer)
+    appends just those.
     """
+    if memory is None:
+        remote = connect(workspace)
+        if remote is not None:
+            return remote.turn(session_id, messages, compact, turn_id)
+        memory = local_memory(workspace)
+    counter = counter or TurnCounter(memory.ws, Settings().turns_per_summary)
     check_session_id(session_id)
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise InvalidInput("messages must be a JSON list of message objects")
@@ -113,8 +128,7 @@ def record_turn(
     result: dict = {"session_id": session_id, "appended": 0, "launched": None}
     with counter.lock if turn_id is not None else nullcontext():  # a retried turn waits for the first try
         if messages:
-            written = append(session_id, messages)
-            result["appended"] = written.get("appended", len(messages)) if isinstance(written, dict) else len(messages)
+            result["appended"] = append_messages(memory, session_id, messages)["appended"]
         if messages and (turn_id is None or any(m.get("role") == "user" for m in messages)):
             entry = counter.count(session_id, turn_id)
         else:

@@ -118,10 +118,10 @@ def named_in_pages() -> list[tuple[str, str, list[str]]]:
 
 
 def test_every_module_and_name_the_pages_give_exists():
-    """What a reader copies (`from dreamflow.hooks.capture import record_turn`) imports: no page names a function
+    """What a reader copies (`from engine.turns import record_turn`) imports: no page names a function
     that has moved."""
     found = named_in_pages()
-    assert any(module == "dreamflow.hooks.capture" for _, module, _ in found)  # the scan sees the pages' code
+    assert any(module == "engine.turns" for _, module, _ in found)  # the scan sees the pages' code
     for page, module, names in found:
         loaded = importlib.import_module(module)
         for name in names:

@@ -1,4 +1,4 @@
-"""Turn counting: threshold, compact, persistence across instances, failed launches kept pending."""
+"""Recording turns: threshold, compact, persistence across instances, failed launches kept pending, retries."""
 
 import json
 
@@ -9,19 +9,19 @@ from storage.errors import InvalidInput
 
 
 class Sessions:
-    """Appends turns as jsonl records (what the service does through Memory) and records launches."""
+    """Records turns as the service does (its open memory and counter, `launch`) and the launches made."""
 
     def __init__(self, ws):
+        from engine.client import local_memory
+
         self.ws = ws
+        self.memory = local_memory(ws.root)
         self.launches: list[str] = []
         self.fail = False
 
-    def append(self, session_id, messages):
-        path = self.ws.root / f"session/dialog/{session_id}.jsonl"
-        with open(path, "a") as fh:
-            for m in messages:
-                fh.write(json.dumps(m) + "\n")
-        return {"appended": len(messages)}
+    def record(self, counter, session_id, messages, compact=False, launches=True):
+        return record_turn(self.ws.root, session_id, messages, compact, memory=self.memory, counter=counter,
+                           launch=self.launch if launches else None)
 
     def launch(self, session_id):
         if self.fail:
@@ -36,7 +36,7 @@ def turn(n):
 
 def test_every_n_turns_launches_once_and_records_are_appended(ws):
     s, counter = Sessions(ws), TurnCounter(ws, every=3)
-    results = [record_turn(counter, s.append, s.launch, "chat-1", turn(i)) for i in range(7)]
+    results = [s.record(counter, "chat-1", turn(i)) for i in range(7)]
     assert s.launches == ["chat-1", "chat-1"]
     assert [r["launched"] for r in results] == [None, None, "run-1", None, None, "run-2", None]
     assert results[-1]["pending"] == 1 and results[-1]["turns"] == 7
@@ -47,37 +47,37 @@ def test_every_n_turns_launches_once_and_records_are_appended(ws):
 def test_sessions_count_separately_and_counts_survive_a_new_counter(ws):
     s = Sessions(ws)
     first = TurnCounter(ws, every=2)
-    record_turn(first, s.append, s.launch, "a", turn(1))
-    record_turn(first, s.append, s.launch, "b", turn(1))
+    s.record(first, "a", turn(1))
+    s.record(first, "b", turn(1))
     again = TurnCounter(ws, every=2)  # as after a service restart
-    out = record_turn(again, s.append, s.launch, "a", turn(2))
+    out = s.record(again, "a", turn(2))
     assert out["launched"] == "run-1" and s.launches == ["a"]
     assert again.sessions()["b"]["pending"] == 1
 
 
 def test_compact_launches_now_even_without_new_messages(ws):
     s, counter = Sessions(ws), TurnCounter(ws, every=10)
-    record_turn(counter, s.append, s.launch, "a", turn(1))
-    out = record_turn(counter, s.append, s.launch, "a", [], compact=True)
+    s.record(counter, "a", turn(1))
+    out = s.record(counter, "a", [], compact=True)
     assert out["launched"] == "run-1" and out["appended"] == 0 and out["pending"] == 0
 
 
 def test_failed_launch_keeps_turns_pending_and_the_next_turn_retries(ws):
     s, counter = Sessions(ws), TurnCounter(ws, every=2)
-    record_turn(counter, s.append, s.launch, "a", turn(1))
+    s.record(counter, "a", turn(1))
     s.fail = True
-    out = record_turn(counter, s.append, s.launch, "a", turn(2))
+    out = s.record(counter, "a", turn(2))
     assert out["launched"] is None and "prefect api down" in out["launch_error"] and out["pending"] == 2
     assert counter.due_sessions() == ["a"]
     s.fail = False
-    out = record_turn(counter, s.append, s.launch, "a", turn(3))
+    out = s.record(counter, "a", turn(3))
     assert out["launched"] == "run-1" and out["pending"] == 0
     assert counter.due_sessions() == []
 
 
 def test_without_a_launcher_due_sessions_wait_for_the_service(ws):
     s, counter = Sessions(ws), TurnCounter(ws, every=1)
-    out = record_turn(counter, s.append, None, "a", turn(1))
+    out = s.record(counter, "a", turn(1), launches=False)
     assert out["launched"] is None and "dreamflow start" in out["waiting"]
     assert TurnCounter(ws, every=1).due_sessions() == ["a"]
 
@@ -85,7 +85,7 @@ def test_without_a_launcher_due_sessions_wait_for_the_service(ws):
 def test_damaged_state_file_restarts_counting(ws):
     (ws.metadata / "turns.json").write_text("{not json")
     s, counter = Sessions(ws), TurnCounter(ws, every=5)
-    assert record_turn(counter, s.append, s.launch, "a", turn(1))["turns"] == 1
+    assert s.record(counter, "a", turn(1))["turns"] == 1
 
 
 @pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", "x" * 200, None, "chat-1\n", "chat-1\r\n", "\nchat"])
@@ -97,15 +97,15 @@ def test_bad_session_ids_are_refused(bad):
 def test_bad_messages_are_refused_before_anything_is_written(ws):
     s, counter = Sessions(ws), TurnCounter(ws, every=5)
     with pytest.raises(InvalidInput):
-        record_turn(counter, s.append, s.launch, "a", {"role": "user"})
+        s.record(counter, "a", {"role": "user"})
     with pytest.raises(InvalidInput):
-        record_turn(counter, s.append, s.launch, "a", [])
+        s.record(counter, "a", [])
     assert counter.sessions() == {}
 
 
 def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
     """What a retried hook delivery sends: the same turn_id and message ids, perhaps with more of the answer."""
-    from dreamflow.hooks.capture import record_turn as record  # the real append (storage/dialog.py), in-process
+    record = record_turn  # no service: in-process, a due run waits for it
 
     def dialog() -> list[dict]:
         return [json.loads(line) for line in (ws.root / "session/dialog/s.jsonl").read_text().splitlines()]

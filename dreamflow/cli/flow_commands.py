@@ -19,7 +19,7 @@ from typing import Any, Callable
 import click
 
 from dreamflow.cli.common import fail, json_option, print_result
-from dreamflow.cli.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.job_runs import exit_code, job_option, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
 
 
@@ -53,11 +53,10 @@ def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
 @click.command("dream")
 @click.option("--date", help="Last day of the window (YYYY-MM-DD); default today.")
 @click.option("--hint", help="A hint for what to consolidate.")
-@click.option("--scan-days", type=COUNT, default=2, show_default=True, help="Days of daily files to scan.")
-@click.option("--max-units", type=COUNT, default=5, show_default=True, help="Most units per run.")
-@click.option("--topic-count", type=COUNT, default=3, show_default=True, help="New topics per day.")
-@click.option("--topic-diversity-days", type=COUNT, default=7, show_default=True,
-              help="Avoid topics of this many previous days.")
+@job_option("auto_dream", "auto_dream", "scan_days", "Days of daily files to scan.")
+@job_option("auto_dream", "auto_dream", "max_units", "Most units per run.")
+@job_option("auto_dream", "auto_dream", "topic_count", "New topics per day.")
+@job_option("auto_dream", "auto_dream", "topic_diversity_days", "Avoid topics of this many previous days.")
 @json_option
 @no_wait_option
 @click.pass_obj

@@ -17,17 +17,16 @@ import sys
 import click
 
 from dreamflow.cli.common import fail, json_option
-from dreamflow.cli.job_runs import COUNT, exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.job_runs import exit_code, job_option, no_wait_option, refuse_no_wait, run_job, usage_text
 from storage.errors import DreamflowError
 
 
 def _doctor_options(fn):
     """The options `doctor` and `doctor-fix` share (the report's thresholds, --json, --no-wait)."""
     for option in reversed((
-        click.option("--dup-threshold", type=float, default=None, help="Near-duplicate similarity, 0-1 [default: 0.3]."),
-        click.option("--stale-days", type=COUNT, default=180, show_default=True, help="Days without update for `stale`."),
-        click.option("--overlong-lines", type=COUNT, default=300, show_default=True,
-                     help="Lines from which a node is overlong."),
+        job_option("governance", "doctor", "dup_threshold", "Near-duplicate similarity, 0-1 [default: 0.3]."),
+        job_option("governance", "doctor", "stale_days", "Days without update for `stale`."),
+        job_option("governance", "doctor", "overlong_lines", "Lines from which a node is overlong."),
         json_option, no_wait_option)):
         fn = option(fn)
     return fn
@@ -75,8 +74,8 @@ def doctor_fix(ctx, **options) -> None:
 
 @click.command("link-mine")
 @click.argument("paths", nargs=-1)
-@click.option("--max-nodes", type=COUNT, default=20, show_default=True, help="Most nodes per run (the rest wait).")
-@click.option("--candidates", type=COUNT, default=8, show_default=True, help="Candidate nodes shown per node.")
+@job_option("governance", "link_mine", "max_nodes", "Most nodes per run (the rest wait).")
+@job_option("governance", "link_mine", "candidates", "Candidate nodes shown per node.")
 @json_option
 @no_wait_option
 @click.pass_obj
@@ -89,7 +88,7 @@ def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_j
 @click.command("merge")
 @click.argument("survivor", required=False)
 @click.argument("victim", required=False)
-@click.option("--max-pairs", type=COUNT, default=5, show_default=True, help="Most pairs from the doctor per run.")
+@job_option("governance", "merge", "max_pairs", "Most pairs from the doctor per run.")
 @json_option
 @no_wait_option
 @click.pass_obj
@@ -104,8 +103,8 @@ def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json
 
 @click.command("split")
 @click.argument("paths", nargs=-1)
-@click.option("--max-nodes", type=COUNT, default=3, show_default=True, help="Most nodes per run.")
-@click.option("--max-parts", type=COUNT, default=4, show_default=True, help="Most parts per node.")
+@job_option("governance", "split", "max_nodes", "Most nodes per run.")
+@job_option("governance", "split", "max_parts", "Most parts per node.")
 @json_option
 @no_wait_option
 @click.pass_obj
@@ -117,8 +116,8 @@ def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: 
 
 @click.command("archive")
 @click.argument("paths", nargs=-1)
-@click.option("--stale-days", type=COUNT, default=180, show_default=True,
-              help="Without PATHS: archive nodes nobody links to, not updated for this many days.")
+@job_option("governance", "archive", "stale_days",
+            "Without PATHS: archive nodes nobody links to, not updated for this many days.")
 @json_option
 @no_wait_option
 @click.pass_obj

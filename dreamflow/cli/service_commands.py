@@ -1,7 +1,7 @@
 """`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service/).
 
 `current_status` works with or without a running service (through it when it runs); `turn` records through
-`dreamflow.hooks.capture.record_turn`, as the stdio MCP server and the Claude Code hook do.
+`engine.turns.record_turn`, as the stdio MCP server and the Claude Code hook do.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def turn(obj, session_id: str, messages: str | None, compact: bool, turn_id: str
     counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
     when the service does.
     """
-    from dreamflow.hooks.capture import record_turn
+    from engine.turns import record_turn
     from storage.errors import InvalidInput
 
     try:

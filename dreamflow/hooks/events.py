@@ -298,7 +298,7 @@ class Delivery:
     def record(self, turn: Turn, end: int) -> None:
         """Record the turn (idempotent: ids as in the module docstring), then checkpoint the transcript up
         to `end`. A turn the receiving side refuses as invalid is reported and passed over, not retried forever."""
-        from dreamflow.hooks.capture import record_turn
+        from engine.turns import record_turn
         from storage.errors import InvalidInput
 
         messages = [{"role": m["role"], "content": m["content"], "created_at": m["created_at"], "id": m["uuid"]}
@@ -328,8 +328,7 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     """Record the new turns of the payload's transcript: `{session_id, event, appended, turns, results,
     unreadable, too_long, refused, left}` (`results`: what each record_turn call answered; `left`: transcript
     bytes left for the next delivery)."""
-    from dreamflow.hooks.capture import record_turn
-    from engine.turns import check_session_id
+    from engine.turns import check_session_id, record_turn
     from storage import checkpoints
     from storage.errors import InvalidInput
     from storage.workspace import Workspace

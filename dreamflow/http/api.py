@@ -419,7 +419,7 @@ def _add_service_routes(app: FastAPI, service) -> None:
         """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
         auto_memory summarises the session's new messages."""
         name, _ = _open(catalog, http_request, writes=True)
-        return service.record_turn(request.session_id, request.messages, request.compact, request.turn_id,
+        return service.turn(request.session_id, request.messages, request.compact, request.turn_id,
                                    workspace=name)
 
     @app.get("/status", tags=["service"])

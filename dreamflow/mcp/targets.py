@@ -24,7 +24,10 @@ from typing import Any
 
 from engine import scoped
 from engine.grants import ADMIN, Grant
+from engine.job_params import job_defaults
 from storage.errors import IndexBusy, ServiceNeeded, ServiceUnavailable
+
+DREAM = job_defaults("auto_dream", "auto_dream")  # the flow's defaults
 
 
 class Target:
@@ -50,8 +53,9 @@ class Target:
         name, _ = self.open(writes=True)
         return self._turn(name, session_id, messages or [], compact, turn_id)
 
-    def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = 2, max_units: int = 5,
-              topic_count: int = 3, topic_diversity_days: int = 7) -> dict:
+    def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = DREAM["scan_days"],
+              max_units: int = DREAM["max_units"], topic_count: int = DREAM["topic_count"],
+              topic_diversity_days: int = DREAM["topic_diversity_days"]) -> dict:
         """Start a dream (auto_dream): consolidate recent daily cards into digest nodes and pick the day's
         topics. Returns at once with the run id; job_status reports its state and summary."""
         _check_date(date)
@@ -163,7 +167,7 @@ class ServiceTarget(Target):
         return self.service.hosts.root(name)
 
     def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
-        return self.service.record_turn(session_id, messages, compact, turn_id, workspace=name)
+        return self.service.turn(session_id, messages, compact, turn_id, workspace=name)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self.service.launch(flow, parameters, workspace=name)
@@ -215,12 +219,12 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         return self._local[name]
 
     def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
+        from engine.turns import record_turn
+
         remote = self.remote(name)
         if remote is not None:
             return remote.turn(session_id, messages, compact, turn_id)
-        from dreamflow.hooks.capture import record_turn  # in-process: counted; a due run waits for the service
-
-        return record_turn(self.root(name), session_id, messages, compact, turn_id)
+        return record_turn(self.root(name), session_id, messages, compact, turn_id, memory=self.memory(name))
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self._service(name, "start a run").launch(flow, parameters)

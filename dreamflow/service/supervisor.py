@@ -475,19 +475,17 @@ class Service:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
 
-    def record_turn(self, session_id: str, messages: list[dict], compact: bool = False,
-                    turn_id: str | None = None, workspace: str | None = None) -> dict:
-        """Append a turn to the session's jsonl in a served workspace, count it, and launch auto_memory when due
-        (with the run's UI link, as the other job commands print)."""
+    def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None,
+             workspace: str | None = None) -> dict:
+        """`engine.turns.record_turn` in a served workspace, launching auto_memory when due (with the run's UI
+        link, as the other job commands print)."""
         from deployments.launch import run_url
         from engine.turns import record_turn
-        from storage.dialog import append_messages
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
-        memory = self.hosts.memory(hosted.name)
-        result = record_turn(hosted.turns, lambda s, m: append_messages(memory, s, m),
-                             lambda s: self._launch_auto_memory(hosted.name, s), session_id, messages, compact,
-                             turn_id)
+        result = record_turn(hosted.ws.root, session_id, messages, compact, turn_id,
+                             memory=self.hosts.memory(hosted.name), counter=hosted.turns,
+                             launch=lambda s: self._launch_auto_memory(hosted.name, s))
         if result.get("launched"):
             result["ui_url"] = run_url(result["launched"])
         return result
