@@ -239,6 +239,15 @@ def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
 
 
 def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
+    """`judge`'s answer, except that a fact is never replaced on the day it began to hold: two facts said the
+    same day are both kept (the 1.5B model chained same-day facts of one conversation into replacements)."""
+    relation, target = judge(llm, ref, shown)
+    if relation == "replaces" and target.fact.since == ref["day"]:
+        return "new", None
+    return relation, target
+
+
+def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
     """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
     same); the model the rest, and code checks its answer against the words:
     - a `same` or `refines` must keep `KEPT_WORDS` of the listed fact's words: one that keeps fewer but still

@@ -409,3 +409,14 @@ def test_a_date_two_facts_share_does_not_make_them_the_same_subject(prefect_harn
     llm.on(COMPARE, json_reply({"relation": "new", "fact": 0}))
     summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
     assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [("replaced", "I live in Lisbon.")]
+
+
+def test_a_fact_is_not_replaced_on_the_day_it_began(prefect_harness, llm, memory, ws):
+    """The 1.5B model chained facts of one day into replacements: both are kept, current."""
+    card(memory, "2024-05-08", "Call", ("plan", "Ana", "Visit planned for 14-20 June; flights not booked yet."))
+    auto_dream(date="2024-05-08", scan_days=1, workspace=str(ws.root))
+    card(memory, "2024-05-08", "Flights", ("plan", "Ana", "Book flights for the June visit before Friday."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    summary = auto_dream(date="2024-05-08", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == ["added"]
+    assert all(f.current for f in node_facts(memory, "digest/personal/ana.md").values())
