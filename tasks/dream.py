@@ -54,9 +54,9 @@ SIMILAR = 0.35          # cosine from which a fact of the subject's node is show
 KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
 SHARED_WORDS = 2        # words shared with a listed fact that make a low-overlap `refines` a replacement
 # a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
-CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|instead|"
-                    r"no longer|any ?more|from\b.{1,60}\bto)\b|n't\b", re.I)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
+CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|"
+                    r"from\b.{1,60}\bto)\b|" + NEGATION.pattern, re.I)  # or denies it
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor

@@ -240,6 +240,13 @@ def json_reply(obj: Any, **kwargs) -> Reply:
     return Reply(content=json.dumps(obj, ensure_ascii=False), **kwargs)
 
 
+def numbered(body: dict) -> list[tuple[int, str]]:
+    """The numbered messages or blocks a facts request shows: `(number, text)`, speaker and time left out."""
+    shown = re.findall(r"^\[(\d+)\] (?:(?:user|assistant)(?:, [\d-]+ [\d:]+)?: )?(.+)$",
+                       body["messages"][1]["content"], re.M)
+    return [(int(n), text) for n, text in shown]
+
+
 def fact(text, about="user", kind="fact", source=(1,)) -> dict:
     """One fact as the facts schema asks for it."""
     return {"text": text, "about": about, "kind": kind, "source": list(source)}
@@ -251,8 +258,7 @@ def answer_by_message(llm, title: str, *scripted: tuple) -> None:
     def respond(body: dict):
         if "messages" not in body:
             return None
-        lines = {text: int(n) for n, text in re.findall(r"^\[(\d+)\] \w+, [\d-]+ [\d:]+: (.*)$",
-                                                        body["messages"][1]["content"], re.M)}
+        lines = {text: n for n, text in numbered(body)}
         found = [{**f, "source": [lines[text] + shift]} for said, f, shift in (s if len(s) == 3 else (*s, 0)
                                                                                for s in scripted)
                  for text in lines if said in text]
@@ -266,9 +272,7 @@ def answer_each_item(server: LLMServer, title: str) -> None:
     def respond(body: dict):
         if "messages" not in body:
             return None
-        shown = re.findall(r"^\[(\d+)\] (?:(?:user|assistant)(?:, [\d-]+ [\d:]+)?: )?(.+)$",
-                           body["messages"][1]["content"], re.M)
-        return json_reply({"title": title, "facts": [fact(text, source=(int(n),)) for n, text in shown]})
+        return json_reply({"title": title, "facts": [fact(text, source=(n,)) for n, text in numbered(body)]})
 
     server.responder = respond
 
