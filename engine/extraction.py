@@ -33,7 +33,8 @@ MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 # words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
 # content words must all be in the lines)
 FRAMING = frozenset(terms("user users person assistant now currently current also still new anymore longer "
-                          "mention mentioned said says told tells take get use need make include contain "
+                          "mention mentioned said says told tells stated states explained reported take get "
+                          "use need make include contain "
                           "require call named want"))
 # words of what is said to be polite, not to be remembered: a "fact" of nothing else says nothing
 SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "

@@ -147,6 +147,12 @@ def test_screening_drops_each_bad_fact_with_its_rule():
     assert "pianist" in out.dropped[0]["why"] and "famous" in out.dropped[0]["why"]
 
 
+def test_a_reporting_verb_is_framing_not_a_word_to_ground():
+    """The 1.5B model wrote "The user stated that ...": how it was said is no fact of its own."""
+    out = screen(("The user stated that Ana works at a bakery in Alfama.", "Ana", [2]))
+    assert [f.text for f in out.kept] == ["The user stated that Ana works at a bakery in Alfama."]
+
+
 def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
     """A small model listed each message as a fact, questions too (`Is she settling in`, without its `?`)."""
     material = ("That's big news. Is she settling in?", "Do you plan to visit her?", "Where does Ana work now?",
