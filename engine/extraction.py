@@ -229,9 +229,12 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
 
 
 def _days_given(cited: list[Item]) -> set[str]:
-    """The terms of the dates the cited lines' relative times name (`yesterday` said on 11-05: 2026, 11, 04)."""
-    return {t for item in cited if item.said for day in relative_dates.named_days(item.text, item.said)
-            for t in terms(day.isoformat())}
+    """The terms of every form of the days the cited lines name, relative or written out (`yesterday` said on
+    11-05: 2026, 11, 04, november, nov, 4; `2026-12-22`: december, dec, 22 too): a fact may write a day its
+    own way (the 1.5B model wrote `December 22, 2026` for a message's `2026-12-22`)."""
+    return {t for item in cited if item.said
+            for day in relative_dates.named_days(item.text, item.said) + relative_dates.written_days(item.text, item.said)
+            for t in terms(relative_dates.forms(day))}
 
 
 def _own_dates(text: str, cited: list[Item]) -> str:

@@ -57,6 +57,19 @@ def named_days(text: str, said: dt.date) -> list[dt.date]:
     return [day for day in (_meaning(m, said)[0] for m in _PHRASE.finditer(text)) if day]
 
 
+def written_days(text: str, said: dt.date) -> list[dt.date]:
+    """The days `text` writes out (`2026-12-22`, `22 December`, `December 22, 2026`), in order."""
+    found = [(m.start(), m.group(0)) for m in _ISO.finditer(text)] + \
+        [(m.start(), m.group(0)) for m in _MONTH_DAY.finditer(text)]
+    return [day for day in (date_of(words, said) for _, words in sorted(found)) if day]
+
+
+def forms(day: dt.date) -> str:
+    """The ways a fact may write `day`: `2026-12-22 December Dec 22 2026`."""
+    month = _MONTHS[day.month - 1]
+    return f"{day.isoformat()} {month} {month[:3]} {day.day} {day.year}"
+
+
 def date_of(words: str | None, said: dt.date) -> dt.date | None:
     """The day `words` name (`2026-11-04`, `4 November`, `yesterday`, `next Friday`), counted from `said`;
     None when they name none. A day and month without a year take the year that puts it nearest `said`."""

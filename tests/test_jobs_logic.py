@@ -153,6 +153,16 @@ def test_a_reporting_verb_is_framing_not_a_word_to_ground():
     assert [f.text for f in out.kept] == ["The user stated that Ana works at a bakery in Alfama."]
 
 
+def test_a_day_written_another_way_is_grounded():
+    """The 1.5B model wrote `December 22, 2026` for the message's `2026-12-22`: the same day, not a new word."""
+    out = screen(("The Atlas deadline is now December 22, 2026.", "Atlas", [1]),
+                 ("The Atlas deadline is 23 December.", "Atlas", [1]),
+                 ("Ana starts on 2026-12-01.", "Ana", [2]),
+                 material=("The Atlas project deadline moved to 2026-12-22.", "Ana starts on the 1st of December."))
+    assert [f.text for f in out.kept] == ["The Atlas deadline is now December 22, 2026.", "Ana starts on 2026-12-01."]
+    assert out.kept[0].date == "2026-12-22" and [d["rule"] for d in out.dropped] == ["ungrounded"]  # the 23rd
+
+
 def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
     """A small model listed each message as a fact, questions too (`Is she settling in`, without its `?`)."""
     material = ("That's big news. Is she settling in?", "Do you plan to visit her?", "Where does Ana work now?",
