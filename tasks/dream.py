@@ -53,6 +53,8 @@ CANDIDATES = 5          # node facts one new fact is compared with
 SIMILAR = 0.35          # cosine from which a fact of the subject's node is shown though it shares no word
 KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
 SHARED_WORDS = 2        # words shared with a listed fact that make a low-overlap `refines` a replacement
+MEANT = 0.5             # cosine from which a listed fact is the one a change means, though it shares one word
+MEANT_MARGIN = 0.1      # ... when no other listed fact comes this close
 # a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
 CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|"
@@ -175,13 +177,15 @@ class Candidate:
 
     node: str
     fact: facts.Fact
+    near: float = 0.0  # cosine to the new fact (0 without an embedder)
 
 
 def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list[Candidate]:
     """The current node facts `ref` may touch, best first: those sharing a word with it besides its subject's
     name (a search over digest facts), then the facts of its subject's `node` closest in meaning (`SIMILAR` or
-    more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`. Facts of the
-    card `ref` comes from are never shown: what is said together is not a change."""
+    more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`. Each carries its
+    cosine to `ref` when an embedder is configured. Facts of the card `ref` comes from are never shown: what is
+    said together is not a change."""
     mine = fact_key(ref["text"]) - set(terms(ref["about"] or ""))
     texts: dict[str, str] = {}
     found: dict[tuple[str, str], tuple[int, Candidate]] = {}
@@ -193,15 +197,17 @@ def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list
                     and mine & fact_key(fact.text) and not _said_with(fact, ref):
                 found.setdefault((hit["path"], fact.id), (rank, Candidate(hit["path"], fact)))
     ordered = sorted(found.values(), key=lambda rc: (-len(mine & fact_key(rc[1].fact.text)), rc[0]))
-    shown = [c for _, c in ordered[:CANDIDATES]]
-    if node and embed and len(shown) < CANDIDATES:
-        others = [f for f in facts.parse(texts.get(node) or read_text(memory, node) or "")
-                  if f.current and f.id and (node, f.id) not in found and not _said_with(f, ref)]
-        if others:
-            scores = embed(ref["text"], [f.text for f in others])
-            near = sorted((s, i) for i, s in enumerate(scores) if s >= SIMILAR)[::-1]
-            shown += [Candidate(node, others[i]) for _, i in near[:CANDIDATES - len(shown)]]
-    return shown
+    by_words = [c for _, c in ordered[:CANDIDATES]]
+    if embed is None:
+        return by_words
+    others = [f for f in facts.parse(texts.get(node) or read_text(memory, node) or "")
+              if f.current and f.id and (node, f.id) not in found and not _said_with(f, ref)] if node else []
+    if not by_words and not others:
+        return []
+    scores = embed(ref["text"], [c.fact.text for c in by_words] + [f.text for f in others])
+    shown = [replace(c, near=score) for c, score in zip(by_words, scores)]
+    near = sorted(((score, n) for n, score in enumerate(scores[len(by_words):]) if score >= SIMILAR), reverse=True)
+    return shown + [Candidate(node, others[n], score) for score, n in near[:CANDIDATES - len(shown)]]
 
 
 def _said_with(fact: facts.Fact, ref: dict) -> bool:
@@ -230,12 +236,7 @@ def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
                 {"role": "user", "content": f"New fact (said on {ref['day']}): {ref['text']}\n\n"
                                             f"Facts in memory:\n{listing}"}]
 
-    def named(answer: Relation):
-        if answer.relation != "new" and not 1 <= answer.fact <= len(shown):
-            return "relation", f"`{answer.relation}` needs `fact`: the number of the listed fact (1-{len(shown)})"
-        return None
-
-    return llm.structured(messages, Relation, "compare", json_schema=relation_schema(len(shown)), check=named)
+    return llm.structured(messages, Relation, "compare", json_schema=relation_schema(len(shown)))
 
 
 def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
@@ -258,7 +259,11 @@ def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate |
       listed fact it shares the most words with, when that is `SHARED_WORDS` or more (a 0.5B model called
       most changes new);
     - a `replaces` names the listed fact that shares the most words, when the model's pick shares fewer (the
-      0.5B model replaced `The flat was sold` with a coffee order).
+      0.5B model replaced `The flat was sold` with a coffee order); an answer naming no fact (the 0.5B model's
+      `replaces` with fact 0) concerns the fact sharing `SHARED_WORDS` with it or meant by it, else it is `new`;
+    - with an embedder, a change that shares one word with the fact it changes is read by meaning: the listed
+      fact `MEANT` close or more, with no other within `MEANT_MARGIN`, is the one it means (`My daughter changed
+      schools to Riverside` and `My daughter goes to Oak Primary`: the 1.5B model called it new).
     Numbers are not counted as shared words: two facts of one day share its date, not their subject."""
     if not shown:
         return "new", None
@@ -271,20 +276,37 @@ def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate |
     def shared(candidate: Candidate) -> int:
         return len((fact_key(candidate.fact.text) - about) & said)
 
-    closest = max(shown, key=shared)
+    def closeness(candidate: Candidate) -> tuple[int, float]:
+        return shared(candidate), candidate.near
+
+    closest = max(shown, key=closeness)
+    meant = _meant(shown)
+    changes = bool(CHANGE.search(ref["text"]))
     answer = ask(llm, ref, shown)
     if answer.relation == "new":
-        changed = CHANGE.search(ref["text"]) and shared(closest) >= SHARED_WORDS
-        return ("replaces", closest) if changed else ("new", None)
-    target = shown[answer.fact - 1]
+        if changes and shared(closest) >= SHARED_WORDS:
+            return "replaces", closest
+        return ("replaces", meant) if changes and meant else ("new", None)
+    target = shown[answer.fact - 1] if 1 <= answer.fact <= len(shown) else \
+        closest if shared(closest) >= SHARED_WORDS else meant  # no number: the one the words or sense point at
+    if target is None:
+        return "new", None
     if answer.relation == "replaces":
-        return "replaces", closest if shared(closest) > shared(target) else target
+        return "replaces", closest if closeness(closest) > closeness(target) else target
     if NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text):
         return "replaces", target
     theirs = fact_key(target.fact.text) - about
     if shared(target) < KEPT_WORDS * len(theirs):
-        return ("replaces", target) if shared(target) >= SHARED_WORDS else ("new", None)
+        changed = shared(target) >= SHARED_WORDS or (changes and target is meant)
+        return ("replaces", target) if changed else ("new", None)
     return answer.relation, target
+
+
+def _meant(shown: list[Candidate]) -> Candidate | None:
+    """The listed fact a new fact means by its sense (see `judge`), or None."""
+    ranked = sorted(shown, key=lambda c: c.near, reverse=True)
+    runner_up = ranked[1].near if len(ranked) > 1 else 0.0
+    return ranked[0] if ranked[0].near >= MEANT and ranked[0].near - runner_up >= MEANT_MARGIN else None
 
 
 def since(ref: dict) -> str:
