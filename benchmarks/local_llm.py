@@ -149,7 +149,7 @@ def run(args, home: Path, settings) -> None:
             if getattr(card, "usage", None):
                 print("\n".join(rows(card.usage)))
         else:
-            print(f"auto-memory: card {card['card']}, {card['facts']} facts kept ({card['recited']} re-cited), "
+            print(f"auto-memory: card {card['card']}, {card['facts']} facts kept ({card['recited']} re-cited, {card.get('restated', 0)} restated), "
                   f"{len(card['dropped'])} dropped, in {seconds:.1f} s (incl. Prefect start)")
             for dropped in card["dropped"]:
                 print(f"  dropped ({dropped['rule']}): {dropped['text'][:100]}")

@@ -3,7 +3,8 @@
 Each of 7 days is one conversation (messages stamped with that day), run through `auto_memory` (the job a
 session's turns trigger: the day's card of facts) and the nightly `auto_dream` of that day (the facts into
 subject nodes, what changed kept as history). Printed per day: facts written, re-checked as grounded in the
-messages they cite, dropped by the checks; the dream's actions; seconds and prompt tokens. At the end:
+messages they cite, restated in their message's words, dropped by the checks; the dream's actions; seconds and
+prompt tokens. At the end:
 - the story's statements (each fact's first value and its change): share in a card with a citation that opens
   the message saying it;
 - card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
@@ -273,7 +274,7 @@ def run(args, home: Path, settings) -> None:
     spent, failures, started, seen = Usage(), [], time.perf_counter(), set()
     print(f"endpoint {settings.llm_base_url} model {settings.llm_model}; {len(FACTS)} facts over {len(DAYS)} days"
           + (f", the first {args.days} run" if args.days < len(DAYS) else ""), flush=True)
-    print(f"{'day':<11} {'card':<44} {'facts':>5} {'grounded':>8} {'dropped':>7} {'dream':<34} {'s':>5} "
+    print(f"{'day':<11} {'card':<44} {'facts':>5} {'grounded':>8} {'restated':>8} {'dropped':>7} {'dream':<34} {'s':>5} "
           f"{'prompt tok':>10}", flush=True)
     with prefect_env.interactive_runs():
         for n, day in enumerate(DAYS[:args.days]):
@@ -299,10 +300,11 @@ def run(args, home: Path, settings) -> None:
             seen |= {(p, f.id) for p, f in new}
             grounded = sum(not unsupported(memory, f) for _, f in new)
             dropped = 0 if failed_card else len(card.get("dropped") or [])
+            restated = 0 if failed_card else card.get("restated", 0)
             u = day_usage.as_dict()
             spent.add(u)
             print(f"{day:<11} {'FAILED' if failed_card else str(card.get('card')):<44} {len(new):>5} {grounded:>8} "
-                  f"{dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
+                  f"{restated:>8} {dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
     searching = with_vectors(memory)
     found = card_facts(memory)
     covered, statements = coverage(memory, found)

@@ -5,10 +5,10 @@ each fact before anything is written.
 The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites the numbers it comes from;
 code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
-that holds them or dropped; a fact with the prompt's markup, a placeholder, a tool call or the instructions'
-words is dropped, and so is a question asked in the conversation filed as anything but an open question;
-relative times are resolved to dates from its message's day (engine/relative_dates.py), and
-the first day a fact names is its `date`.
+that holds them, else kept in the words of the cited sentence that says most of it, else dropped; a fact with
+the prompt's markup, a placeholder, a tool call or the instructions' words is dropped, and so is a question
+asked in the conversation filed as anything but an open question; relative times are resolved to dates from
+its message's day (engine/relative_dates.py), and the first day a fact names is its `date`.
 A dropped fact is reported with its rule; the others are kept.
 """
 
@@ -49,6 +49,7 @@ _QUESTION = re.compile(r"\?|(?:^|[.!;:]\s+)(?:(?:is|are|am|was|were|do|does|did|
                        r"|(?:what|where|when|who|why|how|which)\s+(?:is|are|was|were|do|does|did|can|could|should|"
                        r"will|would|have|has))\b", re.IGNORECASE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
                  "questions": "question", "follow-up": "question", "followup": "question", "todo": "question",
@@ -186,46 +187,108 @@ class Screened:
 
     kept: list[facts.Fact] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
-    recited: int = 0  # kept facts whose citation code corrected
-    title: str = ""   # the answer's title, when the name checks pass it
+    recited: int = 0    # kept facts whose citation code corrected
+    restated: int = 0   # kept facts in their message's words, the model's own words being ungrounded
+    title: str = ""     # the answer's title, when the name checks pass it
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One fact after the checks: what to write and the items that ground it, or the rule that drops it."""
+
+    text: str = ""
+    grounds: tuple[Item, ...] = ()
+    day: str | None = None
+    rule: str = ""
+    why: str = ""
 
 
 def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
-    """Each fact of `answer` checked on its own against the `items` it cites (see the module docstring)."""
+    """Each fact of `answer` checked on its own against the `items` it cites (see the module docstring). A fact
+    dropped as ungrounded is kept in the words of the sentence it cites that says most of it (`_their_words`),
+    unless a kept fact says that sentence already: the model found what is worth keeping, the message says it."""
     by_number = {item.number: item for item in items}
     material = quality.Material("\n".join(item.text for item in items), "", instructions)
-    out, seen = Screened(), set()
+    out, seen, strayed = Screened(), set(), []
     for fact in answer.facts:
         text = " ".join(fact.text.split()).lstrip("-*> ").strip()
-        refused = _refused(text, material)
-        if refused is None and fact.kind != "question" and _QUESTION.search(text):
-            refused = ("question", "a question asked in the conversation is not a fact (file it as an open question)")
         cited = [by_number[n] for n in dict.fromkeys(fact.source) if n in by_number]
-        said = cited[0].said if cited and cited[0].said else (items[0].said if items else dt.date.today())
-        resolved, named = relative_dates.resolve(_own_dates(text, cited), said)
-        added = (set(terms(resolved)) - set(terms(text))) | _days_given(cited)  # date words code wrote or counts
-        if refused is None:
-            grounds = _grounding(resolved, cited, items, added)
-            if grounds is None:
-                missing = sorted(_missing(resolved, cited, added))
-                refused = ("ungrounded", f"its words {', '.join(missing[:5])} are not in the lines it cites"
-                           if cited else "it cites no line of the material")
-        if refused is None:
-            key = frozenset(terms(resolved)) - FRAMING
+        checked = _check(text, fact.kind, cited, items, material)
+        if not checked.rule:
+            key = frozenset(terms(checked.text)) - FRAMING
             if key in seen:
-                refused = ("duplicate", "another fact of the answer says the same")
+                checked = _Checked(rule="duplicate", why="another fact of the answer says the same")
             seen.add(key)
-        if refused is not None:
-            out.dropped.append({"text": text[:300], "rule": refused[0], "why": refused[1]})
+        words = _their_words(text, cited) if checked.rule == "ungrounded" else None
+        if words:
+            strayed.append((fact, text, checked, words))
+        elif checked.rule:
+            out.dropped.append({"text": text[:300], "rule": checked.rule, "why": checked.why})
+        else:
+            out.recited += [i.number for i in checked.grounds] != [i.number for i in cited]
+            out.kept.append(_kept(fact, checked))
+    for fact, text, checked, (sentence, item) in strayed:
+        restated = _check(sentence, fact.kind, [item], items, material)
+        key = frozenset(terms(restated.text)) - FRAMING
+        if restated.rule or key in seen or _said_already(restated.text, out.kept):
+            out.dropped.append({"text": text[:300], "rule": checked.rule, "why": checked.why})
             continue
-        if [i.number for i in grounds] != [i.number for i in cited]:
-            out.recited += 1
-        day = named or relative_dates.date_of(resolved, said)
-        out.kept.append(facts.Fact(
-            text=resolved, kind=fact.kind, about=" ".join(fact.about.split())[:80] or None,
-            date=day.isoformat() if day else None,
-            sources=tuple(i.anchor for i in grounds), labels=tuple(i.label for i in grounds)))
+        seen.add(key)
+        out.restated += 1
+        out.kept.append(_kept(fact, restated))
     return out
+
+
+def _check(text: str, kind: str, cited: list[Item], items: list[Item], material: quality.Material) -> _Checked:
+    refused = _refused(text, material)
+    if refused is None and kind != "question" and _QUESTION.search(text):
+        refused = ("question", "a question asked in the conversation is not a fact (file it as an open question)")
+    if refused is not None:
+        return _Checked(rule=refused[0], why=refused[1])
+    said = cited[0].said if cited and cited[0].said else (items[0].said if items else dt.date.today())
+    resolved, named = relative_dates.resolve(_own_dates(text, cited), said)
+    added = (set(terms(resolved)) - set(terms(text))) | _days_given(cited)  # date words code wrote or counts
+    grounds = _grounding(resolved, cited, items, added)
+    if grounds is None:
+        missing = sorted(_missing(resolved, cited, added))
+        return _Checked(rule="ungrounded", why=f"its words {', '.join(missing[:5])} are not in the lines it cites"
+                        if cited else "it cites no line of the material")
+    day = named or relative_dates.date_of(resolved, said)
+    return _Checked(resolved, tuple(grounds), day.isoformat() if day else None)
+
+
+def _kept(fact: ExtractedFact, checked: _Checked) -> facts.Fact:
+    return facts.Fact(text=checked.text, kind=fact.kind, about=" ".join(fact.about.split())[:80] or None,
+                      date=checked.day, sources=tuple(i.anchor for i in checked.grounds),
+                      labels=tuple(i.label for i in checked.grounds))
+
+
+def _content(text: str) -> set[str]:
+    """The words that carry what `text` says: no framing, small talk or numbers."""
+    return {t for t in terms(text) if not t.isdigit()} - FRAMING - SMALL_TALK
+
+
+def _their_words(text: str, cited: list[Item]) -> tuple[str, Item] | None:
+    """The sentence of a cited message (not the assistant's) that says most of `text`: it shares
+    `MIN_FACT_TERMS` or more of the fact's content words and at least half of them (`A young girl goes to Oak
+    Primary` citing `My daughter goes to Oak Primary.`); None when no sentence does (`Ana is a famous pianist`
+    citing `Ana works at a bakery` shares one word)."""
+    wanted = _content(text)
+    best, best_shared = None, 0
+    for item in cited:
+        if item.speaker == "assistant":
+            continue
+        for sentence in _SENTENCE.split(item.text):
+            shared = len(wanted & _content(sentence))
+            if shared > best_shared:
+                best, best_shared = (sentence.strip(), item), shared
+    return best if best_shared >= max(MIN_FACT_TERMS, len(wanted) / 2) else None
+
+
+def _said_already(text: str, kept: list[facts.Fact]) -> bool:
+    """Whether a kept fact holds half or more of `text`'s content words."""
+    words = _content(text)
+    return any(len(words & _content(f.text)) >= len(words) / 2 for f in kept)
 
 
 def _days_given(cited: list[Item]) -> set[str]:

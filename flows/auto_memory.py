@@ -30,7 +30,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     date = check_date(date) if date else None
     if messages:
         record_messages(root, session_id, messages)
-    spent, cards, added, recited, dropped, first, runs = Usage(), [], 0, 0, [], None, 0
+    spent, cards, added, recited, restated, dropped, first, runs = Usage(), [], 0, 0, 0, [], None, 0
     with session_lock(root, session_id):
         while True:
             todo = unsummarised(root, session_id)
@@ -57,6 +57,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
                 cards.append(card["path"])
             added += len(card["added"])
             recited += card.get("recited", 0)
+            restated += card.get("restated", 0)
             dropped += card["dropped"]
             mark_summarised(root, session_id, todo["end"], card["path"])
     if not runs:
@@ -64,5 +65,6 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     usage = spent.as_dict()
     publish_usage(root, "auto-memory", f"session {session_id}", usage)
     return {"session_id": session_id, "date": day, "card": cards[-1] if cards else None, "cards": cards,
-            "facts": added, "recited": recited, "dropped": dropped, "summarised": [first, todo["end"]],
+            "facts": added, "recited": recited, "restated": restated,
+            "dropped": dropped, "summarised": [first, todo["end"]],
             "usage": usage}

@@ -137,6 +137,7 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
         out.kept += result.kept
         out.dropped += result.dropped
         out.recited += result.recited
+        out.restated += result.restated
         out.title = out.title or (_title(answer.title, batch, system, header) if answer else "")
     if refused is not None and not out.kept:
         raise refused
@@ -254,7 +255,8 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], line
     card = write_card(memory, folder, current, screened, identity)
     run_logger().info("session %s: %d facts into %s card %s (%d dropped)", session_id, len(card["added"]),
                       "a new" if card["created"] else "its", card["path"], len(screened.dropped))
-    return {**card, "dropped": screened.dropped, "recited": screened.recited, "usage": llm.usage.as_dict()}
+    return {**card, "dropped": screened.dropped, "recited": screened.recited,
+            "restated": screened.restated, "usage": llm.usage.as_dict()}
 
 
 @task(cache_policy=NO_CACHE)

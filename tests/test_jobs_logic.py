@@ -116,7 +116,10 @@ def test_a_fact_line_round_trips_and_edits_keep_everything_else():
 
 
 def items(*texts, said=dt.date(2026, 11, 5)):
-    return [extraction.Item(n, t, f"session/dialog/s.jsonl#L{n}", said=said) for n, t in enumerate(texts, 1)]
+    """Numbered messages; one starting `Assistant: ` is the assistant's."""
+    return [extraction.Item(n, t.removeprefix("Assistant: "), f"session/dialog/s.jsonl#L{n}", said=said,
+                            speaker="assistant" if t.startswith("Assistant: ") else "user")
+            for n, t in enumerate(texts, 1)]
 
 
 def screen(*answers, material=("I moved to Porto yesterday.", "Ana works at a bakery in Alfama.")):
@@ -161,6 +164,23 @@ def test_a_day_written_another_way_is_grounded():
                  material=("The Atlas project deadline moved to 2026-12-22.", "Ana starts on the 1st of December."))
     assert [f.text for f in out.kept] == ["The Atlas deadline is now December 22, 2026.", "Ana starts on 2026-12-01."]
     assert out.kept[0].date == "2026-12-22" and [d["rule"] for d in out.dropped] == ["ungrounded"]  # the 23rd
+
+
+def test_a_fact_in_its_own_words_is_kept_in_the_words_of_the_sentence_it_cites():
+    """The 0.5B model wrote `A young girl goes to Oak Primary.` for `My daughter goes to Oak Primary.`: the message
+    says what is worth keeping. Not when the sentence shares too little, is the assistant's, or is kept already."""
+    material = ("We moved last year. My daughter goes to Oak Primary.", "The Atlas deadline moved to 2026-12-22.",
+                "Assistant: Your daughter must love the new school!", "Ana works at a bakery in Alfama.")
+    out = screen(("A young girl goes to Oak Primary.", "daughter", [1]),
+                 ("The Atlas deadline has been updated from 2026-11-05 to 2026-12-22.", "Atlas", [2]),
+                 ("The Atlas deadline is 2026-12-22.", "Atlas", [2]),
+                 ("The daughter adores her new school.", "daughter", [3]),
+                 ("Ana is a famous pianist.", "Ana", [4]), material=material)
+    assert [(f.text, f.sources, f.date) for f in out.kept] == [
+        ("The Atlas deadline is 2026-12-22.", ("session/dialog/s.jsonl#L2",), "2026-12-22"),
+        ("My daughter goes to Oak Primary.", ("session/dialog/s.jsonl#L1",), None)]
+    assert out.restated == 1 and [d["rule"] for d in out.dropped] == ["ungrounded"] * 3
+    assert [d["text"][:9] for d in out.dropped] == ["The daugh", "Ana is a ", "The Atlas"]
 
 
 def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
