@@ -250,20 +250,22 @@ def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate 
 
 def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
     """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
-    same); the model the rest, and code checks its answer against the words:
+    same); the model the rest, and code checks its answer against the words and, with an embedder, the sense:
+    - the fact the model names is taken only when no listed fact is closer (more shared words, then nearer in
+      sense): the 0.5B model named the wrong number for `same`, `refines` and `replaces` alike; an answer naming
+      no fact concerns the one sharing `SHARED_WORDS` words or meant by its sense (`MEANT` close or more, no
+      other within `MEANT_MARGIN`: `My daughter changed schools to Riverside` means `My daughter goes to Oak
+      Primary`);
+    - a fact that shares no word with it and is not the one meant is not replaced nor refined: `new` (the 0.5B
+      model replaced `I moved to Porto` with a new landlord);
     - a `same` or `refines` must keep `KEPT_WORDS` of the listed fact's words: one that keeps fewer but still
-      shares `SHARED_WORDS` of them says the same thing anew, so it `replaces` it; one sharing fewer is about
-      something else, so it is `new` (a small model called `I work at Acme` a refinement of `I live in Lisbon`);
-      one that denies what the listed fact does not (`..., not an espresso`, `no longer`) replaces it;
+      shares `SHARED_WORDS` of them (or says a change of the fact it means) says the same thing anew, so it
+      `replaces` it; one sharing fewer is about something else, so it is `new` (a small model called `I work
+      at Acme` a refinement of `I live in Lisbon`); one that denies what the listed fact does not (`..., not
+      an espresso`, `no longer`) replaces it;
     - a `new` fact that says a value changed (`I moved my gym sessions from Mondays to Thursdays`) replaces the
-      listed fact it shares the most words with, when that is `SHARED_WORDS` or more (a 0.5B model called
-      most changes new);
-    - a `replaces` names the listed fact that shares the most words, when the model's pick shares fewer (the
-      0.5B model replaced `The flat was sold` with a coffee order); an answer naming no fact (the 0.5B model's
-      `replaces` with fact 0) concerns the fact sharing `SHARED_WORDS` with it or meant by it, else it is `new`;
-    - with an embedder, a change that shares one word with the fact it changes is read by meaning: the listed
-      fact `MEANT` close or more, with no other within `MEANT_MARGIN`, is the one it means (`My daughter changed
-      schools to Riverside` and `My daughter goes to Oak Primary`: the 1.5B model called it new).
+      listed fact it shares `SHARED_WORDS` or more words with, else the one it means (a 0.5B model called most
+      changes new).
     Numbers are not counted as shared words: two facts of one day share its date, not their subject."""
     if not shown:
         return "new", None
@@ -287,13 +289,14 @@ def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate |
         if changes and shared(closest) >= SHARED_WORDS:
             return "replaces", closest
         return ("replaces", meant) if changes and meant else ("new", None)
-    target = shown[answer.fact - 1] if 1 <= answer.fact <= len(shown) else \
-        closest if shared(closest) >= SHARED_WORDS else meant  # no number: the one the words or sense point at
-    if target is None:
-        return "new", None
-    if answer.relation == "replaces":
-        return "replaces", closest if closeness(closest) > closeness(target) else target
-    if NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text):
+    picked = shown[answer.fact - 1] if 1 <= answer.fact <= len(shown) else None
+    if picked is None:  # no number: the fact the words or the sense point at
+        target = closest if shared(closest) >= SHARED_WORDS else meant
+    else:
+        target = closest if closeness(closest) > closeness(picked) else picked
+    if target is None or (not shared(target) and target is not meant):
+        return "new", None  # nothing in its words or its sense ties it to a listed fact
+    if answer.relation == "replaces" or (NEGATION.search(ref["text"]) and not NEGATION.search(target.fact.text)):
         return "replaces", target
     theirs = fact_key(target.fact.text) - about
     if shared(target) < KEPT_WORDS * len(theirs):

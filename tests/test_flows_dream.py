@@ -216,6 +216,38 @@ def test_a_change_sharing_one_word_replaces_the_fact_it_means(prefect_harness, l
     assert [a["action"] for a in summary["actions"]] == ["added"]
 
 
+def test_the_model_s_pick_is_checked_against_the_words_and_the_sense(prefect_harness, llm, memory, ws, embedder):
+    """The 0.5B model answered fact 2 whatever the list: a denial `refines` the deadline, a new landlord
+    `replaces` the move to Porto. Code takes the fact the words tie it to, and none when nothing does."""
+    embedder({"Porto": [1.0, 0.0, 0.0], "Lisbon": [0.9, 0.3, 0.0], "landlord": [0.4, 0.9, 0.2],
+              "Atlas": [0.0, 0.0, 1.0]})
+    card(memory, "2026-11-02", "Week", ("fact", "user", "I live in Lisbon, close to the river."),
+         ("fact", "user", "The Atlas deadline is 2026-12-15."))
+    llm.on(COMPARE, json_reply({"relation": "new", "fact": 0}))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-05", "Porto", ("event", "user", "I moved to Porto on 2026-11-04, I don't live in Lisbon anymore."),
+         session="t")
+
+    def the_deadline(body: dict) -> Reply | None:
+        listed = re.findall(r"^(\d+)\. (.+)$", text_of(body), re.M)
+        return json_reply({"relation": "refines", "fact": next(int(n) for n, text in listed if "Atlas" in text)})
+
+    llm.responder = the_deadline
+    summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
+        ("replaced", "I live in Lisbon, close to the river.")]
+
+    llm.responder = None
+    card(memory, "2026-11-07", "Flat", ("fact", "user", "My landlord is now Ms. Costa."), session="u")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    summary = auto_dream(date="2026-11-07", scan_days=1, workspace=str(ws.root))
+    asked = compares(llm)[-1]["messages"][1]["content"]
+    assert "1. I moved to Porto" in asked  # shown for its sense, which is not close enough to be the one meant
+    assert [a["action"] for a in summary["actions"]] == ["added"]
+    assert all(f.current for f in node_facts(memory, "digest/personal/user.md").values()
+               if "Lisbon, close" not in f.text)
+
+
 def test_a_ui_retry_reruns_only_the_failed_unit(prefect_harness, llm, memory, ws, monkeypatch):
     monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "3")
     card(memory, "2026-11-02", "Start", ("fact", "user", "The user lives in Lisbon."),
