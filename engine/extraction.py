@@ -49,7 +49,7 @@ _QUESTION = re.compile(r"\?|(?:^|[.!;:]\s+)(?:(?:is|are|am|was|were|do|does|did|
                        r"|(?:what|where|when|who|why|how|which)\s+(?:is|are|was|were|do|does|did|can|could|should|"
                        r"will|would|have|has))\b", re.IGNORECASE)
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not after `Mr.`, `Dr.`, `Mrs.`
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
                  "questions": "question", "follow-up": "question", "followup": "question", "todo": "question",
@@ -269,10 +269,10 @@ def _content(text: str) -> set[str]:
 
 
 def _their_words(text: str, cited: list[Item]) -> tuple[str, Item] | None:
-    """The sentence of a cited message (not the assistant's) that says most of `text`: it shares
-    `MIN_FACT_TERMS` or more of the fact's content words and at least half of them (`A young girl goes to Oak
-    Primary` citing `My daughter goes to Oak Primary.`); None when no sentence does (`Ana is a famous pianist`
-    citing `Ana works at a bakery` shares one word)."""
+    """The sentence of a cited message (not the assistant's) that shares the most of `text`'s content words
+    (`A young girl goes to Oak Primary` citing `My daughter goes to Oak Primary.`; the 0.5B model's `Mr. Silva
+    is a person who lives in a city called New York City` citing `My landlord is Mr. Silva.`); None when no
+    sentence shares one."""
     wanted = _content(text)
     best, best_shared = None, 0
     for item in cited:
@@ -282,7 +282,7 @@ def _their_words(text: str, cited: list[Item]) -> tuple[str, Item] | None:
             shared = len(wanted & _content(sentence))
             if shared > best_shared:
                 best, best_shared = (sentence.strip(), item), shared
-    return best if best_shared >= max(MIN_FACT_TERMS, len(wanted) / 2) else None
+    return best
 
 
 def _said_already(text: str, kept: list[facts.Fact]) -> bool:

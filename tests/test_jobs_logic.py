@@ -145,9 +145,9 @@ def test_screening_drops_each_bad_fact_with_its_rule():
                  ("[18:02] Ana works at a bakery in Alfama.", "Ana", [2]),
                  material=("Thanks a lot.", "Ana works at a bakery in Alfama.", "word " * 50))
     assert [f.text for f in out.kept] == ["Ana works at a bakery in Alfama."]
-    assert [d["rule"] for d in out.dropped] == ["ungrounded", "markup", "thin", "tool", "duplicate", "long", "copy",
-                                                "copy"]
-    assert "pianist" in out.dropped[0]["why"] and "famous" in out.dropped[0]["why"]
+    assert [d["rule"] for d in out.dropped] == ["markup", "thin", "tool", "duplicate", "long", "copy", "copy",
+                                                "ungrounded"]  # last: its message's sentence is a kept fact already
+    assert "pianist" in out.dropped[-1]["why"] and "famous" in out.dropped[-1]["why"]
 
 
 def test_a_reporting_verb_is_framing_not_a_word_to_ground():
@@ -168,19 +168,22 @@ def test_a_day_written_another_way_is_grounded():
 
 def test_a_fact_in_its_own_words_is_kept_in_the_words_of_the_sentence_it_cites():
     """The 0.5B model wrote `A young girl goes to Oak Primary.` for `My daughter goes to Oak Primary.`: the message
-    says what is worth keeping. Not when the sentence shares too little, is the assistant's, or is kept already."""
+    says what is worth keeping. Not when the sentence shares no word, is the assistant's, or is kept already."""
     material = ("We moved last year. My daughter goes to Oak Primary.", "The Atlas deadline moved to 2026-12-22.",
-                "Assistant: Your daughter must love the new school!", "Ana works at a bakery in Alfama.")
+                "Assistant: Your daughter must love the new school!", "Ana works at a bakery in Alfama.",
+                "My landlord is Mr. Silva.")
     out = screen(("A young girl goes to Oak Primary.", "daughter", [1]),
+                 ("Mr. Silva is a person who lives in a city called New York City.", "Mr. Silva", [5]),
                  ("The Atlas deadline has been updated from 2026-11-05 to 2026-12-22.", "Atlas", [2]),
                  ("The Atlas deadline is 2026-12-22.", "Atlas", [2]),
                  ("The daughter adores her new school.", "daughter", [3]),
-                 ("Ana is a famous pianist.", "Ana", [4]), material=material)
+                 ("The user adores Kyoto.", "user", [4]), material=material)
     assert [(f.text, f.sources, f.date) for f in out.kept] == [
         ("The Atlas deadline is 2026-12-22.", ("session/dialog/s.jsonl#L2",), "2026-12-22"),
-        ("My daughter goes to Oak Primary.", ("session/dialog/s.jsonl#L1",), None)]
-    assert out.restated == 1 and [d["rule"] for d in out.dropped] == ["ungrounded"] * 3
-    assert [d["text"][:9] for d in out.dropped] == ["The daugh", "Ana is a ", "The Atlas"]
+        ("My daughter goes to Oak Primary.", ("session/dialog/s.jsonl#L1",), None),
+        ("My landlord is Mr. Silva.", ("session/dialog/s.jsonl#L5",), None)]
+    assert out.restated == 2 and [d["rule"] for d in out.dropped] == ["ungrounded"] * 3
+    assert [d["text"][:9] for d in out.dropped] == ["The daugh", "The user ", "The Atlas"]
 
 
 def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
