@@ -186,7 +186,6 @@ PARAM_HELP: dict[str, str] = {
     "compact": "Summarise the session now instead of waiting for N turns",
     "turn_id": "Caller's id for the turn: sent again (a retried delivery), it is counted once and messages "
                "already appended (same message `id`) are not appended again",
-    "hint": "A hint for what matters (steers the summary or consolidation)",
     "scan_days": "Days of daily files to scan, ending at `date`",
     "max_units": "Most consolidation units per run",
     "topic_count": "New topics to pick for the day",

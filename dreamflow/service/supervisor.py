@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dreamflow.service.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
 from engine.grants import ADMIN, Grant
@@ -475,15 +476,15 @@ class Service:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("the Prefect API is not ready yet")
 
-    def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None,
-             workspace: str | None = None) -> dict:
-        """`engine.turns.record_turn` in a served workspace, launching auto_memory when due (with the run's UI
-        link, as the other job commands print)."""
+    def turn(self, *args: Any, workspace: str | None = None, **kwargs: Any) -> dict:
+        """`engine.turns.record_turn` (its arguments: `engine.jobs.TURN`) in a served workspace, launching
+        auto_memory when due (with the run's UI link, as the other job commands print)."""
         from deployments.launch import run_url
+        from engine.jobs import TURN
         from engine.turns import record_turn
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
-        result = record_turn(hosted.ws.root, session_id, messages, compact, turn_id,
+        result = record_turn(hosted.ws.root, **TURN.bind(*args, **kwargs),
                              memory=self.hosts.memory(hosted.name), counter=hosted.turns,
                              launch=lambda s: self._launch_auto_memory(hosted.name, s))
         if result.get("launched"):
