@@ -25,11 +25,12 @@ class JobParam:
 
 @cache
 def job_params(module: str, function: str) -> dict[str, JobParam]:
-    """The parameters of `function` in `module` (dotted, e.g. flows.auto_dream), in order (defaults must be
-    literals); keyword-only ones (after `*`) are the callers' plumbing, not the job's: left out."""
+    """The parameters of `function` in `module` (dotted, e.g. flows.auto_dream), in order; keyword-only ones
+    (after `*`) are the callers' plumbing, not the job's: left out. A default is a literal, or a constant the
+    module imports by name (`from storage.arguments import STALE_DAYS`) that is a literal where it is set."""
     args = _function(module, function).args
     positional = args.posonlyargs + args.args
-    defaults = [REQUIRED] * (len(positional) - len(args.defaults)) + [ast.literal_eval(d) for d in args.defaults]
+    defaults = [REQUIRED] * (len(positional) - len(args.defaults)) + [_value(d, module) for d in args.defaults]
     return {arg.arg: JobParam(arg.arg, ast.unparse(arg.annotation) if arg.annotation else "", default)
             for arg, default in zip(positional, defaults)}
 
@@ -39,10 +40,27 @@ def job_doc(module: str, function: str) -> str:
     return ast.get_docstring(_function(module, function)) or ""
 
 
+def _value(node: ast.expr, module: str) -> Any:
+    """A default's value: a literal, or the literal a name imported from another project module is set to."""
+    if not isinstance(node, ast.Name):
+        return ast.literal_eval(node)
+    source = next((imp.module for imp in _tree(module).body if isinstance(imp, ast.ImportFrom) and imp.module
+                   and any(alias.name == node.id and alias.asname is None for alias in imp.names)), None)
+    assigned = next((stmt.value for stmt in _tree(source).body if isinstance(stmt, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets)), None) if source else None
+    if assigned is None:
+        raise LookupError(f"{module}: the default {node.id} is no constant imported from a project module")
+    return ast.literal_eval(assigned)
+
+
+@cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+
+
 @cache
 def _function(module: str, function: str) -> ast.FunctionDef:
-    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(module)
     found = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function), None)
     if found is None:
         raise LookupError(f"{module.replace('.', '/')}.py defines no function {function}")

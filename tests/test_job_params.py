@@ -72,3 +72,28 @@ def test_prefect_yaml_declares_the_deployments_as_serve_does():
 def test_a_missing_function_is_a_clear_error():
     with pytest.raises(LookupError, match="no function nope"):
         job_params("flows.governance", "nope")
+
+
+def test_the_doctors_thresholds_are_written_once():
+    """stale_days and overlong_lines default to the constants of storage/arguments.py on every layer: the flows
+    (read through the name they import), Memory.doctor (the operation) and the storage report."""
+    from storage import arguments, doctor
+    from storage.memory import Memory
+
+    expected = {"stale_days": arguments.STALE_DAYS, "overlong_lines": arguments.OVERLONG_LINES}
+    for fn in (Memory.doctor, Memory.doctor_fix, doctor.check):
+        assert {k: inspect.signature(fn).parameters[k].default for k in expected} == expected
+    for name in ("doctor", "split", "archive"):
+        defaults = JOBS[name].defaults()
+        assert {k: defaults[k] for k in expected if k in defaults} == {k: v for k, v in expected.items()
+                                                                       if k in defaults}
+    assert JOBS["doctor"].defaults()["stale_days"] == 180
+
+
+def test_a_default_that_is_no_imported_constant_is_a_clear_error(tmp_path, monkeypatch):
+    from engine import job_params as module
+
+    (tmp_path / "jobs_here.py").write_text("def job(days: int = UNKNOWN): ...\n")
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    with pytest.raises(LookupError, match="UNKNOWN is no constant"):
+        module.job_params("jobs_here", "job")
