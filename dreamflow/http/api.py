@@ -410,7 +410,7 @@ def _add_service_routes(app: FastAPI, service) -> None:
         """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
         auto_memory summarises the session's new messages."""
         name, _ = _open(catalog, http_request, writes=True)
-        return service.turn(**request.model_dump(), workspace=name)
+        return service.jobs.turn(**request.model_dump(), workspace=name)
 
     @app.get("/status", tags=["service"])
     def status(request: Request) -> dict[str, Any]:
@@ -423,19 +423,19 @@ def _add_service_routes(app: FastAPI, service) -> None:
     def run_status(request: Request, run_id: str):
         """A flow run's state, parameters and UI link; `summary` is the flow's result once it has finished
         (also for a run that ended Failed because units failed)."""
-        return service.run_status(run_id, visible=grant_of(request).sees)
+        return service.jobs.run_status(run_id, visible=grant_of(request).sees)
 
     @app.get("/flows/runs/{run_id}/logs", tags=["flows"], response_model=list[FlowRunLog])
     def run_logs(request: Request, run_id: str,
                  offset: int = Query(0, ge=0, description="Skip this many log lines")):
         """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
-        return service.run_logs(run_id, offset, visible=grant_of(request).sees)
+        return service.jobs.run_logs(run_id, offset, visible=grant_of(request).sees)
 
     @app.post("/flows/runs/{run_id}/retry", tags=["flows"], response_model=FlowRunStatus)
     def retry_run(request: Request, run_id: str):
         """Retry a failed run as the Prefect UI's Retry does: the same run again, in which a dream re-runs only
         its failed units (finished tasks come from their results); refused with a read-only token."""
-        return service.retry(run_id, grant_of(request))
+        return service.jobs.retry(run_id, grant_of(request))
 
     for flow, deployment in DEPLOYMENTS.items():
         _add_flow_route(app, service, flow, deployment)
@@ -448,7 +448,7 @@ def _add_flow_route(app: FastAPI, service, flow: str, deployment) -> None:
 
     def launch(request: Request, parameters: model = Body(default_factory=model)):  # type: ignore[valid-type]
         name, _ = _open(service.hosts, request, writes=True)
-        return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
+        return service.jobs.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
 
     launch.__name__ = f"launch_{flow}"
     launch.__signature__ = inspect.Signature([

@@ -154,13 +154,13 @@ class ServiceTarget(Target):
         return self.service.hosts.root(name)
 
     def _turn(self, name: str, params: dict) -> dict:
-        return self.service.turn(**params, workspace=name)
+        return self.service.jobs.turn(**params, workspace=name)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
-        return self.service.launch(flow, parameters, workspace=name)
+        return self.service.jobs.launch(flow, parameters, workspace=name)
 
     def _run_status(self, run_id: str) -> dict:
-        return self.service.run_status(run_id, visible=self.grant.sees)
+        return self.service.jobs.run_status(run_id, visible=self.grant.sees)
 
     def changed(self) -> None:
         self.service.changed(self.workspace or scoped.default_for(self, self.grant))
