@@ -27,13 +27,12 @@ This module imports prefect and the flows only inside functions: the service and
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.jobs import JOBS, Job
 from engine.settings import Settings
-from storage.arguments import MAX_COUNT
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."
@@ -41,15 +40,34 @@ RESOURCE_PREFIX = "dreamflow.resource."
 
 @dataclass(frozen=True)
 class Deployment:
-    """One deployment: the flow function `flow` in `module`, whose Prefect name is `flow_name`."""
+    """One deployment of job `flow` (engine/jobs.py: its function, module and whether it needs the LLM), whose
+    Prefect name is `flow_name`; `when` says what starts it."""
 
     flow: str
-    module: str
     flow_name: str
     name: str
-    description: str
-    needs_llm: bool = False  # the flow calls the LLM (it stops at once without DREAMFLOW_LLM_*)
+    when: str = ""
     manual: bool = False  # also served as `<flow_name>/manual`, unscheduled: what runs started by hand use
+
+    @property
+    def job(self) -> Job:
+        return JOBS[self.flow]
+
+    @property
+    def module(self) -> str:
+        return self.job.module
+
+    @property
+    def needs_llm(self) -> bool:
+        return self.job.needs_llm
+
+    @property
+    def description(self) -> str:
+        """The job's summary, and when it runs."""
+        return self.described(self.when)
+
+    def described(self, when: str) -> str:
+        return f"{self.job.summary.rstrip('.')} ({when})." if when else self.job.summary
 
     @property
     def full_name(self) -> str:
@@ -74,34 +92,17 @@ class Deployment:
 DEPLOYMENTS: dict[str, Deployment] = {
     d.flow: d
     for d in (
-        Deployment("auto_dream", "flows.auto_dream", "auto-dream", "nightly",
-                   "Consolidate recent daily cards into digest nodes and pick tomorrow's topics (nightly).",
-                   needs_llm=True, manual=True),
-        Deployment("optimize", "flows.maintenance", "optimize", "nightly",
-                   "Index maintenance: compact the DuckDB index (nightly).", manual=True),
-        Deployment("auto_memory", "flows.auto_memory", "auto-memory", "turns",
-                   "Summarise a session's not-yet-summarised turns into its daily card (every N turns).",
-                   needs_llm=True),
-        Deployment("auto_resource", "flows.auto_resource", "auto-resource", "on-change",
-                   "Write or update the daily card of a changed resource file (on file events).",
-                   needs_llm=True),
-        Deployment("proactive", "flows.proactive", "proactive", "manual",
-                   "Read a day's interests: the topics to bring up proactively."),
-        Deployment("reindex", "flows.maintenance", "reindex", "manual",
-                   "Rebuild the whole index from the files."),
-        Deployment("doctor", "flows.governance", "doctor", "manual",
-                   "Memory graph health report (broken links, orphans, duplicates, drift) as a markdown artifact."),
-        Deployment("link_mine", "flows.governance", "link-mine", "manual",
-                   "Weave links to related nodes into digest nodes changed since the last run (or given paths).",
-                   needs_llm=True),
-        Deployment("merge", "flows.governance", "merge", "manual",
-                   "Fold near-duplicate digest nodes (or given [survivor, victim] pairs) into their survivors.",
-                   needs_llm=True),
-        Deployment("split", "flows.governance", "split", "manual",
-                   "Break overlong digest nodes (or given paths) into focused nodes linked to each other.",
-                   needs_llm=True),
-        Deployment("archive", "flows.governance", "archive", "manual",
-                   "Move stale digest nodes (or given paths) to digest/archive/, links retargeted."),
+        Deployment("auto_dream", "auto-dream", "nightly", "nightly", manual=True),
+        Deployment("optimize", "optimize", "nightly", "nightly", manual=True),
+        Deployment("auto_memory", "auto-memory", "turns", "every N turns"),
+        Deployment("auto_resource", "auto-resource", "on-change", "on file events"),
+        Deployment("proactive", "proactive", "manual"),
+        Deployment("reindex", "reindex", "manual"),
+        Deployment("doctor", "doctor", "manual"),
+        Deployment("link_mine", "link-mine", "manual"),
+        Deployment("merge", "merge", "manual"),
+        Deployment("split", "split", "manual"),
+        Deployment("archive", "archive", "manual"),
     )
 }
 
@@ -161,34 +162,6 @@ def load_flow(flow: str):
     return obj
 
 
-def flow_parameters_model(flow: str):
-    """A pydantic model of the flow's parameters (for the API's /flows routes and docs), without `workspace`:
-    a run started over the API works on the service's workspace, never on a folder the caller names."""
-    from pydantic import Field, create_model
-
-    fn = load_flow(flow).fn
-    hints = _hints(fn)
-    fields = {}
-    for p in inspect.signature(fn).parameters.values():
-        if p.name == "workspace":
-            continue
-        default = ... if p.default is inspect.Parameter.empty else p.default
-        hint = hints.get(p.name, object)
-        bounds = {"ge": 0, "le": MAX_COUNT} if hint is int else {}  # counts: as the CLI's and the operations'
-        fields[p.name] = (hint, Field(default, **bounds))
-    title = "".join(part.title() for part in flow.split("_")) + "Parameters"
-    return create_model(title, __doc__=DEPLOYMENTS[flow].description, **fields)
-
-
-def _hints(fn) -> dict:
-    import typing
-
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:  # an unresolvable annotation: accept any JSON for it
-        return {}
-
-
 def resource_trigger():
     """auto_resource: one run per `dreamflow.resource.changed` event, i.e. per debounced file write.
 
@@ -241,7 +214,7 @@ def build(settings: Settings | None = None, served: list[str] | None = None) -> 
         else:
             deployments.append(load_flow(flow).to_deployment(**kwargs))
         if d.manual:  # the same flow without its schedule, for runs started by hand
-            kwargs.update(name="manual", description=d.description.replace("(nightly)", "(started by hand)"))
+            kwargs.update(name="manual", description=d.described("started by hand"))
             deployments.append(load_flow(flow).to_deployment(**kwargs))
     return deployments
 

@@ -1,11 +1,14 @@
-"""The CLI, HTTP and MCP tool references in docs/, generated from the operation registry (`engine.ops`).
+"""The CLI, HTTP, MCP tool and jobs references in docs/, generated from the operation registry (`engine.ops`)
+and the jobs registry (`engine.jobs`).
 
-    python -m dreamflow.docs_gen            rewrite docs/cli.md, docs/http.md and docs/mcp-tools.md
+    python -m dreamflow.docs_gen            rewrite docs/cli.md, docs/http.md, docs/mcp-tools.md and
+                                            docs/jobs-reference.md
     python -m dreamflow.docs_gen --check    exit 1 (naming the stale files) when they differ from the code
 
 The CLI reference is each command's `--help` as click prints it at a fixed width (the generated memory
 commands and the extensions); the HTTP reference is the `/ops/<name>` routes with their request fields; the
-MCP reference is the tools of `dreamflow.mcp.server` with their annotations and input fields. The output
+MCP reference is the tools of `dreamflow.mcp.server` with their annotations and input fields; the jobs
+reference is every job with its parameters, defaults and help, and where each surface offers it. The output
 depends only on the code (no environment, no clock, declaration order), so regenerating after a change to
 an operation, a parameter's help text or a command is one command, and tests/test_docs.py fails until it ran.
 """
@@ -22,13 +25,14 @@ import click
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 100  # the CLI help's width (the `dreamflow` group's max_content_width)
 COMMAND = "python -m dreamflow.docs_gen"
-HEADER = (f"<!-- Generated from engine/ops.py and the command definitions by `{COMMAND}`: do not edit by hand. -->"
-          "\n\n")
+HEADER = (f"<!-- Generated from engine/ops.py, engine/jobs.py and the command definitions by `{COMMAND}`: do not "
+          "edit by hand. -->\n\n")
 
 
 def render_all() -> dict[str, str]:
     """Workspace-relative doc path -> its generated Markdown."""
-    return {"docs/cli.md": cli_reference(), "docs/http.md": http_reference(), "docs/mcp-tools.md": mcp_reference()}
+    return {"docs/cli.md": cli_reference(), "docs/http.md": http_reference(), "docs/mcp-tools.md": mcp_reference(),
+            "docs/jobs-reference.md": jobs_reference()}
 
 
 # ---- CLI -------------------------------------------------------------------------------------------------
@@ -118,6 +122,38 @@ def mcp_reference() -> str:
         facts = [f"set: {'default' if tool.name in DEFAULT_TOOLS else 'all'}", f"annotations: {hints}"]
         schema = ops.json_schema(ops.params_model(tool.name, tool.description, tool.params))
         parts.append(_section(tool.name, tool.description, facts, _fields(schema)))
+    return "".join(parts)
+
+
+# ---- jobs ------------------------------------------------------------------------------------------------
+
+SURFACE_NAMES = {"cli": "the CLI", "http": "HTTP", "mcp": "the MCP tool"}
+
+
+def jobs_reference() -> str:
+    from deployments.serve import DEPLOYMENTS
+    from engine import ops
+    from engine.jobs import JOBS, TURN
+
+    parts = [HEADER, "# Jobs reference\n\n",
+             "Every job is declared once (engine/jobs.py) and its parameters once, in its function's signature "
+             "(the flow's, or `record_turn`'s for the turn). The CLI command, the HTTP route, the MCP tool and the "
+             "Prefect deployments below are generated from that; what each job does is in docs/jobs.md. A run "
+             "started over HTTP or MCP works on the caller's workspace (`workspace` is never a field).\n\n"]
+    for job in (*JOBS.values(), TURN):
+        route = "POST /turn" if job is TURN else f"POST /flows/{job.name}"
+        facts = [f"CLI: `dreamflow {job.command}`" + (" (the operation's command, a run of the job with the "
+                                                       "service)" if job.op else ""),
+                 f"HTTP: `{route}`", f"MCP tool: `{job.tool}`" if job.tool else "MCP: no tool"]
+        if job.name in DEPLOYMENTS:
+            facts.append("deployments: " + ", ".join(f"`{name}`" for name in DEPLOYMENTS[job.name].full_names))
+        facts.append(f"needs the LLM: {_yes(job.needs_llm)}")
+        hidden = [f"{SURFACE_NAMES[surface]} takes no {', '.join(f'`{n}`' for n in names)}"
+                  for surface, names in job.hidden.items()]
+        if job.args:
+            hidden.append("positional on the CLI: " + ", ".join(f"`{n}`" for n in job.args))
+        model = ops.params_model(job.name, job.summary, job.parameters())
+        parts.append(_section(f"{job.name}", job.summary, facts + hidden, _fields(ops.json_schema(model))))
     return "".join(parts)
 
 

@@ -168,10 +168,12 @@ class RemoteMemory:
         """What the service runs, index size, turn counters, last/next dream, runs in progress."""
         return self.request("GET", f"{self.scope}/status")
 
-    def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None) -> dict:
-        """Record a conversation turn (the service counts it and launches auto_memory when due)."""
-        body = {"session_id": session_id, "messages": messages, "compact": compact}
-        return self.request("POST", f"{self.scope}/turn", {**body, "turn_id": turn_id} if turn_id is not None else body)
+    def turn(self, *args: Any, **kwargs: Any) -> dict:
+        """Record a conversation turn (`engine.jobs.TURN`: record_turn's arguments; the service counts it and
+        launches auto_memory when due)."""
+        from engine.jobs import TURN
+
+        return self.request("POST", f"{self.scope}/turn", TURN.bind(*args, **kwargs))
 
     def launch(self, flow: str, parameters: dict | None = None) -> dict:
         """Start a run of a flow's deployment: `{id, name, deployment, state}`."""

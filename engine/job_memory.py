@@ -1,13 +1,12 @@
-"""The memory jobs write through: every operation as usual, but a job (a flow task or an agent tool call)
-may put at most `DREAMFLOW_MAX_WRITE_CHARS` characters (default 100,000) into a card or node in one call, and
-its searches read its own workspace only (never the ones it declares it reads: a job links and cites within
-one workspace).
+"""The memory jobs write through: every operation as usual, but a job (a flow task) may put at most
+`DREAMFLOW_MAX_WRITE_CHARS` characters (default 100,000) into a card or node in one call, and its searches
+read its own workspace only (never the ones it declares it reads: a job links and cites within one workspace).
 
 LLM output is bounded twice: the LLM client caps reply tokens, and this caps what a job may write with it,
 so a runaway answer cannot leave a 30 MB card. A write over the cap is refused (`TooLarge`, nothing written):
-an agent gets it back as a tool error and can write less; a task fails its unit, whose input is then not
-checkpointed and is retried on the next run. Only LLM-written folders are capped (`daily/`, `digest/`); raw
-material (session logs, resources) is written as it comes.
+the task fails its unit, whose input is then not checkpointed and is retried on the next run. Only
+LLM-written folders are capped (`daily/`, `digest/`); raw material (session logs, resources) is written as it
+comes.
 """
 
 from __future__ import annotations

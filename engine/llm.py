@@ -1,5 +1,5 @@
-"""The one module that talks to an LLM: an OpenAI-compatible chat client, structured outputs validated with
-pydantic (one repair attempt), and a bounded tool-calling agent loop.
+"""The one module that talks to an LLM: an OpenAI-compatible chat client and structured outputs validated with
+pydantic (one repair attempt).
 
 Any endpoint speaking the chat-completions protocol works (OpenAI, vLLM, llama.cpp, Ollama, LM Studio...).
 Configure it with `DREAMFLOW_LLM_*` (engine/settings.py, docs/settings.md). What holds up on small
@@ -9,8 +9,7 @@ local models:
   an endpoint that answers HTTP 400 (or 422) gets json_object (with the schema as llama.cpp's `schema`), then
   prompt-only, and the mode that worked is remembered per endpoint for the process;
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
-- the agent loop sends tools only when `DREAMFLOW_LLM_TOOLS` allows (auto: until the endpoint shows it writes
-  tool calls as text instead of real `tool_calls`); a tool call written as text is never a final answer;
+- a tool call written as text is never an answer (the repair turn says no tool runs from text);
 - a job may pass `check(answer) -> (rule, message) | None`, its content rules (engine/quality.py): a refused
   answer gets the same one repair turn, naming the rule; the repair turn shows the answer's shape with
   placeholders (never an example a model could copy as memory);
@@ -26,7 +25,7 @@ import threading
 import time
 from contextlib import nullcontext
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
 import openai
@@ -36,9 +35,6 @@ from engine.settings import Settings
 from engine.usage import Usage
 from storage.errors import AnswerRefused, InvalidInput, LLMError, LLMNotConfigured, LLMRejected
 
-if TYPE_CHECKING:
-    from engine.toolbox import Toolbox
-
 T = TypeVar("T", bound=BaseModel)
 Check = Callable[[Any], "tuple[str, str] | None"]  # an answer -> (rule, message) when refused, else None
 
@@ -46,7 +42,6 @@ JSON_MODES = ("json_schema", "json_object", "none")  # DREAMFLOW_LLM_JSON's forc
 # the fallback chain, strongest first: json_object first with the schema (llama.cpp's `schema` key), then
 # without it for a server that refuses keys it does not know
 CHAIN = ("json_schema", "json_object+schema", "json_object", "none")
-TOOL_MODES = ("auto", "on", "off")
 
 
 # ---- settings ------------------------------------------------------------------------------
@@ -59,21 +54,19 @@ def require_llm(settings: Settings | None = None) -> Settings:
             "no LLM configured: set DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL "
             "(any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1); nothing was changed"
         )
-    if settings.llm_tools not in TOOL_MODES:
-        raise InvalidInput(f"DREAMFLOW_LLM_TOOLS must be one of {', '.join(TOOL_MODES)}, got {settings.llm_tools!r}")
     if settings.llm_json not in ("auto",) + JSON_MODES:
         raise InvalidInput(f"DREAMFLOW_LLM_JSON must be auto or one of {', '.join(JSON_MODES)}, "
                            f"got {settings.llm_json!r}")
     return settings
 
 
-# What each endpoint (base URL, model) was found to support in this process: {"json": mode, "tools": bool}.
+# What each endpoint (base URL, model) was found to support in this process: {"json": mode}.
 _learned: dict[tuple[str, str], dict] = {}
 _learned_lock = threading.Lock()
 
 
 def learned(base_url: str, model: str) -> dict:
-    """What this process has learned about an endpoint: `{"json": mode, "tools": bool}` (keys once known)."""
+    """What this process has learned about an endpoint: `{"json": mode}` (once known)."""
     with _learned_lock:
         return dict(_learned.get((base_url, model), {}))
 
@@ -118,9 +111,9 @@ class LLM:
         """Client configured from `DREAMFLOW_LLM_*`; raises `LLMNotConfigured` when unset."""
         return cls(settings or Settings())
 
-    def chat(self, messages: list[dict], tools: list[dict] | None = None, kind: str = "chat") -> Any:
+    def chat(self, messages: list[dict], kind: str = "chat") -> Any:
         """One chat-completions call; returns the assistant message. Errors become `LLMError`."""
-        return self._complete(messages, kind, tools=tools).message
+        return self._complete(messages, kind).message
 
     def structured(self, messages: list[dict], schema: type[T], kind: str = "structured",
                    json_schema: dict | None = None, check: Check | None = None) -> T:
@@ -128,20 +121,6 @@ class LLM:
         `schema`) where the endpoint allows; one repair attempt (showing the shape) on an invalid answer or
         one `check` refuses, then `LLMError` (`AnswerRefused` for a refusal)."""
         return self._counted(kind, lambda: self._answer(messages, schema, kind, json_schema, check))
-
-    def agent(self, messages: list[dict], schema: type[T], toolbox: Toolbox | None = None, kind: str = "agent",
-              max_steps: int = 8, json_schema: dict | None = None, check: Check | None = None) -> T:
-        """Bounded tool-calling loop: run the model's tool calls until it answers with JSON for `schema`.
-
-        `messages` must already hold the context the job needs: without tools (`DREAMFLOW_LLM_TOOLS=off`, or
-        auto on an endpoint that writes tool calls as text) the answer is asked for directly. Tool errors are
-        returned to the model as tool results; errors a toolbox marks fatal (e.g. a rejected write) propagate
-        and fail the caller. After `max_steps` model calls without an answer: `LLMError`.
-        """
-        if toolbox is None or not self._tools_wanted():
-            return self.structured(messages, schema, kind, json_schema, check)
-        return self._counted(kind, lambda: self._loop(messages, schema, toolbox, kind, max_steps, json_schema,
-                                                       check))
 
     # -- internals --------------------------------------------------------------------------------------
     def _counted(self, kind: str, run):
@@ -151,51 +130,6 @@ class LLM:
         except LLMError:
             self.usage.note(kind, "failures")
             raise
-
-    def _tools_wanted(self) -> bool:
-        mode = self.settings.llm_tools
-        return mode == "on" or (mode == "auto" and learned(*self.endpoint).get("tools", True))
-
-    def _loop(self, messages, schema, toolbox, kind, max_steps, json_schema, check):
-        asked = messages
-        messages = with_tools_note(messages, toolbox.write_scope)
-        tools = toolbox.schemas()
-        auto = self.settings.llm_tools == "auto"
-        for _ in range(max_steps):
-            try:
-                choice = self._complete(messages, kind, tools=tools)
-            except LLMRejected as exc:
-                if not auto:
-                    raise
-                self._no_tools(f"it refused a request with tools ({exc})")
-                return self._answer(asked, schema, kind, json_schema, check)
-            message = choice.message
-            calls = message.tool_calls or []
-            if calls:
-                if auto and _learn(self.endpoint, "tools", True):
-                    _log("info", "LLM %s returns real tool calls: the agent jobs use tools", self.model)
-                messages = messages + _run_calls(message, calls, toolbox)
-                continue
-            written = text_tool_call(message.content or "")
-            if written is None:
-                return self._repaired(messages, choice, schema, kind, json_schema, check)
-            if auto and not learned(*self.endpoint).get("tools"):
-                self._no_tools(f"it wrote a call of the tool {written[0]!r} as text")
-                return self._answer(asked, schema, kind, json_schema, check)
-            result = toolbox.call(*written)  # tools are known to work here: run the text call, guarded as ever
-            messages = messages + [
-                {"role": "assistant", "content": message.content or ""},
-                {"role": "user", "content": f"Result of the tool {written[0]}:\n"
-                 f"{json.dumps(result, ensure_ascii=False, default=str)}\n\n"
-                 "Call tools through the tool-calling interface. When you are done, answer with the final "
-                 "JSON object only."},
-            ]
-        raise LLMError(f"the model gave no final answer within {max_steps} steps")
-
-    def _no_tools(self, reason: str) -> None:
-        if _learn(self.endpoint, "tools", False):
-            _log("warning", "LLM %s: %s; the agent jobs now ask without tools (context in the prompt)",
-                 self.model, reason)
 
     def _answer(self, messages, schema, kind, json_schema, check):
         choice = self._constrained(messages, schema, kind, json_schema)
@@ -271,9 +205,8 @@ class LLM:
             return choice
         raise AssertionError("unreachable: the last mode raises")
 
-    def _complete(self, messages: list[dict], kind: str, tools: list[dict] | None = None,
-                  response_format: dict | None = None) -> Any:
-        kwargs = self._request(messages, tools, response_format)
+    def _complete(self, messages: list[dict], kind: str, response_format: dict | None = None) -> Any:
+        kwargs = self._request(messages, response_format)
         with self._gate or nullcontext():
             started = time.perf_counter()
             response = None
@@ -300,11 +233,11 @@ class LLM:
         """`model M at URL`: what an error names, so the reader knows which endpoint failed."""
         return f"model {self.model} at {self.settings.llm_base_url}"
 
-    def _request(self, messages, tools, response_format) -> dict:
+    def _request(self, messages, response_format) -> dict:
         s = self.settings
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": s.llm_max_tokens}
         optional = {"temperature": s.llm_temperature, "frequency_penalty": s.llm_frequency_penalty,
-                    "tools": tools, "response_format": response_format}
+                    "response_format": response_format}
         kwargs.update({k: v for k, v in optional.items() if v is not None})
         if s.llm_repeat_penalty is not None:  # llama.cpp's name; not an OpenAI parameter
             kwargs["extra_body"] = {"repeat_penalty": s.llm_repeat_penalty}
@@ -322,29 +255,6 @@ def _what_to_check(exc: Exception) -> str:
         return ("; check DREAMFLOW_LLM_MODEL (a model the server serves) and that DREAMFLOW_LLM_BASE_URL ends "
                 "where its API starts (usually /v1)")
     return ""
-
-
-def _run_calls(message, calls, toolbox: Toolbox) -> list[dict]:
-    """The assistant turn with its tool calls and one tool result per call."""
-    turn = [{"role": "assistant", "content": message.content or "",
-             "tool_calls": [{"id": c.id, "type": "function",
-                             "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                            for c in calls]}]
-    for c in calls:
-        result = toolbox.call(c.function.name, c.function.arguments)
-        turn.append({"role": "tool", "tool_call_id": c.id,
-                     "content": json.dumps(result, ensure_ascii=False, default=str)})
-    return turn
-
-
-def with_tools_note(messages: list[dict], write_scope: str) -> list[dict]:
-    """`messages` with the tool rules added to the system prompt (only sent when tools are)."""
-    note = ("\n\nYou may call the tools to read or search memory for more context; you may only write "
-            f"{write_scope}. You do not have to write with a tool: your final JSON answer is enough. Call tools "
-            "through the tool-calling interface, never as text in your answer.")
-    if messages and messages[0]["role"] == "system":
-        return [{**messages[0], "content": messages[0]["content"] + note}, *messages[1:]]
-    return [{"role": "system", "content": note.strip()}, *messages]
 
 
 def concurrency(settings: Settings) -> int:

@@ -1,7 +1,7 @@
 """Every memory operation, declared once.
 
 An operation is a method of `storage.memory.Memory`; `OPS` names it and says how the surfaces expose it.
-`dreamflow/cli/app.py` builds a click command per entry, the HTTP API a route, the agent loop a tool schema, all from
+`dreamflow/cli/app.py` builds a click command per entry, the HTTP API a route, the MCP server a tool, all from
 the method's signature (type hints, defaults) and docstring. Adding an operation = a `Memory` method + one line
 here. This module stays import-light (no pydantic) so the CLI starts fast; schemas are generated on demand.
 """
@@ -33,7 +33,7 @@ class Op:
     idempotent: bool | None = None  # repeating the call with the same arguments changes nothing more and
                                     # answers the same (default: reads yes, writes no)
     bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
-                                   # method instead (bytes in or out); agent tools and MCP never offer it
+                                   # method instead (bytes in or out); MCP never offers it
     across: bool = False  # may read several workspaces at once (surfaces add `workspaces`, engine/scoped.py)
 
     @property
@@ -186,7 +186,6 @@ PARAM_HELP: dict[str, str] = {
     "compact": "Summarise the session now instead of waiting for N turns",
     "turn_id": "Caller's id for the turn: sent again (a retried delivery), it is counted once and messages "
                "already appended (same message `id`) are not appended again",
-    "hint": "A hint for what matters (steers the summary or consolidation)",
     "scan_days": "Days of daily files to scan, ending at `date`",
     "max_units": "Most consolidation units per run",
     "topic_count": "New topics to pick for the day",
@@ -295,19 +294,6 @@ def invalid_arguments(errors: list[dict]) -> InvalidInput:
         f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
     )
     return InvalidInput(f"invalid request: {problems}")
-
-
-def tool_schema(op: Op) -> dict:
-    """`{name, description, parameters}` with a JSON schema of the parameters, for agent tools."""
-    model = params_model(op.name, op.help, parameters(op))  # a job's own workspace only: no `workspaces`
-    return {"name": op.name, "description": op.help, "parameters": json_schema(model)}
-
-
-def tool_schemas(writes: bool | None = None):
-    """Yield a tool schema per operation (only writing or only reading ones when `writes` is given)."""
-    for op in OPS:
-        if writes is None or op.writes == writes:
-            yield tool_schema(op)
 
 
 def _memory_method(op: Op):

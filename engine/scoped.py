@@ -22,6 +22,17 @@ from storage.errors import NotFound
 SEARCH_THREADS = 4  # workspaces searched at once by one call (DuckDB releases the GIL while it works)
 
 
+class SurfaceMemory(Protocol):
+    """What a surface (HTTP, MCP, the hook, the dashboard) calls on a workspace's memory, a catalog's
+    `memory(name)`: `storage.memory.Memory` in this process, or `engine.client.RemoteMemory` through the
+    workspace's service. Besides these, one method per `engine.ops.OPS` operation (`Op.method_name`), whose
+    parameters are the `Memory` method's: declared there once (RemoteMemory builds its methods from them), so
+    not written again here. tests/test_architecture.py checks both classes against this."""
+
+    def download_content(self, path: str) -> tuple[str, bytes]:
+        """(workspace path, bytes) of a file: what MCP resources and `POST /ops/download` answer with."""
+
+
 @runtime_checkable
 class Catalog(Protocol):
     """What serves workspaces by name: `LocalCatalog` (the CLI, the stdio MCP server's `WorkspaceTarget`), the
@@ -41,9 +52,9 @@ class Catalog(Protocol):
     def root(self, name: str) -> Path:
         """The folder of workspace `name`."""
 
-    def memory(self, name: str) -> Any:
+    def memory(self, name: str) -> SurfaceMemory:
         """The memory of workspace `name`: a `storage.memory.Memory`, or an `engine.client.RemoteMemory` when
-        its service runs elsewhere; both have one method per `engine.ops.OPS` operation."""
+        its service runs elsewhere (`SurfaceMemory`)."""
 
 
 def default_for(catalog: Catalog, grant: Grant) -> str:

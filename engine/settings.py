@@ -74,7 +74,6 @@ class Settings:
     llm_frequency_penalty: float | None = field(
         default_factory=lambda: _num(float, "DREAMFLOW_LLM_FREQUENCY_PENALTY"))
     llm_repeat_penalty: float | None = field(default_factory=lambda: _num(float, "DREAMFLOW_LLM_REPEAT_PENALTY"))
-    llm_tools: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_TOOLS", "auto"))  # auto | on | off
     # auto (json_schema, falling back to json_object, then prompt only) | json_schema | json_object | none
     llm_json: str = field(default_factory=lambda: _env("DREAMFLOW_LLM_JSON", "auto"))
     embedder: str = field(default_factory=lambda: _env("DREAMFLOW_EMBEDDER", "local"))  # local | openai | none
@@ -91,7 +90,7 @@ class Settings:
     max_body_bytes: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_BODY_BYTES", str(32 << 20)))
     allowed_hosts: list[str] = field(default_factory=lambda: [
         name.strip() for name in (_env("DREAMFLOW_ALLOWED_HOSTS") or "").split(",") if name.strip()])
-    # most characters a job (task or agent tool) may write into one card or node per call (engine/job_memory.py)
+    # most characters a job (a flow task) may write into one card or node per call (engine/job_memory.py)
     max_write_chars: int = field(default_factory=lambda: _num(int, "DREAMFLOW_MAX_WRITE_CHARS", "100000"))
     turns_per_summary: int = field(default_factory=lambda: _num(int, "DREAMFLOW_TURNS_PER_SUMMARY", "10"))
     # the most one Claude Code hook delivery reads and records (dreamflow/hooks/events.py); the rest waits for the next

@@ -90,7 +90,7 @@ class TurnCounter:
 def record_turn(
     workspace: str | Path,
     session_id: str,
-    messages: list[dict],
+    messages: list[dict] | None = None,
     compact: bool = False,
     turn_id: str | None = None,
     *,
@@ -119,6 +119,7 @@ def record_turn(
         memory = local_memory(workspace)
     counter = counter or TurnCounter(memory.ws, Settings().turns_per_summary)
     check_session_id(session_id)
+    messages = [] if messages is None else messages
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise InvalidInput("messages must be a JSON list of message objects")
     if not messages and not compact:

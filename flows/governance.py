@@ -15,14 +15,15 @@ from engine.days import today
 from engine.job_workspace import workspace_root
 from engine.llm import require_llm
 from flows.unit_pool import UnitPool
+from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.errors import UnitsFailed
 from tasks.governance import (archive_node, checkpoint_mined, collect, doctor_report, merge_pair, mine_links,
                               mining_queue, publish_changes, publish_doctor_report, split_node, summarize)
 
 
 @flow(name="doctor", persist_result=True)
-def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300,
-           workspace: str | None = None) -> dict:
+def doctor(fix: bool = False, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,
+           overlong_lines: int = OVERLONG_LINES, workspace: str | None = None) -> dict:
     """Report the memory graph's health (and with `fix`, first repair drift and moved files): schedulable."""
     root = workspace_root(workspace)
     report = doctor_report(root, fix, dup_threshold, stale_days, overlong_lines)
@@ -59,7 +60,7 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
 
 
 @flow(name="split", persist_result=True)
-def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = 300,
+def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4, overlong_lines: int = OVERLONG_LINES,
           workspace: str | None = None) -> dict:
     """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
     root = workspace_root(workspace)
@@ -74,7 +75,7 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
 
 
 @flow(name="archive", persist_result=True)
-def archive(paths: list[str] | None = None, stale_days: int = 180, workspace: str | None = None) -> dict:
+def archive(paths: list[str] | None = None, stale_days: int = STALE_DAYS, workspace: str | None = None) -> dict:
     """Move stale and expired nodes (default: the doctor's: nobody links to them and not updated for
     `stale_days`, or past their expiry day) to digest/archive/, links retargeted; they stay readable, and
     searchable with include_archived."""

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import duckdb
 
 from storage import graph_edit, index, markdown, validity
+from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.tokenize import terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, read_regular
@@ -64,7 +65,7 @@ _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/ar
 
 
 def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_threshold: float = DUP_THRESHOLD,
-          stale_days: int = 180, overlong_lines: int = 300, today: dt.date | None = None) -> dict:
+          stale_days: int = STALE_DAYS, overlong_lines: int = OVERLONG_LINES, today: dt.date | None = None) -> dict:
     """The health report (after repairs with `fix`): {ok, counts, <finding>: [rows], fixed?, seconds}."""
     started = time.perf_counter()
     today = today or dt.date.today()

@@ -101,10 +101,6 @@ class WriteRejected(DreamflowError):
     http_status = 409
 
 
-class OutOfScope(DreamflowError):
-    """A write outside the job's scope: reported to the model, not fatal."""
-
-
 class LLMNotConfigured(DreamflowError):
     """No LLM endpoint is configured, so jobs that need one cannot run."""
 

@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
-from storage.arguments import (check_counts, check_mapping, check_query, check_text, check_texts, new_path_problem,
-                               parse_date, search_date)
+from storage.arguments import (OVERLONG_LINES, STALE_DAYS, check_counts, check_mapping, check_query, check_text,
+                               check_texts, new_path_problem, parse_date, search_date)
 from storage.day_page import day_page
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
@@ -621,12 +621,14 @@ class Memory:
 
     # ---- graph governance ----------------------------------------------------------------------------
 
-    def doctor(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+    def doctor(self, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,
+               overlong_lines: int = OVERLONG_LINES) -> dict:
         """Check memory health without changing anything: broken links and anchors, digest nodes nothing links
         to or without sources, near-duplicates, malformed frontmatter, files the index has not caught up with."""
         return self._doctor(False, dup_threshold, stale_days, overlong_lines)
 
-    def doctor_fix(self, dup_threshold: float | None = None, stale_days: int = 180, overlong_lines: int = 300) -> dict:
+    def doctor_fix(self, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,
+                   overlong_lines: int = OVERLONG_LINES) -> dict:
         """Repair what is safe to repair mechanically, then report as doctor does: re-index files the index has
         not caught up with, and point links to moved files at their new paths (this rewrites those links)."""
         return self._doctor(True, dup_threshold, stale_days, overlong_lines)

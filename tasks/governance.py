@@ -20,10 +20,12 @@ from pydantic import BaseModel, Field, field_validator
 from engine import quality, usage_log
 from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, response_schema
-from engine.toolbox import WriteRejected, predict, read_text
+from engine.toolbox import predict, read_text
 from engine.usage import Usage, charged
 from storage import checkpoints, facts
+from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.doctor import describe
+from storage.errors import WriteRejected
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
 from tasks.cards import slugify, unique_path
@@ -180,8 +182,8 @@ def _must_keep(path: str, expected: set[str], after: str) -> None:
 # ---- tasks: doctor ---------------------------------------------------------------------------------------
 
 @task(cache_policy=NO_CACHE)
-def doctor_report(workspace: str, fix: bool = False, dup_threshold: float | None = None, stale_days: int = 180,
-                  overlong_lines: int = 300) -> dict:
+def doctor_report(workspace: str, fix: bool = False, dup_threshold: float | None = None,
+                  stale_days: int = STALE_DAYS, overlong_lines: int = OVERLONG_LINES) -> dict:
     """The graph health report (see storage/doctor.py), after mechanical repairs with `fix`."""
     memory = memory_of(workspace)
     check = memory.doctor_fix if fix else memory.doctor

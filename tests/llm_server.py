@@ -4,7 +4,7 @@ Every test talks to it through the real `openai` client. Script replies in three
 
 - `server.on(match, *replies)`: replies for requests whose message text contains `match` (a string) or for
   which `match(request_body)` is true, used in order (for concurrent calls, e.g. mapped dream units);
-- `server.reply(...)` / `server.reply_json(obj)` / `server.tool_call(name, args)`: a FIFO queue for the rest;
+- `server.reply(...)` / `server.reply_json(obj)`: a FIFO queue for the rest;
 - `server.responder = fn(request_body) -> Reply | None`: computes a reply (benchmarks, catch-alls).
 
 `server.refuse(match, status=400)` makes every request matching `match(request_body)` fail with that HTTP status
@@ -24,19 +24,18 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 
 @dataclass
 class Reply:
-    """One scripted answer: text `content` and/or `tool_calls`, after `delay` seconds; `status` != 200 is an
-    HTTP error; `raw` replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts;
-    `finish_reason` overrides "stop" / "tool_calls" (e.g. "length": cut at max_tokens)."""
+    """One scripted answer: text `content`, after `delay` seconds; `status` != 200 is an HTTP error; `raw`
+    replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts; `finish_reason`
+    overrides "stop" (e.g. "length": cut at max_tokens)."""
 
     content: str | None = None
-    tool_calls: list[dict] = field(default_factory=list)
     delay: float = 0.0
     status: int = 200
     raw: bytes | None = None
@@ -80,12 +79,6 @@ class LLMServer:
     def reply_json(self, obj: Any, **kwargs) -> LLMServer:
         """Queue a reply whose text is `obj` as JSON."""
         return self.reply(json.dumps(obj, ensure_ascii=False), **kwargs)
-
-    def tool_call(self, name: str, arguments: dict, **kwargs) -> LLMServer:
-        """Queue a reply that calls one tool."""
-        with self._lock:
-            self._queue.append(tool_reply(name, arguments, **kwargs))
-        return self
 
     def on(self, match: str | Callable[[dict], bool], *replies: Reply) -> LLMServer:
         """Answer requests matching `match` with `replies`, in order."""
@@ -204,28 +197,20 @@ class LLMServer:
             self._httpd = None
 
 
-def call(name: str, arguments: dict) -> dict:
-    """A tool call in the chat-completions wire format."""
-    return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
-
-
 def completion(body: dict, reply: Reply) -> dict:
     """A chat.completion object for `reply`, with usage counted roughly as characters / 4."""
     prompt_tokens = max(1, len(text_of(body)) // 4)
-    completion_tokens = max(1, len(reply.content or json.dumps(reply.tool_calls)) // 4)
+    completion_tokens = max(1, len(reply.content or "") // 4)
     usage = reply.usage or {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                             "total_tokens": prompt_tokens + completion_tokens}
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    if reply.tool_calls:
-        message["tool_calls"] = reply.tool_calls
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", LLMServer.model),
         "choices": [{"index": 0, "message": message,
-                     "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")}],
+                     "finish_reason": reply.finish_reason or "stop"}],
         "usage": usage,
     }
 
@@ -275,11 +260,6 @@ def answer_each_item(server: LLMServer, title: str) -> None:
         return json_reply({"title": title, "facts": [fact(text, source=(n,)) for n, text in numbered(body)]})
 
     server.responder = respond
-
-
-def tool_reply(name: str, arguments: dict, **kwargs) -> Reply:
-    """A reply that calls one tool."""
-    return Reply(tool_calls=[call(name, arguments)], **kwargs)
 
 
 def copy_shown(body: dict) -> Reply:

@@ -221,6 +221,30 @@ def test_every_error_class_and_the_error_envelope_live_in_storage_errors():
     assert elsewhere == []
 
 
+def test_the_memories_surfaces_talk_to_have_the_declared_interface(tmp_path):
+    """`storage.memory.Memory` and `engine.client.RemoteMemory` have what `engine.scoped.SurfaceMemory` declares
+    and one method per operation, with the `Memory` method's parameters (the remote one's built from them)."""
+    import inspect
+
+    from engine import ops
+    from engine.client import RemoteMemory
+    from engine.scoped import SurfaceMemory
+    from storage.memory import Memory
+
+    def parameters(fn) -> list[str]:
+        return [name for name in inspect.signature(fn).parameters if name not in ("self", "progress")]
+
+    memory, remote = Memory(tmp_path / "ws"), RemoteMemory("http://127.0.0.1:9")
+    declared = [name for name in vars(SurfaceMemory) if not name.startswith("_")]
+    assert declared == ["download_content"]
+    for name in declared:
+        wanted = parameters(getattr(SurfaceMemory, name))
+        assert parameters(getattr(memory, name)) == wanted and parameters(getattr(remote, name)) == wanted, name
+    for op in ops.OPS:
+        assert parameters(getattr(memory, op.method_name)) == [p.name for p in ops.parameters(op)], op.name
+        assert parameters(getattr(remote, op.method_name)) == [p.name for p in ops.surface_parameters(op)], op.name
+
+
 def test_every_catalog_has_the_declared_interface():
     """The classes that serve workspaces by name have what `engine.scoped.Catalog` declares, with its parameters."""
     import inspect

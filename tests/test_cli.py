@@ -238,19 +238,16 @@ def test_registry_covers_every_public_memory_method():
         assert set(op.args) <= set(names) and (op.body is None or op.body in names)
 
 
-def test_tool_schemas_are_json_schemas_without_callbacks():
-    schemas = {s["name"]: s for s in ops.tool_schemas()}
-    assert set(schemas) == {op.name for op in ops.OPS}
-    search = schemas["search"]
-    assert search["description"].startswith("Search memory")
-    assert search["parameters"]["required"] == ["query"]
-    assert search["parameters"]["properties"]["limit"] == {"default": 10, "description": "Maximum number of results",
-                                                           "type": "integer"}
-    assert "progress" not in schemas["reindex"]["parameters"].get("properties", {})
-    direction = schemas["traverse"]["parameters"]["properties"]["direction"]
+def test_operation_schemas_are_json_schemas_without_callbacks():
+    schemas = {op.name: ops.json_schema(ops.request_model(op)) for op in ops.OPS}
+    assert ops.BY_NAME["search"].help.startswith("Search memory")
+    assert schemas["search"]["required"] == ["query"]
+    assert schemas["search"]["properties"]["limit"] == {"default": 10, "description": "Maximum number of results",
+                                                        "type": "integer"}
+    assert "progress" not in schemas["reindex"].get("properties", {})
+    direction = schemas["traverse"]["properties"]["direction"]
     assert direction["enum"] == ["forward", "backward", "both", "out", "in"]  # out/in: ReMe's names
     json.dumps(list(schemas.values()))  # serialisable as-is
-    assert {s["name"] for s in ops.tool_schemas(writes=False)} >= {"read", "search", "node_search"}
     assert typing.get_origin(next(p for p in ops.parameters(ops.BY_NAME["traverse"]) if p.name == "paths").annotation) is list
 
 

@@ -1,4 +1,4 @@
-"""docs/cli.md, docs/http.md and docs/mcp-tools.md are generated from the code (dreamflow/docs_gen.py) and must
+"""docs/cli.md, docs/http.md, docs/mcp-tools.md and docs/jobs-reference.md are generated from the code (dreamflow/docs_gen.py) and must
 match it, the way sqlite-utils keeps its CLI docs true with cog."""
 
 import os
@@ -23,6 +23,13 @@ def test_the_references_cover_every_operation_command_and_tool():
         assert f"## `POST /ops/{op.name}`" in docs["docs/http.md"], op.name
     for name in tools("all"):
         assert f"## `{name}`" in docs["docs/mcp-tools.md"], name
+    from engine.jobs import JOBS, TURN
+
+    for job in (*JOBS.values(), TURN):
+        assert f"## `{job.name}`" in docs["docs/jobs-reference.md"] and f"## `dreamflow {job.command}`" in \
+            docs["docs/cli.md"], job.name
+        for p in job.parameters():  # every parameter with its default and help, from the one declaration
+            assert f"| `{p.name}` |" in docs["docs/jobs-reference.md"] and p.help, (job.name, p.name)
     assert "## `dreamflow start`" in docs["docs/cli.md"] and "### `dreamflow hook claude-code`" in docs["docs/cli.md"]
 
 

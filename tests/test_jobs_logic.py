@@ -7,9 +7,9 @@ import json
 import pytest
 
 from engine import extraction, interests, relative_dates
-from engine.toolbox import WriteRejected, predict
+from engine.toolbox import predict
 from storage import checkpoints, dialog, facts
-from storage.errors import InvalidInput
+from storage.errors import InvalidInput, WriteRejected
 from storage.memory import Memory
 from tasks.cards import add_facts, find_card, slugify, unique_path
 from tasks.dream import changed_files, group, since, subject, window

@@ -238,7 +238,7 @@ def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_pat
 
     service = Service(Options(tmp_path / "ws", settings=Settings()), say=lambda text: None)
     with pytest.raises(LLMNotConfigured, match="the service has no LLM configured") as refused:
-        service.launch("auto_dream", {"date": "2024-07-01"})
+        service.jobs.launch("auto_dream", {"date": "2024-07-01"})
     assert refused.value.exit_code == 6
 
 

@@ -9,10 +9,8 @@ from pydantic import BaseModel, Field
 from engine.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, extract_json, is_strict, learned,
                         parse_model, response_format, response_schema, text_tool_call)
 from engine.settings import Settings
-from engine.toolbox import Toolbox
-from llm_server import format_type, tool_reply
+from llm_server import format_type
 from tasks.prompts import load_prompt
-from storage.memory import Memory
 
 
 class Answer(BaseModel):
@@ -289,81 +287,3 @@ def test_a_text_tool_call_is_never_the_answer(llm):
     llm.reply_json({"name": "Trip planning", "content": "Lisbon in June"})
     assert client().structured(ASK, Card).name == "Trip planning"
     assert "call of the tool 'edit' as text" in llm.requests[1]["messages"][-1]["content"]
-
-
-class Note(BaseModel):
-    title: str
-
-
-SYSTEM = {"role": "system", "content": "Summarise."}
-
-
-@pytest.fixture
-def toolbox(ws):
-    memory = Memory(ws.root)
-    memory.write("digest/wiki/lisbon.md", "Lisbon is the capital of Portugal.", name="Lisbon")
-    return Toolbox(memory, ws, can_write=lambda p: p == "digest/wiki/note.md", write_scope="digest/wiki/note.md")
-
-
-def test_tools_off_sends_no_tools(llm, monkeypatch, toolbox):
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "off")
-    llm.reply_json({"title": "Lisbon"})
-    assert client().agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
-    body = llm.requests[0]
-    assert "tools" not in body and format_type(body) == "json_schema"
-    assert body["messages"][0]["content"] == "Summarise."  # no tool rules without tools
-
-
-def test_auto_uses_real_tool_calls_and_runs_text_calls_once_they_work(llm, toolbox):
-    llm.reply(tool_calls=tool_reply("read", {"path": "digest/wiki/lisbon.md"}).tool_calls)
-    llm.reply_json({"name": "read", "arguments": {"path": "digest/wiki/lisbon.md"}})  # as text, tools proven: run it
-    llm.reply_json({"title": "Lisbon"})
-    model = client()
-    assert model.agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
-    first, second, third = llm.requests
-    assert {t["function"]["name"] for t in first["tools"]} >= {"read", "write"} and "response_format" not in first
-    assert "may only write digest/wiki/note.md" in first["messages"][0]["content"]
-    assert "Lisbon is the capital" in json.loads(second["messages"][-1]["content"])["content"]
-    assert "Result of the tool read" in third["messages"][-1]["content"]
-    assert "Lisbon is the capital" in third["messages"][-1]["content"]
-    assert learned(llm.base_url, llm.model)["tools"] is True
-    assert model.usage.kinds["card"]["first_try"] == 1 and model.usage.kinds["card"]["calls"] == 3
-
-
-def test_auto_drops_tools_for_an_endpoint_that_writes_them_as_text(llm, toolbox):
-    llm.reply('<tool_call>{"name": "read", "arguments": {"path": "digest/wiki/lisbon.md"}}</tool_call>')
-    llm.reply_json({"title": "Lisbon"}).reply_json({"title": "Porto"})
-    asked = [SYSTEM, *ASK]
-    assert client().agent(asked, Note, toolbox, "card").title == "Lisbon"
-    assert "tools" in llm.requests[0] and "tools" not in llm.requests[1]
-    assert llm.requests[1]["messages"] == asked and format_type(llm.requests[1]) == "json_schema"
-    assert learned(llm.base_url, llm.model)["tools"] is False
-    assert client().agent(asked, Note, toolbox, "card").title == "Porto"  # remembered: no tools sent again
-    assert "tools" not in llm.requests[2]
-
-
-def test_tools_on_runs_a_text_call_through_the_guarded_toolbox(llm, monkeypatch, toolbox):
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "on")
-    llm.reply_json({"name": "write", "arguments": {"path": "digest/wiki/other.md", "content": "x"}})
-    llm.reply_json({"title": "Done"})
-    assert client().agent([*ASK], Note, toolbox).title == "Done"
-    assert "may only write digest/wiki/note.md" in llm.requests[1]["messages"][-1]["content"]
-    assert toolbox.written == []
-
-
-def test_agent_step_bound(llm, monkeypatch, toolbox):
-    monkeypatch.setenv("DREAMFLOW_LLM_TOOLS", "on")
-    for _ in range(2):
-        llm.tool_call("read", {"path": "digest/wiki/lisbon.md"})
-    model = client()
-    with pytest.raises(LLMError, match="within 2 steps"):
-        model.agent([*ASK], Note, toolbox, "card", max_steps=2)
-    assert model.usage.kinds["card"]["failures"] == 1
-
-
-def test_auto_asks_without_tools_when_the_endpoint_refuses_them(llm, toolbox):
-    llm.refuse(lambda body: "tools" in body, message="tools are not supported")
-    llm.reply_json({"title": "Lisbon"})
-    assert client().agent([SYSTEM, *ASK], Note, toolbox, "card").title == "Lisbon"
-    assert ["tools" in r for r in llm.requests] == [True, False]
-    assert learned(llm.base_url, llm.model)["tools"] is False

@@ -108,7 +108,7 @@ def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_anno
 def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
     import inspect
 
-    from dreamflow.mcp.targets import Target
+    from dreamflow.mcp.server import tools
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
 
@@ -116,8 +116,13 @@ def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
         return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
                 if p.name not in ("self", "workspace", *drop)]
 
-    assert signature(Target.dream) == signature(auto_dream.fn)
-    assert signature(Target.auto_memory) == signature(auto_memory.fn, drop=("messages",))
+    def tool(name):
+        return [(p.name, None if p.required else p.default) for p in tools("all")[name].params
+                if p.name != "workspace"]
+
+    assert tool("dream") == signature(auto_dream.fn)
+    assert tool("auto_memory") == [(n, None if d is inspect.Parameter.empty else d)
+                                   for n, d in signature(auto_memory.fn, drop=("messages",))]
 
 
 # ---- stdio, no service: in-process with short index sessions ----------------------------------------------

@@ -9,7 +9,6 @@ from test_api import ApiServer
 
 from dreamflow.cli import cli
 from engine.client import RemoteMemory
-from engine.toolbox import Toolbox
 from storage import recall as recall_module
 from storage.errors import InvalidInput
 from storage.memory import Memory
@@ -122,10 +121,6 @@ def test_recall_and_paging_on_the_cli_http_and_agent_tools(mem):
     finally:
         server.stop()
 
-    tools = Toolbox(mem, mem.ws)
-    assert "recall" in {s["function"]["name"] for s in tools.schemas()}
-    assert tools.call("recall", {"query": "ferry", "budget": 80})["tokens"] <= 80
-
 
 def test_recall_thresholds_mean_the_same_on_a_two_note_memory_on_every_surface(ws):
     """min_score 4, min_relevance 0.5, min_words 2 (the hook's defaults) on two notes: BM25 over 2 chunks weighed a
@@ -154,8 +149,6 @@ def test_recall_thresholds_mean_the_same_on_a_two_note_memory_on_every_surface(w
         out = runner.invoke(cli, ["-w", str(ws.root), "recall", query, "--budget", "200", *flags])
         assert out.exit_code == 0, out.output
         assert paths(json.loads(out.output)) == expected
-    assert paths(Toolbox(memory, memory.ws).call("recall", {"query": snack, "budget": 200, **gate})) == [
-        "digest/personal/allergy.md"]
 
     server = ApiServer(memory)
     try:

@@ -179,13 +179,6 @@ def test_the_cli_through_the_service_moves_bytes_on_the_callers_side(served, tmp
         remote.download("resource/local.txt", "fresh/folder/")
 
 
-def test_agent_tools_never_offer_upload_or_download(mem):
-    from engine.toolbox import Toolbox
-
-    names = {tool["function"]["name"] for tool in Toolbox(mem, mem.ws, can_write=lambda p: True).schemas()}
-    assert "read" in names and not names & {"upload", "download", "upload_content", "download_content"}
-
-
 def test_download_into_a_missing_folder_ending_with_a_slash_creates_it(tmp_path):
     root = tmp_path / "ws"
     Memory(root).write("digest/wiki/a.md", "note", name="A", description="a")
@@ -380,18 +373,18 @@ def test_list_refuses_paths_outside_the_workspace(tmp_path, served):
 
 def test_jobs_write_at_most_the_cap_into_a_card(mem, monkeypatch):
     from engine.job_workspace import memory_of
-    from engine.toolbox import Toolbox
+    from storage.errors import TooLarge
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "1000")
     job = memory_of(str(mem.ws.root))
-    toolbox = Toolbox(job, mem.ws, can_write=lambda p: True, write_scope="anywhere")
-    refused = toolbox.call("write", {"path": "digest/wiki/huge.md", "content": "x" * 1001})
-    assert "TooLarge" in refused["error"] and "DREAMFLOW_MAX_WRITE_CHARS" in refused["error"]
-    assert not (mem.ws.root / "digest/wiki/huge.md").exists() and toolbox.written == []
-    assert toolbox.call("write", {"path": "digest/wiki/ok.md", "content": "x" * 1000})["created"]
-    assert "TooLarge" in toolbox.call("append", {"path": "digest/wiki/ok.md", "content": "y" * 2000})["error"]
-    assert "TooLarge" in toolbox.call("edit", {"path": "digest/wiki/ok.md", "old": "x", "new": "z" * 5000,
-                                               "replace_all": True})["error"]
+    with pytest.raises(TooLarge, match="DREAMFLOW_MAX_WRITE_CHARS"):
+        job.write("digest/wiki/huge.md", "x" * 1001)
+    assert not (mem.ws.root / "digest/wiki/huge.md").exists()
+    assert job.write("digest/wiki/ok.md", "x" * 1000)["created"]
+    with pytest.raises(TooLarge):
+        job.append("digest/wiki/ok.md", "y" * 2000)
+    with pytest.raises(TooLarge):
+        job.edit("digest/wiki/ok.md", old="x", new="z" * 5000, replace_all=True)
     job.append("session/dialog/s1.jsonl", "r" * 5000)  # raw material is written as it comes
 
 

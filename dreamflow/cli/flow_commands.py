@@ -11,6 +11,7 @@ units (the run ended Failed; retry it), else the error's code.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -18,78 +19,41 @@ from typing import Any, Callable
 
 import click
 
-from dreamflow.cli.common import fail, json_option, print_result
-from dreamflow.cli.job_runs import exit_code, job_option, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.common import fail, print_result
+from dreamflow.cli.job_command import job_command
+from dreamflow.cli.job_runs import exit_code, no_wait_option, refuse_no_wait, run_job, usage_text
+from engine.jobs import JOBS
 from storage.errors import DreamflowError
 
 
-@click.command("auto-memory")
-@click.option("--session-id", "-s", required=True, help="Conversation id: session/dialog/<id>.jsonl.")
-@click.option("--messages", "-m", help="JSON list of messages to append first ('-' reads stdin).")
-@click.option("--file", "messages_file", type=click.File("r", encoding="utf-8"), help="Read the messages JSON from a file.")
-@click.option("--date", help="Day of the card (YYYY-MM-DD); default: the latest message's day, else today.")
-@click.option("--hint", help="A hint for the summary (what matters to you).")
-@json_option
-@no_wait_option
-@click.pass_obj
-def auto_memory(obj, session_id: str, messages: str | None, messages_file, date: str | None, hint: str | None,
-                as_json: bool, no_wait: bool) -> None:
-    """Summarise a conversation's not-yet-summarised messages into its daily card."""
-    parsed = _messages(messages, messages_file)
-    params = {"session_id": session_id, "messages": parsed, "date": date, "hint": hint}
-    _run(obj.workspace, "auto_memory", params, as_json, no_wait)
+def _run_flow(obj, params: dict, as_json: bool, no_wait: bool, job: str) -> None:
+    _run(obj.workspace, job, params, as_json, no_wait)
 
 
-@click.command("auto-resource")
-@click.argument("path")
-@json_option
-@no_wait_option
-@click.pass_obj
-def auto_resource(obj, path: str, as_json: bool, no_wait: bool) -> None:
-    """Write, update or remove the daily card of resource PATH (under resource/[YYYY-MM-DD/])."""
-    _run(obj.workspace, "auto_resource", {"path": path}, as_json, no_wait)
-
-
-@click.command("dream")
-@click.option("--date", help="Last day of the window (YYYY-MM-DD); default today.")
-@click.option("--hint", help="A hint for what to consolidate.")
-@job_option("auto_dream", "auto_dream", "scan_days", "Days of daily files to scan.")
-@job_option("auto_dream", "auto_dream", "max_units", "Most units per run.")
-@job_option("auto_dream", "auto_dream", "topic_count", "New topics per day.")
-@job_option("auto_dream", "auto_dream", "topic_diversity_days", "Avoid topics of this many previous days.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def dream(obj, as_json: bool, no_wait: bool, **params: Any) -> None:
-    """Consolidate recent daily cards into digest nodes and write the day's interests (auto_dream)."""
-    _run(obj.workspace, "auto_dream", params, as_json, no_wait)
-
-
-@click.command("proactive")
-@click.option("--date", help="Day (YYYY-MM-DD); default today.")
-@click.option("--include-content", is_flag=True, help="Include the text of each topic's files.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def proactive(obj, date: str | None, include_content: bool, as_json: bool, no_wait: bool) -> None:
-    """Topics to bring up today, from daily/<date>/interests.yaml (written by dream)."""
+def _proactive(obj, params: dict, as_json: bool, no_wait: bool) -> None:
+    """A run of the proactive deployment on the service, else the plain read in this process (no Prefect)."""
     from engine.client import connect, local_memory
     from engine.days import check_date, today
     from engine.interests import proactive_topics
 
     remote = connect(obj.workspace)
     if remote is not None:
-        _run(obj.workspace, "proactive", {"date": date, "include_content": include_content},
-             as_json, no_wait, remote=remote)
+        _run(obj.workspace, "proactive", params, as_json, no_wait, remote=remote)
         return
     if no_wait:
         refuse_no_wait()
     try:
+        date = params["date"]
         result = proactive_topics(local_memory(obj.workspace), check_date(date) if date else today(),
-                                  include_content)
+                                  params["include_content"])
     except DreamflowError as exc:
         fail(exc, as_json)
     print_result(result, as_json, _show_topics)
+
+
+auto_memory, auto_resource, dream = (job_command(JOBS[name], functools.partial(_run_flow, job=name))
+                                     for name in ("auto_memory", "auto_resource", "auto_dream"))
+proactive = job_command(JOBS["proactive"], _proactive)
 
 
 def as_job(command: click.Command, flow: str, shown=lambda result: result) -> click.Command:
@@ -121,24 +85,6 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
 
 
 # ---- running a flow ------------------------------------------------------------------------------------
-
-def _messages(text: str | None, file) -> list[dict] | None:
-    if text == "-":
-        text = sys.stdin.read()
-    elif file is not None:
-        text = file.read()
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"messages are not valid JSON: {exc}", param_hint="--messages") from None
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
-        raise click.BadParameter("messages must be a JSON list of objects", param_hint="--messages")
-    return value
-
 
 def _run(workspace: Path, name: str, params: dict, as_json: bool, no_wait: bool, remote=None) -> None:
     """Run flow `name` (on the service, else in this process) and print its summary."""
@@ -247,6 +193,8 @@ SHOW: dict[str, Callable[[dict], None]] = {"auto_dream": _show_dream, "proactive
                                            "auto_memory": _show_card, "auto_resource": _show_card}
 
 COMMANDS = (auto_memory, auto_resource, dream, proactive)
-# The generated `reindex` and `optimize` commands, as runs of their deployments when the service runs.
-WRAPPERS = {"reindex": lambda command: as_job(command, "reindex", lambda result: result["rebuilt"]),
-            "optimize": lambda command: as_job(command, "optimize")}
+# The generated operation commands of the jobs declared `op` (`reindex`, `optimize`), as runs of their
+# deployments when the service runs; what the operation returns is the flow's result, or a part of it.
+PICK: dict[str, Callable[[dict], Any]] = {"reindex": lambda result: result["rebuilt"]}
+WRAPPERS = {job.command: functools.partial(as_job, flow=job.name, shown=PICK.get(job.name, lambda result: result))
+            for job in JOBS.values() if job.op}

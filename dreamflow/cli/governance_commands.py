@@ -11,38 +11,24 @@ when an item failed (the run ended Failed; retry it).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import sys
 
 import click
 
-from dreamflow.cli.common import fail, json_option
-from dreamflow.cli.job_runs import exit_code, job_option, no_wait_option, refuse_no_wait, run_job, usage_text
+from dreamflow.cli.common import fail
+from dreamflow.cli.job_command import job_command
+from dreamflow.cli.job_runs import exit_code, refuse_no_wait, run_job, usage_text
+from engine.jobs import JOBS
 from storage.errors import DreamflowError
 
 
-def _doctor_options(fn):
-    """The options `doctor` and `doctor-fix` share (the report's thresholds, --json, --no-wait)."""
-    for option in reversed((
-        job_option("governance", "doctor", "dup_threshold", "Near-duplicate similarity, 0-1 [default: 0.3]."),
-        job_option("governance", "doctor", "stale_days", "Days without update for `stale`."),
-        job_option("governance", "doctor", "overlong_lines", "Lines from which a node is overlong."),
-        json_option, no_wait_option)):
-        fn = option(fn)
-    return fn
-
-
-@click.command("doctor")
-@click.option("--fix", is_flag=True, help="Re-index drifted files and retarget links to moved files first.")
-@_doctor_options
-@click.pass_obj
-def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int, as_json: bool,
-           no_wait: bool) -> None:
-    """Check the memory graph: broken links and anchors, orphans, missing sources, near-duplicates, bad
-    frontmatter, index drift. Exit code 0 when healthy, 1 when something needs attention."""
+def _doctor(obj, params: dict, as_json: bool, no_wait: bool) -> None:
     from engine.client import connect
 
-    params = {"fix": fix, "dup_threshold": dup_threshold, "stale_days": stale_days, "overlong_lines": overlong_lines}
+    fix = params["fix"]
     remote = connect(obj.workspace) if fix or no_wait else None
     try:
         if remote is not None:  # a repair: a run of the doctor deployment, in the UI
@@ -64,66 +50,28 @@ def doctor(obj, fix: bool, dup_threshold: float | None, stale_days: int, overlon
     sys.exit(0 if report["ok"] else 1)
 
 
-@click.command("doctor-fix")
-@_doctor_options
-@click.pass_context
-def doctor_fix(ctx, **options) -> None:
-    """Repair what is safe to repair mechanically, then check: the same as `doctor --fix`."""
-    ctx.invoke(doctor, fix=True, **options)
+def _run_items(obj, params: dict, as_json: bool, no_wait: bool, job: str) -> None:
+    _run(obj.workspace, job, params, as_json, no_wait)
 
 
-@click.command("link-mine")
-@click.argument("paths", nargs=-1)
-@job_option("governance", "link_mine", "max_nodes", "Most nodes per run (the rest wait).")
-@job_option("governance", "link_mine", "candidates", "Candidate nodes shown per node.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def link_mine(obj, paths: tuple[str, ...], max_nodes: int, candidates: int, as_json: bool, no_wait: bool) -> None:
-    """Weave links to related nodes into PATHS, or into digest nodes changed since the last run."""
-    params = {"paths": list(paths) or None, "max_nodes": max_nodes, "candidates": candidates}
-    _run(obj.workspace, "link_mine", params, as_json, no_wait)
-
-
-@click.command("merge")
-@click.argument("survivor", required=False)
-@click.argument("victim", required=False)
-@job_option("governance", "merge", "max_pairs", "Most pairs from the doctor per run.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def merge(obj, survivor: str | None, victim: str | None, max_pairs: int, as_json: bool, no_wait: bool) -> None:
-    """Fold VICTIM into SURVIVOR (or each near-duplicate pair the doctor finds): sources and links united,
-    links to VICTIM retargeted, VICTIM deleted."""
+def _merge(obj, params: dict, as_json: bool, no_wait: bool) -> None:
+    survivor, victim = params.pop("survivor"), params.pop("victim")
     if bool(survivor) != bool(victim):
         raise click.UsageError("give both SURVIVOR and VICTIM, or neither (to merge the doctor's near-duplicates)")
-    params = {"pairs": [[survivor, victim]] if survivor else None, "max_pairs": max_pairs}
-    _run(obj.workspace, "merge", params, as_json, no_wait)
+    _run(obj.workspace, "merge", {"pairs": [[survivor, victim]] if survivor else None, **params}, as_json, no_wait)
 
 
-@click.command("split")
-@click.argument("paths", nargs=-1)
-@job_option("governance", "split", "max_nodes", "Most nodes per run.")
-@job_option("governance", "split", "max_parts", "Most parts per node.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def split(obj, paths: tuple[str, ...], max_nodes: int, max_parts: int, as_json: bool, no_wait: bool) -> None:
-    """Break PATHS (or the doctor's overlong nodes) into focused nodes that link to each other."""
-    _run(obj.workspace, "split", {"paths": list(paths) or None, "max_nodes": max_nodes, "max_parts": max_parts},
-         as_json, no_wait)
-
-
-@click.command("archive")
-@click.argument("paths", nargs=-1)
-@job_option("governance", "archive", "stale_days",
-            "Without PATHS: archive nodes nobody links to, not updated for this many days.")
-@json_option
-@no_wait_option
-@click.pass_obj
-def archive(obj, paths: tuple[str, ...], stale_days: int, as_json: bool, no_wait: bool) -> None:
-    """Move PATHS (or the doctor's stale and expired nodes) to digest/archive/, links retargeted."""
-    _run(obj.workspace, "archive", {"paths": list(paths) or None, "stale_days": stale_days}, as_json, no_wait)
+DOCTOR = JOBS["doctor"]
+doctor = job_command(DOCTOR, _doctor, help=f"{DOCTOR.summary} Exit code 0 when healthy, 1 when something needs "
+                     "attention.")
+doctor_fix = job_command(
+    dataclasses.replace(DOCTOR, command="doctor-fix", hidden={"cli": ("fix",)}),
+    lambda obj, params, **flags: _doctor(obj, {"fix": True, **params}, **flags),
+    help="Repair what is safe to repair mechanically, then check: the same as `doctor --fix`.")
+link_mine, split, archive = (job_command(JOBS[name], functools.partial(_run_items, job=name))
+                             for name in ("link_mine", "split", "archive"))
+merge = job_command(JOBS["merge"], _merge, params=(click.Argument(["survivor"], required=False),
+                                                   click.Argument(["victim"], required=False)))
 
 
 # ---- running and printing ------------------------------------------------------------------------------

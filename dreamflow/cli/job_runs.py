@@ -45,17 +45,6 @@ POLL_SECONDS = 1.0
 ENGINE_CHATTER = {"Finished in state Completed()"}  # one per task run, without the task's name: noise here
 
 
-def job_option(module: str, flow: str, name: str, help: str):
-    """`--<name>` for parameter `name` of `flow` in flows/<module>.py, with the flow's default
-    (engine/job_params.py); a count when the flow declares an `int`."""
-    from engine.job_params import job_params
-
-    param = job_params(module, flow)[name]
-    kind = {"int": COUNT, "float | None": float}.get(param.annotation)
-    return click.option(f"--{name.replace('_', '-')}", type=kind, default=param.default,
-                        show_default=param.default is not None, help=help)
-
-
 def no_wait_option(fn):
     """`--no-wait`: start the run on the service, print its id and UI link, and return."""
     return click.option("--no-wait", is_flag=True,

@@ -14,7 +14,8 @@ import click
 
 from deployments.serve import llm_warning
 from dreamflow.cli.common import fail
-from engine.ops import PARAM_HELP
+from dreamflow.cli.job_command import job_command
+from engine.jobs import TURN
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError
 
@@ -63,30 +64,11 @@ def status(obj, verbose: bool, as_json: bool) -> None:
         click.echo(format_status(found, verbose))
 
 
-@click.command("turn")
-@click.option("--session-id", required=True, help="Conversation id (letters, digits, '.', '_', '-').")
-@click.option("--messages", default=None, metavar="JSON",
-              help="The turn's messages as a JSON list (or a single message object); else read from stdin.")
-@click.option("--compact", is_flag=True, help="Summarise the session now instead of waiting for N turns.")
-@click.option("--turn-id", default=None, help=PARAM_HELP["turn_id"])
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.pass_obj
-def turn(obj, session_id: str, messages: str | None, compact: bool, turn_id: str | None, as_json: bool) -> None:
-    """Record a conversation turn; every N turns (or with --compact) auto_memory summarises the session.
-
-    The messages are appended to session/dialog/<session-id>.jsonl at once. With the service running it
-    counts the turn and starts the auto_memory run; without it the turn is counted and the run starts
-    when the service does.
-    """
+def _turn(obj, params: dict, as_json: bool) -> None:
     from engine.turns import record_turn
-    from storage.errors import InvalidInput
 
     try:
-        text = messages if messages is not None else ("" if sys.stdin.isatty() else sys.stdin.read())
-        parsed = _parse_messages(text, compact)
-        result = record_turn(obj.workspace, session_id, parsed, compact, turn_id)
-    except json.JSONDecodeError as exc:
-        fail(InvalidInput(f"--messages is not valid JSON: {exc}"), as_json)
+        result = record_turn(obj.workspace, **params)
     except DreamflowError as exc:
         fail(exc, as_json)
     if as_json:
@@ -95,11 +77,11 @@ def turn(obj, session_id: str, messages: str | None, compact: bool, turn_id: str
         click.echo(format_turn(result))
 
 
-def _parse_messages(text: str, compact: bool) -> list[dict]:
-    if not text.strip():
-        return []
-    value = json.loads(text)
-    return [value] if isinstance(value, dict) else value
+turn = job_command(TURN, _turn, no_wait=False, stdin=True, help=f"""{TURN.summary}
+
+The messages are appended to session/dialog/<session-id>.jsonl at once (from --messages, --file, or a piped
+stdin). With the service running it counts the turn and starts the auto_memory run; without it the turn is
+counted and the run starts when the service does.""")
 
 
 def current_status(workspace: Path) -> dict:

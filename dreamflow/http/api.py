@@ -43,25 +43,21 @@ from dreamflow.http.access import Access, grant_of, workspace_of
 from dreamflow.http.http_guard import RequestGuard, allowed_hosts
 from dreamflow import web
 from engine import ops, scoped
+from engine.jobs import JOBS, TURN
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
 from storage.errors import DreamflowError, InvalidInput, NotFound, envelope
 
 
-class TurnRequest(BaseModel):
-    """One conversation turn of a session."""
-
-    session_id: str = Field(description=ops.PARAM_HELP["session_id"])
-    messages: list[dict[str, Any]] = Field(default_factory=list, description=ops.PARAM_HELP["messages"])
-    compact: bool = Field(False, description=ops.PARAM_HELP["compact"])
-    turn_id: str | None = Field(None, description=ops.PARAM_HELP["turn_id"])
+def _strict(model: type[BaseModel]) -> type[BaseModel]:
+    """The same model refusing unknown fields, so a misspelt parameter is an error, not silently ignored."""
+    return type(model.__name__, (model,), {"__doc__": model.__doc__, "model_config": ConfigDict(extra="forbid")})
 
 
-class ProactiveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    date: str | None = Field(None, description="Day as YYYY-MM-DD or `today` (default: today)")
-    include_content: bool = Field(False, description="Attach the text of each topic's paths")
+# The requests of jobs (engine/jobs.py): the turn's fields are record_turn's, proactive's its flow's.
+TurnRequest = ops.params_model("turn_request", "One conversation turn of a session.", TURN.parameters("http"))
+ProactiveRequest = _strict(ops.params_model("proactive_request", JOBS["proactive"].summary,
+                                            JOBS["proactive"].parameters("http")))
 
 
 class InjectRequest(BaseModel):
@@ -299,11 +295,6 @@ def _response_type(op: ops.Op) -> Any:
     return hint
 
 
-def _strict(model: type[BaseModel]) -> type[BaseModel]:
-    """The same model refusing unknown fields, so a misspelt parameter is an error, not silently ignored."""
-    return type(model.__name__, (model,), {"__doc__": model.__doc__, "model_config": ConfigDict(extra="forbid")})
-
-
 def _add_op_route(app: FastAPI, catalog, op: ops.Op, on_write=None) -> None:
     model = _strict(ops.request_model(op))
 
@@ -410,7 +401,7 @@ def _required(op: ops.Op) -> bool:
 
 
 def _add_service_routes(app: FastAPI, service) -> None:
-    from deployments.serve import DEPLOYMENTS, flow_parameters_model
+    from deployments.serve import DEPLOYMENTS
 
     catalog = service.hosts
 
@@ -419,8 +410,7 @@ def _add_service_routes(app: FastAPI, service) -> None:
         """Record a conversation turn: appended to the session jsonl at once; every N turns (or on `compact`)
         auto_memory summarises the session's new messages."""
         name, _ = _open(catalog, http_request, writes=True)
-        return service.turn(request.session_id, request.messages, request.compact, request.turn_id,
-                                   workspace=name)
+        return service.jobs.turn(**request.model_dump(), workspace=name)
 
     @app.get("/status", tags=["service"])
     def status(request: Request) -> dict[str, Any]:
@@ -433,30 +423,32 @@ def _add_service_routes(app: FastAPI, service) -> None:
     def run_status(request: Request, run_id: str):
         """A flow run's state, parameters and UI link; `summary` is the flow's result once it has finished
         (also for a run that ended Failed because units failed)."""
-        return service.run_status(run_id, visible=grant_of(request).sees)
+        return service.jobs.run_status(run_id, visible=grant_of(request).sees)
 
     @app.get("/flows/runs/{run_id}/logs", tags=["flows"], response_model=list[FlowRunLog])
     def run_logs(request: Request, run_id: str,
                  offset: int = Query(0, ge=0, description="Skip this many log lines")):
         """The run's log lines (what the Prefect UI shows), oldest first, from `offset` on."""
-        return service.run_logs(run_id, offset, visible=grant_of(request).sees)
+        return service.jobs.run_logs(run_id, offset, visible=grant_of(request).sees)
 
     @app.post("/flows/runs/{run_id}/retry", tags=["flows"], response_model=FlowRunStatus)
     def retry_run(request: Request, run_id: str):
         """Retry a failed run as the Prefect UI's Retry does: the same run again, in which a dream re-runs only
         its failed units (finished tasks come from their results); refused with a read-only token."""
-        return service.retry(run_id, grant_of(request))
+        return service.jobs.retry(run_id, grant_of(request))
 
     for flow, deployment in DEPLOYMENTS.items():
-        _add_flow_route(app, service, flow, deployment, flow_parameters_model(flow))
+        _add_flow_route(app, service, flow, deployment)
 
 
-def _add_flow_route(app: FastAPI, service, flow: str, deployment, model: type[BaseModel]) -> None:
-    model = _strict(model)
+def _add_flow_route(app: FastAPI, service, flow: str, deployment) -> None:
+    """`POST /flows/<flow>`: its request model from the job's declaration, without `workspace` (a run started
+    over the API works on the caller's workspace, never on a folder the caller names)."""
+    model = _strict(ops.params_model(f"{flow}_parameters", deployment.description, JOBS[flow].parameters("http")))
 
     def launch(request: Request, parameters: model = Body(default_factory=model)):  # type: ignore[valid-type]
         name, _ = _open(service.hosts, request, writes=True)
-        return service.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
+        return service.jobs.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
 
     launch.__name__ = f"launch_{flow}"
     launch.__signature__ = inspect.Signature([

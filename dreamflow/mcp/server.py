@@ -9,7 +9,9 @@ One server definition (`build_server`), two transports:
 
 Tools are generated from `engine.ops.OPS` (names, descriptions, parameters and their help text as on the CLI
 and API; annotations from each Op's read-only / destructive / idempotent facts, `openWorldHint` false) plus
-the job tools of `targets.Target`; so a new operation is a tool with no code here. Every tool but
+the job tools (`targets.JOB_TOOLS`: runs of the jobs that declare a tool, engine/jobs.py, with their
+parameters; `turn`; `job_status` and `workspaces` of `targets.Target`); so a new operation is a tool with no
+code here. Every tool but
 `workspaces` takes an optional `workspace` (a name the `workspaces` tool lists; default: the connection's,
 `dreamflow mcp --workspace NAME` or the `/workspaces/NAME/mcp` URL), checked against the caller's grant (the
 bearer token on `/mcp`; the local user on stdio may use every registered workspace). `DEFAULT_TOOLS` is
@@ -47,6 +49,7 @@ from dreamflow.mcp import text as mcp_text
 from dreamflow.mcp.targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
 from engine.grants import ADMIN, Grant
+from engine.jobs import JOBS, TURN
 from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
@@ -88,11 +91,21 @@ def tools(tool_set: str = "default") -> dict[str, Tool]:
         if not op.host_paths:  # upload/download name the server's own files: never a tool
             found[op.name] = Tool(op.name, op.help, ops.surface_parameters(op) + scope, op.hints, _op_call(op),
                                   op.writes)
+    launched = {job.tool: job for job in JOBS.values() if job.tool}
     for name in JOB_TOOLS:
-        method = getattr(Target, name)
         hints = {**JOB_HINTS[name], "openWorldHint": False}
-        params = ops.function_parameters(method) + (scope if name != "workspaces" else ())
-        found[name] = Tool(name, _doc(method), params, hints, _job_call(name), not hints["readOnlyHint"])
+        if name in launched:  # a run of a job: its parameters from the job's declaration
+            job = launched[name]
+            description = (f"Start a run of {job.name}: {job.summary[0].lower()}{job.summary[1:]} Returns at once "
+                           "with the run id; job_status reports its state and summary.")
+            params, call = job.parameters("mcp"), _launch_call(job.name)
+        elif name == TURN.tool:
+            description, params, call = _doc(Target.turn), TURN.parameters("mcp"), _job_call(name)
+        else:
+            method = getattr(Target, name)
+            description, params, call = _doc(method), ops.function_parameters(method), _job_call(name)
+        params += scope if name != "workspaces" else ()
+        found[name] = Tool(name, description, params, hints, call, not hints["readOnlyHint"])
     if tool_set == "all":
         return found
     return {name: found[name] for name in DEFAULT_TOOLS}
@@ -107,6 +120,10 @@ def _op_call(op: ops.Op) -> Callable[[Target, dict], Any]:
 
 def _job_call(name: str) -> Callable[[Target, dict], Any]:
     return lambda target, args: getattr(target, name)(**args)
+
+
+def _launch_call(job: str) -> Callable[[Target, dict], Any]:
+    return lambda target, args: target.launch(job, args)
 
 
 def _doc(fn) -> str:

@@ -1,7 +1,8 @@
 """Where MCP tool calls go: the workspaces to call, and the job tools (turn, dream, auto_memory, job_status).
 
-`Target` declares the job tools once (their signatures and docstrings become MCP tool schemas, like the
-`Memory` methods do for the operations). A call runs on `target.scoped(grant, workspace)`: the caller's grant
+The job tools' parameters come from the jobs' declarations (engine/jobs.py: `turn` from `TURN`, `dream` and
+`auto_memory` from their flows), as the operations' come from `engine.ops`; `job_status` and `workspaces` are
+methods of `Target` whose signatures and docstrings are their schemas. A call runs on `target.scoped(grant, workspace)`: the caller's grant
 (engine/grants.py) and the workspace it names (None: the connection's default). A concrete target is a catalog
 of workspaces (engine/scoped.py) plus the job primitives:
 
@@ -24,10 +25,8 @@ from typing import Any
 
 from engine import scoped
 from engine.grants import ADMIN, Grant
-from engine.job_params import job_defaults
+from engine.jobs import TURN
 from storage.errors import IndexBusy, ServiceNeeded, ServiceUnavailable
-
-DREAM = job_defaults("auto_dream", "auto_dream")  # the flow's defaults
 
 
 class Target:
@@ -45,35 +44,23 @@ class Target:
 
     # -- job tools (public methods: each becomes an MCP tool; docstrings are the tool descriptions)
 
-    def turn(self, session_id: str, messages: list[dict[str, Any]] | None = None, compact: bool = False,
-             turn_id: str | None = None) -> dict:
+    def turn(self, *args: Any, **kwargs: Any) -> dict:
         """Remember a conversation turn: the messages are appended to session/dialog/<session_id>.jsonl at once;
         every N turns (or with `compact`, also without messages) auto_memory summarises the session. A turn sent
         again with the same `turn_id` (a retry) is counted once and its messages are not appended twice."""
+        params = TURN.bind(*args, **kwargs)
         name, _ = self.open(writes=True)
-        return self._turn(name, session_id, messages or [], compact, turn_id)
+        return self._turn(name, params)
 
-    def dream(self, date: str | None = None, hint: str | None = None, scan_days: int = DREAM["scan_days"],
-              max_units: int = DREAM["max_units"], topic_count: int = DREAM["topic_count"],
-              topic_diversity_days: int = DREAM["topic_diversity_days"]) -> dict:
-        """Start a dream (auto_dream): consolidate recent daily cards into digest nodes and pick the day's
-        topics. Returns at once with the run id; job_status reports its state and summary."""
-        _check_date(date)
-        params = {"date": date, "hint": hint, "scan_days": scan_days, "max_units": max_units,
-                  "topic_count": topic_count, "topic_diversity_days": topic_diversity_days}
-        name, _ = self.open(writes=True)
-        return self._launch(name, "auto_dream", {k: v for k, v in params.items() if v is not None})
-
-    def auto_memory(self, session_id: str, date: str | None = None, hint: str | None = None) -> dict:
-        """Start an auto_memory run: summarise the session's not-yet-summarised turns into its daily card now.
-        Returns at once with the run id; job_status reports its state and summary."""
+    def launch(self, job: str, params: dict) -> dict:
+        """Start a run of `job` (a key of engine.jobs.JOBS) with `params`; returns at once with the run id."""
         from engine.turns import check_session_id
 
-        check_session_id(session_id)
-        _check_date(date)
-        params = {"session_id": session_id, "date": date, "hint": hint}
+        _check_date(params.get("date"))
+        if "session_id" in params:
+            check_session_id(params["session_id"])
         name, _ = self.open(writes=True)
-        return self._launch(name, "auto_memory", {k: v for k, v in params.items() if v is not None})
+        return self._launch(name, job, {k: v for k, v in params.items() if v is not None})
 
     def job_status(self, run_id: str) -> dict:
         """State of a dream or auto_memory run (Prefect state, message, summary, link to the Prefect UI)."""
@@ -110,7 +97,7 @@ class Target:
 
     # -- primitives of a concrete target (which is also a catalog: names, serves, reads, root, memory)
 
-    def _turn(self, name: str, session_id: str, messages: list[dict], compact: bool, turn_id: str | None) -> dict:
+    def _turn(self, name: str, params: dict) -> dict:
         raise NotImplementedError
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
@@ -128,7 +115,7 @@ def _check_date(date: str | None) -> None:
         check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
 
 
-JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status", "workspaces")
+JOB_TOOLS: tuple[str, ...] = ("turn", "dream", "auto_memory", "job_status", "workspaces")  # `Job.tool`s and these
 # What a host may assume about each job tool (MCP annotations besides openWorldHint, which is always false):
 # turn only appends to the session's dialog; dream rewrites digest nodes and auto_memory the session's card
 # (both LLM-written, so neither is idempotent); job_status and workspaces only read.
@@ -166,14 +153,14 @@ class ServiceTarget(Target):
     def root(self, name: str) -> Path:
         return self.service.hosts.root(name)
 
-    def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
-        return self.service.turn(session_id, messages, compact, turn_id, workspace=name)
+    def _turn(self, name: str, params: dict) -> dict:
+        return self.service.jobs.turn(**params, workspace=name)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
-        return self.service.launch(flow, parameters, workspace=name)
+        return self.service.jobs.launch(flow, parameters, workspace=name)
 
     def _run_status(self, run_id: str) -> dict:
-        return self.service.run_status(run_id, visible=self.grant.sees)
+        return self.service.jobs.run_status(run_id, visible=self.grant.sees)
 
     def changed(self) -> None:
         self.service.changed(self.workspace or scoped.default_for(self, self.grant))
@@ -218,13 +205,13 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
             self._local[name] = local_memory(self.root(name))
         return self._local[name]
 
-    def _turn(self, name, session_id, messages, compact, turn_id) -> dict:
+    def _turn(self, name: str, params: dict) -> dict:
         from engine.turns import record_turn
 
         remote = self.remote(name)
         if remote is not None:
-            return remote.turn(session_id, messages, compact, turn_id)
-        return record_turn(self.root(name), session_id, messages, compact, turn_id, memory=self.memory(name))
+            return remote.turn(**params)
+        return record_turn(self.root(name), **params, memory=self.memory(name))
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self._service(name, "start a run").launch(flow, parameters)

@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dreamflow.service.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
+from dreamflow.service.jobs import PREFECT_START_TIMEOUT, Jobs
 from engine.grants import ADMIN, Grant
 from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
-from storage.errors import DreamflowError, LLMNotConfigured, ServiceError
-from storage.text_view import read_all
-
-PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
+from storage.errors import DreamflowError, ServiceError
 
 
 def advertised_host(bound: str) -> str:
@@ -63,7 +61,8 @@ class Options:
 
 
 class Service:
-    """Start, supervise and stop everything `dreamflow start` runs (see the module docstring)."""
+    """Start, supervise and stop everything `dreamflow start` runs (see the module docstring); `jobs` is the
+    jobs gateway the API, MCP and dashboard call (dreamflow/service/jobs.py)."""
 
     def __init__(self, options: Options, say: Callable[[str], None] = lambda text: print(text, flush=True)):
         from dreamflow.service.hosting import Hosts
@@ -86,6 +85,7 @@ class Service:
         self._api_thread: threading.Thread | None = None
         self.warnings: list[str] = []  # shown at start and in `status`
         self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
+        self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say)  # what callers ask
 
     @property
     def ws(self):
@@ -131,7 +131,7 @@ class Service:
         opts = self.options
         if not port_free(opts.host, opts.port):
             raise ServiceError(f"port {opts.port} on {opts.host} is in use: pick another with --port")
-        self.hosts.open(self.resources_changed)  # claims the default workspace first: an error if it is owned
+        self.hosts.open(self.jobs.resources_changed)  # claims the default workspace first: an error if it is owned
         self._start_prefect()
         self._start_api()
         self.hosts.publish(self._service_info())
@@ -150,8 +150,8 @@ class Service:
         if opts.runner:
             self._start_runner()
         for hosted in list(self.hosts.hosted.values()):
-            self._launch_due_turns(hosted)
-            self._catch_up_resources(hosted)
+            self.jobs.launch_due_turns(hosted)
+            self.jobs.catch_up_resources(hosted)
         self.say(f"Prefect UI  {self.ui_url}")
         self.say("Dreamflow is running. Ctrl-C to stop.")
         self.ready.set()
@@ -178,8 +178,8 @@ class Service:
                 self.say(f"Workspace   {hosted.name}: {hosted.ws.root} (added; its nightly schedules start with "
                          "the next service start)")
                 self._reconcile(hosted)
-                self._launch_due_turns(hosted)
-                self._catch_up_resources(hosted)
+                self.jobs.launch_due_turns(hosted)
+                self.jobs.catch_up_resources(hosted)
             for child in self.children:
                 code = child.exit_code()
                 if code is None:
@@ -372,16 +372,6 @@ class Service:
         label = f"Index {hosted.name}" if len(self.hosts.hosted) > 1 else "Index"
         self.say(f"{label:<11} up to date ({summary}; {time.monotonic() - started:.1f} s)")
 
-    def resources_changed(self, name: str, paths: list[str]) -> None:
-        """Watcher callback: one Prefect event per changed resource file (the trigger runs auto_resource)."""
-        from deployments.launch import emit_resource_changed
-
-        if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
-            raise ServiceError("resource changes seen but the Prefect API is not ready")
-        root = self.hosts.get(name).ws.root
-        for rel in paths:
-            emit_resource_changed(self._job_workspace(name), rel, exists=(root / rel).is_file())
-
     def _service_info(self) -> dict:
         """What `metadata/service.json` of every served workspace says (plus its own folder and name)."""
         return {
@@ -394,141 +384,6 @@ class Service:
             "ui": self.ui_url,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
         }
-
-    # -- turns and flow launches (called by the API with a workspace the caller may use)
-
-    def launch(self, flow: str, parameters: dict | None = None, workspace: str | None = None) -> dict:
-        """Start a run of `flow`'s deployment for a served workspace (default: the default one; waits for
-        Prefect during start-up). The workspace travels as its name (never a path), so the run works on it
-        whichever runner or worker executes it; the run is tagged `workspace:NAME`."""
-        from deployments.launch import launch
-        from deployments.serve import DEPLOYMENTS
-
-        if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.options.runner:
-            from engine.llm import require_llm
-
-            try:  # our runner runs it with our settings: say so now, not in a Failed run
-                require_llm(self.settings)
-            except LLMNotConfigured as exc:
-                raise LLMNotConfigured(f"the service has {exc} (they count where `dreamflow start` runs: "
-                                       "restart it with them set)") from None
-        name = self.hosts.get(workspace or self.hosts.default_name).name
-        self._wait_prefect()
-        return launch(flow, {**(parameters or {}), "workspace": self._job_workspace(name)},
-                      tags=[f"workspace:{name}"])
-
-    def _job_workspace(self, name: str) -> str:
-        """How a run names a served workspace: a registered one by name; the unregistered default by its folder,
-        which a run accepts only while a service serves it (engine.job_workspace.workspace_root), so a runner or worker
-        shared by several services finds its owner."""
-        return name if name in self.hosts.registry.entries else str(self.hosts.root(name))
-
-    def run_status(self, run_id: str, visible: Callable[[str], bool] = lambda name: True) -> dict:
-        """A flow run's state and, once finished, its summary (deployments.launch.run_status); a run of a
-        workspace `visible` refuses is reported as not existing."""
-        from deployments.launch import run_status
-
-        self._wait_prefect()
-        status = run_status(run_id)
-        self._check_visible(run_id, status.get("parameters"), visible)
-        return status
-
-    def run_logs(self, run_id: str, offset: int = 0, visible: Callable[[str], bool] = lambda name: True) -> list[dict]:
-        """A flow run's log lines from `offset` on (same visibility as `run_status`)."""
-        from deployments.launch import run_logs, run_parameters
-
-        self._wait_prefect()
-        self._check_visible(run_id, run_parameters(run_id), visible)
-        return run_logs(run_id, offset)
-
-    def retry(self, run_id: str, grant: Grant) -> dict:
-        """Retry a failed run as the Prefect UI does (deployments.launch.retry) for a caller whose `grant` may
-        change the run's workspace; a run of a workspace it does not see is reported as not existing."""
-        from deployments.launch import retry, run_parameters
-
-        self._wait_prefect()
-        name = self._check_visible(run_id, run_parameters(run_id), grant.sees)
-        grant.check(name, writes=True)
-        return retry(run_id)
-
-    def job_runs(self, workspace: str | None = None, limit: int = 10) -> dict:
-        """A served workspace's runs in Prefect: `{last_dream, next_dream, recent}` (`recent`: its newest
-        started runs of any job, newest first)."""
-        from deployments import launch
-
-        name = self.hosts.get(workspace or self.hosts.default_name).name
-        self._wait_prefect()
-        last, upcoming = launch.dreams([name])[name]
-        return {"last_dream": last, "next_dream": upcoming, "recent": launch.recent_runs(f"workspace:{name}", limit)}
-
-    def _check_visible(self, run_id: str, parameters: dict | None, visible: Callable[[str], bool]) -> str:
-        """The name of the workspace the run works on, when `visible`; else NotFound."""
-        from storage.errors import NotFound
-
-        given = str((parameters or {}).get("workspace") or self.hosts.default_name)
-        name = next((h.name for h in self.hosts.hosted.values() if str(h.ws.root) == given), given)
-        if not visible(name):
-            raise NotFound(f"no flow run {run_id}")
-        return name
-
-    def _wait_prefect(self) -> None:
-        if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
-            raise ServiceError("the Prefect API is not ready yet")
-
-    def turn(self, session_id: str, messages: list[dict], compact: bool = False, turn_id: str | None = None,
-             workspace: str | None = None) -> dict:
-        """`engine.turns.record_turn` in a served workspace, launching auto_memory when due (with the run's UI
-        link, as the other job commands print)."""
-        from deployments.launch import run_url
-        from engine.turns import record_turn
-
-        hosted = self.hosts.get(workspace or self.hosts.default_name)
-        result = record_turn(hosted.ws.root, session_id, messages, compact, turn_id,
-                             memory=self.hosts.memory(hosted.name), counter=hosted.turns,
-                             launch=lambda s: self._launch_auto_memory(hosted.name, s))
-        if result.get("launched"):
-            result["ui_url"] = run_url(result["launched"])
-        return result
-
-    def _launch_auto_memory(self, name: str, session_id: str) -> str:
-        return self.launch("auto_memory", {"session_id": session_id}, workspace=name)["id"]
-
-    def _launch_due_turns(self, hosted) -> None:
-        for session_id in hosted.turns.due_sessions():
-            try:
-                run = self._launch_auto_memory(hosted.name, session_id)
-            except Exception as exc:
-                self.say(f"could not launch auto_memory for session {session_id} of {hosted.name}: {exc}")
-            else:
-                hosted.turns.launched(session_id, run)
-
-    def _catch_up_resources(self, hosted) -> None:
-        """Emit events for text resources added, changed or deleted while no service watched them (compared
-        with auto_resource's checkpoint of what each card was made from)."""
-        from storage import checkpoints
-
-        seen = checkpoints.load(hosted.ws, "resources")
-        on_disk = list(hosted.ws.iter_files("resource"))
-        if not seen and not on_disk:
-            return
-        from tasks.cards import TEXT_RESOURCES  # imports prefect: only when there is something to compare
-
-        changed = [rel for rel in seen if not (hosted.ws.root / rel).is_file()]
-        for rel in on_disk:
-            if Path(rel).suffix.lower() not in TEXT_RESOURCES:
-                continue
-            if rel in seen:
-                try:
-                    text = read_all(hosted.memory, rel)
-                except DreamflowError:  # binary under a text suffix: auto_resource skips it anyway
-                    continue
-                if checkpoints.content_hash(text) == seen[rel].get("hash"):
-                    continue
-            changed.append(rel)
-        if changed:
-            self.say(f"Resources   {len(changed)} changed in {hosted.name} while the service was down: "
-                     "auto_resource runs queued")
-            self.resources_changed(hosted.name, changed)
 
     def status(self, workspace: str | None = None, grant: Grant = ADMIN) -> dict:
         """What runs, one workspace's index, turn counters, last and next dream, runs in progress, and a row per

@@ -132,10 +132,10 @@ def forget(ws: str, path: str, csrf: str = Form(""), who: Visitor = Depends(visi
     """Archive a digest node (the `archive` job: moved to digest/archive/, links retargeted, still readable)."""
     check_form(who, csrf)
     name, _ = who.open(ws, writes=True)
-    service = _service(who)
+    jobs = _jobs(who)
     if not path.startswith("digest/") or path.startswith("digest/archive/"):
         raise InvalidInput(f"only a digest node can be forgotten, not {path}")
-    started = service.launch("archive", {"paths": [path]}, workspace=name)
+    started = jobs.launch("archive", {"paths": [path]}, workspace=name)
     return _see_other(URLS.run(started["id"]))
 
 
@@ -143,12 +143,13 @@ def forget(ws: str, path: str, csrf: str = Form(""), who: Visitor = Depends(visi
 def retry(run_id: str, csrf: str = Form(""), who: Visitor = Depends(visitor)):
     """Retry a failed job run as the Prefect UI does (a dream re-runs only its failed units)."""
     check_form(who, csrf)
-    _service(who).retry(run_id, who.grant)
+    _jobs(who).retry(run_id, who.grant)
     return _see_other(URLS.run(run_id))
 
 
-def _service(who: Visitor):
+def _jobs(who: Visitor):
+    """The service's jobs gateway (dreamflow/service/jobs.py)."""
     if who.dashboard.service is None:
         raise InvalidInput("jobs need the service (`dreamflow start`)")
-    return who.dashboard.service
+    return who.dashboard.service.jobs
 

@@ -83,7 +83,7 @@ def jobs(ws: str, who: Visitor = Depends(visitor)):
     """Last and next dream and the recent job runs, from Prefect (a part of the overview, loaded after it)."""
     name, _ = who.open(ws)
     service = who.dashboard.service
-    runs = service.job_runs(name, limit=8) if service is not None else None
+    runs = service.jobs.job_runs(name, limit=8) if service is not None else None
     return _part(who, "jobs.html", "Jobs", ws=name, runs=runs, writable=not who.grant.read_only)
 
 
@@ -327,7 +327,7 @@ def run(run_id: str, who: Visitor = Depends(visitor)):
     service = who.dashboard.service
     if service is None:
         raise InvalidInput("job runs need the service (`dreamflow start`)")
-    status = service.run_status(run_id, visible=who.grant.sees)
+    status = service.jobs.run_status(run_id, visible=who.grant.sees)
     final = status["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
     return who.dashboard.render(who, "run.html", run=status, final=final, writable=not who.grant.read_only,
                                 summary=status["summary"] if isinstance(status["summary"], dict) else None)
