@@ -4,7 +4,7 @@ A `Job` names the function that does the work; that function's signature is the 
 parameters, annotations and defaults (read from its source by engine/job_params.py, so nothing here imports
 prefect). The declaration adds what the surfaces need besides: the CLI command, positional arguments and short
 flags, help text per parameter where the shared `ops.PARAM_HELP` does not say what the job means, and the
-parameters a surface does not offer. From it come the CLI job commands (dreamflow/cli/job_commands.py), the
+parameters a surface does not offer. From it come the CLI job commands (dreamflow/cli/job_command.py), the
 HTTP request models (`POST /flows/<job>`, `/turn`, `/proactive`), the MCP job tools, the deployments
 (deployments/serve.py) and the jobs reference (docs/jobs-reference.md). Pure data: no prefect, click or
 pydantic here.
