@@ -9,10 +9,11 @@ prompt tokens. At the end:
   the message saying it;
 - card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
   aside);
-- per changing fact, what memory answers now (the first digest fact among the search hits that states either
-  value: is it the new one?) and `--as-of` the day before the change (the old one?), and whether a current fact
-  still states the old value alone; with vectors when an
-  embedder is configured (`DREAMFLOW_EMBEDDER=local`: the chunks are embedded first, as the service does).
+- per changing fact, what memory answers now (the first digest fact among the search hits that says one of its
+  values holds: is it the new one? A fact naming the old value to say it ended, "I left Acme Robotics", says
+  neither) and `--as-of` the day before the change (the old one?), and whether a current fact still says the
+  old value holds; with vectors when an embedder is configured (`DREAMFLOW_EMBEDDER=local`: the chunks are
+  embedded first, as the service does). `--check DIR` asks these questions again of a workspace `--keep` kept.
 
 With `--scripted` the model is tests/llm_server.py playing a careful model (facts in the messages' words, the
 right relation when asked): it measures Dreamflow's part. Without it, the endpoint `DREAMFLOW_LLM_BASE_URL` /
@@ -193,26 +194,39 @@ def coverage(memory, found: list) -> tuple[int, int]:
     return hits, total
 
 
-def answer(memory, fact: Fact, day: str, as_of: str | None = None) -> str:
-    """What memory answers to the fact's question: the first digest fact among the search hits (`as_of` the
-    day given) that states either of its values and held on `day` ('' when none does)."""
+# a fact naming a value to say it no longer holds ("I don't live in Lisbon anymore", "I left Acme Robotics")
+ENDED = re.compile(r"\b(?:not|no longer|any ?more|never|left|quit|sold|broke up|dropped|stopped|ended)\b|n't\b",
+                   re.IGNORECASE)
+
+
+def states(text: str, fact: Fact) -> str | None:
+    """Which value of `fact` the sentence `text` says holds: "new" when it names the new one, "old" when it names
+    the old one without saying it ended, else None."""
+    text = text.lower()
+    if fact.new.lower() in text:
+        return "new"
+    return "old" if fact.old.lower() in text and not ENDED.search(text) else None
+
+
+def answer(memory, fact: Fact, day: str, as_of: str | None = None) -> str | None:
+    """What memory answers to the fact's question: which value ("old", "new") the first digest fact among the
+    search hits (`as_of` the day given) that held on `day` and states one says holds (None when none does)."""
     from storage import facts
 
-    values = (fact.old.lower(), fact.new.lower())
     for hit in memory.search(fact.query, limit=10, expand=0, per_file=0, as_of=as_of):
         if not hit["path"].startswith("digest/"):
             continue
         text = memory.read(hit["path"], numbered=False)["content"]
         for found in facts.parse(text):
             if hit["start_line"] <= found.line <= hit["end_line"] and found.holds_on(day) \
-                    and any(v in found.text.lower() for v in values):
-                return found.text
-    return ""
+                    and states(found.text, fact):
+                return states(found.text, fact)
+    return None
 
 
 def check(memory, days: int) -> list[dict]:
     """Per fact changed within the first `days` days: what memory answers now and as of the day before the
-    change, and whether a current fact still states the old value alone."""
+    change, and whether a current fact still says the old value holds."""
     from storage import facts
 
     today = date.today().isoformat()
@@ -220,16 +234,21 @@ def check(memory, days: int) -> list[dict]:
     for entry in memory.list("digest", recursive=True, limit=10_000)["entries"]:
         if entry.get("type") == "file" and entry["path"].endswith(".md"):
             current += [f.text for f in facts.parse(memory.read(entry["path"], numbered=False)["content"]) if f.current]
-    rows = []  # a change statement may name the old value too ("from Vim to Helix"): a conflict is the old alone
+    rows = []  # a change statement may name the old value too ("from Vim to Helix"): it states the new one
     for f in (f for f in FACTS if f.changed < days):
         before = (date.fromisoformat(since(f)) - timedelta(days=1)).isoformat()
-        now, then = answer(memory, f, today).lower(), answer(memory, f, before, as_of=before).lower()
-        old, new = f.old.lower(), f.new.lower()
-        rows.append({
-            "fact": f.name, "now": new in now, "as_of": old in then and new not in then,
-            "conflict": any(old in c.lower() and new not in c.lower() for c in current),
-        })
+        rows.append({"fact": f.name, "now": answer(memory, f, today) == "new",
+                     "as_of": answer(memory, f, before, as_of=before) == "old",
+                     "conflict": any(states(c, f) == "old" for c in current)})
     return rows
+
+
+def print_answers(rows: list[dict]) -> None:
+    print(f"\n{'fact':<24} {'now':>6} {'as of':>6} {'conflict':>8}")
+    for r in rows:
+        print(f"{r['fact']:<24} {str(r['now']):>6} {str(r['as_of']):>6} {str(r['conflict']):>8}")
+    print(f"\nchanging facts right now: {sum(r['now'] for r in rows)}/{len(rows)}; as of the day before the change: "
+          f"{sum(r['as_of'] for r in rows)}/{len(rows)}; with both values current: {sum(r['conflict'] for r in rows)}")
 
 
 def with_vectors(memory):
@@ -252,7 +271,13 @@ def main() -> None:
     parser.add_argument("--scripted", action="store_true", help="the scripted careful model instead of an endpoint")
     parser.add_argument("--keep", action="store_true", help="print the workspace folder and keep it")
     parser.add_argument("--days", type=int, default=len(DAYS), help="run the first N days only (a slow model)")
+    parser.add_argument("--check", type=Path, metavar="DIR", help="only ask the questions of a kept workspace")
     args = parser.parse_args()
+    if args.check:
+        from storage.memory import Memory
+
+        print_answers(check(with_vectors(Memory(args.check)), args.days))
+        return
 
     scripted = careful_model() if args.scripted else None
     with endpoint("dreamflow-temporal-", scripted, "scripted-careful-model") as (home, settings):
@@ -315,13 +340,8 @@ def run(args, home: Path, settings) -> None:
           f"{len(found)}, with words not in their cited lines: {len(loose)}")
     for path, text, words in loose:
         print(f"  not in its lines ({', '.join(words)}): {text}  [{path}]")
-    print(f"\n{'fact':<24} {'now':>6} {'as of':>6} {'conflict':>8}")
-    for r in rows:
-        print(f"{r['fact']:<24} {str(r['now']):>6} {str(r['as_of']):>6} {str(r['conflict']):>8}")
-    total, u = len(rows), spent.as_dict()
-    ran = min(args.days, len(DAYS))
-    print(f"\nchanging facts right now: {sum(r['now'] for r in rows)}/{total}; as of the day before the change: "
-          f"{sum(r['as_of'] for r in rows)}/{total}; with both values current: {sum(r['conflict'] for r in rows)}")
+    print_answers(rows)
+    u, ran = spent.as_dict(), min(args.days, len(DAYS))
     print(f"LLM: {u['calls']} calls, {u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens "
           f"({u['prompt_tokens'] // max(ran, 1)} prompt tokens a day), {u['seconds']:.0f} s in calls; wall "
           f"{time.perf_counter() - started:.0f} s ({(time.perf_counter() - started) / max(ran, 1):.0f} s a day); "
