@@ -49,6 +49,14 @@ def node_facts(memory: Memory, path: str) -> dict[str, facts.Fact]:
     return {f.text: f for f in facts.parse(memory.read(path, numbered=False)["content"])}
 
 
+def picking(relation: str, words: str):
+    """A responder answering `relation` with the number of the listed fact holding `words`, wherever it is."""
+    def respond(body: dict) -> Reply | None:
+        listed = re.findall(r"^(\d+)\. (.+)$", text_of(body), re.M)
+        return json_reply({"relation": relation, "fact": next(int(n) for n, text in listed if words in text)})
+    return respond
+
+
 def compares(llm) -> list[dict]:
     return [r for r in llm.requests if "messages" in r and COMPARE in r["messages"][0]["content"]]
 
@@ -227,12 +235,7 @@ def test_the_model_s_pick_is_checked_against_the_words_and_the_sense(prefect_har
     auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
     card(memory, "2026-11-05", "Porto", ("event", "user", "I moved to Porto on 2026-11-04, I don't live in Lisbon anymore."),
          session="t")
-
-    def the_deadline(body: dict) -> Reply | None:
-        listed = re.findall(r"^(\d+)\. (.+)$", text_of(body), re.M)
-        return json_reply({"relation": "refines", "fact": next(int(n) for n, text in listed if "Atlas" in text)})
-
-    llm.responder = the_deadline
+    llm.responder = picking("refines", "Atlas")
     summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
     assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
         ("replaced", "I live in Lisbon, close to the river.")]
@@ -453,11 +456,7 @@ def test_a_replacement_names_the_fact_that_shares_its_words(prefect_harness, llm
          ("fact", "user", "The flat was sold."))
     auto_dream(date="2026-11-04", scan_days=1, workspace=str(ws.root))
     card(memory, "2026-11-08", "Coffee", ("preference", "user", "My coffee order is a flat white."), session="t")
-    def pick_the_flat(body: dict) -> Reply | None:
-        listed = re.findall(r"^(\d+)\. (.+)$", text_of(body), re.M)
-        return json_reply({"relation": "replaces", "fact": next(int(n) for n, text in listed if "flat was" in text)})
-
-    llm.responder = pick_the_flat
+    llm.responder = picking("replaces", "flat was")
     summary = auto_dream(date="2026-11-08", scan_days=1, workspace=str(ws.root))
     assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
         ("replaced", "My usual coffee order is an espresso.")]
