@@ -5,11 +5,11 @@ each fact before anything is written.
 The material is numbered (`[1] user, 2026-11-05 18:00: ...`) and each fact cites the numbers it comes from;
 code turns them into links a reader opens (`session/dialog/<id>.jsonl#L3`, `resource/x.md#L4-L6`). Each fact
 is screened on its own (`screen`): a fact whose words are not in the lines it cites is re-cited to the line
-that holds them, else kept in the words of the cited sentence that says most of it, else dropped; a fact with
-the prompt's markup, a placeholder, a tool call or the instructions' words is dropped, and so is a question
-asked in the conversation filed as anything but an open question; relative times are resolved to dates from
-its message's day (engine/relative_dates.py), and the first day a fact names is its `date`.
-A dropped fact is reported with its rule; the others are kept.
+that holds them; a fact with the prompt's markup, a placeholder, a tool call or the instructions' words is
+refused, and so is a question asked in the conversation filed as anything but an open question. A fact refused
+for how it words its message is kept in the words of the cited sentence that says most of it when that
+sentence passes the checks; the others are dropped and reported with their rule. Relative times are resolved
+to dates from its message's day (engine/relative_dates.py), and the first day a fact names is its `date`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from storage.tokenize import terms
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence
 MIN_FACT_TERMS = 2      # content terms a fact needs to say something
+RESTATED = ("ungrounded", "question", "copy", "long")  # refusals of a fact's wording: its sentence may stand
 MAX_ITEM_CHARS = 6_000  # of one numbered message or block shown to the model (the rest of it is not read)
 MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 # words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
@@ -205,8 +206,9 @@ class _Checked:
 
 def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
     """Each fact of `answer` checked on its own against the `items` it cites (see the module docstring). A fact
-    dropped as ungrounded is kept in the words of the sentence it cites that says most of it (`_their_words`),
-    unless a kept fact says that sentence already: the model found what is worth keeping, the message says it."""
+    refused for how it words its message (`RESTATED`: ungrounded, a question, a transcript line, too long) is
+    kept in the words of the sentence it cites that says most of it (`_their_words`), when that sentence passes
+    every check and no kept fact says it already: the model found what is worth keeping, the message says it."""
     by_number = {item.number: item for item in items}
     material = quality.Material("\n".join(item.text for item in items), "", instructions)
     out, seen, strayed = Screened(), set(), []
@@ -219,7 +221,7 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
             if key in seen:
                 checked = _Checked(rule="duplicate", why="another fact of the answer says the same")
             seen.add(key)
-        words = _their_words(text, cited) if checked.rule == "ungrounded" else None
+        words = _their_words(text, cited) if checked.rule in RESTATED else None
         if words:
             strayed.append((fact, text, checked, words))
         elif checked.rule:
@@ -296,7 +298,8 @@ def _days_given(cited: list[Item]) -> set[str]:
     11-05: 2026, 11, 04, november, nov, 4; `2026-12-22`: december, dec, 22 too): a fact may write a day its
     own way (the 1.5B model wrote `December 22, 2026` for a message's `2026-12-22`)."""
     return {t for item in cited if item.said
-            for day in relative_dates.named_days(item.text, item.said) + relative_dates.written_days(item.text, item.said)
+            for day in [*relative_dates.named_days(item.text, item.said),
+                        *relative_dates.written_days(item.text, item.said)]
             for t in terms(relative_dates.forms(day))}
 
 

@@ -145,9 +145,9 @@ def test_screening_drops_each_bad_fact_with_its_rule():
                  ("[18:02] Ana works at a bakery in Alfama.", "Ana", [2]),
                  material=("Thanks a lot.", "Ana works at a bakery in Alfama.", "word " * 50))
     assert [f.text for f in out.kept] == ["Ana works at a bakery in Alfama."]
-    assert [d["rule"] for d in out.dropped] == ["markup", "thin", "tool", "duplicate", "long", "copy", "copy",
-                                                "ungrounded"]  # last: its message's sentence is a kept fact already
-    assert "pianist" in out.dropped[-1]["why"] and "famous" in out.dropped[-1]["why"]
+    assert [d["rule"] for d in out.dropped] == ["markup", "thin", "tool", "duplicate", "long", "ungrounded", "copy",
+                                                "copy"]  # the last three: their message's sentence is kept already
+    assert "pianist" in out.dropped[5]["why"] and "famous" in out.dropped[5]["why"]
 
 
 def test_a_reporting_verb_is_framing_not_a_word_to_ground():
@@ -171,8 +171,9 @@ def test_a_fact_in_its_own_words_is_kept_in_the_words_of_the_sentence_it_cites()
     says what is worth keeping. Not when the sentence shares no word, is the assistant's, or is kept already."""
     material = ("We moved last year. My daughter goes to Oak Primary.", "The Atlas deadline moved to 2026-12-22.",
                 "Assistant: Your daughter must love the new school!", "Ana works at a bakery in Alfama.",
-                "My landlord is Mr. Silva.")
+                "My landlord is Mr. Silva.", "I'm taking a Spanish course on Tuesdays.")
     out = screen(("A young girl goes to Oak Primary.", "daughter", [1]),
+                 ("What is the purpose of this course?", "user", [6]),  # a statement turned into a question
                  ("Mr. Silva is a person who lives in a city called New York City.", "Mr. Silva", [5]),
                  ("The Atlas deadline has been updated from 2026-11-05 to 2026-12-22.", "Atlas", [2]),
                  ("The Atlas deadline is 2026-12-22.", "Atlas", [2]),
@@ -181,14 +182,16 @@ def test_a_fact_in_its_own_words_is_kept_in_the_words_of_the_sentence_it_cites()
     assert [(f.text, f.sources, f.date) for f in out.kept] == [
         ("The Atlas deadline is 2026-12-22.", ("session/dialog/s.jsonl#L2",), "2026-12-22"),
         ("My daughter goes to Oak Primary.", ("session/dialog/s.jsonl#L1",), None),
+        ("I'm taking a Spanish course on Tuesdays.", ("session/dialog/s.jsonl#L6",), None),
         ("My landlord is Mr. Silva.", ("session/dialog/s.jsonl#L5",), None)]
-    assert out.restated == 2 and [d["rule"] for d in out.dropped] == ["ungrounded"] * 3
+    assert out.restated == 3 and [d["rule"] for d in out.dropped] == ["ungrounded"] * 3
     assert [d["text"][:9] for d in out.dropped] == ["The daugh", "The user ", "The Atlas"]
 
 
 def test_a_question_of_the_conversation_is_not_a_fact_unless_filed_as_one():
     """A small model listed each message as a fact, questions too (`Is she settling in`, without its `?`)."""
-    material = ("That's big news. Is she settling in?", "Do you plan to visit her?", "Where does Ana work now?",
+    material = ("Assistant: That's big news. Is she settling in?", "Assistant: Do you plan to visit her?",
+                "Where does Ana work now?",
                 "When I moved to Porto, Ana stayed in Lisbon.", "How to feed a starter: every 12 hours.")
     answer = extraction.FactList(facts=[
         extraction.ExtractedFact(text="That's big news. Is she settling in", about="Ana", source=[1]),
