@@ -244,11 +244,12 @@ def check(memory, days: int) -> list[dict]:
 
 
 def print_answers(rows: list[dict]) -> None:
+    """The per-fact answers (`check`) as a table and their totals."""
     print(f"\n{'fact':<24} {'now':>6} {'as of':>6} {'conflict':>8}")
     for r in rows:
         print(f"{r['fact']:<24} {str(r['now']):>6} {str(r['as_of']):>6} {str(r['conflict']):>8}")
     print(f"\nchanging facts right now: {sum(r['now'] for r in rows)}/{len(rows)}; as of the day before the change: "
-          f"{sum(r['as_of'] for r in rows)}/{len(rows)}; with both values current: {sum(r['conflict'] for r in rows)}")
+          f"{sum(r['as_of'] for r in rows)}/{len(rows)}; with the old value still current: {sum(r['conflict'] for r in rows)}")
 
 
 def with_vectors(memory):
