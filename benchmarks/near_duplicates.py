@@ -77,7 +77,36 @@ NODES = [
  ("q3", "Docker compose setup", "Services defined in compose.yaml"),
 ]
 
-DUPS = {(f"{g}1", f"{g}2") for g in "abcdefghijklmnopq"}  # the first two of each topic
+# A person's own notes in a project folder (digest/project/): often no frontmatter, so the name is the file's
+# stem (`vite-config.md` -> "vite config") and there is no description. Topics r..z and A..D: the first two
+# of each are one note written twice; the others are related but distinct ("vite config" vs "vitest config").
+NOTES = [
+ ("r1", "vite build", ""), ("r2", "building with vite", ""), ("r3", "vitest", ""), ("r4", "vitest config", ""),
+ ("r5", "vite config", ""),
+ ("s1", "deploy to staging", ""), ("s2", "staging deploy", ""), ("s3", "deploy to production", ""),
+ ("t1", "postgres backup", "How to back up the postgres database"),
+ ("t2", "Backing up Postgres", "pg_dump the database every night"),
+ ("t3", "postgres upgrade", "Upgrading postgres from 15 to 16"),
+ ("u1", "release checklist", ""), ("u2", "checklist for a release", ""), ("u3", "release notes", ""),
+ ("v1", "ssh config", "Hosts and keys in ~/.ssh/config"), ("v2", "SSH configuration", "ssh config: hosts, keys"),
+ ("v3", "git config", "user.name, aliases, pull.rebase"),
+ ("w1", "code review guidelines", ""), ("w2", "guidelines for code review", ""), ("w3", "code style", ""),
+ ("x1", "web app build", ""), ("x2", "building the web app", ""), ("x3", "web app tests", ""),
+ ("y1", "eslint setup", ""), ("y2", "setting up eslint", ""), ("y3", "prettier setup", ""),
+ ("z1", "frontend build", ""), ("z2", "build of the frontend", ""), ("z3", "backend build", ""),
+ ("A1", "api authentication", "Tokens for the public API"), ("A2", "API auth", "How the public API authenticates"),
+ ("A3", "api rate limits", "Requests per minute of the public API"),
+ ("B1", "python tests", ""), ("B2", "running the python tests", ""), ("B3", "javascript tests", ""),
+ ("C1", "local dev setup", "Getting the app running locally"), ("C2", "local setup", "Run the app locally"),
+ ("C3", "ci setup", "GitHub Actions workflows"),
+ ("D1", "on-call runbook", ""), ("D2", "runbook for on-call", ""), ("D3", "incident postmortems", ""),
+]
+SETS = {"people and topics (LoCoMo-like)": NODES, "a person's project notes": NOTES,
+        "both together": NODES + NOTES}
+DUPS = {(f"{g}1", f"{g}2") for g in "abcdefghijklmnopqrstuvwxyzABCD"}  # the first two of each topic
+THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)
+WATCHED = [("r5", "r4"), ("r1", "r3"), ("x1", "x3"), ("s1", "s3"), ("z1", "z3"), ("y1", "y3"), ("u1", "u3"),
+           ("B1", "B3"), ("C1", "C2"), ("A1", "A2")]  # pairs printed with their score
 
 
 def _jaccard(a: set, b: set) -> float:
@@ -96,23 +125,40 @@ MEASURES = {
 }
 
 
+def measure(nodes: list, measure) -> list[tuple[float, float, float, int, int]]:
+    """(threshold, precision, recall, false positives, duplicates) over every pair of `nodes`."""
+    pairs = list(itertools.combinations(nodes, 2))
+    scored = [(measure(a[1:], b[1:]), (a[0], b[0]) in DUPS) for a, b in pairs]
+    dups = sum(d for _, d in scored)
+    rows = []
+    for threshold in THRESHOLDS:
+        tp = sum(1 for s, d in scored if s >= threshold and d)
+        fp = sum(1 for s, d in scored if s >= threshold and not d)
+        rows.append((threshold, tp / (tp + fp) if tp + fp else 1.0, tp / dups, fp, dups))
+    return rows
+
+
 def main() -> None:
-    pairs = list(itertools.combinations(NODES, 2))
-    print(f"{len(NODES)} nodes, {len(pairs)} pairs, {len(DUPS)} duplicates")
-    for label, measure in MEASURES.items():
-        scored = [(measure(a[1:], b[1:]), (a[0], b[0]) in DUPS) for a, b in pairs]
-        print(f"\n{label}\n  threshold  precision  recall  F1")
-        for threshold in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5):
-            tp = sum(1 for s, d in scored if s >= threshold and d)
-            fp = sum(1 for s, d in scored if s >= threshold and not d)
-            precision, recall = tp / (tp + fp) if tp + fp else 1.0, tp / len(DUPS)
-            f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-            mark = "  <- default" if label.startswith("doctor") and threshold == DUP_THRESHOLD else ""
-            print(f"  {threshold:9.2f}  {precision:9.2f}  {recall:6.2f}  {f1:.2f}{mark}")
-    items = {n[0]: features(n[1], n[2]) for n in NODES}
+    for title, nodes in SETS.items():
+        pairs = len(nodes) * (len(nodes) - 1) // 2
+        print(f"\n== {title}: {len(nodes)} nodes, {pairs} pairs, "
+              f"{sum(1 for a, b in itertools.combinations(nodes, 2) if (a[0], b[0]) in DUPS)} duplicates")
+        for label, fn in MEASURES.items():
+            print(f"{label}\n  threshold  precision  recall  F1    false pos.")
+            for threshold, precision, recall, fp, _ in measure(nodes, fn):
+                f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+                mark = "  <- default" if label.startswith("doctor") and threshold == DUP_THRESHOLD else ""
+                print(f"  {threshold:9.2f}  {precision:9.2f}  {recall:6.2f}  {f1:.2f}  {fp:5d}{mark}")
+    by_id = {n[0]: n[1:] for n in NODES + NOTES}
+    print("\nrelated but distinct, and duplicates (doctor's measure):")
+    for a, b in WATCHED:
+        print(f"  {by_id[a][0]!r:28} vs {by_id[b][0]!r:28} {similarity(by_id[a], by_id[b]):.3f}"
+              f"  {'duplicate' if (a, b) in DUPS else 'distinct'}")
+    items = {n[0]: features(n[1], n[2]) for n in NODES + NOTES}
+    every = list(itertools.combinations(NODES + NOTES, 2))
     started = time.perf_counter()
     joined = {tuple(sorted(p[:2])) for p in similar_pairs(items, DUP_THRESHOLD)}
-    brute = {tuple(sorted((a[0], b[0]))) for a, b in pairs if similarity(a[1:], b[1:]) >= DUP_THRESHOLD}
+    brute = {tuple(sorted((a[0], b[0]))) for a, b in every if similarity(a[1:], b[1:]) >= DUP_THRESHOLD}
     print(f"\nprefix-filtering join == brute force: {joined == brute} ({len(joined)} pairs, "
           f"{(time.perf_counter() - started) * 1000:.1f} ms)")
 

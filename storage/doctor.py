@@ -5,9 +5,9 @@ Problems (each a list of rows; any row makes the report not ok):
 - `broken_anchors`: line anchors (`#L3-L9`) reaching past the end of their target (or malformed, `#L5-L2`),
   heading anchors (`#Setup`, `#setup-steps`, `#Parent#Child`) naming no heading of their Markdown target, and
   block anchors (`#^f2`: a fact's `source` or `replaced_by`) naming no block id of it
-- `orphans`: digest nodes with no inbound and no outbound link
-- `missing_sources`: digest nodes without a `## Sources` section, whose section cites nothing, or whose
-  sources are all missing
+- `orphans`: digest nodes the jobs wrote (`by_job`) with no inbound and no outbound link
+- `missing_sources`: digest nodes the jobs wrote without a `## Sources` section, whose section cites nothing,
+  or whose sources are all missing
 - `near_duplicates`: pairs of current digest nodes whose name and description are alike (see `similarity`; a
   superseded node and its successor share a name by design)
 - `same_names`: one node file name in two or more buckets (`digest/personal/x.md` and `digest/wiki/x.md`)
@@ -21,7 +21,12 @@ Problems (each a list of rows; any row makes the report not ok):
 - `special_files`: FIFOs, sockets, devices, symlink loops, dangling symlinks and symlinks leaving the workspace
   or into metadata/: skipped everywhere (never opened, never indexed), listed here to be removed by hand
 
-Notes (inputs of the governance flows, not problems): `moved` (a missing link target whose content now lives
+A note a person wrote is theirs to shape: it needs no sources, and nothing linking to it is no problem (it is
+listed among the notes as `unlinked`, what `link-mine` could connect). What the jobs wrote is recognised by
+`by_job`: frontmatter the jobs write (`JOB_KEYS`: the dream's `about`, merge's `merged_from`, split's
+`split_from`/`split_into`) or a fact line citing its source (`(source:: [[...]])`, storage/facts.py).
+
+Notes (inputs of the governance flows, not problems): `unlinked` (above), `moved` (a missing link target whose content now lives
 at exactly one other path, by content hash), `stale` (digest nodes nobody links to, not updated for
 `stale_days`: archive candidates), `expired` (digest nodes whose `expires` or `valid_to` day has come, or
 marked expired: archive candidates) and `overlong` (digest nodes over `overlong_lines` lines: split candidates);
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage import graph_edit, index, markdown, validity
+from storage import facts, graph_edit, index, markdown, validity
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.tokenize import terms
 from storage.errors import DreamflowError
@@ -57,10 +62,11 @@ from storage.workspace import Workspace, content_hash, read_regular
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
             "supersession", "facts", "bad_frontmatter", "drift", "special_files")
-NOTES = ("moved", "stale", "expired", "overlong", "absent_conversations")
+NOTES = ("unlinked", "moved", "stale", "expired", "overlong", "absent_conversations")
+JOB_KEYS = ("about", "merged_from", "split_from", "split_into")  # frontmatter only the jobs write
 RECORDS = "session/dialog/"  # conversation records: kept out of git unless a team decides otherwise
 LEDGER = "metadata/doctor.json"
-DUP_THRESHOLD = 0.3  # measured on a crafted set: benchmarks/near_duplicates.py
+DUP_THRESHOLD = 0.35  # chosen on 94 labelled nodes (4,371 pairs): benchmarks/near_duplicates.py
 _DIGEST = "starts_with(f.path, 'digest/') AND NOT starts_with(f.path, 'digest/archive/') AND f.kind = 'markdown'"
 
 
@@ -77,10 +83,13 @@ def check(con: duckdb.DuckDBPyConnection, ws: Workspace, fix: bool = False, dup_
     report["broken_links"] = [_link_row(k) for k in missing if not k["target"].startswith(RECORDS)]
     report["absent_conversations"] = [_link_row(k) for k in missing if k["target"].startswith(RECORDS)]
     report["broken_anchors"] = _broken_anchors(con, ws, links, scan.disk)
-    nodes = _digest_nodes(con, scan.disk)
+    nodes = _digest_nodes(con, ws, scan.disk)
     report["digest_nodes"] = len(nodes)
-    report["orphans"] = _orphans(con, scan.disk)
-    report["missing_sources"] = _missing_sources(ws, nodes, scan.disk, links)
+    isolated = _isolated(con, scan.disk)
+    jobs = {n["path"] for n in nodes if n["by_job"]}
+    report["orphans"] = [row for row in isolated if row["path"] in jobs]
+    report["unlinked"] = [row for row in isolated if row["path"] not in jobs]
+    report["missing_sources"] = _missing_sources(ws, [n for n in nodes if n["by_job"]], scan.disk, links)
     metas = _validity(con, scan.disk)
     current = [n for n in nodes if validity.status(metas.get(n["path"], {}), today) == validity.CURRENT]
     report["near_duplicates"] = _near_duplicates(con, current, dup_threshold)  # a node and its successor are history
@@ -322,11 +331,28 @@ def _heading_keys(ws: Workspace, path: str) -> set[str]:
 
 # ---- digest nodes ---------------------------------------------------------------------------------------
 
-def _digest_nodes(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
-    rows = con.execute(f"SELECT path, name, description, line_count FROM files f WHERE {_DIGEST} ORDER BY path"
-                       ).fetchall()
-    return [{"path": p, "name": n or _stem_name(p), "description": d or "", "lines": lines or 0}
-            for p, n, d, lines in rows if p in disk]
+def _digest_nodes(con: duckdb.DuckDBPyConnection, ws: Workspace, disk: dict) -> list[dict]:
+    """The live digest nodes on disk: {path, name, description, lines, by_job}."""
+    keys = " OR ".join(f"json_extract(f.frontmatter, '$.{k}') IS NOT NULL" for k in JOB_KEYS)
+    rows = con.execute(f"SELECT path, name, description, line_count, coalesce({keys}, false) FROM files f "
+                       f"WHERE {_DIGEST} ORDER BY path").fetchall()
+    return [{"path": p, "name": n or _stem_name(p), "description": d or "", "lines": lines or 0,
+             "by_job": bool(keyed) or _cites_sources(ws, p)} for p, n, d, lines, keyed in rows if p in disk]
+
+
+def by_job(meta: dict, text: str) -> bool:
+    """Whether a digest node is the jobs' writing (it must cite its sources) rather than a person's own note:
+    frontmatter only the jobs write (`JOB_KEYS`), or a fact line citing its source."""
+    return any(meta.get(k) is not None for k in JOB_KEYS) or any(f.sources for f in facts.parse(text))
+
+
+def _cites_sources(ws: Workspace, path: str) -> bool:
+    """`by_job` for a node whose frontmatter does not say: a fact line of it citing its source."""
+    try:
+        text = read_regular(os.path.join(str(ws.root), path)).decode("utf-8", errors="replace")
+    except (OSError, DreamflowError):
+        return False
+    return "source::" in text and by_job({}, text)
 
 
 def _stem_name(path: str) -> str:
@@ -341,7 +367,8 @@ def same_names(nodes: list[dict]) -> list[dict]:
     return [{"name": name, "paths": paths} for name, paths in sorted(by_name.items()) if len(paths) > 1]
 
 
-def _orphans(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+def _isolated(con: duckdb.DuckDBPyConnection, disk: dict) -> list[dict]:
+    """Digest nodes with no link in and none out (orphans when the jobs wrote them, else `unlinked`)."""
     rows = con.execute(f"""
         SELECT f.path, f.name FROM files f
         WHERE {_DIGEST}

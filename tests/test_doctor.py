@@ -72,11 +72,12 @@ def test_every_finding_on_a_crafted_workspace(mem):
          "Broken", "Links to a missing node")
     node(mem, "digest/wiki/anchor.md", "About [[digest/wiki/tea.md]].\n" + sources(f"{CARD}#L2-L40"),
          "Anchor", "Cites past the end")
-    node(mem, "digest/wiki/lonely.md", "Nothing links here and it links nowhere.\n", "Lonely", "An island")
+    node(mem, "digest/wiki/lonely.md", "Nothing links here and it links nowhere.\n", "Lonely", "An island",
+         about="lonely")  # the jobs' writing (the dream's `about`): it must link and cite
     node(mem, "digest/wiki/gone.md", "On [[digest/wiki/tea.md]].\n" + sources("daily/2024-01-01/deleted.md"),
-         "Gone", "Its only source was deleted")
+         "Gone", "Its only source was deleted", about="gone")
     node(mem, "digest/wiki/uncited.md", "On [[digest/wiki/kettle.md]].\n\n## Sources\n\nto do\n", "Uncited",
-         "A Sources section without links")
+         "A Sources section without links", merged_from=["digest/wiki/uncited-2.md"])
     node(mem, "digest/procedure/sourdough-a.md", "Feed it twice a day; see [[digest/wiki/tea.md]].\n" + sources(CARD),
          "Sourdough starter feeding", "How often to feed the sourdough starter")
     node(mem, "digest/procedure/sourdough-b.md", "Every 12 hours.\n" + sources(CARD),
@@ -197,7 +198,7 @@ def test_doctor_cli_table_json_and_exit_code(mem):
     ok = runner.invoke(cli, ["-w", str(mem.ws.root), "doctor"])
     assert ok.exit_code == 0, ok.output
     assert "healthy" in ok.output
-    mem.write("digest/wiki/lonely.md", "alone", name="Lonely")
+    mem.write("digest/wiki/lonely.md", "alone", name="Lonely", metadata={"about": "lonely"})  # as the dream writes
     bad = runner.invoke(cli, ["-w", str(mem.ws.root), "doctor", "--json"])
     assert bad.exit_code == 1
     report = json.loads(bad.output)
@@ -212,3 +213,32 @@ def test_one_node_name_in_two_buckets_is_a_finding(mem):
     assert report["same_names"] == [{"name": "tea.md", "paths": ["digest/personal/tea.md", "digest/wiki/tea.md"]}]
     assert report["ok"] is False and report["counts"]["same_names"] == 1
     assert doctor.describe("same_names", report["same_names"][0]) == "`digest/personal/tea.md` = `digest/wiki/tea.md`"
+
+
+def test_a_persons_own_notes_need_no_links_or_sources_and_short_names_are_no_duplicates(mem):
+    own = {"digest/project/vite-config.md": "`vite.config.ts`: the dev server proxies /api to :8000.\n",
+           "digest/project/vitest-config.md": "`vitest.config.ts`: jsdom, setup file tests/setup.ts.\n",
+           "digest/project/deploy-to-staging.md": "Push to the `staging` branch.\n",
+           "digest/project/deploy-to-production.md": "Tag a release; CI deploys it.\n"}
+    for path, text in own.items():
+        mem.write(path, text)  # hand-written: no frontmatter, no facts, no links, no Sources
+    report = check(mem)
+    assert report["ok"] is True, {k: report[k] for k in doctor.PROBLEMS if report[k]}
+    assert report["orphans"] == [] and report["missing_sources"] == [] and report["near_duplicates"] == []
+    assert sorted(r["path"] for r in report["unlinked"]) == sorted(own)  # a quiet note, what link-mine could join
+    # what the jobs write still has to link and cite: a node of facts citing a card, and the dream's node
+    mem.write("digest/project/facts.md", f"- Vite serves on 5173. (source:: [[{CARD}#^f1]]) ^f1\n")
+    mem.write("digest/project/dreamt.md", "Nothing cited.\n", metadata={"about": "dreamt"})
+    report = check(mem)
+    assert sorted((r["path"], r["reason"]) for r in report["missing_sources"]) == [
+        ("digest/project/dreamt.md", "no ## Sources section"), ("digest/project/facts.md", "no ## Sources section")]
+    assert [r["path"] for r in report["orphans"]] == ["digest/project/dreamt.md"]  # facts.md links its card
+    assert report["ok"] is False
+
+
+def test_the_cli_shows_a_persons_unlinked_note_as_a_note_and_exits_0(mem):
+    mem.write("digest/project/build.md", "# Build\n\n`npm run build`\n")
+    result = CliRunner().invoke(cli, ["-w", str(mem.ws.root), "doctor"])
+    assert result.exit_code == 0, result.output
+    assert "healthy" in result.output and "digest/project/build.md" in result.output
+    assert "unlinked (note)" in result.output

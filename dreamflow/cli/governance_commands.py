@@ -122,7 +122,7 @@ def _show_report(report: dict) -> None:
     for key, count in report["counts"].items():
         if not count:
             continue
-        out.print(Text(key.replace("_", " "), style="bold"))
+        out.print(Text(key.replace("_", " ") + ("" if key in PROBLEMS else " (note)"), style="bold"))
         for row in report[key][:20]:
             out.print(Text("  " + describe(key, row).replace("`", "")))
         if count > 20:
