@@ -160,6 +160,7 @@ PARAM_HELP: dict[str, str] = {
     "tags": "Only files with any of these tags (compared case-folded, spaces as _)",
     "strict_dates": "Apply start/end date to every file: drop undated ones (digest nodes) instead of keeping them",
     "path_prefix": "Only files under this path prefix, e.g. digest/",
+    "bucket": "Only nodes in this folder of digest/: personal, procedure, wiki or one of your own (e.g. project)",
     "expand": "Linked neighbours to attach per hit (0 = none)",
     "per_file": "Hits per file at most (0 = no cap); a file's other matching line ranges are listed in `more`",
     "fact": "The fact to trace: its block id (f2 or ^f2), its line number (12 or L12), or path#^f2; omit it when "

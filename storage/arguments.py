@@ -11,7 +11,7 @@ from datetime import date as _date
 from typing import Any
 
 from storage.errors import InvalidInput
-from storage.workspace import is_utf8
+from storage.workspace import ARCHIVE, is_utf8
 
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 BAD_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
@@ -60,6 +60,25 @@ def check_counts(high: int = MAX_COUNT, **counts: int) -> None:
             raise InvalidInput(f"{name} must be an integer, not {type(value).__name__}")
         if not 0 <= value <= high:
             raise InvalidInput(f"{name} must be between 0 and {high:,}, got {value}")
+
+
+def check_bucket(bucket: Any) -> str | None:
+    """A digest bucket's name as a filter (`personal`, `procedure`, `wiki` or a folder of your own under
+    `digest/`: `project`, also written `digest/project/`), or None for all; a bucket that is not there finds
+    nothing."""
+    check_text(bucket=bucket)
+    name = (bucket or "").strip().strip("/").removeprefix("digest/").strip("/")
+    if not name:
+        return None
+    if "/" in name or name in (".", ".."):
+        raise InvalidInput(f"bucket must be one folder of digest/ (e.g. personal or project), got {bucket!r}")
+    if name == ARCHIVE:
+        raise InvalidInput("digest/archive/ holds archived nodes, no bucket: `search --include-archived` or "
+                           "`--path-prefix digest/archive/` finds them")
+    problem = bad_name(name)
+    if problem:
+        raise InvalidInput(f"bucket: {problem}")
+    return name
 
 
 def parse_date(value: str) -> str:

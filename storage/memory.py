@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
-from storage.arguments import (OVERLONG_LINES, STALE_DAYS, check_counts, check_mapping, check_query, check_text,
-                               check_texts, new_path_problem, parse_date, search_date)
+from storage.arguments import (OVERLONG_LINES, STALE_DAYS, check_bucket, check_counts, check_mapping, check_query,
+                               check_text, check_texts, new_path_problem, parse_date, search_date)
 from storage.day_page import day_page
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
@@ -565,18 +565,21 @@ class Memory:
                 _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
         return _telling(behind, {**answer, "session": session})
 
-    def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False) -> list[dict]:
+    def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False,
+                    bucket: str | None = None) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score, status, valid_from,
         valid_to), no chunk text. Superseded and expired nodes are left out unless history; as_of answers what
-        was valid on that day."""
+        was valid on that day; bucket keeps one folder of digest/ (personal, procedure, wiki or your own)."""
         from storage import search as _search
 
         check_query(query)
         check_counts(limit=limit)
         check_text(as_of=as_of)
+        bucket = check_bucket(bucket)
+        prefix = f"digest/{bucket}/" if bucket else "digest/"
         with self._reading() as (con, _):
             return _search.node_search(con, query, limit=limit, vectors=self.vectors,
-                                       as_of=search_date(as_of), history=history)
+                                       as_of=search_date(as_of), history=history, prefix=prefix)
 
     def traverse(
         self,

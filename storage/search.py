@@ -465,19 +465,20 @@ def _link_rows(con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple]:
 
 def node_search(
     con: duckdb.DuckDBPyConnection, query: str, limit: int = 20, vectors: Vectors | None = None,
-    as_of: Any = None, history: bool = False,
+    as_of: Any = None, history: bool = False, prefix: str = "digest/",
 ) -> list[dict]:
     """Digest nodes matching `query` (archived ones left out; `as_of` and `history` as in `search`), one row
-    per node: {path, name, description, score, status, valid_from, valid_to}."""
+    per node: {path, name, description, score, status, valid_from, valid_to}; `prefix`: one bucket's only
+    (`digest/project/`)."""
     if limit <= 0:
         return []
-    filters, params = _file_filters(path_prefix="digest/", as_of=as_of, history=history)
+    filters, params = _file_filters(path_prefix=prefix, as_of=as_of, history=history)
     window = _fact_window(as_of, history)
     pool = max(CANDIDATES, 5 * limit)
     _prepare(vectors, con, query)
     while True:  # a node with many matching chunks can fill the pool: widen it until `limit` nodes are found
         keyword = bm25(con, query, pool, filters, params, window)
-        semantic = _vector_candidates(con, vectors, query, pool, "digest/", _within(filters, window), params)
+        semantic = _vector_candidates(con, vectors, query, pool, prefix, _within(filters, window), params)
         ids = {cid for cid, _ in keyword} | {cid for cid, _ in semantic}
         if not ids:
             return []

@@ -29,13 +29,16 @@ from typing import BinaryIO
 
 from storage.errors import Changed, InvalidInput, NotFound, PathError
 
+# The digest's buckets every workspace has (the dream files new nodes in them). A folder of your own under
+# `digest/` (`digest/project/`) is a bucket too, first-class everywhere (`digest_buckets`); `digest/archive/`
+# is where archived nodes go, no bucket.
+BUCKETS = ("personal", "procedure", "wiki")
+ARCHIVE = "archive"
 LAYOUT = (
     "session/dialog",
     "resource",
     "daily",
-    "digest/personal",
-    "digest/procedure",
-    "digest/wiki",
+    *(f"digest/{bucket}" for bucket in BUCKETS),
     "metadata",
 )
 MAX_NAME_BYTES = 255   # one path component (ext4, APFS, NTFS all stop here)
@@ -55,6 +58,15 @@ WRITERS = "metadata/journal"  # `writer-<pid>` markers: processes that may leave
 NOT_UTF8 = "file name that is not UTF-8"  # the kind a skipped entry with such a name is reported as
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.tmp$")
 _marked: set[Path] = set()  # workspace roots this process has marked as written to
+
+
+def digest_buckets(folders: Iterable[str]) -> list[str]:
+    """The digest's buckets given the names of the folders in `digest/` (as `list` shows them, `project/` or
+    `digest/project/` alike): the standard ones first (`BUCKETS`, present or not), then your own folders by
+    name; `archive` and dot folders are no bucket."""
+    own = {name.rstrip("/").rsplit("/", 1)[-1] for name in folders}
+    own = {name for name in own if name and not name.startswith(".") and name != ARCHIVE and name not in BUCKETS}
+    return [*BUCKETS, *sorted(own)]
 
 
 class Workspace:

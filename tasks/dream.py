@@ -44,11 +44,11 @@ from engine.toolbox import read_text
 from engine.usage import Usage, charged
 from storage import checkpoints, dream_log, facts, validity
 from storage.markdown import split_frontmatter
+from storage.workspace import digest_buckets
 from storage.tokenize import terms
 from tasks.cards import describe, extract_facts, fact_key, slugify, unwrap_link
 from tasks.prompts import load_prompt
 
-BUCKETS = ("personal", "procedure", "wiki")
 CANDIDATES = 5          # node facts one new fact is compared with
 SIMILAR = 0.35          # cosine from which a fact of the subject's node is shown though it shares no word
 KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` answer must keep
@@ -324,10 +324,14 @@ def since(ref: dict) -> str:
 
 
 def node_for(memory, unit: dict) -> str:
-    """The node of the unit's subject: `digest/<bucket>/<key>.md` in any bucket (the current one, if it was
-    superseded as a whole), else a node search hit about it, else a new node in the unit's bucket."""
+    """The node of the unit's subject: `digest/<bucket>/<key>.md` in any bucket, your own folders too (the
+    current one, if it was superseded as a whole), else a node search hit about it, else a new node in the
+    unit's bucket."""
     stem = unit["key"]
-    for bucket in [unit["bucket"], *(b for b in BUCKETS if b != unit["bucket"])]:
+    folders = [e["path"] for e in memory.list("digest", recursive=False, limit=1000)["entries"]
+               if e.get("type") == "folder"]
+    buckets = digest_buckets(folders)
+    for bucket in [unit["bucket"], *(b for b in buckets if b != unit["bucket"])]:
         found = current_of(memory, f"digest/{bucket}/{stem}.md")
         if found:
             return found

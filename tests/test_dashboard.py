@@ -551,3 +551,12 @@ def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflo
         assert "digest/archive/personal/jonas.md" in page.locator("table.units").inner_text()
         assert svc.memory.stat("digest/archive/personal/jonas.md")["frontmatter"]["archived"]
         assert visit.foreign() == []
+
+
+def test_a_digest_folder_of_your_own_has_its_own_colour_not_the_wikis():
+    from dreamflow.web.graph_layout import kind_of
+
+    assert [kind_of(p) for p in ("digest/personal/a.md", "digest/procedure/b.md", "digest/wiki/c.md",
+                                 "digest/project/build.md", "digest/archive/project/old.md")] == [
+        "personal", "procedure", "wiki", "own", "archive"]
+    assert ".kind-own circle" in (Path(__file__).parent.parent / "dreamflow/web/static/dashboard.css").read_text()

@@ -284,7 +284,7 @@ def test_archive_moves_stale_and_given_nodes_and_keeps_them_searchable(prefect_h
 
 
 def test_doctor_flow_publishes_a_markdown_artifact(prefect_harness, mem, ws):
-    mem.write("digest/wiki/lonely.md", "Alone.", name="Lonely")
+    mem.write("digest/wiki/lonely.md", "Alone.", name="Lonely", metadata={"about": "lonely"})  # the dream's node
     report = doctor(workspace=str(ws.root))
     assert report["ok"] is False and [o["path"] for o in report["orphans"]] == ["digest/wiki/lonely.md"]
     artifact = read_artifact("doctor")

@@ -183,6 +183,22 @@ def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip)
 
     off = hook(start(), trip, env={"DREAMFLOW_INJECT_START": "0"})
     assert injected(off, "SessionStart") is None
+
+
+def test_session_start_digest_shows_the_digest_folders_of_your_own_after_the_standard_ones(trip):
+    ws = Workspace(trip)
+    ws.write_text("digest/project/build.md", "# Build\n\n`npm run build` writes dist/.\n")  # no frontmatter
+    ws.write_text("digest/areas/garden.md", note("Garden", "Beds and watering", "# Garden\n\nWater at dawn.\n"))
+    ws.write_text("digest/inbox.md", "# Inbox\n\nCall the plumber.\n")  # right in digest/
+    ws.write_text("digest/archive/wiki/old.md", "# Old\n\nArchived, never shown.\n")
+    text = injected(hook(start(), trip), "SessionStart")
+    order = [text.index(p) for p in ("[digest/personal/ana.md:", "[digest/procedure/booking.md:",
+                                     "[digest/wiki/lisbon.md:", "[digest/areas/garden.md:",
+                                     "[digest/project/build.md:", "[digest/inbox.md:",
+                                     "[daily/2024-05-08/lisbon-with-ana.md:")]
+    assert order == sorted(order), text
+    assert "`npm run build` writes dist/." in text and "Water at dawn." in text
+    assert "digest/archive/" not in text
     off = hook(prompt("Which hotel did Ana book?"), trip, env={"DREAMFLOW_INJECT_PROMPT": "off"})
     assert injected(off, "UserPromptSubmit") is None
 

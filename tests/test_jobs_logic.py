@@ -286,3 +286,14 @@ def test_interests_read_errors(memory):
     memory.write("daily/2024-05-08/interests.yaml", "topics:\n  - title: T\n")
     with pytest.raises(InvalidInput, match="reason"):
         interests.load(memory, "2024-05-08")
+
+
+def test_the_dream_finds_a_subjects_node_in_a_digest_folder_of_your_own(memory):
+    from tasks.dream import node_for
+
+    memory.write("digest/project/vite.md", "# Vite\n\nThe dev server proxies /api.\n")  # yours, by hand
+    unit = {"key": "vite", "about": "Vite", "bucket": "wiki"}
+    assert node_for(memory, unit) == "digest/project/vite.md"  # not a second node in digest/wiki/
+    assert node_for(memory, {"key": "vitest", "about": "Vitest", "bucket": "wiki"}) == "digest/wiki/vitest.md"
+    memory.write("digest/archive/project/old.md", "# Old\n")
+    assert node_for(memory, {"key": "old", "about": "Old", "bucket": "wiki"}) == "digest/wiki/old.md"

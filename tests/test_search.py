@@ -296,3 +296,28 @@ def test_node_search_finds_limit_nodes_when_one_long_node_holds_all_top_candidat
         index.reconcile(c, ws)
         nodes = node_search(c, "lighthouse keeper", limit=5)
     assert len(nodes) == 5 and nodes[0]["path"] == "digest/wiki/lighthouse-log.md"
+
+
+def test_node_search_keeps_one_bucket_your_own_folders_too(tmp_path):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from dreamflow.cli import cli
+    from storage.errors import InvalidInput
+    from storage.memory import Memory
+
+    mem = Memory(tmp_path / "ws")
+    mem.write("digest/project/build.md", "# Build\n\nThe Vite build writes dist/.\n")
+    mem.write("digest/wiki/vite.md", "# Vite\n\nA build tool.\n", name="Vite")
+    assert {h["path"] for h in mem.node_search("build")} == {"digest/project/build.md", "digest/wiki/vite.md"}
+    assert [h["path"] for h in mem.node_search("build", bucket="project")] == ["digest/project/build.md"]
+    assert [h["path"] for h in mem.node_search("build", bucket="digest/wiki/")] == ["digest/wiki/vite.md"]
+    assert mem.node_search("build", bucket="nowhere") == []
+    for bad, said in (("archive", "archived nodes"), ("project/sub", "one folder"), ("a:b", "not allowed")):
+        with pytest.raises(InvalidInput, match=said):
+            mem.node_search("build", bucket=bad)
+    result = CliRunner().invoke(cli, ["-w", str(mem.ws.root), "node-search", "build", "--bucket", "project",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert [h["path"] for h in _json.loads(result.output)] == ["digest/project/build.md"]

@@ -7,7 +7,8 @@ scoring at least `inject_min_score` and `inject_min_relevance` times the prompt'
 mean the same on a memory of 2 files or 200,000 (storage/relevance.py): nothing relevant enough, nothing
 injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
-(digest/personal first, then procedure and wiki, newest first in each) and the cards of the latest days,
+(digest/personal first, then procedure, wiki and the folders of your own under digest/ by name, then notes
+right in digest/, newest first in each: storage/workspace.digest_buckets) and the cards of the latest days,
 each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
 recorded as given to the session, so its prompts' recall does not repeat them. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.
@@ -30,7 +31,6 @@ from pathlib import Path
 EVENTS = ("SessionStart", "UserPromptSubmit")
 MAX_CHARS = 9_500  # Claude Code shows longer additionalContext as a ~2,000-character preview only
 MAX_PROMPT_CHARS = 4_000  # of the prompt, as recall's query (a pasted log is not a question)
-DIGEST = ("digest/personal", "digest/procedure", "digest/wiki")
 NODES_PER_FOLDER = 12  # newest nodes looked at per digest folder
 RECENT_DAYS = 3  # days of daily cards looked at
 FIRST_LINES = 3  # body lines shown per node or card
@@ -144,11 +144,15 @@ def _fit(budget: int) -> int:
 
 
 def _nodes(memory) -> list[str]:
+    from storage.workspace import digest_buckets
+
+    top = memory.list("digest", recursive=False, limit=1000)["entries"]
     paths = []
-    for folder in DIGEST:
-        listed = memory.list(folder, limit=NODES_PER_FOLDER, sort="mtime", extensions=["md"])
+    for bucket in digest_buckets(e["path"] for e in top if e.get("type") == "folder"):
+        listed = memory.list(f"digest/{bucket}", limit=NODES_PER_FOLDER, sort="mtime", extensions=["md"])
         paths += [e["path"] for e in listed["entries"] if e.get("type") == "file"]
-    return paths
+    loose = [e for e in top if e.get("type") == "file" and e["path"].endswith(".md")]  # digest/x.md: no bucket
+    return paths + [e["path"] for e in sorted(loose, key=lambda e: -e.get("mtime_ns", 0))][:NODES_PER_FOLDER]
 
 
 def _cards(memory) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import PurePosixPath
 
+from storage.workspace import ARCHIVE, BUCKETS
+
 RING = 130  # px between rings
 NODE_RADIUS = 7
 LABEL_CHARS = 28
@@ -82,11 +84,11 @@ def _arrow(start: tuple[float, float], end: tuple[float, float], predicate: str 
 
 
 def kind_of(path: str, exists: bool = True) -> str:
-    """A file's kind for its colour: missing, archive, personal, procedure, wiki, daily, resource, session,
-    other."""
+    """A file's kind for its colour: missing, archive, personal, procedure, wiki, own (a digest folder of your
+    own), daily, resource, session, other."""
     if not exists:
         return "missing"
     parts = path.split("/")
     if parts[0] == "digest" and len(parts) > 2:
-        return parts[1] if parts[1] in ("archive", "personal", "procedure", "wiki") else "wiki"
+        return parts[1] if parts[1] in (ARCHIVE, *BUCKETS) else "own"
     return parts[0] if parts[0] in ("daily", "resource", "session") else "other"
