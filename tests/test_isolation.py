@@ -373,11 +373,11 @@ async def _follow_over_mcp(url: str, secret: str) -> tuple[str, str, str, str]:
                 found = (await session.call_tool("search", {"query": QUERY})).content[0].text
                 where = re.search(r"^(wsgamma3:\S+?):\d+-\d+ ", found, re.M).group(1)
                 opened = await session.call_tool("read", {"path": where})
-                assert not opened.isError, opened.content[0].text
+                assert not opened.is_error, opened.content[0].text
                 recalled = (await session.call_tool("recall", {"query": QUERY})).content[0].text
                 denied = await session.call_tool("read", {"path": "wsbeta2:digest/wiki/quokkabeta-page.md",
                                                           "workspace": "wsalpha1"})
-                return found, opened.content[0].text, recalled, denied.content[0].text if denied.isError else ""
+                return found, opened.content[0].text, recalled, denied.content[0].text if denied.is_error else ""
 
 
 def test_a_hit_of_a_read_workspace_names_it_and_every_surface_follows_it(isolated):
