@@ -96,7 +96,7 @@ OPS: tuple[Op, ...] = (
     Op("daily_reindex", writes=True, args=("date",), idempotent=True),
     # search and graph
     Op("search", writes=False, args=("query",), across=True),
-    Op("recall", writes=False, args=("query",), idempotent=False),  # records what a session was given under
+    Op("recall", writes=False, args=("query",), idempotent=False, across=True),  # records what a session was given under
     # metadata/ (derived state, never memory files), so a repeat answers with what is new
     Op("node_search", writes=False, args=("query",), across=True),
     Op("traverse", writes=False, args=("paths",)),
@@ -195,7 +195,8 @@ PARAM_HELP: dict[str, str] = {
     # workspaces (engine/registry.py, engine/scoped.py)
     "workspace": "Workspace to use, by name (the `workspaces` tool lists them); default: the connection's",
     "workspaces": "Workspaces to search, by name (several allowed; hits merged by score, each naming its "
-                  "workspace); default: this workspace and the ones it declares it reads",
+                  "workspace, another workspace's file as NAME:path, which read, stat and trace take); default: "
+                  "this workspace and the ones it declares it reads",
 }
 
 

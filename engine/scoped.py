@@ -5,20 +5,30 @@ Every surface (HTTP routes, MCP tools and resources, the CLI) calls `call(catalo
 A catalog is what serves workspaces: the service's hosts (dreamflow/service/hosting.py), or `LocalCatalog` for the
 CLI without a service. A workspace outside the grant answers exactly as one that does not exist.
 
-`search` and `node_search` take `workspaces`: the workspaces to search, merged by score; without it, the
-workspace and those its registry entry `reads` (only those the grant covers). Every hit names its workspace.
-Writes always go to exactly one workspace; links never leave one.
+`search`, `node_search` and `recall` take `workspaces`: the workspaces to read, merged by score (recall: its
+pieces ranked together in one token budget); without it, the workspace and those its registry entry `reads`
+(only those the grant covers). Every hit names its `workspace`; its `address` is how this workspace's calls
+name its file: `path` for its own, `NAME:path` for another workspace's (`personal:digest/x.md`).
+
+A path `NAME:rest` (NAME a workspace name, `rest` a path) names file `rest` of workspace NAME: a reading call
+(read, stat, trace, list, ...) follows it there, when the grant covers NAME (else: no such workspace, as for one
+that does not exist); a writing call takes it only for its own workspace (writes always go to exactly one
+workspace, named by the call). `./NAME:rest` is a file of this workspace whose name holds a colon. Links never
+leave a workspace.
 """
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from engine.grants import UNKNOWN_WORKSPACE, Grant
-from storage.errors import NotFound
+from storage.errors import InvalidInput, NotFound
 
+ADDRESS = re.compile(r"^([a-z0-9][a-z0-9_-]{0,62}):(?![/\\])(.+)$", re.S)  # NAME:path (names as engine/registry.py)
+PATH_ARGS = ("path", "paths", "src", "dst", "prefix", "target", "new_target")  # arguments that name files
 SEARCH_THREADS = 4  # workspaces searched at once by one call (DuckDB releases the GIL while it works)
 
 
@@ -97,16 +107,62 @@ def list_workspaces(catalog: Catalog, grant: Grant) -> list[dict[str, Any]]:
 
 
 def call(catalog: Catalog, grant: Grant, name: str | None, op, args: dict[str, Any]):
-    """Run operation `op` (an `engine.ops.Op`) with `args` in the named (or default) workspace."""
+    """Run operation `op` (an `engine.ops.Op`) with `args` in the named (or default) workspace, or in the one
+    its paths name (`NAME:path`)."""
+    if op.name == "recall":
+        return recall_across(catalog, grant, name, dict(args))
     if op.across:
         return search_across(catalog, grant, name, op.name, dict(args))
+    own = name or default_for(catalog, grant)
+    name, args = routed(catalog, grant, own, op.writes, args)
     name, memory = open_scoped(catalog, grant, name, op.writes)
-    return getattr(memory, op.method_name)(**args)
+    result = getattr(memory, op.method_name)(**args)
+    return {**result, "workspace": name} if name != own and isinstance(result, dict) else result
 
 
-def search_across(catalog: Catalog, grant: Grant, name: str | None, op_name: str, args: dict[str, Any]) -> list[dict]:
-    """`search` / `node_search` over one or several workspaces, hits merged by score, each naming its workspace."""
-    wanted = args.pop("workspaces", None)
+def split_address(text: str) -> tuple[str | None, str]:
+    """(workspace, path) of `NAME:path`; (None, text) for a plain path."""
+    found = ADDRESS.match(text) if isinstance(text, str) else None
+    return (found.group(1), found.group(2)) if found else (None, text)
+
+
+def address(own: str, workspace: str, path: str) -> str:
+    """How calls of workspace `own` name file `path` of `workspace`: the path, or `workspace:path`."""
+    return path if workspace == own else f"{workspace}:{path}"
+
+
+def routed(catalog: Catalog, grant: Grant, name: str, writes: bool, args: dict[str, Any]) -> tuple[str, dict]:
+    """(workspace, args without the `NAME:` of their paths) of a call in `name` whose paths may name another
+    workspace: a read goes there; a write only names its own; one call, one workspace."""
+    named: set[str] = set()
+    plain = dict(args)
+    for key in PATH_ARGS:
+        value = args.get(key)
+        if isinstance(value, str):
+            other, plain[key] = split_address(value)
+            named |= {other} - {None}
+        elif isinstance(value, list):
+            pairs = [split_address(v) for v in value]
+            plain[key] = [p for _, p in pairs]
+            named |= {w for w, _ in pairs} - {None}
+    if not named:
+        return name, args
+    for other in named:
+        if not (grant.sees(other) and catalog.serves(other)):
+            raise NotFound(f"{UNKNOWN_WORKSPACE}: {other!r} in `{other}:...` (`NAME:path` names a file of workspace "
+                           f"NAME; write ./{other}:... for a file of this workspace with a colon in its name)")
+    if len(named) > 1 or (named != {name} and writes):
+        where = ", ".join(sorted(named))
+        raise InvalidInput(f"this call names files of workspace {where}: "
+                           + ("one call reads one workspace" if not writes else
+                              f"a write goes to the workspace of the call ({name}); name the workspace with "
+                              f"--workspace (`workspace` over HTTP and MCP) and the path without its `NAME:`"))
+    return named.pop(), plain
+
+
+def reading(catalog: Catalog, grant: Grant, name: str | None, wanted: list[str] | None) -> tuple[str, list[str]]:
+    """(the call's workspace, the workspaces it reads): `wanted` when given (each checked against the grant),
+    else the workspace and those it declares it reads that the grant covers."""
     name = name or default_for(catalog, grant)
     if wanted:
         names = list(dict.fromkeys(wanted))
@@ -119,12 +175,20 @@ def search_across(catalog: Catalog, grant: Grant, name: str | None, op_name: str
         if not catalog.serves(name):
             raise NotFound(UNKNOWN_WORKSPACE)
         names = [name] + [r for r in catalog.reads(name) if r != name and grant.sees(r) and catalog.serves(r)]
+    return name, names
+
+
+def search_across(catalog: Catalog, grant: Grant, name: str | None, op_name: str, args: dict[str, Any]) -> list[dict]:
+    """`search` / `node_search` over one or several workspaces, hits merged by score, each naming its workspace
+    and its `address` (engine/scoped.py's docstring)."""
+    name, names = reading(catalog, grant, name, args.pop("workspaces", None))
     limit = args.get("limit", 10 if op_name == "search" else 20)
 
     def hits_of(other: str) -> list[dict]:
         memory = catalog.memory(other)
         own = {"workspaces": [other]} if getattr(memory, "workspace", None) else {}  # a service's: only its own
-        return [{**hit, "workspace": other} for hit in getattr(memory, op_name)(**args, **own)]
+        return [{**hit, "workspace": other, "address": address(name, other, hit["path"])}
+                for hit in getattr(memory, op_name)(**args, **own)]
 
     if len(names) == 1:
         return hits_of(names[0])
@@ -132,6 +196,36 @@ def search_across(catalog: Catalog, grant: Grant, name: str | None, op_name: str
         hits = [hit for found in pool.map(hits_of, names) for hit in found]
     hits.sort(key=lambda h: (h.get("score") or 0, h.get("bm25") or 0), reverse=True)
     return hits[:limit]
+
+
+def recall_across(catalog: Catalog, grant: Grant, name: str | None, args: dict[str, Any]) -> dict:
+    """`recall` over the workspaces search reads: each gives its evidence (without what the session was given),
+    the pieces are ranked together into the one budget (storage.recall.merge), each naming its workspace, and
+    the session's record (in the call's workspace) keeps what was given."""
+    from storage import recall as recall_store
+
+    name, names = reading(catalog, grant, name, args.pop("workspaces", None))
+    own = catalog.memory(name)
+    if getattr(own, "workspace", None) is not None or not hasattr(own, "evidence"):  # a service's: it fans out
+        return own.recall(**args, workspaces=names)
+    if names == [name]:
+        answer = own.recall(**args)
+        return {**answer, "items": [{**item, "workspace": name} for item in answer["items"]]}
+    session = args.pop("session", None)
+    given = recall_store.given(own.ws, session) if session else set()
+
+    def evidence(other: str) -> dict:
+        memory = catalog.memory(other)
+        if hasattr(memory, "evidence"):
+            return memory.evidence(**args, given=given)[0]
+        return memory.recall(**args, workspaces=[other])  # through its own service: no record of the session
+
+    with ThreadPoolExecutor(max_workers=min(len(names), SEARCH_THREADS)) as pool:
+        parts = list(zip(names, pool.map(evidence, names)))
+    answer, keys = recall_store.merge(name, parts, args.get("budget", 2000), given)
+    if session and not own.db.read_only:
+        recall_store.remember(own.ws, session, keys, query=args["query"], items=answer["items"])
+    return {**answer, "session": session}
 
 
 class LocalCatalog:

@@ -536,34 +536,48 @@ class Memory:
                min_score: float | None = None, min_relevance: float | None = None, min_words: int | None = None,
                as_of: str | None = None, history: bool = False) -> dict:
         """Evidence for a question, packed to fit a context window: the most relevant lines of the best matching
-        files within `budget` tokens, each cited as path:start-end (the lines `read` shows) with its date, in
-        `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
+        files within `budget` tokens, each cited as path:start-end (the lines `read` shows; a piece of another
+        workspace this one reads as NAME:path:start-end) with its date, in `text`; `tokens` is what it takes. With `session`, nothing that session was already given comes again
         (`withheld` counts the lines left out); use a new session id for a fresh context. With `min_score`,
         `min_relevance` and/or `min_words`, nothing unless something new comes from a keyword match that relevant
         (the same numbers mean the same on a memory of any size). Superseded and expired digest nodes are left out
         unless history; as_of answers what was valid on that day."""
         from storage import recall as _recall
 
+        check_text(session=session)
+        if session is not None:
+            check_session_id(session)
+        seen = _recall.given(self.ws, session) if session else set()
+        answer, keys = self.evidence(query, budget, seen, start_date=start_date, end_date=end_date, tags=tags,
+                                     path_prefix=path_prefix, min_score=min_score, min_relevance=min_relevance,
+                                     min_words=min_words, as_of=as_of, history=history)
+        if session and not self.db.read_only:  # a read-only workspace keeps no record: all is new each time
+            _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
+        return {**answer, "session": session}
+
+    def evidence(self, query: str, budget: int = 2000, given: set[str] | frozenset[str] = frozenset(),
+                 start_date: str | None = None, end_date: str | None = None, tags: list[str] | None = None,
+                 path_prefix: str | None = None, min_score: float | None = None, min_relevance: float | None = None,
+                 min_words: int | None = None, as_of: str | None = None, history: bool = False) -> tuple[dict, list]:
+        """`recall`'s answer without a session's record: (answer, keys of the lines it gives), leaving out the
+        lines whose key is in `given`. What each workspace gives a recall across workspaces (engine/scoped.py)."""
+        from storage import recall as _recall
+
         check_query(query)
         check_counts(RECALL_MAX, budget=budget)
         if budget < RECALL_MIN:
             raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
-        check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, session=session, as_of=as_of)
+        check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, as_of=as_of)
         check_texts("tags", tags)
         if min_words is not None:
             check_counts(min_words=min_words)
-        if session is not None:
-            check_session_id(session)
         with self._reading() as (con, behind):
-            seen = _recall.given(self.ws, session) if session else set()
             answer, keys = _recall.recall(
-                con, self.ws, query, budget, given=seen, vectors=self.vectors, min_words=min_words,
+                con, self.ws, query, budget, given=set(given), vectors=self.vectors, min_words=min_words,
                 start_date=search_date(start_date), end_date=search_date(end_date), tags=tags or None,
                 path_prefix=path_prefix or None, min_score=min_score,
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
-            if session and not self.db.read_only:  # a read-only workspace keeps no record: all is new each time
-                _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
-        return _telling(behind, {**answer, "session": session})
+        return _telling(behind, answer), keys
 
     def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False,
                     bucket: str | None = None) -> list[dict]:

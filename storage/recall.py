@@ -110,6 +110,37 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
             "withheld": withheld}, keys
 
 
+def merge(own: str, parts: list[tuple[str, dict]], budget: int, given: set[str]) -> tuple[dict, list[str]]:
+    """One answer within `budget` from the answers of several workspaces (`parts`: (workspace, answer), the
+    caller's workspace `own` among them): their pieces ranked together by score (ties: in `parts` order, then
+    each answer's order), each cited with its workspace (`NAME:path:start-end` for another workspace's), taken
+    while they fit; pieces all of whose lines are in `given` are left out. The keys of the lines given."""
+    pieces = []
+    for order, (workspace, answer) in enumerate(parts):
+        texts = answer["text"].split("\n\n") if answer["text"] else []  # pieces hold no blank line
+        for place, (item, text) in enumerate(zip(answer["items"], texts)):
+            head, _, body = text.partition("\n")
+            keys = [line_key(item["path"], line) for line in body.split("\n")]
+            if given.issuperset(keys):
+                continue
+            if workspace != own:
+                head = f"[{workspace}:{head[1:]}"
+            text = f"{head}\n{body}"
+            pieces.append((-(item.get("score") or 0), order, place,
+                           {**item, "workspace": workspace, "tokens": tokens(text)}, text, keys))
+    chosen, used = [], 0
+    for piece in sorted(pieces, key=lambda p: p[:3]):
+        cost = tokens(piece[4]) + (1 if chosen else 0)
+        if used + cost <= budget:
+            chosen.append(piece)
+            used += cost
+    text = "\n\n".join(p[4] for p in chosen)
+    behind = next((a["index_behind"] for _, a in parts if a.get("index_behind")), None)
+    answer = {"query": parts[0][1]["query"], "budget": budget, "tokens": tokens(text), "text": text,
+              "items": [p[3] for p in chosen], "withheld": sum(a.get("withheld", 0) for _, a in parts)}
+    return ({**answer, "index_behind": behind} if behind else answer), [k for p in chosen for k in p[5]]
+
+
 class _Candidates:
     """The search hits of one recall (`hits`, best first) and the pieces of each, worked out when packing
     first reaches the hit and kept for a deeper pass (each file read once per recall)."""

@@ -250,7 +250,7 @@ def test_a_service_that_does_not_answer_injects_nothing_and_never_blocks(trip):
     assert "Casa do Largo" in injected(hook(prompt("Which hotel did Ana book in Alfama?"), trip), "UserPromptSubmit")
 
 
-def test_a_routed_session_gets_only_its_own_workspace(tmp_path):
+def test_a_routed_session_gets_its_workspace_and_what_it_reads(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE", "DREAMFLOW_API_TOKEN")}
     env.update(DREAMFLOW_HOME=str(tmp_path / "home"), DREAMFLOW_EMBEDDER="none")
     folders = registered(tmp_path, env)  # web reads personal (declared sharing); api apart; all about coffee
@@ -261,13 +261,15 @@ def test_a_routed_session_gets_only_its_own_workspace(tmp_path):
                               input=json.dumps(prompt(text, f"s-{n}", cwd)), capture_output=True, text=True,
                               timeout=60, env={**env, **ANY_MATCH})
         got = injected(done, "UserPromptSubmit")
-        assert got is not None and "[digest/wiki/web-note.md:" in got, got
-        assert "oat flat white" not in got and "40 ms" not in got and "personal-note" not in got and "api-note" not in got
+        assert got is not None and "[digest/wiki/web-note.md:" in got, got  # its own: as `read` there takes it
+        assert "[personal:digest/wiki/personal-note.md:1]\nI take my coffee as an oat flat white." in got, got
+        assert "40 ms" not in got and "api-note" not in got
     begun = subprocess.run([sys.executable, "-c", ENTRY, "hook", "claude-code"], input=json.dumps(start(cwd=cwd)),
                            capture_output=True, text=True, timeout=60, env=env)
     got = injected(begun, "SessionStart")
-    assert "web-note" in got and "personal-note" not in got and "api-note" not in got
-    assert not (folders["personal"] / "metadata/recall").exists()  # nothing read from or recorded in the others
+    assert "[digest/wiki/web-note.md:" in got and "[personal:digest/wiki/personal-note.md:" in got, got
+    assert "api-note" not in got
+    assert not (folders["personal"] / "metadata/recall").exists()  # the sessions' records stay in web
     assert not (folders["api"] / "metadata/recall").exists()
 
 

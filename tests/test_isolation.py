@@ -359,3 +359,75 @@ def test_a_broken_registry_leaves_the_service_serving_the_one_it_read_before(iso
         assert service.log().count(said) == 1, "said once per change, not on every look"
     finally:
         path.write_text(good)
+
+
+async def _follow_over_mcp(url: str, secret: str) -> tuple[str, str, str, str]:
+    """(search text, read text of its gamma hit, recall text, the read of an ungranted workspace's file) over /mcp."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                found = (await session.call_tool("search", {"query": QUERY})).content[0].text
+                where = re.search(r"^(wsgamma3:\S+?):\d+-\d+ ", found, re.M).group(1)
+                opened = await session.call_tool("read", {"path": where})
+                assert not opened.is_error, opened.content[0].text
+                recalled = (await session.call_tool("recall", {"query": QUERY})).content[0].text
+                denied = await session.call_tool("read", {"path": "wsbeta2:digest/wiki/quokkabeta-page.md",
+                                                          "workspace": "wsalpha1"})
+                return found, opened.content[0].text, recalled, denied.content[0].text if denied.is_error else ""
+
+
+def test_a_hit_of_a_read_workspace_names_it_and_every_surface_follows_it(isolated):
+    """alpha reads gamma: over HTTP, /mcp, /inject and the CLI through the service, gamma's hits are
+    `wsgamma3:path`, read/stat/trace follow that form where the token covers gamma, and never elsewhere."""
+    from test_cli import invoke
+
+    service, secrets, folders = isolated
+    gamma_page = "digest/wiki/quokkagamma-page.md"
+
+    def post(route: str, body: dict, token: str = "admin") -> httpx.Response:
+        return httpx.post(f"{service.url}/workspaces/wsalpha1{route}", json=body, timeout=60,
+                          headers={"Authorization": f"Bearer {secrets[token]}"})
+
+    hits = post("/ops/search", {"query": QUERY}).json()
+    assert {(h["workspace"], h["address"]) for h in hits} == {
+        ("wsalpha1", "digest/wiki/quokkaalpha-page.md"), ("wsgamma3", f"wsgamma3:{gamma_page}")}
+    for op, extra in (("read", {}), ("stat", {}), ("trace", {"fact": "L3"})):
+        answer = post(f"/ops/{op}", {"path": f"wsgamma3:{gamma_page}", **extra})
+        assert answer.status_code == 200 and answer.json()["workspace"] == "wsgamma3", (op, answer.text)
+    assert "quokkagamma lives here" in post("/ops/read", {"path": f"wsgamma3:{gamma_page}"}).json()["content"]
+    recalled = post("/ops/recall", {"query": QUERY}).json()
+    assert {i["workspace"] for i in recalled["items"]} == {"wsalpha1", "wsgamma3"}
+    assert f"[wsgamma3:{gamma_page}:" in recalled["text"] and "[digest/wiki/quokkaalpha-page.md:" in recalled["text"]
+    # a token of alpha only: gamma is as if it did not exist, in search, recall and a `wsgamma3:` path alike
+    assert {h["workspace"] for h in post("/ops/search", {"query": QUERY}, "a").json()} == {"wsalpha1"}
+    assert "wsgamma3" not in post("/ops/recall", {"query": QUERY}, "a").text
+    hidden = post("/ops/read", {"path": f"wsgamma3:{gamma_page}"}, "a")
+    assert hidden.status_code == 404 and hidden.json()["error"]["type"] == "NotFound"
+    escape = post("/ops/read", {"path": "wsgamma3:../beta-store/digest/wiki/quokkabeta-page.md"})
+    assert escape.status_code == 400 and escape.json()["error"]["type"] == "PathError", escape.text
+    written = post("/ops/write", {"path": "wsgamma3:daily/2024-01-09/x.md", "content": "x"})
+    assert written.status_code == 400 and not (folders["wsgamma3"] / "daily/2024-01-09").exists()
+    assert not (folders["wsalpha1"] / "wsgamma3:daily").exists()
+
+    found, opened, recall_text, denied = anyio.run(_follow_over_mcp, f"{service.url}/mcp", secrets["admin"])
+    assert f"wsgamma3:{gamma_page}:" in found and "\ndigest/wiki/quokkaalpha-page.md:" in f"\n{found}"
+    assert "quokkagamma lives here" in opened and f"[wsgamma3:{gamma_page}:" in recall_text
+    assert denied == ""  # the admin may read beta too: one call in the workspace its path names
+
+    injected = post("/inject", {"event": "UserPromptSubmit", "prompt": "who lives here quokkagamma", "budget": 500,
+                                "min_score": 0, "min_relevance": 0, "min_words": 0}).json()["text"]
+    assert f"[wsgamma3:{gamma_page}:" in injected, injected
+    begun = post("/inject", {"event": "SessionStart", "session": "iso-start", "budget": 800}).json()["text"]
+    assert f"[wsgamma3:{gamma_page}:" in begun and "quokkabeta" not in begun, begun
+    assert not (folders["wsgamma3"] / "metadata/recall/iso-start.json").exists()  # the record stays in alpha
+    assert (folders["wsalpha1"] / "metadata/recall/iso-start.json").exists()
+
+    env = {**{key: None for key in os.environ if key not in service.env}, **service.env}
+    text = invoke(["--workspace", str(folders["wsalpha1"]), "search", QUERY], env=env).stdout
+    assert f"wsgamma3:{gamma_page}:" in text, text
+    read = invoke(["--workspace", str(folders["wsalpha1"]), "read", f"wsgamma3:{gamma_page}"], env=env)
+    assert read.returncode == 0 and "quokkagamma lives here" in read.stdout, read.stderr

@@ -219,6 +219,41 @@ def test_searches_read_declared_workspaces_and_nothing_else(tmp_path, home):
     assert (tmp_path / "web/digest/wiki/new.md").is_file() and not (tmp_path / "personal/digest/wiki/new.md").exists()
 
 
+def test_a_hit_of_a_read_workspace_names_it_and_read_stat_trace_and_recall_follow_it(tmp_path, home):
+    folders = registered(tmp_path, home)
+    text = run("--workspace", "web", "search", "coffee", env=home).stdout
+    assert "personal:digest/wiki/personal-note.md:1-1" in text and "\ndigest/wiki/web-note.md:1-1" in f"\n{text}"
+    rows = json.loads(run("--workspace", "web", "search", "coffee", "--json", env=home).stdout)
+    assert {(h["workspace"], h["address"]) for h in rows} == {
+        ("personal", "personal:digest/wiki/personal-note.md"), ("web", "digest/wiki/web-note.md")}
+    assert "personal:digest/wiki/personal-note.md" in run("--workspace", "web", "node-search", "coffee",
+                                                          env=home).stdout
+    for args in (["read"], ["stat", "--json"], ["trace", "L1", "--json"]):
+        done = run("--workspace", "web", args[0], "personal:digest/wiki/personal-note.md", *args[1:], env=home)
+        assert done.returncode == 0, done.stderr
+        assert ("oat flat white" in done.stdout) if args == ["read"] else (
+            json.loads(done.stdout)["workspace"] == "personal"), done.stdout
+    for bad, code, why in (("nobody:digest/x.md", 3, "no such workspace"),
+                           ("personal:../api/digest/wiki/api-note.md", 2, "escapes the workspace")):
+        done = run("--workspace", "web", "read", bad, env=home)
+        assert done.returncode == code and why in " ".join(done.stderr.split()), done.stderr
+    wrote = run("--workspace", "web", "write", "personal:digest/wiki/x.md", "--content", "x", env=home)
+    assert wrote.returncode == 2 and "a write goes to the workspace of the call" in " ".join(wrote.stderr.split())
+    assert not (folders["personal"] / "digest/wiki/x.md").exists() and not (folders["web"] / "personal:digest").exists()
+
+    # recall reads what search reads: one budget, pieces ranked together, each naming its workspace
+    answer = json.loads(run("--workspace", "web", "recall", "coffee", "--session", "s1", "--json", env=home).stdout)
+    assert {i["workspace"] for i in answer["items"]} == {"web", "personal"}
+    assert "[personal:digest/wiki/personal-note.md:1]" in answer["text"] and "api" not in answer["text"]
+    again = json.loads(run("--workspace", "web", "recall", "coffee", "--session", "s1", "--json", env=home).stdout)
+    assert again["items"] == [] and again["withheld"] == 2  # the session's record (in web) covers both
+    assert not (folders["personal"] / "metadata/recall").exists()
+    small = json.loads(run("--workspace", "web", "recall", "coffee", "--budget", "50", "--json", env=home).stdout)
+    assert small["tokens"] <= 50 and sum(i["tokens"] for i in small["items"]) <= 50  # one budget for both
+    own = json.loads(run("--workspace", "personal", "recall", "coffee", "--json", env=home).stdout)
+    assert [i["workspace"] for i in own["items"]] == ["personal"] and "[digest/wiki/personal-note.md:1]" in own["text"]
+
+
 def test_tokens_are_printed_once_stored_as_hashes_and_revocable(tmp_path, home):
     registered(tmp_path, home)
     made = run("token", "create", "--name", "laptop", "--workspace", "web", "--read-only", "--json", env=home)

@@ -70,8 +70,9 @@ class CliContext:
         return open_memory(self.workspace)
 
     def across(self, op: ops.Op, kwargs: dict[str, Any]):
-        """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`): the
-        running service decides what the caller's token may read; without one, this machine's registry."""
+        """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`) or names
+        a file of another (`NAME:path`, engine/scoped.py): the running service decides what the caller's token
+        may read; without one, this machine's registry."""
         memory = self.memory()
         if getattr(memory, "workspace", None) is not None:  # a RemoteMemory: the service resolves the rest
             return getattr(memory, op.method_name)(**kwargs)
@@ -161,7 +162,7 @@ def build_command(op: ops.Op) -> click.Command:
             if body is not None:
                 kwargs[op.body] = body
         try:
-            if op.across:
+            if op.across or _names_workspace(kwargs):
                 result = obj.across(op, kwargs)
             else:
                 method = getattr(obj.memory(), op.method_name)
@@ -248,6 +249,13 @@ def _strip_none(hint: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return args[0] if len(args) == 1 else hint
     return hint
+
+
+def _names_workspace(kwargs: dict[str, Any]) -> bool:
+    """Whether a path argument may name a file of another workspace (`NAME:path`): engine/scoped.py decides."""
+    values = [kwargs.get(key) for key in ("path", "paths", "src", "dst", "prefix", "target", "new_target")]
+    return any(":" in v for value in values for v in (value if isinstance(value, list) else [value])
+               if isinstance(v, str))
 
 
 def _from_click(value: Any) -> Any:

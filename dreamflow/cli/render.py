@@ -51,10 +51,12 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
 # ---- per-operation renderers ---------------------------------------------------------------------------
 
 def show_search(hits: list[dict]) -> None:
+    """Each hit as `address:start-end` (`NAME:path:...` for another workspace's file: what read takes)."""
     if not hits:
         out.print(Text("no results", style="dim"))
     for hit in hits:
-        head = Text(f"{hit['path']}:{hit.get('start_line')}-{hit.get('end_line')}", style="bold cyan")
+        where = hit.get("address") or hit["path"]
+        head = Text(f"{where}:{hit.get('start_line')}-{hit.get('end_line')}", style="bold cyan")
         head += Text(f"  {hit.get('score', 0):.4f}", style="dim")
         when = validity.label(hit)
         if when:
@@ -71,15 +73,16 @@ def show_search(hits: list[dict]) -> None:
             ranges = ", ".join(f"L{start}-L{end}" for start, end in hit["more"])
             out.print(Text(f"  also matches in this file: {ranges}", style="dim"))
         for nb in hit.get("neighbors") or []:
-            out.print(_neighbor(nb))
+            out.print(_neighbor(nb, where[:len(where) - len(hit["path"])]))
         out.print()
 
 
-def _neighbor(nb: dict) -> Text:
+def _neighbor(nb: dict, workspace: str = "") -> Text:
+    """A linked file of a hit (`workspace`: the hit's `NAME:`, links never leave a workspace)."""
     arrow = "←" if nb.get("direction") in ("in", "backward", "inbound") else "→"
     anchor = f"#{nb['anchor']}" if nb.get("anchor") else ""
     pred = f"{nb['predicate']}:: " if nb.get("predicate") else ""
-    line = Text(f"  {arrow} {pred}", style="dim") + Text(f"{nb.get('path')}{anchor}", style="green")
+    line = Text(f"  {arrow} {pred}", style="dim") + Text(f"{workspace}{nb.get('path')}{anchor}", style="green")
     about = ": ".join(str(x) for x in (nb.get("name"), nb.get("description")) if x)
     return line + Text(f"  {about}", style="dim") if about else line
 
@@ -87,7 +90,7 @@ def _neighbor(nb: dict) -> Text:
 def show_node_search(rows: list[dict]) -> None:
     table = _table("path", "name", "description", "valid", "score")
     for row in rows:
-        table.add_row(Text(row["path"], style="cyan"), Text(row.get("name") or ""),
+        table.add_row(Text(row.get("address") or row["path"], style="cyan"), Text(row.get("name") or ""),
                       Text(row.get("description") or ""), validity.label(row) or "", f"{row.get('score', 0):.4f}")
     out.print(table if rows else Text("no results", style="dim"))
 

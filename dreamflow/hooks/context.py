@@ -13,10 +13,13 @@ each as its name, description and first lines, within `inject_start_tokens`; the
 recorded as given to the session, so its prompts' recall does not repeat them. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.
 
+Both read what the session's workspace's searches read: itself and the workspaces its registry entry `reads`
+(engine/scoped.py), in one budget; an item of another workspace is cited `[NAME:path:start-end]`, which `read`
+takes as it is; the session's record stays in its own workspace.
+
 Both answer on stdout as Claude Code reads it: `{"hookSpecificOutput": {"hookEventName": EVENT,
 "additionalContext": TEXT}}`, kept under Claude Code's 10,000 characters (MAX_CHARS); nothing at all when
-there is nothing to say. Only the session's own workspace is read (hooks.session_workspace; recall and
-`list`/`read` never read the workspaces it declares it reads). With a running service the hook process
+there is nothing to say. The session's workspace is hooks.session_workspace's. With a running service the hook process
 asks it in one request (`POST /inject`: the service works `inject` out on its open index), so the process
 imports no more than that needs (dreamflow/entry.py); without one, it opens the workspace itself. Never in
 the prompt's way: the service's answer is waited for `inject_timeout` seconds, in-process the index lock as
@@ -38,19 +41,25 @@ READ_CHARS = 2_000  # of each node or card read for its frontmatter and first li
 MIN_ITEM = 16  # tokens: below this left in the budget, packing stops
 
 
-def context(workspace: Path, payload: dict) -> str | None:
-    """The text to inject for the hook `payload` (None: nothing), from the memory of `workspace`: asked of its
-    running service in one request (`POST /inject`, answered by `inject` there), else worked out here."""
+def context(workspace: tuple[str, Path], payload: dict) -> str | None:
+    """The text to inject for the hook `payload` (None: nothing), from workspace (name, folder) and those it
+    reads: asked of its running service in one request (`POST /inject`, answered by `inject` there), else
+    worked out here."""
     from engine.settings import Settings
 
     settings = Settings()
     asked = question(payload, settings)
     if asked is None:
         return None
-    remote = _service(workspace, settings.inject_timeout)
+    name, root = workspace
+    remote = _service(root, settings.inject_timeout)
     if remote is not None:
         return remote.request("POST", f"{remote.scope}/inject", asked)["text"]
-    return inject(_local(workspace, settings.inject_timeout), **asked)
+    from engine import scoped
+    from engine.grants import ADMIN
+
+    _wait_at_most(settings.inject_timeout)
+    return inject(scoped.LocalCatalog(name, root), ADMIN, name, **asked)
 
 
 def question(payload: dict, settings) -> dict | None:
@@ -70,13 +79,15 @@ def question(payload: dict, settings) -> dict | None:
     return None
 
 
-def inject(memory, event: str, session: str | None, budget: int, prompt: str | None = None,
+def inject(catalog, grant, name: str, event: str, session: str | None, budget: int, prompt: str | None = None,
            min_score: float | None = None, min_relevance: float | None = None,
            min_words: int | None = None) -> str | None:
-    """The text for `event` from `memory` (a `Memory`: in the hook's process or in the service), None: nothing."""
+    """The text for `event` from workspace `name` of `catalog` (engine/scoped.py: in the hook's process or in
+    the service) and the workspaces it reads that `grant` covers; None: nothing."""
     if event == "UserPromptSubmit":
-        return prompt_context(memory, prompt or "", session, budget, min_score, min_relevance, min_words)
-    return start_context(memory, budget, session)
+        return prompt_context(catalog, grant, name, prompt or "", session, budget, min_score, min_relevance,
+                              min_words)
+    return start_context(catalog, grant, name, budget, session)
 
 
 def answer(event: str, text: str) -> dict:
@@ -84,55 +95,65 @@ def answer(event: str, text: str) -> dict:
     return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
 
 
-def prompt_context(memory, prompt: str, session: str | None, budget: int, min_score: float | None,
-                   min_relevance: float | None, min_words: int | None = None) -> str | None:
-    """Recall for the prompt under the session's id: the cited evidence with a one-line header, or None."""
+def prompt_context(catalog, grant, name: str, prompt: str, session: str | None, budget: int,
+                   min_score: float | None, min_relevance: float | None, min_words: int | None = None) -> str | None:
+    """Recall for the prompt under the session's id, across what the workspace reads: the cited evidence with a
+    one-line header, or None."""
     from dreamflow.mcp.text import behind_note
+    from engine import scoped
 
     if not prompt.strip():
         return None
-    result = memory.recall(prompt[:MAX_PROMPT_CHARS], budget=_fit(budget), session=session or None,
-                           min_score=min_score, min_relevance=min_relevance, min_words=min_words)
+    result = scoped.recall_across(catalog, grant, name, {
+        "query": prompt[:MAX_PROMPT_CHARS], "budget": _fit(budget), "session": session or None,
+        "min_score": min_score, "min_relevance": min_relevance, "min_words": min_words})
     if not result["items"]:
         return None
     behind = f"\n\n{behind_note(result['index_behind'])}" if result.get("index_behind") else ""
-    return ("Dreamflow memory: possibly relevant to this prompt (each piece cited [path:lines]; `read` for more)."
+    return ("Dreamflow memory: possibly relevant to this prompt (each piece cited [path:lines], another "
+            "workspace's [NAME:path:lines]; `read` for more)."
             "\n\n" + result["text"] + behind)
 
 
-def start_context(memory, budget: int, session: str | None = None) -> str | None:
-    """The session-start digest: digest nodes, then the latest days' cards, as many as fit `budget`; with
-    `session`, the lines it shows are recorded as given to it (storage/recall.py), so recall for its prompts
-    does not repeat them."""
+def start_context(catalog, grant, name: str, budget: int, session: str | None = None) -> str | None:
+    """The session-start digest of workspace `name` and those it reads: digest nodes (its own first), then the
+    latest days' cards, as many as fit `budget`; with `session`, the lines it shows are recorded as given to it
+    (storage/recall.py, in the workspace's own record), so recall for its prompts does not repeat them."""
+    from engine import scoped
     from storage.tokenize import tokens
 
+    name, names = scoped.reading(catalog, grant, name, None)
+    memories = {other: catalog.memory(other) for other in names}
     budget = _fit(budget)
     sections: list[tuple[str, list[str]]] = []
     given: list[str] = []
     cited: list[dict] = []
     used = 0
-    for title, paths in (("Digest", _nodes(memory)), ("Recent cards", _cards(memory))):
+    nodes = [(other, path) for other, memory in memories.items() for path in _nodes(memory)]
+    cards = [(other, path) for other, memory in memories.items() for path in _cards(memory)]
+    for title, paths in (("Digest", nodes), ("Recent cards", cards)):
         items: list[str] = []
-        for path in paths:
+        for other, path in paths:
             if budget - used < MIN_ITEM:
                 break
-            item, keys, cite = _item(memory, path)
+            item, keys, cite = _item(memories[other], path, scoped.address(name, other, path))
             cost = tokens(item) + 1 if item else 0
             if item and used + cost <= budget:
                 items.append(item)
                 given += keys
-                cited.append(cite)
+                cited.append({**cite, "workspace": other})
                 used += cost
         if items:
             sections.append((title, items))
     if not sections:
         return None
-    if session:
+    own = memories[name]
+    if session and hasattr(own, "ws") and not own.db.read_only:
         from storage.recall import remember
 
-        remember(memory.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
-    parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines]; `read` or "
-             "`search` for more)."]
+        remember(own.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
+    parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines], another "
+             "workspace's [NAME:path:lines]; `read` or `search` for more)."]
     for title, items in sections:
         parts.append(f"## {title}\n\n" + "\n\n".join(items))
     return "\n\n".join(parts)
@@ -163,8 +184,9 @@ def _cards(memory) -> list[str]:
     return paths
 
 
-def _item(memory, path: str) -> tuple[str | None, list[str], dict | None]:
-    """`[path:start-end] name: description` and the first body lines of a node or card (None: nothing in it,
+def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | None]:
+    """`[where:start-end] name: description` (`where`: the path as the session's workspace names it) and the
+    first body lines of a node or card (None: nothing in it,
     or a superseded or expired node), the keys (storage.recall.line_key) of the lines it shows (those and the
     name and description lines) and its citation (`{path, start_line, end_line}`)."""
     from datetime import date
@@ -187,7 +209,7 @@ def _item(memory, path: str) -> tuple[str | None, list[str], dict | None]:
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
     if not (name or description or shown):
         return None, [], None
-    where = path + (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
+    where += (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
     head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
     said = [text for text in lines[:body_start] if text.startswith(("name:", "description:"))]
     cite = {"path": path, "start_line": shown[0][0] if shown else 1, "end_line": shown[-1][0] if shown else 1}
@@ -203,12 +225,10 @@ def _service(workspace: Path, timeout: float):
     return connect(workspace, timeout=timeout, check=False)
 
 
-def _local(workspace: Path, timeout: float):
-    """The workspace's memory in this process, the index lock waited for at most `timeout` seconds."""
+def _wait_at_most(timeout: float) -> None:
+    """In this hook process, the index locks waited for at most `timeout` seconds."""
     import os
 
-    from engine.client import local_memory
     from storage.db import lock_timeout
 
     os.environ["DREAMFLOW_LOCK_TIMEOUT"] = str(min(timeout, lock_timeout()))  # this hook process only
-    return local_memory(workspace)

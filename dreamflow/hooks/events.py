@@ -359,13 +359,18 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
 
 
 def session_workspace(given: str | None, payload: dict) -> Path:
-    """The workspace a session's turns go to: `--workspace` or `DREAMFLOW_WORKSPACE` when given, else the
-    registered workspace whose `folders` hold the session's `cwd` (one memory per repository), else the
-    registry's default (engine.registry.resolve)."""
+    """The folder of the workspace a session's turns go to (`session_target`)."""
+    return session_target(given, payload)[1]
+
+
+def session_target(given: str | None, payload: dict) -> tuple[str, Path]:
+    """(name, folder) of the workspace a session's turns go to: `--workspace` or `DREAMFLOW_WORKSPACE` when
+    given, else the registered workspace whose `folders` hold the session's `cwd` (one memory per repository),
+    else the registry's default (engine.registry.resolve)."""
     from engine.registry import resolve
 
     cwd = payload.get("cwd")
-    return resolve(given, cwd=cwd if isinstance(cwd, str) and cwd else None)[1]
+    return resolve(given, cwd=cwd if isinstance(cwd, str) and cwd else None)
 
 
 def _index_held(ws):
@@ -411,7 +416,7 @@ def claude_code(workspace_arg: str | None, verbose: bool = False) -> None:
             raise ValueError("the hook input is not a JSON object")
         event = payload.get("hook_event_name")
         if event in hook_context.EVENTS:
-            injected = hook_context.context(session_workspace(workspace_arg, payload), payload)
+            injected = hook_context.context(session_target(workspace_arg, payload), payload)
         else:
             result = capture(session_workspace(workspace_arg, payload), payload)
     except Exception as exc:  # never fail the host: say what went wrong and carry on

@@ -227,8 +227,9 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
         session-start digest, in one request (dreamflow/hooks/context.py)."""
         from dreamflow.hooks import context as hook_context
 
-        _, memory = _open(catalog, request, writes=False)
-        return {"text": hook_context.inject(memory, **body.model_dump())}
+        grant = grant_of(request)
+        name, _ = _open(catalog, request, writes=False)
+        return {"text": hook_context.inject(catalog, grant, name, **body.model_dump())}
 
     on_write = service.changed if service is not None else None
     for op in ops.OPS:

@@ -50,7 +50,8 @@ def _search(hits: list[dict]) -> str:
     parts = []
     for hit in hits:
         when = validity.label(hit)
-        lines = [f"{hit['path']}:{hit['start_line']}-{hit['end_line']} score {hit.get('score', 0):.3f}"
+        where = hit.get("address") or hit["path"]  # NAME:path for another workspace's file: what read takes
+        lines = [f"{where}:{hit['start_line']}-{hit['end_line']} score {hit.get('score', 0):.3f}"
                  + (f" ({when})" if when else "")
                  + (f" [{' > '.join(hit['headings'])}]" if hit.get("headings") else "")]
         about = _about(hit)
@@ -61,7 +62,8 @@ def _search(hits: list[dict]) -> str:
             lines.append("  also matches: " + ", ".join(f"L{a}-L{b}" for a, b in hit["more"]))
         for nb in hit.get("neighbors") or []:
             arrow = "<-" if nb.get("direction") == "in" else "->"
-            lines.append(f"  {arrow} {nb['path']}" + (f": {_about(nb)}" if _about(nb) else ""))
+            lines.append(f"  {arrow} {where[:len(where) - len(hit['path'])]}{nb['path']}"
+                         + (f": {_about(nb)}" if _about(nb) else ""))
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
@@ -90,7 +92,7 @@ def _about(row: dict) -> str:
 def _nodes(rows: list[dict]) -> str:
     if not rows:
         return "no results"
-    return "\n".join(f"{r['path']} ({r.get('score', 0):.3f})" + (f" {_about(r)}" if _about(r) else "") for r in rows)
+    return "\n".join(f"{r.get('address') or r['path']} ({r.get('score', 0):.3f})" + (f" {_about(r)}" if _about(r) else "") for r in rows)
 
 
 def _list(r: dict) -> str:
