@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query
 from markupsafe import Markup
 
 import dreamflow.web.fact_rows as fact_rows
+from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
@@ -130,8 +131,8 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
 @router.get("/w/{ws}/file/{path:path}")
 def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = "", start: str | None = None,
          saved: bool = False, who: Visitor = Depends(visitor)):
-    """A file: its Markdown rendered (its facts as facts), or its text with line numbers; frontmatter as fields,
-    links out and in, sources, and for a digest node its history chain."""
+    """A file: its Markdown rendered (its facts as facts), a conversation as its messages, or its text with line
+    numbers; frontmatter as fields, links out and in, sources, and for a digest node its history chain."""
     name, memory = who.open(ws)
     wanted = _lines(lines)
     info = memory.stat(path)
@@ -162,14 +163,17 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
             validity.status(meta, dt.date.today()) if node else None, dt.date.today(), q).items() if line >= body_line}
         if view != "source":
             body = render_body(parts.body, body_line, link_to, q, wanted, shown_facts)
-    if page is not None and body is None:
+    said = conversation.is_conversation(info["path"])
+    messages = conversation.messages(page["text"], page["start_line"], q, wanted) \
+        if page is not None and said and view != "source" else None
+    if page is not None and body is None and messages is None:
         source_html = render_source(page["text"], page["start_line"], q, wanted)
     for link in info["links_out"]:
         link["exists"] = exists.get(link["target"], {}).get("exists", True)
         link["name"] = exists.get(link["target"], {}).get("name")
     return who.dashboard.render(
         who, "file.html", ws=name, info=info, meta=meta, page=page, body=body, facts=shown_facts,
-        source_html=source_html, traceable=_traceable(info["path"]), q=q, view=view, lines=wanted,
+        source_html=source_html, messages=messages, said=said, traceable=_traceable(info["path"]), q=q, view=view, lines=wanted,
         sources=[k for k in info["links_out"] if _within(k["line"], sections, "sources")],
         links_out=[k for k in info["links_out"]
                    if not _within(k["line"], sections, "sources", "history") and k["line"] not in shown_facts],
