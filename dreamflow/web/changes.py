@@ -135,6 +135,19 @@ def edit(ws: str, path: str, body: str = Form(""), frontmatter: str = Form(""), 
     return _see_other(URLS.file(name, wrote["path"]) + "?" + urlencode({"saved": 1}))
 
 
+# ---- a day's page ---------------------------------------------------------------------------------------------
+
+@router.post("/w/{ws}/day/{date}/page")
+def day_page(ws: str, date: str, csrf: str = Form(""), who: Visitor = Depends(visitor)):
+    """Write the day page (`daily_reindex`: daily/DATE.md listing the day's cards) and open it."""
+    check_form(who, csrf)
+    name, memory = who.open(ws, writes=True)
+    wrote = memory.daily_reindex(date)
+    if not memory.ws.resolve(wrote["path"]).is_file():
+        raise InvalidInput(f"{wrote['date']} has no cards: there is nothing for a day page to list")
+    return _see_other(URLS.file(name, wrote["path"]))
+
+
 # ---- forgetting a node, retrying a run --------------------------------------------------------------------------
 
 @router.post("/w/{ws}/forget/{path:path}")

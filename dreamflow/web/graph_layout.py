@@ -46,7 +46,7 @@ def layout(center: str, traversed: dict) -> dict:
         name = node.get("name")
         label = name if name and names.count(name) == 1 else PurePosixPath(path).stem  # two "Ana": their files
         lines = wrap(label)
-        width = max(MIN_BOX, round(max(len(line) for line in lines) * CHAR_WIDTH + 2 * PAD_X))
+        width = max(MIN_BOX, math.ceil(max(len(line) for line in lines) * CHAR_WIDTH + 2 * PAD_X))
         nodes[path] = {"path": path, "label": " ".join(lines), "lines": lines, "title": f"{name or path} ({path})",
                        "w": width, "h": len(lines) * LINE_HEIGHT + 2 * PAD_Y, "depth": depth_of[path],
                        "kind": "center" if path == center else kind_of(path, node.get("exists", True)),

@@ -275,7 +275,8 @@ def days(ws: str, who: Visitor = Depends(visitor)):
     """The days that have cards, newest first."""
     name, memory = who.open(ws)
     listed = memory.daily_list(limit=120)
-    return who.dashboard.render(who, "days.html", ws=name, days=listed["days"], truncated=listed["truncated"])
+    return who.dashboard.render(who, "days.html", ws=name, days=listed["days"], truncated=listed["truncated"],
+                                writable=not who.grant.read_only)
 
 
 @router.get("/w/{ws}/day/{date}")
@@ -291,7 +292,7 @@ def day(ws: str, date: str, who: Visitor = Depends(visitor)):
         unit["source_url"] = URLS.file(name, card, line_range(anchor), fact=block_id(anchor)) if card else None
     return who.dashboard.render(
         who, "day.html", ws=name, date=date, cards=listed["cards"], index_page=listed["index_page"],
-        dreams=dreams, before=(when - dt.timedelta(days=1)).isoformat(),
+        dreams=dreams, writable=not who.grant.read_only, before=(when - dt.timedelta(days=1)).isoformat(),
         after=(when + dt.timedelta(days=1)).isoformat())
 
 
