@@ -599,6 +599,7 @@ def test_the_graph_of_a_chain_and_of_a_33_file_neighbourhood_puts_no_label_over_
         assert len(nodes) == files
         boxes = [(n["path"], n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["w"], n["h"]) for n in nodes]
         labels = [(e["predicate"], *gl.label_box(e)) for e in drawing["edges"] if e["predicate"]]
+        assert all(e["shown"] for e in drawing["edges"] if e["predicate"])  # each typed link says its predicate
         assert overlapping(boxes + labels) == [], center  # no file over a file, no predicate over either
         for n in nodes:  # each label's lines fit inside its box, drawn inside it
             assert 1 <= len(n["lines"]) <= 2 and all(len(line) * gl.CHAR_WIDTH <= n["w"] - 2 * gl.PAD_X + 1e-6
@@ -613,6 +614,13 @@ def test_the_graph_of_a_chain_and_of_a_33_file_neighbourhood_puts_no_label_over_
     assert xs == sorted(xs) and len(set(xs)) == 5 and len({chain[p]["y"] for p in CHAIN}) == 1  # reads along
     around = {n["path"]: n for n in gl.layout(HUB, memory.traverse([HUB], depth=2, limit=80))["nodes"]}
     assert around[FRIENDS[3]]["x"] > 0 > around["notes/ana-note-0.md"]["x"]  # links out right, links in left
+    fan = {"nodes": [{"path": "hub.md", "depth": 0, "name": "Hub"}] + [  # traverse's most: 80 files
+        {"path": f"n{i}.md", "depth": 1, "name": f"A neighbour with a long name {i}"} for i in range(79)],
+        "edges": [{"source": f"n{i}.md", "target": "hub.md", "predicate": "cites" if i % 2 else None} for i in range(79)]}
+    drawing = gl.layout("hub.md", fan)
+    assert overlapping([(n["path"], n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["w"], n["h"]) for n in drawing["nodes"]]
+                       + [(e["predicate"], *gl.label_box(e)) for e in drawing["edges"] if e["shown"]]) == []
+    assert drawing["height"] < 1600 and drawing["width"] < 1150  # dealt into sub-columns, not one long one
     assert gl.wrap("Build pipeline step number 4") == ["Build pipeline step", "number 4"]
     assert gl.wrap("x" * 50) == ["x" * 20, "x" * 19 + "…"]
 

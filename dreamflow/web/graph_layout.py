@@ -32,7 +32,7 @@ BEND = 5  # px two arrows between the same files, one each way, are set apart
 
 def layout(center: str, traversed: dict) -> dict:
     """`{box, width, height, nodes: [{path, label, lines, baselines, title, x, y, w, h, kind, depth, exists}],
-    edges: [{d, predicate, lx, ly, reach}]}` for `traversed` (`traverse`'s answer) around `center`: `box` is the
+    edges: [{d, predicate, lx, ly, shown, curve}]}` for `traversed` (`traverse`'s answer) around `center`: `box` is the
     SVG viewBox, `width`/`height` its size in px, `x, y` a node's box centre, `w, h` its size, `baselines` the y
     of each line of its label, `d` each link's path."""
     info = {n["path"]: n for n in traversed["nodes"]}
@@ -73,8 +73,9 @@ def layout(center: str, traversed: dict) -> dict:
     right = max(n["x"] + n["w"] / 2 for n in nodes.values()) + MARGIN
     top = min(n["y"] - n["h"] / 2 for n in nodes.values()) - MARGIN
     bottom = max(n["y"] + n["h"] / 2 for n in nodes.values()) + MARGIN
-    for e in edges:  # a same-column arc bulges out of the columns
-        left, right = min(left, e["reach"][0] - MARGIN), max(right, e["reach"][1] + MARGIN)
+    for e in edges:  # a same-column arc bulges out of the columns (its control points bound it)
+        xs = [x for x, _ in e["curve"]] + ([label_box(e)[0], label_box(e)[0] + label_box(e)[2]] if e["shown"] else [])
+        left, right = min(left, min(xs) - MARGIN), max(right, max(xs) + MARGIN)
     ordered = sorted(nodes.values(), key=lambda n: (n["depth"], n["path"]))
     return {"box": f"{left:.0f} {top:.0f} {right - left:.0f} {bottom - top:.0f}", "width": round(right - left),
             "height": round(bottom - top), "nodes": ordered, "edges": edges}
@@ -157,7 +158,7 @@ def _place(columns: dict[int, list[str]], nodes: dict[str, dict]) -> None:
 
 def _arrow(start: dict, end: dict, predicate: str | None, both_ways: bool) -> dict:
     """A link's SVG path from the side of `start`'s box facing `end` to `end`'s box (an arc beside the column
-    when both are in it), where its label goes, and how far left and right it reaches."""
+    when both are in it), its curve's points, and where its label goes."""
     shift = BEND if both_ways else 0.0
     (x1, y1), (x2, y2) = (start["x"], start["y"] - shift), (end["x"], end["y"] - shift)
     apart = abs(x2 - x1) > (start["w"] + end["w"]) / 2
@@ -171,10 +172,17 @@ def _arrow(start: dict, end: dict, predicate: str | None, both_ways: bool) -> di
         sx, ex = x1 + way * start["w"] / 2, x2 + way * end["w"] / 2
         bulge = 30 + abs(y2 - y1) / 4
         c1x, c2x = sx + way * bulge, ex + way * bulge
-    lx, ly = (sx + 3 * c1x + 3 * c2x + ex) / 8, (y1 + 3 * y1 + 3 * y2 + y2) / 8  # the curve at its middle
+    curve = ((sx, y1), (c1x, y1), (c2x, y2), (ex, y2))
+    lx, ly = _at(curve, 0.5)
     return {"d": f"M {sx:.1f} {y1:.1f} C {c1x:.1f} {y1:.1f} {c2x:.1f} {y2:.1f} {ex:.1f} {y2:.1f}",
-            "predicate": predicate, "lx": round(lx, 1), "ly": round(ly - 4, 1),
-            "reach": (min(sx, ex, lx - 4 * len(predicate or "")), max(sx, ex, lx + 4 * len(predicate or "")))}
+            "predicate": predicate, "lx": round(lx, 1), "ly": round(ly - 4, 1), "curve": curve, "shown": False}
+
+
+def _at(curve: tuple, t: float) -> tuple[float, float]:
+    """The point of a cubic Bézier curve at `t`."""
+    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = curve
+    a, b, c, d = (1 - t) ** 3, 3 * t * (1 - t) ** 2, 3 * t * t * (1 - t), t ** 3
+    return a * x0 + b * x1 + c * x2 + d * x3, a * y0 + b * y1 + c * y2 + d * y3
 
 
 def label_box(edge: dict) -> tuple[float, float, float, float]:
@@ -189,18 +197,18 @@ def overlap(a: tuple, b: tuple) -> bool:
 
 
 def _unclutter(edges: list[dict], nodes) -> None:
-    """Moves a predicate that would cover a box or an earlier predicate along its link's column gap, a line at a
-    time (up, then down), until it covers none (or gives up after a few lines)."""
+    """Moves a predicate that would cover a box or an earlier predicate: along its link (the middle, then
+    towards either end) and a line up or down there, until it covers none; one that finds no room is not drawn
+    (`shown` false: its link says it on hover)."""
     taken = [(n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["w"], n["h"]) for n in nodes]
     for edge in (e for e in edges if e["predicate"]):
-        home = edge["ly"]
-        for move in (0, -1, 1, -2, 2, -3, 3, -4, 4):
-            edge["ly"] = round(home + move * LABEL_HEIGHT, 1)
-            if not any(overlap(label_box(edge), box) for box in taken):
+        for t, move in ((t, move) for t in (0.5, 0.7, 0.3, 0.85, 0.15) for move in (0, -1, 1, -2, 2)):
+            x, y = _at(edge["curve"], t)
+            edge["lx"], edge["ly"] = round(x, 1), round(y - 4 + move * LABEL_HEIGHT, 1)
+            edge["shown"] = not any(overlap(label_box(edge), box) for box in taken)
+            if edge["shown"]:
+                taken.append(label_box(edge))
                 break
-        else:
-            edge["ly"] = home
-        taken.append(label_box(edge))
 
 
 def kind_of(path: str, exists: bool = True) -> str:
