@@ -694,6 +694,14 @@ def test_a_conversation_reads_as_messages_each_at_its_line(browser, plain):
         assert '"role": "user"' in page.locator("pre.source").inner_text()
         response = visit.go(f"/ui/w/default/edit/{CHAT1}")
         assert response.status == 400 and "is a conversation" in page.locator("p.error").inner_text()
+        long_chat = "session/dialog/long.jsonl"  # past what one page shows: a trace's link opens it at the message
+        memory.ws.write_text(long_chat, "".join(json.dumps({"role": "user", "content": f"message {n} " + "x" * 150})
+                                                + "\n" for n in range(1, 3001)))
+        visit.go(f"/ui/w/default/file/{long_chat}?lines=2900-2900#L2900")
+        assert page.locator("li.message.hit").get_attribute("id") == "L2900"
+        assert page.locator("li.message:target").inner_text().count("message 2900 ") == 1
+        page.locator("a", has_text="From line 1").click()
+        assert page.locator("li.message").first.get_attribute("id") == "L1"
         assert visit.foreign() == []
 
 

@@ -140,6 +140,8 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         raise InvalidInput(f"{info['path']} is a folder, not a file")
     first = number(start, "start", 1, 10**9, 1)
     page = _text(memory, info, first)
+    if start is None and wanted and page and page["end_line"] < wanted[0] and info["kind"] != "markdown":
+        first, page = wanted[0], _text(memory, info, wanted[0])  # a line past the first page: open at it
     body = source_html = None
     meta = info.get("frontmatter") or {}
     links = memory.traverse([info["path"]], depth=1, direction="forward", limit=500) if info["links_out"] else None
@@ -173,7 +175,8 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         link["name"] = exists.get(link["target"], {}).get("name")
     return who.dashboard.render(
         who, "file.html", ws=name, info=info, meta=meta, page=page, body=body, facts=shown_facts,
-        source_html=source_html, messages=messages, said=said, traceable=_traceable(info["path"]), q=q, view=view, lines=wanted,
+        source_html=source_html, messages=messages, said=said, traceable=_traceable(info["path"]), q=q, view=view,
+        lines=wanted,
         sources=[k for k in info["links_out"] if _within(k["line"], sections, "sources")],
         links_out=[k for k in info["links_out"]
                    if not _within(k["line"], sections, "sources", "history") and k["line"] not in shown_facts],
