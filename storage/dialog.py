@@ -242,11 +242,13 @@ def transcript(records: list[dict]) -> str:
     lines = []
     for r in records:
         stamp = f"[{r['created_at']}] " if r.get("created_at") else ""
-        lines.append(f"{stamp}{r.get('role', 'user')}: {_text(r.get('content'))}")
+        lines.append(f"{stamp}{r.get('role', 'user')}: {content_text(r.get('content'))}")
     return "\n".join(lines)
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's `content` as text: a string as it is, content blocks by their text (another block by its
+    type, `[image]`)."""
     if isinstance(content, str):
         return content
     parts = []

@@ -193,6 +193,23 @@ def inbound(con: duckdb.DuckDBPyConnection, rel: str) -> list[dict]:
     return [dict(zip(("source", "line", "anchor", "alias", "predicate"), r)) for r in rows]
 
 
+# `stats`' keys in plain words, for people (the CLI's `index-stats`, the dashboard): (label, what it counts).
+EXPLAINED = {
+    "files": ("files", "files of the workspace in the index"),
+    "chunks": ("passages", "the pieces of files search ranks (a section or a few paragraphs each)"),
+    "links": ("links", "wikilinks between files"),
+    "postings": ("word entries", "the keyword index: one entry per word of each passage"),
+    "stale_chunks": ("replaced passages not yet dropped",
+                     "passages of files changed or deleted since the index was last compacted: search skips them, "
+                     "compaction drops them"),
+    "unsorted_postings": ("word entries not yet sorted",
+                          "keyword entries written since the index was last compacted: search reads them a little "
+                          "slower until compaction sorts them"),
+    "files_with_errors": ("files with errors", "files whose frontmatter or text could not be read (`dreamflow "
+                                               "doctor` names them)"),
+}
+
+
 def stats(con: duckdb.DuckDBPyConnection) -> dict:
     """Counts: files, chunks, links, postings (and those awaiting compaction), files with errors, files by kind
     and by bucket (`daily`, `digest/wiki`, `digest/archive`, `resource`, ...; `.` for top-level files). Two

@@ -196,6 +196,19 @@ def test_every_command_speaks_json(ws):
     assert [link["source"] for link in stat["links_in"]] == ["digest/wiki/n.md"]
 
 
+def test_index_stats_speaks_plain_words_and_json_keeps_every_count(ws):
+    ok(ws, "write", "digest/wiki/n.md", "--content", "otter facts [[notes/o.md]]")
+    ok(ws, "write", "digest/wiki/n.md", "--content", "otter facts, revised [[notes/o.md]]")  # a replaced passage
+    shown = ok(ws, "index-stats").stdout
+    assert "stale_chunks" not in shown and "unsorted_postings" not in shown and "postings" not in shown
+    assert "Passages" in shown and "1 replaced passage to drop" in shown and "new word entries to sort" in shown
+    assert "dreamflow optimize" in shown
+    counts = as_json(ws, "index-stats")
+    assert counts["stale_chunks"] == 1 and counts["unsorted_postings"] > 0  # the internals, under their keys
+    ok(ws, "optimize")
+    assert "nothing waiting: the index is compact" in ok(ws, "index-stats").stdout
+
+
 def test_reindex_shows_progress(ws):
     for i in range(3):
         ok(ws, "write", f"notes/{i}.md", "--content", f"note {i}")

@@ -310,7 +310,7 @@ def test_a_node_shows_its_facts_their_history_and_where_each_comes_from(browser,
         assert chain.locator(".role-user").count() == 1
         chain.locator("a", has_text=f"{CHAT2}:1").click()  # the message, in its conversation, at its line
         page.wait_for_url(re.compile(re.escape(CHAT2) + r"\?lines=1-1#L1$"))
-        assert "Big change" in page.locator(".source .hit").inner_text()
+        assert "Big change" in page.locator(".conversation .message.hit").inner_text()
 
         # the retired fact's own way back, on its page: the first conversation's message
         response = visit.go(f"/ui/w/{ALPHA}/trace/{USER}?fact={was_id(svc)}")
@@ -559,4 +559,179 @@ def test_a_digest_folder_of_your_own_has_its_own_colour_not_the_wikis():
     assert [kind_of(p) for p in ("digest/personal/a.md", "digest/procedure/b.md", "digest/wiki/c.md",
                                  "digest/project/build.md", "digest/archive/project/old.md")] == [
         "personal", "procedure", "wiki", "own", "archive"]
-    assert ".kind-own circle" in (Path(__file__).parent.parent / "dreamflow/web/static/dashboard.css").read_text()
+    assert ".kind-own rect" in (Path(__file__).parent.parent / "dreamflow/web/static/dashboard.css").read_text()
+
+
+# ---- pages that read well: the graph, a conversation, the days (issue 37, item 11) -----------------------------
+
+CHAIN = [f"digest/procedure/build-step-{i}.md" for i in range(5)]
+HUB = "digest/personal/ana.md"
+FRIENDS = [f"digest/personal/friend-{i}.md" for i in range(7)]
+FAN = "notes/ana-fan.md"
+
+
+def write_graphs(memory: Memory) -> None:
+    """A 5-file chain (`next::` links) and a 33-file neighbourhood two hops around Ana: seven friends she knows,
+    a missing bakery, three notes linking to her, three topics per friend, one friend linking back."""
+    for i, path in enumerate(CHAIN):
+        follows = f"\n\nnext:: [[{CHAIN[i + 1]}]]\n" if i + 1 < len(CHAIN) else "\n"
+        memory.write(path, f"# Step {i}\n\nStep {i} of the build pipeline.{follows}",
+                     name=f"Build pipeline step number {i}")
+    memory.write(HUB, "# Ana\n\n" + "\n".join(f"- knows:: [[{p}]]" for p in FRIENDS)
+                 + "\n\nworks_at:: [[digest/wiki/alfama-bakery.md]]\n", name="Ana Ferreira")
+    for i in range(3):
+        memory.write(f"notes/ana-note-{i}.md", f"Met [[{HUB}]] at the market, time {i}.", name=f"Market note {i}")
+    for i, path in enumerate(FRIENDS):
+        topics = [f"digest/wiki/topic-{i}-{j}.md" for j in range(3)]
+        back = f"\n\nfriend_of:: [[{HUB}]]\n" if i == 0 else ""
+        memory.write(path, f"# Friend {i}\n\nTalks about {' '.join(f'[[{t}]]' for t in topics)}.{back}",
+                     name=f"Friend number {i} of Ana Ferreira")
+        for j, topic in enumerate(topics):
+            memory.write(topic, f"Topic {i}.{j}.", name=f"Topic {i}.{j} with a rather long name indeed")
+
+
+def overlapping(boxes: list[tuple]) -> list[tuple]:
+    """The pairs of (name, left, top, width, height) boxes that overlap."""
+    from dreamflow.web.graph_layout import overlap
+
+    return [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if overlap(a[1:], b[1:])]
+
+
+def test_the_graph_of_a_chain_and_of_a_33_file_neighbourhood_puts_no_label_over_another(ws):
+    from dreamflow.web import graph_layout as gl
+
+    memory = Memory(ws.root)
+    write_graphs(memory)
+    for center, hops, files in ((CHAIN[2], 2, 5), (CHAIN[0], 3, 4), (HUB, 2, 33)):
+        drawing = gl.layout(center, memory.traverse([center], depth=hops, direction="both", limit=80))
+        nodes = drawing["nodes"]
+        assert len(nodes) == files
+        boxes = [(n["path"], n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["w"], n["h"]) for n in nodes]
+        labels = [(e["predicate"], *gl.label_box(e)) for e in drawing["edges"] if e["predicate"]]
+        assert all(e["shown"] for e in drawing["edges"] if e["predicate"])  # each typed link says its predicate
+        assert overlapping(boxes + labels) == [], center  # no file over a file, no predicate over either
+        for n in nodes:  # each label's lines fit inside its box, drawn inside it
+            assert 1 <= len(n["lines"]) <= 2 and all(len(line) * gl.CHAR_WIDTH <= n["w"] - 2 * gl.PAD_X + 1e-6
+                                                     for line in n["lines"])
+            assert all(n["y"] - n["h"] / 2 < y < n["y"] + n["h"] / 2 for y in n["baselines"])
+        left, top, width, height = map(float, drawing["box"].split())
+        assert all(left <= b[1] and b[1] + b[3] <= left + width and top <= b[2] and b[2] + b[4] <= top + height
+                   for b in boxes + labels)
+        assert width <= 1150 and height <= 900, (center, width, height)  # fits a laptop's page, unscaled
+    chain = {n["path"]: n for n in gl.layout(CHAIN[2], memory.traverse([CHAIN[2]], depth=2))["nodes"]}
+    xs = [chain[p]["x"] for p in CHAIN]
+    assert xs == sorted(xs) and len(set(xs)) == 5 and len({chain[p]["y"] for p in CHAIN}) == 1  # reads along
+    around = {n["path"]: n for n in gl.layout(HUB, memory.traverse([HUB], depth=2, limit=80))["nodes"]}
+    assert around[FRIENDS[3]]["x"] > 0 > around["notes/ana-note-0.md"]["x"]  # links out right, links in left
+    fan = {"nodes": [{"path": "hub.md", "depth": 0, "name": "Hub"}] + [  # traverse's most: 80 files
+        {"path": f"n{i}.md", "depth": 1, "name": f"A neighbour with a long name {i}"} for i in range(79)],
+        "edges": [{"source": f"n{i}.md", "target": "hub.md", "predicate": "cites" if i % 2 else None} for i in range(79)]}
+    drawing = gl.layout("hub.md", fan)
+    assert overlapping([(n["path"], n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["w"], n["h"]) for n in drawing["nodes"]]
+                       + [(e["predicate"], *gl.label_box(e)) for e in drawing["edges"] if e["shown"]]) == []
+    assert drawing["height"] < 1600 and drawing["width"] < 1150  # dealt into sub-columns, not one long one
+    assert gl.wrap("Build pipeline step number 4") == ["Build pipeline step", "number 4"]
+    assert gl.wrap("x" * 50) == ["x" * 20, "x" * 19 + "…"]
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """An open dashboard (no token, no service) on a workspace with the graphs, a conversation and two days,
+    one with its day page."""
+    memory = Memory(tmp_path_factory.mktemp("plain") / "ws")
+    write_graphs(memory)
+    memory.ws.write_text(CHAT1, "".join(json.dumps(record) + "\n" for record in [
+        {"role": "user", "content": "I live in Lisbon, near the river.", "created_at": f"{DAY1}T18:01:00"},
+        {"role": "assistant", "content": "Lovely! Do you like it there?", "created_at": f"{DAY1}T18:01:05"},
+        {"role": "user", "content": [{"type": "text", "text": "I like green tea in the morning."}],
+         "created_at": f"{DAY1}T18:03:00"}]) + "not a record\n")
+    memory.write(HOME, "# Home\n\nThe user lives in Lisbon.\n", name="Home")
+    memory.write(MOVED, "# Moved\n\nThe user lives in Porto.\n", name="Moved to Porto")
+    memory.daily_reindex(DAY1)
+    server = ApiServer(memory)
+    try:
+        yield memory, server
+    finally:
+        server.stop()
+
+
+def test_the_graph_page_draws_every_label_apart_at_full_size(browser, plain):
+    memory, server = plain
+    with Visit(browser, server.url, None) as visit:
+        page = visit.page
+        for center, files in ((CHAIN[2], 5), (HUB, 33)):
+            visit.go(f"/ui/w/default/graph/{center}?depth=2")
+            nodes = page.locator("svg a.node")
+            assert nodes.count() == files
+            drawn = page.evaluate("""() => [...document.querySelectorAll('svg a.node')].map(a => {
+                const t = a.querySelector('text').getBoundingClientRect(), r = a.querySelector('rect').getBoundingClientRect();
+                return [a.textContent.trim(), t.left, t.top, t.width, t.height, r.left, r.top, r.width, r.height]; })""")
+            assert overlapping([tuple(d[:5]) for d in drawn]) == [], center  # as the browser draws them
+            for name, *box in drawn:  # each label inside its own box
+                tx, ty, tw, th, rx, ry, rw, rh = box
+                assert rx <= tx and tx + tw <= rx + rw and ry <= ty and ty + th <= ry + rh, name
+            svg = page.locator("figure.graph svg")
+            assert svg.bounding_box()["width"] >= float(svg.get_attribute("width")) - 1  # not shrunk to fit
+            assert page.evaluate("getComputedStyle(document.querySelector('svg a.node text')).fontSize") == "12px"
+        assert page.locator("svg .edge-label", has_text="friend_of").count() == 1
+        page.locator("svg a.node", has_text="Market note 1").click()
+        page.wait_for_url(re.compile(r"/graph/notes/ana-note-1\.md"))
+        assert visit.foreign() == []
+
+
+def test_a_conversation_reads_as_messages_each_at_its_line(browser, plain):
+    memory, server = plain
+    with Visit(browser, server.url, None) as visit:
+        page = visit.page
+        visit.go(f"/ui/w/default/file/{CHAT1}#L3")  # as a trace links it
+        messages = page.locator("ol.conversation li.message")
+        assert messages.count() == 4
+        first = messages.nth(0).inner_text()
+        assert "User" in first and "I live in Lisbon, near the river." in first and "18:01" in first
+        assert "Assistant" in messages.nth(1).inner_text() and "{" not in page.locator("ol.conversation").inner_text()
+        assert page.locator("li.message:target").get_attribute("id") == "L3"  # the message the link names
+        assert "green tea" in page.locator("li.message:target").inner_text()
+        assert page.evaluate("getComputedStyle(document.querySelector('li.message:target')).outlineStyle") == "solid"
+        assert "not a record" in messages.nth(3).inner_text() and "not a message" in messages.nth(3).inner_text()
+        visit.go(f"/ui/w/default/file/{CHAT1}?lines=2-2#L2")
+        assert page.locator("li.message.hit").count() == 1 and "Lovely" in page.locator("li.message.hit").inner_text()
+        page.locator("li.message", has_text="I live in Lisbon").locator("a.anchor").click()
+        assert page.evaluate("location.hash") == "#L1"
+        actions = page.locator(".file-actions").inner_text()
+        assert "Edit" not in actions and "Raw JSONL" in actions  # what was said is not edited here
+        page.locator(".file-actions a", has_text="Raw JSONL").click()
+        assert '"role": "user"' in page.locator("pre.source").inner_text()
+        response = visit.go(f"/ui/w/default/edit/{CHAT1}")
+        assert response.status == 400 and "is a conversation" in page.locator("p.error").inner_text()
+        long_chat = "session/dialog/long.jsonl"  # past what one page shows: a trace's link opens it at the message
+        memory.ws.write_text(long_chat, "".join(json.dumps({"role": "user", "content": f"message {n} " + "x" * 150})
+                                                + "\n" for n in range(1, 3001)))
+        visit.go(f"/ui/w/default/file/{long_chat}?lines=2900-2900#L2900")
+        assert page.locator("li.message.hit").get_attribute("id") == "L2900"
+        assert page.locator("li.message:target").inner_text().count("message 2900 ") == 1
+        page.locator("a", has_text="From line 1").click()
+        assert page.locator("li.message").first.get_attribute("id") == "L1"
+        assert visit.foreign() == []
+
+
+def test_every_day_says_whether_it_has_a_day_page_and_offers_to_write_it(browser, plain):
+    memory, server = plain
+    with Visit(browser, server.url, None) as visit:
+        page = visit.page
+        visit.go("/ui/w/default/days")
+        cells = page.locator("table.days tbody tr td:nth-child(3)")
+        assert cells.count() == 2 and all(text.strip() for text in cells.all_inner_texts())  # never an empty cell
+        written = page.locator("table.days tr", has_text=DAY1)
+        assert written.locator("a", has_text=f"daily/{DAY1}.md").count() == 1
+        waiting = page.locator("table.days tr", has_text=DAY2)
+        assert "none yet" in waiting.inner_text()
+        waiting.locator("button", has_text="Write it now").click()
+        page.wait_for_url(re.compile(re.escape(f"/file/daily/{DAY2}.md") + "$"))
+        assert "Moved to Porto" in page.locator(".markdown").inner_text()
+        visit.go("/ui/w/default/days")
+        assert page.locator("table.days tr", has_text=DAY2).locator("a", has_text=f"daily/{DAY2}.md").count() == 1
+        assert memory.daily_list(date=DAY2)["index_page"]
+        visit.go("/ui/")  # the overview's counts say what they count
+        assert "pieces of files search ranks" in page.locator("#ws-default .counts div", has_text="Passages").get_attribute(
+            "title")
+        assert visit.foreign() == []

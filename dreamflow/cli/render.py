@@ -233,6 +233,29 @@ def show_daily_reindex(result: dict) -> None:
         out.print(Text(f"no cards on {result['date']}: no page written"))
 
 
+def show_index_stats(result: dict) -> None:
+    """The counts in plain words; the keyword index's internals as one line saying what compaction will do
+    (`--json` has every count under its key)."""
+    from storage.index import EXPLAINED
+
+    table = _table("", "", header=False)
+    for key in ("files", "chunks", "links"):
+        table.add_row(Text(EXPLAINED[key][0].capitalize(), style="bold"), Text(f"{result[key]:,}"))
+    if result.get("files_with_errors"):
+        table.add_row(Text("Files with errors", style="bold"),
+                      Text(f"{result['files_with_errors']:,} (`dreamflow doctor` names them)", style="yellow"))
+    for key, label in (("by_bucket", "By folder"), ("by_kind", "By kind")):
+        table.add_row(Text(label, style="bold"), Text(", ".join(f"{k} {v:,}" for k, v in result[key].items())))
+    stale, unsorted = result.get("stale_chunks", 0), result.get("unsorted_postings", 0)
+    waiting = " and ".join(part for part in (
+        stale and f"{counted(stale, 'replaced passage')} to drop",
+        unsorted and f"{unsorted:,} new word {'entry' if unsorted == 1 else 'entries'} to sort") if part)
+    table.add_row(Text("Upkeep", style="bold"), Text(
+        f"{waiting}: done at the next compaction (`dreamflow optimize` does it now)" if waiting
+        else "nothing waiting: the index is compact", style="dim"))
+    out.print(table)
+
+
 def show_any(result: Any) -> None:
     """Fallback: a key/value table for dicts, a table for lists of dicts, JSON otherwise."""
     if isinstance(result, dict):
@@ -262,6 +285,7 @@ RENDERERS: dict[str, Callable[[Any], None]] = {
     "daily_list": show_daily_list,
     "daily_reindex": show_daily_reindex,
     "traverse": show_traverse,
+    "index_stats": show_index_stats,
     "trace": show_trace,
     "delete": show_delete,
     "move": show_move,

@@ -30,6 +30,7 @@ from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine import scoped
 from engine.grants import Grant
 from storage.errors import DreamflowError, InvalidInput
+from storage.index import EXPLAINED
 
 # The page may load only its own scripts, styles and images; it can be framed by nobody.
 SECURITY_HEADERS = {
@@ -61,7 +62,8 @@ class Dashboard:
         self.catalog, self.service, self.sessions = catalog, service, sessions
         self.templates = Environment(loader=PackageLoader("dreamflow.web", "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-        self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED, anchor_lines=line_range)
+        self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED, anchor_lines=line_range,
+                                     index_words=EXPLAINED)
         self.templates.filters.update(compact=compact, local_time=local_time)
         self.health: dict[str, tuple[float, dict]] = {}
         self._checking = threading.Lock()  # one doctor run at a time: it holds the index meanwhile

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 
 from dreamflow.http.access import DASHBOARD
+from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, check_form, clear_cookie, set_cookie, visitor
 from storage.errors import Changed, InvalidInput
 from storage.markdown import render_frontmatter, split_frontmatter
@@ -68,10 +69,18 @@ def _next(target: str) -> str:
 def edit_form(ws: str, path: str, who: Visitor = Depends(visitor)):
     """The file's frontmatter (YAML) and body in two boxes, with the hash they were read at."""
     name, memory = who.open(ws, writes=True)
+    _editable(path)
     read = memory.read(path, numbered=False, max_chars=1_000_000)
     if read["truncated"]:
         raise InvalidInput(f"{read['path']} is too long to edit here (over 1,000,000 characters)")
     return _edit_page(who, name, read["path"], read["content"], read["hash"])
+
+
+def _editable(path: str) -> None:
+    """A conversation file is what was said: the dashboard does not edit it (traces cite its lines)."""
+    if conversation.is_conversation(path.strip("/")):
+        raise InvalidInput(f"{path} is a conversation (what was said, cited line by line by the cards): it is "
+                           "not edited here")
 
 
 def _edit_page(who: Visitor, ws: str, path: str, text: str, hash: str, error: str | None = None,
@@ -100,6 +109,7 @@ def edit(ws: str, path: str, body: str = Form(""), frontmatter: str = Form(""), 
     was read), keys taken out of the frontmatter removed (`frontmatter_delete_keys`)."""
     check_form(who, csrf)
     name, memory = who.open(ws, writes=True)
+    _editable(path)
     body = body.replace("\r\n", "\n")
     markdown = path.endswith((".md", ".markdown", ".mdx"))
     try:
@@ -123,6 +133,19 @@ def edit(ws: str, path: str, body: str = Form(""), frontmatter: str = Form(""), 
                                                              "shown on its page." if isinstance(exc, Changed) else ""),
                           frontmatter=frontmatter, body=body, status=409 if isinstance(exc, Changed) else 400)
     return _see_other(URLS.file(name, wrote["path"]) + "?" + urlencode({"saved": 1}))
+
+
+# ---- a day's page ---------------------------------------------------------------------------------------------
+
+@router.post("/w/{ws}/day/{date}/page")
+def day_page(ws: str, date: str, csrf: str = Form(""), who: Visitor = Depends(visitor)):
+    """Write the day page (`daily_reindex`: daily/DATE.md listing the day's cards) and open it."""
+    check_form(who, csrf)
+    name, memory = who.open(ws, writes=True)
+    wrote = memory.daily_reindex(date)
+    if not memory.ws.resolve(wrote["path"]).is_file():
+        raise InvalidInput(f"{wrote['date']} has no cards: there is nothing for a day page to list")
+    return _see_other(URLS.file(name, wrote["path"]))
 
 
 # ---- forgetting a node, retrying a run --------------------------------------------------------------------------

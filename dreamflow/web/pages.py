@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query
 from markupsafe import Markup
 
 import dreamflow.web.fact_rows as fact_rows
+from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
@@ -130,8 +131,8 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
 @router.get("/w/{ws}/file/{path:path}")
 def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = "", start: str | None = None,
          saved: bool = False, who: Visitor = Depends(visitor)):
-    """A file: its Markdown rendered (its facts as facts), or its text with line numbers; frontmatter as fields,
-    links out and in, sources, and for a digest node its history chain."""
+    """A file: its Markdown rendered (its facts as facts), a conversation as its messages, or its text with line
+    numbers; frontmatter as fields, links out and in, sources, and for a digest node its history chain."""
     name, memory = who.open(ws)
     wanted = _lines(lines)
     info = memory.stat(path)
@@ -139,6 +140,8 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         raise InvalidInput(f"{info['path']} is a folder, not a file")
     first = number(start, "start", 1, 10**9, 1)
     page = _text(memory, info, first)
+    if start is None and wanted and page and page["end_line"] < wanted[0] and info["kind"] != "markdown":
+        first, page = wanted[0], _text(memory, info, wanted[0])  # a line past the first page: open at it
     body = source_html = None
     meta = info.get("frontmatter") or {}
     links = memory.traverse([info["path"]], depth=1, direction="forward", limit=500) if info["links_out"] else None
@@ -162,14 +165,18 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
             validity.status(meta, dt.date.today()) if node else None, dt.date.today(), q).items() if line >= body_line}
         if view != "source":
             body = render_body(parts.body, body_line, link_to, q, wanted, shown_facts)
-    if page is not None and body is None:
+    said = conversation.is_conversation(info["path"])
+    messages = conversation.messages(page["text"], page["start_line"], q, wanted) \
+        if page is not None and said and view != "source" else None
+    if page is not None and body is None and messages is None:
         source_html = render_source(page["text"], page["start_line"], q, wanted)
     for link in info["links_out"]:
         link["exists"] = exists.get(link["target"], {}).get("exists", True)
         link["name"] = exists.get(link["target"], {}).get("name")
     return who.dashboard.render(
         who, "file.html", ws=name, info=info, meta=meta, page=page, body=body, facts=shown_facts,
-        source_html=source_html, traceable=_traceable(info["path"]), q=q, view=view, lines=wanted,
+        source_html=source_html, messages=messages, said=said, traceable=_traceable(info["path"]), q=q, view=view,
+        lines=wanted,
         sources=[k for k in info["links_out"] if _within(k["line"], sections, "sources")],
         links_out=[k for k in info["links_out"]
                    if not _within(k["line"], sections, "sources", "history") and k["line"] not in shown_facts],
@@ -271,7 +278,8 @@ def days(ws: str, who: Visitor = Depends(visitor)):
     """The days that have cards, newest first."""
     name, memory = who.open(ws)
     listed = memory.daily_list(limit=120)
-    return who.dashboard.render(who, "days.html", ws=name, days=listed["days"], truncated=listed["truncated"])
+    return who.dashboard.render(who, "days.html", ws=name, days=listed["days"], truncated=listed["truncated"],
+                                writable=not who.grant.read_only)
 
 
 @router.get("/w/{ws}/day/{date}")
@@ -287,7 +295,7 @@ def day(ws: str, date: str, who: Visitor = Depends(visitor)):
         unit["source_url"] = URLS.file(name, card, line_range(anchor), fact=block_id(anchor)) if card else None
     return who.dashboard.render(
         who, "day.html", ws=name, date=date, cards=listed["cards"], index_page=listed["index_page"],
-        dreams=dreams, before=(when - dt.timedelta(days=1)).isoformat(),
+        dreams=dreams, writable=not who.grant.read_only, before=(when - dt.timedelta(days=1)).isoformat(),
         after=(when + dt.timedelta(days=1)).isoformat())
 
 
