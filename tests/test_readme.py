@@ -163,6 +163,19 @@ def test_the_claude_mcp_add_lines_use_two_names_and_the_stdio_one_passes_the_tok
         assert len(lines) == 2 and len({name for name, _, _ in parsed}) == 2, lines
         (name, env, command), = [p for p in parsed if p[2][0] == "dreamflow"]
         assert command[-1] == "mcp" and env == {"DREAMFLOW_API_TOKEN": "$DREAMFLOW_API_TOKEN"}
+        # a personal memory in every folder: without a scope Claude Code registers for the current folder only
+        assert all(shlex.split(line)[3:5] == ["-s", "user"] for line in lines), lines
+
+
+def test_the_uninstall_lists_the_workspaces_before_removing_what_lists_them():
+    section = README.split("## Clean up and uninstall", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split("#")[0].strip() for line in section.split("```bash\n", 1)[1].split("```")[0].splitlines()]
+    commands = [c for c in commands if c]
+    listed = commands.index("dreamflow workspace list")
+    home, = [i for i, c in enumerate(commands) if c.startswith("rm -rf") and "DREAMFLOW_HOME" in c]
+    assert listed < home and commands[-1] == "pip uninstall -y dreamflow", commands
+    removed = [c for c in commands if c.startswith("claude mcp remove")]
+    assert removed and all("-s user" in c for c in removed)
 
 
 def test_the_readme_hook_block_is_the_documented_one():
