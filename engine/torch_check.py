@@ -10,10 +10,10 @@ from __future__ import annotations
 import glob
 from importlib import metadata
 
-# The README's set-up line (one retry, a 10 s stall limit: an unreachable index fails in seconds), reinstalling: the
-# CUDA build's version satisfies `torch==X` too, so without --force-reinstall pip would change nothing.
-CPU_INSTALL = ("pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu --retries 1 --timeout 10"
-               " --force-reinstall --no-deps")
+# The README's set-up line (the CPU build's own version from PyTorch's index, or pip's find-links; one retry, a
+# 10 s stall limit: an unreachable index fails in seconds), reinstalling only torch over the CUDA build.
+CPU_INSTALL = ("pip install torch=={version}+cpu --extra-index-url https://download.pytorch.org/whl/cpu --retries 1"
+               " --timeout 10 --force-reinstall --no-deps")
 
 
 def cuda_build_warning(version: str, requires: list[str], installed: set[str], gpu: bool) -> str | None:

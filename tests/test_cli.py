@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from cli_probe import run_cli
+from cli_probe import ENTRY_PROBE, run_cli
 
 from engine import ops
 from storage.memory import Memory
@@ -227,6 +227,49 @@ def test_memory_commands_do_not_import_heavy_libraries(ws):
         loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY)
         assert loaded == [], f"`dreamflow {' '.join(args)}` imported {loaded[:10]}"
     assert "duckdb" in modules
+
+
+# What a search, a read and --version need: not the MCP server, the job, service and workspace commands
+# (imported when one of them runs or help lists them), nor rich (search hits print through dreamflow/cli/plain.py).
+NOT_ON_THE_FAST_PATH = ("mcp", "prefect", "rich", "dreamflow.mcp", "engine.jobs", "dreamflow.cli.flow_commands",
+                        "dreamflow.cli.governance_commands", "dreamflow.cli.job_command",
+                        "dreamflow.cli.service_commands", "dreamflow.cli.workspace_commands")
+
+
+def test_search_loads_neither_the_mcp_server_nor_the_job_commands_nor_rich(ws):
+    """The console script's imports, not a timing (targets live in benchmarks/cli_search.py)."""
+    ok(ws, "write", "notes/fast.md", "--content", "quick brown fox")
+    for args in (["search", "fox", "--json"], ["search", "fox"], ["read", "notes/fast.md", "--json"], ["--version"]):
+        proc = subprocess.run([sys.executable, "-c", ENTRY_PROBE, "--workspace", str(ws), *args],
+                              capture_output=True, text=True, input="", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+        loaded = sorted(m for m in modules if any(m == name or m.startswith(name + ".") for name in NOT_ON_THE_FAST_PATH))
+        assert loaded == [], f"`dreamflow {' '.join(args)}` imported {loaded[:10]}"
+        assert args == ["--version"] or "storage.memory" in modules  # the probe really ran the command
+    assert "fox" in proc.stdout or "dreamflow" in proc.stdout
+
+
+def test_search_hits_print_plainly_through_a_pipe_styled_on_a_terminal_and_without_control_characters(ws):
+    ok(ws, "write", "notes/ctl.md", "--content", "otter \x1b[2J\x07bell\x08back")
+    piped = {"FORCE_COLOR": None, "NO_COLOR": None}
+    plain = ok(ws, "search", "otter", env=piped).stdout
+    assert plain.startswith("notes/ctl.md:1-1  ") and "\x1b" not in plain and "\x07" not in plain
+    assert "  otter [2Jbellback\n" in plain
+    forced = ok(ws, "search", "otter", env={"FORCE_COLOR": "1", "NO_COLOR": None}).stdout
+    assert forced.startswith("\x1b[1;36mnotes/ctl.md:1-1\x1b[0m") and forced.count("\x1b[") == 4
+    no_colour = ok(ws, "search", "otter", env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
+    assert no_colour.startswith("\x1b[1mnotes/ctl.md:1-1\x1b[0m") and "36m" not in no_colour
+    assert ok(ws, "search", "zebra", env=piped).stdout == "no results\n"
+
+
+def test_every_job_run_in_place_of_an_operation_wraps_one_that_writes():
+    """The CLI looks for a job's wrapper only on writing operations, so a search never imports the jobs."""
+    from engine.jobs import JOBS
+
+    wrapped = {job.command for job in JOBS.values() if job.op}
+    assert wrapped and all(op.writes for op in ops.OPS if op.cli_name in wrapped)
+    assert wrapped <= {op.cli_name for op in ops.OPS}
 
 
 def test_help_and_the_commands_page_list_every_operation(ws):

@@ -163,6 +163,19 @@ def test_the_claude_mcp_add_lines_use_two_names_and_the_stdio_one_passes_the_tok
         assert len(lines) == 2 and len({name for name, _, _ in parsed}) == 2, lines
         (name, env, command), = [p for p in parsed if p[2][0] == "dreamflow"]
         assert command[-1] == "mcp" and env == {"DREAMFLOW_API_TOKEN": "$DREAMFLOW_API_TOKEN"}
+        # a personal memory in every folder: without a scope Claude Code registers for the current folder only
+        assert all(shlex.split(line)[3:5] == ["-s", "user"] for line in lines), lines
+
+
+def test_the_uninstall_lists_the_workspaces_before_removing_what_lists_them():
+    section = README.split("## Clean up and uninstall", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split("#")[0].strip() for line in section.split("```bash\n", 1)[1].split("```")[0].splitlines()]
+    commands = [c for c in commands if c]
+    listed = commands.index("dreamflow workspace list")
+    home, = [i for i, c in enumerate(commands) if c.startswith("rm -rf") and "DREAMFLOW_HOME" in c]
+    assert listed < home and commands[-1] == "pip uninstall -y dreamflow", commands
+    removed = [c for c in commands if c.startswith("claude mcp remove")]
+    assert removed and all("-s user" in c for c in removed)
 
 
 def test_the_readme_hook_block_is_the_documented_one():
@@ -182,23 +195,64 @@ def test_the_settings_page_lists_every_environment_variable_the_code_reads():
     assert not [name for name in sorted(names) if f"`{name}`" not in table]
 
 
-def test_the_torch_line_gives_up_in_seconds_when_its_index_is_unreachable(tmp_path):
-    """The set-up's first install, with its index's host unresolvable (`.invalid` never resolves) and pip's own
-    configuration left out: one retry that names the cause, then an error, instead of five retries with backoff
-    (7.5 s of sleeping alone where a lookup fails at once; 1-2 minutes where lookups time out). The pin is the
-    one pyproject.toml and .ci/run install."""
+def torch_line() -> list[str]:
+    """The set-up's torch line as words, its PyTorch index's host made unresolvable (`.invalid` never resolves).
+    The pin is the one pyproject.toml and .ci/run install, and the line is what `status` says on a CUDA build."""
     line, = [line for line in README.splitlines() if line.startswith("pip install torch")]
     words = shlex.split(line)
-    assert "torch==2.13.0" in words and '"torch==2.13.0"' in (ROOT / ".ci/run").read_text()
+    assert "torch==2.13.0+cpu" in words and '"torch==2.13.0"' in (ROOT / ".ci/run").read_text()
     assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
-    assert CPU_INSTALL.format(version="2.13.0").startswith(line + " ")  # what `status` says on a CUDA build
-    url = words[words.index("--index-url") + 1]
-    assert url.startswith("https://download.pytorch.org/")
+    assert CPU_INSTALL.format(version="2.13.0").startswith(line + " ")
+    url = words[words.index("--extra-index-url") + 1]
+    assert url.startswith("https://download.pytorch.org/") and "--index-url" not in words
     words[words.index(url)] = url.replace("download.pytorch.org", "download.pytorch.invalid")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(tmp_path), *words[2:]],
+    return words
+
+
+def pip(words: list[str], dest: Path, **config: str) -> subprocess.CompletedProcess:
+    """`pip download` of the line's requirement with `config` as pip's configuration (PIP_INDEX_URL, ...),
+    nothing else of this machine's: what a user whose pip is configured so would get."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull} | config
+    return subprocess.run([sys.executable, "-m", "pip", "download", "--dest", str(dest), *words[2:]],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+def wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal pure-Python wheel of `name` `version` requiring `requires`."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{name}/__init__.py", "")
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                     + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+
+
+def test_the_torch_line_gives_up_in_seconds_when_its_indexes_are_unreachable(tmp_path):
+    """An offline machine (PyTorch's index and the configured one unresolvable): one retry per index, then the
+    error every pip prints (what it says of the lookup differs: pip 23.2, a fresh Python 3.11 venv's, does not
+    name the host), instead of five retries with backoff (1-2 minutes where lookups time out). Never a CUDA build
+    instead: the requirement is the CPU build's own version."""
+    started = time.perf_counter()
+    done = pip(torch_line(), tmp_path, PIP_INDEX_URL="https://pypi.invalid/simple")
     elapsed = time.perf_counter() - started
-    assert done.returncode != 0 and "download.pytorch.invalid" in done.stderr, done.stderr
-    assert done.stderr.count("Retrying") <= 1 and elapsed < 30, (elapsed, done.stderr)
+    assert done.returncode != 0 and "No matching distribution found for torch==2.13.0+cpu" in done.stderr, done.stderr
+    assert done.stderr.count("Retrying") <= 2 and elapsed < 30, (elapsed, done.stderr)
+
+
+def test_the_torch_line_takes_torch_from_find_links_and_its_dependencies_from_the_configured_index(tmp_path):
+    """pip configured with an index and a find-links folder holding torch's CPU wheel, PyTorch's index out of
+    reach: the line installs torch from find-links and its dependency from the index (`--index-url` would have
+    replaced the index: "No matching distribution found" for the dependency)."""
+    links, index, dest = tmp_path / "links", tmp_path / "index", tmp_path / "dest"
+    for folder in (links, index / "tinydep", dest):
+        folder.mkdir(parents=True)
+    wheel(links, "torch", "2.13.0+cpu", requires=("tinydep",))
+    wheel(index / "tinydep", "tinydep", "1.0")
+    (index / "tinydep" / "index.html").write_text('<a href="tinydep-1.0-py3-none-any.whl">tinydep-1.0</a>')
+    done = pip(torch_line(), dest, PIP_INDEX_URL=index.as_uri(), PIP_FIND_LINKS=str(links))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["tinydep-1.0-py3-none-any.whl",
+                                                     "torch-2.13.0+cpu-py3-none-any.whl"]

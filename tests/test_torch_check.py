@@ -11,7 +11,7 @@ def test_a_cuda_build_without_a_gpu_is_named_with_the_cpu_install_command():
     warning = cuda_build_warning("2.13.0", CUDA_REQUIRES, {"nvidia-cublas-cu12", "nvidia-cudnn-cu12", "filelock"},
                                  gpu=False)
     assert "CUDA build (2 nvidia-* packages)" in warning
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in warning
+    assert "pip install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu" in warning
     assert "CUDA build" in cuda_build_warning("2.13.0+cu126", [], set(), gpu=False)
 
 

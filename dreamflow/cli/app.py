@@ -22,18 +22,68 @@ import click
 from dreamflow import __version__
 from engine import ops
 from engine.client import open_memory
-from dreamflow.cli import (embed_command, flow_commands, governance_commands, hook_command, import_command,
-                           mcp_command, service_commands, workspace_commands)
 from dreamflow.cli.common import fail
 from storage.errors import DreamflowError, from_os_error
 
-# The commands besides the generated ones, in the order help lists them. Their modules import prefect, openai
-# and torch only inside command bodies, so memory commands stay fast.
-EXTENSIONS: tuple[click.Command, ...] = (
-    service_commands.start, service_commands.status, service_commands.turn,
-    *flow_commands.COMMANDS, *governance_commands.COMMANDS, embed_command.embed, mcp_command.mcp,
-    hook_command.hook, import_command.import_reme, workspace_commands.workspace, workspace_commands.token,
-)
+# The commands besides the generated ones, in the order help lists them: name -> (its module's loader, attribute).
+# A module is imported only when one of its commands runs or help lists them, so `dreamflow search` loads neither
+# the MCP server nor the job commands; their modules import prefect, openai and torch only inside command bodies.
+def _service():
+    from dreamflow.cli import service_commands
+    return service_commands
+
+
+def _flows():
+    from dreamflow.cli import flow_commands
+    return flow_commands
+
+
+def _governance():
+    from dreamflow.cli import governance_commands
+    return governance_commands
+
+
+def _embed():
+    from dreamflow.cli import embed_command
+    return embed_command
+
+
+def _mcp():
+    from dreamflow.cli import mcp_command
+    return mcp_command
+
+
+def _hook():
+    from dreamflow.cli import hook_command
+    return hook_command
+
+
+def _import():
+    from dreamflow.cli import import_command
+    return import_command
+
+
+def _workspaces():
+    from dreamflow.cli import workspace_commands
+    return workspace_commands
+
+
+EXTENSIONS: dict[str, tuple[typing.Callable[[], types.ModuleType], str]] = {
+    "start": (_service, "start"), "status": (_service, "status"), "turn": (_service, "turn"),
+    **{name: (_flows, name.replace("-", "_")) for name in ("auto-memory", "auto-resource", "dream", "proactive")},
+    **{name: (_governance, name.replace("-", "_"))
+       for name in ("doctor", "doctor-fix", "link-mine", "merge", "split", "archive")},
+    "embed": (_embed, "embed"), "mcp": (_mcp, "mcp"), "hook": (_hook, "hook"), "import-reme": (_import, "import_reme"),
+    "workspace": (_workspaces, "workspace"), "token": (_workspaces, "token"),
+}
+
+
+def extension(name: str) -> click.Command:
+    """The extension command `name` (a key of EXTENSIONS), its module imported now."""
+    module, attribute = EXTENSIONS[name]
+    command = getattr(module(), attribute)
+    _whole_short_help(command)
+    return command
 
 
 @dataclass
@@ -83,17 +133,13 @@ class CliContext:
 
 
 class OperationsGroup(click.Group):
-    """Memory commands are built from `ops.OPS` when looked up (a call builds only its own command); commands
-    added with `add_command` (extensions) come first, so an extension may replace a generated command.
+    """Memory commands are built from `ops.OPS` when looked up (a call builds only its own command); EXTENSIONS
+    come first, imported when looked up, so an extension may replace a generated command (doctor, doctor-fix).
     Help lists them in declaration order: files, frontmatter, search, index, then extensions."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         generated = [op.cli_name for op in ops.OPS]
-        return generated + [name for name in self.commands if name not in generated]
-
-    # Extensions may wrap a generated command (e.g. run it as a deployment when the service runs):
-    # cli name -> function taking the generated command and returning the one to use.
-    wrappers: dict[str, typing.Callable[[click.Command], click.Command]] = {}
+        return generated + [name for name in EXTENSIONS if name not in generated]
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         """Like click's, but an unknown command gets the nearest names: `serch` -> "Did you mean search?"."""
@@ -107,13 +153,17 @@ class OperationsGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.commands:
-            return self.commands[name]
+        if name in EXTENSIONS:
+            return extension(name)
         op = next((op for op in ops.OPS if op.cli_name == name), None)
         if op is None:
             return None
         command = build_command(op)
-        wrap = self.wrappers.get(name)
+        if not op.writes:  # only operations that write run as jobs (engine/jobs.py `op`): a search loads no jobs
+            return command
+        from dreamflow.cli.flow_commands import WRAPPERS
+
+        wrap = WRAPPERS.get(name)
         return wrap(command) if wrap else command
 
 
@@ -180,9 +230,12 @@ def build_command(op: ops.Op) -> click.Command:
         if as_json:
             click.echo(json.dumps(result, ensure_ascii=False, indent=2, default=str))
         else:
-            from dreamflow.cli import render
+            from dreamflow.cli import plain
 
-            render.show(op.name, result)
+            if not plain.show(op.name, result):
+                from dreamflow.cli import render
+
+                render.show(op.name, result)
 
     return click.Command(op.cli_name, params=params, callback=callback, help=op.help, short_help=op.summary,
                          epilog=epilog if op.args else None)
@@ -284,12 +337,6 @@ def _body(op: ops.Op, content: str | None, body_file) -> str | None:
     if next(p for p in ops.parameters(op) if p.name == op.body).required:
         raise click.UsageError(f"no {op.body}: give --{op.body} TEXT, --file PATH, or pipe text on stdin")
     return None
-
-
-for _command in EXTENSIONS:
-    cli.add_command(_command)
-    _whole_short_help(_command)
-cli.wrappers.update(flow_commands.WRAPPERS)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Output for people: rich tables and text per operation result, progress bars and error lines.
 
-The CLI imports this module only when it prints for a person (not with --json). User text is always passed as
+The CLI imports this module only when it prints for a person (not with --json; search hits: dreamflow/cli/plain.py).
+User text is always passed as
 `rich.text.Text`, never as markup, so `[[wikilinks]]` and brackets print literally.
 """
 
@@ -17,8 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from storage import validity
-
-SNIPPET_LINES = 8
 
 out = Console(highlight=False, soft_wrap=True)  # long lines are not cut: grep and copy keep working
 err = Console(stderr=True, highlight=False)
@@ -49,43 +48,6 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 # ---- per-operation renderers ---------------------------------------------------------------------------
-
-def show_search(hits: list[dict]) -> None:
-    """Each hit as `address:start-end` (`NAME:path:...` for another workspace's file: what read takes)."""
-    if not hits:
-        out.print(Text("no results", style="dim"))
-    for hit in hits:
-        where = hit.get("address") or hit["path"]
-        head = Text(f"{where}:{hit.get('start_line')}-{hit.get('end_line')}", style="bold cyan")
-        head += Text(f"  {hit.get('score', 0):.4f}", style="dim")
-        when = validity.label(hit)
-        if when:
-            head += Text(f"  {when}", style="yellow" if hit.get("status") not in (None, "current") else "dim")
-        out.print(head)
-        if hit.get("headings"):
-            out.print(Text("  " + " › ".join(hit["headings"]), style="italic"))
-        lines = (hit.get("text") or "").strip("\n").splitlines()
-        for line in lines[:SNIPPET_LINES]:
-            out.print(Text("  " + line))
-        if len(lines) > SNIPPET_LINES:
-            out.print(Text(f"  … {len(lines) - SNIPPET_LINES} more lines", style="dim"))
-        if hit.get("more"):
-            ranges = ", ".join(f"L{start}-L{end}" for start, end in hit["more"])
-            out.print(Text(f"  also matches in this file: {ranges}", style="dim"))
-        for nb in hit.get("neighbors") or []:
-            out.print(_neighbor(nb, where[:len(where) - len(hit["path"])]))
-        out.print()
-
-
-def _neighbor(nb: dict, workspace: str = "") -> Text:
-    """A linked file of a hit (`workspace`: the hit's `NAME:`, links never leave a workspace)."""
-    arrow = "←" if nb.get("direction") in ("in", "backward", "inbound") else "→"
-    anchor = f"#{nb['anchor']}" if nb.get("anchor") else ""
-    pred = f"{nb['predicate']}:: " if nb.get("predicate") else ""
-    line = Text(f"  {arrow} {pred}", style="dim") + Text(f"{workspace}{nb.get('path')}{anchor}", style="green")
-    about = ": ".join(str(x) for x in (nb.get("name"), nb.get("description")) if x)
-    return line + Text(f"  {about}", style="dim") if about else line
-
 
 def show_node_search(rows: list[dict]) -> None:
     table = _table("path", "name", "description", "valid", "score")
@@ -274,7 +236,6 @@ def show_any(result: Any) -> None:
 
 
 RENDERERS: dict[str, Callable[[Any], None]] = {
-    "search": show_search,
     "node_search": show_node_search,
     "recall": show_recall,
     "read": show_read,
