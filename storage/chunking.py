@@ -17,7 +17,9 @@ Chunking a Markdown body (`chunk_markdown`):
   are in `Chunk.headings`. Blank-only pieces are never emitted.
 - a fact line (a one-line top-level list item storage/facts.py reads as a fact) is a chunk of its own, never
   packed with its neighbours: its text is the line, its headings its section skeleton, its `search_text` the
-  fact's sentence and `about` (`fact_windows`: its `since`/`until` as `valid_from`/`valid_to`); a section
+  fact's sentence, its `about` and the sentences of the facts it replaced (`replaced_by` it, in this file, and
+  theirs in turn: a change often drops the subject the old fact named, "I switched to Wednesdays" for "I go to
+  the gym on Mondays"), as retrieval keys only (`fact_windows`: its `since`/`until` as `valid_from`/`valid_to`); a section
   holding facts is never one chunk whole, and in a file with facts a chunk of headings alone is not emitted
   (the fact chunks carry those headings). A body without facts is chunked exactly as without this rule.
 
@@ -32,7 +34,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from storage.facts import Fact, parse_line
+from storage.facts import SOURCES, Fact, parse_line
 from storage.model import Chunk, split_lines
 from storage.outline import Block, Outline, parse_blocks, trim
 
@@ -65,8 +67,10 @@ class _Piece:
 class _Lines:
     """Body lines with O(1) lengths of line ranges, and the body's fact lines."""
 
-    def __init__(self, lines: list[str], facts: dict[int, Fact] | None = None, headings: set[int] | None = None):
+    def __init__(self, lines: list[str], facts: dict[int, Fact] | None = None, headings: set[int] | None = None,
+                 keys: dict[str, str] | None = None):
         self.lines = lines
+        self.keys = keys or {}  # fact id -> the words of the facts it replaced (retrieval keys)
         self.offsets = [0]
         total = 0
         for line in lines:
@@ -352,8 +356,8 @@ def _pack(src: _Lines, pieces: list[_Piece], first_line: int, max_chars: int, fa
         if p.fact is not None:
             chunks.append(_fact_chunk(src, p, first_line, fact_windows))
             return
-        if src.facts and src.only_headings(p):
-            return  # headings alone: the fact chunks under them carry them
+        if src.facts and (src.only_headings(p) or p.headings[-1:] == (SOURCES,)):
+            return  # headings alone: the fact chunks under them carry them; a fact file's source list: links
         text = src.piece_text(p)
         if text.strip():
             chunks.append(Chunk(text, p.start + first_line, p.end + first_line, p.headings))
@@ -389,8 +393,34 @@ def _fact_chunk(src: _Lines, p: _Piece, first_line: int, fact_windows: bool) -> 
     """The chunk of one fact line (see the module docstring)."""
     fact = p.fact
     return Chunk(src.piece_text(p), p.start + first_line, p.end + first_line, p.headings,
-                 search_text="\n".join(filter(None, (fact.text, fact.about))),
-                 valid_from=fact.since if fact_windows else None, valid_to=fact.until if fact_windows else None)
+                 search_text="\n".join(filter(None, (fact.text, fact.about, src.keys.get(fact.id)))),
+                 valid_from=fact.since if fact_windows else None, valid_to=fact.until if fact_windows else None,
+                 fact_id=fact.id or None, cites=fact.sources)
+
+
+REPLACED_KEYS = 4  # most replaced facts whose words a fact takes as keys (its chain back, newest first)
+
+
+def _replaced_keys(facts: dict[int, Fact], path: str | None) -> dict[str, str]:
+    """{fact id: the sentences of the facts it replaced, newest first}: a history fact's `replaced_by` link to
+    a fact of this file (`path#^id`, or `#^id`) makes its sentence (and its own predecessors') the successor's."""
+    before: dict[str, list[Fact]] = {}
+    for fact in facts.values():
+        target, _, anchor = (fact.replaced_by or "").partition("#")
+        if anchor.startswith("^") and (not target or path is None or target in (path, path.removesuffix(".md"))):
+            before.setdefault(anchor[1:], []).append(fact)
+    keys: dict[str, str] = {}
+    for fact_id in before:
+        chain, todo, seen = [], list(before[fact_id]), {fact_id}
+        while todo and len(chain) < REPLACED_KEYS:
+            old = todo.pop(0)
+            if old.id in seen:
+                continue
+            seen.add(old.id)
+            chain.append(" ".join(filter(None, (old.text, old.about))))
+            todo += before.get(old.id, [])
+        keys[fact_id] = "\n".join(chain)
+    return keys
 
 
 def _facts(outline: Outline) -> dict[int, Fact]:
@@ -401,18 +431,20 @@ def _facts(outline: Outline) -> dict[int, Fact]:
 
 def chunk_markdown(
     body: str, first_line: int = 1, max_chars: int = MAX_CHARS, outline: Outline | None = None,
-    fact_windows: bool = False,
+    fact_windows: bool = False, path: str | None = None,
 ) -> list[Chunk]:
     """Structure-aware chunks of a Markdown body whose first line is line `first_line` of its file.
 
     Pass the `outline` from `parse_blocks(body)` when you already have one. `fact_windows`: fact chunks take
-    their fact's `since`/`until` as their validity (a digest node's facts).
+    their fact's `since`/`until` as their validity (a digest node's facts). `path`: the file's, to tell the
+    `replaced_by` links that point into it.
     """
     outline = outline or parse_blocks(body)
     if not outline.blocks:
         return []
     facts = _facts(outline)
-    src = _Lines(outline.lines, facts, {b.start for b in outline.blocks if b.kind == "heading"} if facts else None)
+    src = _Lines(outline.lines, facts, {b.start for b in outline.blocks if b.kind == "heading"} if facts else None,
+                 _replaced_keys(facts, path) if facts else None)
     root = _sections(outline)
     while not root.blocks and len(root.children) == 1:  # a document under one title is that section
         root = root.children[0]
@@ -442,21 +474,77 @@ def _record_text(value, key: str = "", out: list[str] | None = None) -> list[str
     return out
 
 
-def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS) -> list[Chunk]:
+TEXT_BLOCKS = {None, "text", "input_text", "output_text"}  # content blocks that are what was said
+
+
+def said(record) -> tuple[str, str] | None:
+    """(speaker, text) of a conversation record (`{role, content}`, storage/dialog.py): the text of its content
+    (a string, or its text blocks: tool calls, their inputs and results, thinking and media are not what was
+    said), or None when it says nothing."""
+    if not isinstance(record, dict):
+        return None
+    content = record.get("content")
+    blocks = content if isinstance(content, list) else [content]
+    parts = []
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") in TEXT_BLOCKS and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+    text = "\n".join(p.strip() for p in parts if p.strip())
+    return (str(record.get("role") or "user"), text) if text else None
+
+
+ACKNOWLEDGING = "ok okay sure noted note got it great now thanks thank you understood perfect nice cool alright right yes"
+ECHO_NEW_WORDS = 1  # words an echo may add to the line it repeats (acknowledging words aside)
+
+
+def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
+    """Lines of `records` ((line, speaker, text), in order) that only echo a cited line: a message not the
+    user's, right after the user's cited message, that adds at most ECHO_NEW_WORDS words to it ("Noted, gym on
+    Mondays and Thursdays."): the fact citing the user's line says it too."""
+    from storage.tokenize import terms
+
+    ack = set(terms(ACKNOWLEDGING))
+    found, last_user = set(), None
+    for line, speaker, text in records:
+        if speaker == "user":
+            last_user = (line, set(terms(text))) if line in cited else None
+            continue
+        words = set(terms(text)) - ack
+        if last_user is not None and words & last_user[1] and len(words - last_user[1]) <= ECHO_NEW_WORDS:
+            found.add(line)
+    return found
+
+
+def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dialog: bool = False) -> list[Chunk]:
     """Chunks of a JSON Lines file: whole records packed up to `max_chars`, each chunk's lines exact.
 
     A record's text is its fields as `key: value` lines (nested keys dotted, strings unescaped, so words
     and CJK text are searchable); a line that is not valid JSON is kept as it is. Records are separated by
     a blank line. A record longer than `max_chars` alone is split into `[Part i/N]` pieces.
+    A conversation (`dialog`, session/dialog/*.jsonl) is indexed as what was said: each record `speaker: text`
+    (`said`), records that say nothing (a tool call alone) left out, and the chunk's `search_text` the words
+    said alone (no speaker, no JSON keys: "user" in a question matches no conversation for being one).
     """
     records: list[tuple[int, str]] = []
+    spoken: dict[int, tuple[str, str]] = {}  # line -> (speaker, what was said)
     for i, line in enumerate(split_lines(text)):
         if not line.strip():
             continue
         try:
-            rendered = "\n".join(_record_text(json.loads(line)))
+            value = json.loads(line)
         except ValueError:
-            rendered = line
+            value, rendered = None, line
+        else:
+            rendered = "\n".join(_record_text(value))
+        if dialog and value is None:  # not a record (a write cut short): its text as it is
+            spoken[i] = ("", line)
+        elif dialog:
+            message = said(value)
+            if message is None:
+                continue
+            rendered, spoken[i] = f"{message[0]}: {message[1]}", message
         records.append((i, rendered if rendered.strip() else line))
 
     chunks: list[Chunk] = []
@@ -466,7 +554,9 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS) -> l
     def flush() -> None:
         if group:
             chunks.append(
-                Chunk("\n\n".join(r for _, r in group), group[0][0] + first_line, group[-1][0] + first_line)
+                Chunk("\n\n".join(r for _, r in group), group[0][0] + first_line, group[-1][0] + first_line,
+                      search_text="\n".join(spoken[i][1] for i, _ in group) if dialog else None,
+                      said=tuple((i + first_line, *spoken[i]) for i, _ in group) if dialog else ())
             )
             group.clear()
 
@@ -477,7 +567,9 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS) -> l
             parts = _pack_lines(lines, max_chars - _MARKER_ROOM)
             for k, (a, b, cut, _) in enumerate(parts, 1):
                 body = cut if cut is not None else "\n".join(lines[a : b + 1])
-                chunks.append(Chunk(f"{body}\n[Part {k}/{len(parts)}]", i + first_line, i + first_line))
+                words = body[len(rendered) - len(spoken[i][1]) if k == 1 else 0:] if dialog else None  # no speaker
+                chunks.append(Chunk(f"{body}\n[Part {k}/{len(parts)}]", i + first_line, i + first_line,
+                                    search_text=words, said=((i + first_line, spoken[i][0], words),) if dialog else ()))
             size = 0
             continue
         if group and size + 2 + len(rendered) > max_chars:

@@ -53,7 +53,7 @@ if importlib.util.find_spec("pandas") is None:
 
 # The index layout. 7: postings keyed by storage.tokenize.term_hash (6: DuckDB's hash(), whose values could
 # change with the DuckDB version; 6 added fact chunks: search_text, valid_from, valid_to).
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")
@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     length INTEGER,
     search_text VARCHAR,  -- a fact chunk: what BM25 and the vectors read instead of `text` (storage/model.Chunk)
     valid_from DATE,      -- a digest node's fact: its `since` ...
-    valid_to DATE         -- ... and `until` (exclusive)
+    valid_to DATE,        -- ... and `until` (exclusive); a card fact a dream consumed: those of the node fact it became
+    became BIGINT         -- a card fact a dream consumed: the chunk of the node fact citing it (storage/index.py)
 );
 -- BM25 postings: `term` is storage.tokenize.term_hash of the term string (integers scan and sort several times faster
 -- than strings); `length` repeats the chunk's BM25 length so scoring needs no join. Kept sorted by term

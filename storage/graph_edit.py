@@ -124,7 +124,7 @@ def replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> li
         if count:
             _write(ws, rel, changed)
             rewritten.append({"path": rel, "links": count})
-    index.remove_file(con, src)
+    index.remove_file(con, src, ws)
     reindex(con, ws, [dst, *plan["files"]])  # all planned files: a crashed run rewrote some unindexed
     return rewritten
 

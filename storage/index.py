@@ -6,21 +6,38 @@ exactly its own rows inside one transaction; a deleted file's rows go. Writes ar
 collected in Python lists and inserted from numpy arrays in one statement per table, so a 100k-chunk
 rebuild stays a matter of seconds. `rebuild` and `reconcile` each run in one transaction: a crash in the
 middle leaves the index as it was before, and the next `reconcile` brings it up to date.
+
+Provenance chains (decision: propagated at index time). A dialog line, the card fact citing it and the node fact
+citing that (`(source:: [[daily/<day>/<card>.md#^f2]])`) are one thing remembered, which holds exactly when its
+highest member does:
+- a card fact's chunk takes the window (`valid_from`/`valid_to`) of the node fact citing it, and `became`, that
+  node fact's chunk id: search keeps or drops it by the same window filter as any node fact (no join at query
+  time: the search cache's window arrays hold it) and shows the chain once, as its node fact (storage/search.py).
+  A card fact no node cites has no window: the newest thing known, a hit of its own;
+- a conversation chunk is searched by the records no card fact cites (`Chunk.said`), and is left out when every
+  one of its records is cited: the facts say them.
+Writing a node re-indexes the cards its facts cite or cited, writing a card the conversations it cites or cited
+(a few files a job run), in the same transaction; a batch indexes nodes, then cards, then the rest, so each sees
+what cites it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import duckdb
 
 from storage import search_cache
+from storage.chunking import echoes
 from storage.model import Chunk, ParsedFile, normalize_tag
+from storage.sql import in_list
 from storage.tokenize import term_hash, terms
 from storage.errors import DreamflowError
 from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8, read_regular
@@ -28,6 +45,8 @@ from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8,
 Progress = Callable[[int, int], None]
 
 BATCH_FILES = 500  # files parsed and written per insert batch
+DIGEST, DAILY, DIALOG = "digest/", "daily/", "session/dialog/"  # nodes cite cards, cards cite conversations
+LINE_RANGE = re.compile(r"L(\d+)(?:-L(\d+))?")  # a link's line anchor: `L3`, `L3-L5`
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
 
 
@@ -53,7 +72,7 @@ def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: b
     except OSError:
         st = None
     if st is None or not path.is_file() or not is_indexed_path(rel):
-        return remove_file(con, rel)
+        return remove_file(con, rel, ws)
     row = con.execute("SELECT mtime, size, hash, indexed_at FROM files WHERE path = ?", [rel]).fetchone()
     if row and not force and _same_stat(row, st):
         return False
@@ -62,20 +81,23 @@ def index_file(con: duckdb.DuckDBPyConnection, ws: Workspace, rel: str, force: b
         _touch(con, [(rel, st.st_mtime, st.st_size)])
         return False
     with _transaction(con):
-        _delete_paths(con, [rel])
-        _insert_files(con, [item])
+        cited = _delete_paths(con, [rel]) | _insert_files(con, [item])
+        _refresh(con, ws, cited - {rel})
     compact(con)
     return True
 
 
-def remove_file(con: duckdb.DuckDBPyConnection, rel: str) -> bool:
-    """Drop every row of `rel` (file, chunks, postings, outgoing links). True if it was indexed."""
+def remove_file(con: duckdb.DuckDBPyConnection, rel: str, ws: Workspace | None = None) -> bool:
+    """Drop every row of `rel` (file, chunks, postings, outgoing links). True if it was indexed. With `ws`, the
+    files a removed node or card cited are re-indexed (module docstring: their chains change)."""
     if not is_utf8(rel):
         return False  # never indexed
     if not con.execute("SELECT count(*) FROM files WHERE path = ?", [rel]).fetchone()[0]:
         return False
     with _transaction(con):
-        _delete_paths(con, [rel])
+        cited = _delete_paths(con, [rel])
+        if ws is not None:
+            _refresh(con, ws, cited)
     compact(con)
     return True
 
@@ -121,6 +143,7 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, on_disk: dict[str, o
     (a `time.monotonic()` value), changed files are read until it has passed (at least one, so repeated calls
     get through); `pending` counts those left for later."""
     todo, deleted, indexed = found
+    todo = sorted(todo, key=chain_order)
     total = len(on_disk)  # progress counts every file, so it ends where added + modified + unchanged does
     done = total - len(todo)  # settled by their stat alone
     counts = {"added": 0, "modified": 0, "deleted": len(deleted), "unchanged": done, "pending": 0}
@@ -130,16 +153,19 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, on_disk: dict[str, o
         return counts
     items: list[Item] = []
     touched: list[tuple[str, float, int]] = []
+    cited: set[str] = set()  # files the changed nodes and cards cite or cited
+    written: set[str] = set()
 
     def flush() -> None:
-        _delete_paths(con, [item[0].path for item in items if item[0].path in indexed])
-        _insert_files(con, items)
+        cited.update(_delete_paths(con, [item[0].path for item in items if item[0].path in indexed]),
+                     _insert_files(con, items))
+        written.update(item[0].path for item in items)
         items.clear()
         if progress:
             progress(done, total)
 
     with _transaction(con):
-        _delete_paths(con, deleted)
+        cited.update(_delete_paths(con, deleted))
         for at, rel in enumerate(todo):
             if deadline is not None and at and time.monotonic() > deadline:
                 counts["pending"] = len(todo) - at
@@ -157,6 +183,7 @@ def catch_up(con: duckdb.DuckDBPyConnection, ws: Workspace, on_disk: dict[str, o
                 flush()
         flush()
         _touch(con, touched)
+        _refresh(con, ws, cited - written)
     compact(con)
     return counts
 
@@ -166,7 +193,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, ws: Workspace, progress: Progress | 
     started = time.perf_counter()
     special: list[dict] = []
     on_disk = _stat_files(ws, special)
-    paths = list(on_disk)
+    paths = sorted(on_disk, key=chain_order)
     with _transaction(con):
         for table in ("postings", "stale_chunks", "chunks", "links", "files"):
             con.execute(f"DELETE FROM {table}")
@@ -318,15 +345,17 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[i : i + size]
 
 
-def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
-    """Delete the rows of these files: chunks (their postings become stale until compaction), links out, files."""
+def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> set[str]:
+    """Delete the rows of these files: chunks (their postings become stale until compaction), links out, files.
+    Returns what the deleted nodes and cards cited (their chains change)."""
     if not paths:
-        return
+        return set()
     if len(paths) == 1:  # one file: an equality on a literal lets zone maps and indexes find its rows
         match = "= " + "'" + paths[0].replace("'", "''") + "'"
     else:
         _register(con, "_paths", {"path": paths})
         match = "IN (SELECT path FROM _paths)"
+    cited = _cited(con, paths)
     con.execute(f"""
         INSERT INTO stale_chunks SELECT id FROM chunks WHERE path {match};
         DELETE FROM chunks WHERE path {match};
@@ -335,6 +364,88 @@ def _delete_paths(con: duckdb.DuckDBPyConnection, paths: list[str]) -> None:
     """)
     if len(paths) > 1:
         con.unregister("_paths")
+    return cited
+
+
+def chain_order(path: str) -> int:
+    """Nodes, then cards, then the rest (conversations): the order a batch is indexed in, so that each file
+    indexed sees what cites it (module docstring)."""
+    return 0 if path.startswith(DIGEST) else 1 if path.startswith(DAILY) else 2
+
+
+def _refresh(con: duckdb.DuckDBPyConnection, ws: Workspace, paths: set[str]) -> None:
+    """Re-index these indexed files (cards, conversations: read again from the files) so they take the chains of
+    what cites them now (module docstring); a file gone or never indexed is left to the usual catch-up."""
+    if not paths:
+        return
+    indexed = con.execute(f"SELECT path FROM files WHERE path IN ({in_list(paths)})").fetchall()
+    items = []
+    for rel in sorted((r[0] for r in indexed), key=chain_order):
+        try:
+            st = (ws.root / rel).stat()
+        except OSError:
+            continue
+        items.append(_read_and_parse(ws, rel, st))
+    _delete_paths(con, [item[0].path for item in items])
+    _insert_files(con, items)
+
+
+def _cited(con: duckdb.DuckDBPyConnection, paths: list[str]) -> set[str]:
+    """What the facts of these nodes and cards cite, as the links table has it: the cards a node's facts cite
+    (`#^f2`), the conversations a card's facts cite (`#L3`)."""
+    nodes = [p for p in paths if p.startswith(DIGEST)]
+    cards = [p for p in paths if p.startswith(DAILY)]
+    found = set()
+    for sources, target, anchor in ((nodes, DAILY, "^"), (cards, DIALOG, "L")):
+        if sources:
+            found |= {r[0] for r in con.execute(
+                f"SELECT DISTINCT target FROM links WHERE source IN ({in_list(sources)}) "
+                f"AND starts_with(target, '{target}') AND starts_with(anchor, '{anchor}')").fetchall()}
+    return found
+
+
+def cited_lines(con: duckdb.DuckDBPyConnection, dialogs: list[str]) -> dict[str, set[int]]:
+    """{conversation: the lines of it that card facts cite}."""
+    if not dialogs:
+        return {}
+    cited: dict[str, set[int]] = {}
+    for target, anchor in con.execute(f"""
+        SELECT target, anchor FROM links
+        WHERE target IN ({in_list(dialogs)}) AND starts_with(source, '{DAILY}') AND starts_with(anchor, 'L')
+    """).fetchall():
+        lines = cited.setdefault(target, set())
+        for first, last in LINE_RANGE.findall(anchor):
+            lines.update(range(int(first), int(last or first) + 1))
+    return cited
+
+
+def _chains(con: duckdb.DuckDBPyConnection, cards: list[str]) -> dict[tuple[str, str], tuple]:
+    """{(card path, fact id): (node fact chunk id, valid_from, valid_to)} for the facts of `cards` that node facts
+    cite: the citing fact that holds (no `until`) wins, else the one that ended last."""
+    if not cards:
+        return {}
+    cites = con.execute(f"""
+        SELECT target, anchor, source, line FROM links
+        WHERE target IN ({in_list(cards)}) AND starts_with(source, '{DIGEST}') AND starts_with(anchor, '^')
+    """).fetchall()
+    if not cites:
+        return {}
+    facts = {(path, line): (cid, since, until) for cid, path, line, since, until in con.execute(f"""
+        SELECT id, path, start_line, valid_from, valid_to FROM chunks
+        WHERE path IN ({in_list({c[2] for c in cites})}) AND search_text IS NOT NULL
+    """).fetchall()}
+    found: dict[tuple[str, str], tuple] = {}
+    for card, anchor, node, line in cites:
+        fact = facts.get((node, line))
+        key = (card, anchor[1:])
+        if fact is not None and (key not in found or _ends_later(fact[2], found[key][2])):
+            found[key] = fact
+    return found
+
+
+def _ends_later(until, other) -> bool:
+    """Whether a window ending on `until` (None: open) outlasts one ending on `other`."""
+    return other is not None and (until is None or until > other)
 
 
 def _touch(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, float, int]]) -> None:
@@ -398,15 +509,22 @@ _LIST = "CASE WHEN {0} = '' THEN []::VARCHAR[] ELSE string_split({0}, chr(31)) E
 FILE_COLUMNS = ("path", "kind", "mtime", "size", "hash", "name", "description", "frontmatter", "tags", "date",
                 "line_count", "errors")
 CHUNK_COLUMNS = ("id", "path", "ord", "start_line", "end_line", "headings", "text", "text_hash", "length",
-                 "search_text", "valid_from", "valid_to")
+                 "search_text", "valid_from", "valid_to", "became")
 POSTING_COLUMNS = ("term", "chunk_id", "tf", "length")
 LINK_COLUMNS = ("source", "target", "anchor", "alias", "predicate", "line")
 
 
-def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
-    """Insert files, chunks, postings and links of parsed files (their old rows must be gone)."""
+def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> set[str]:
+    """Insert files, chunks, postings and links of parsed files (their old rows must be gone); a card's facts
+    take the chains of the node facts citing them (module docstring). Returns the cards the inserted digest
+    nodes cite."""
     if not items:
-        return
+        return set()
+    if len({chain_order(p.path) for p, *_ in items}) > 1:  # nodes, then cards, then the rest: each sees its chain
+        ordered = sorted(items, key=lambda item: chain_order(item[0].path))
+        return set().union(*(_insert_files(con, [i for i in ordered if chain_order(i[0].path) == k]) for k in range(3)))
+    chains = _chains(con, [p.path for p, *_ in items if p.path.startswith(DAILY)])
+    cited = cited_lines(con, [p.path for p, *_ in items if p.path.startswith(DIALOG)])
     files, chunks, links = [], [], []
     post_term: list[int] = []
     hashes: dict[str, int] = {}  # term -> term_hash, once per distinct term of the batch
@@ -420,12 +538,14 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
             json.dumps(parsed.frontmatter, ensure_ascii=False, default=str), _joined(dict.fromkeys(normalize_tag(t) for t in parsed.tags)),
             parsed.date or "", parsed.line_count, _joined(parsed.errors),
         ))
-        for ord_, chunk in enumerate(parsed.chunks):
+        for ord_, chunk in enumerate(_unsaid(parsed.chunks, cited.get(parsed.path))):
             toks = chunk_terms(parsed, chunk)
+            became, valid_from, valid_to = chains.get((parsed.path, chunk.fact_id), (None, chunk.valid_from,
+                                                                                     chunk.valid_to))
             chunks.append((
                 chunk_id, parsed.path, ord_, chunk.start_line, chunk.end_line, _joined(chunk.headings), chunk.text,
-                content_hash(chunk.text.encode("utf-8")), len(toks), chunk.search_text, chunk.valid_from or "",
-                chunk.valid_to or "",
+                content_hash((chunk.search_text or chunk.text).encode("utf-8")), len(toks), chunk.search_text,
+                str(valid_from or ""), str(valid_to or ""), became if became is not None else -1,
             ))
             counts = Counter(toks)
             post_term += [hashes.get(t) or hashes.setdefault(t, term_hash(t)) for t in counts]
@@ -442,7 +562,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
     if chunks:
         _insert(con, "chunks", _columns(CHUNK_COLUMNS, chunks), f"""
             id, path, ord, start_line, end_line, {_LIST.format('headings')}, text, text_hash, length, search_text,
-            try_cast(nullif(valid_from, '') AS DATE), try_cast(nullif(valid_to, '') AS DATE)""")
+            try_cast(nullif(valid_from, '') AS DATE), try_cast(nullif(valid_to, '') AS DATE), nullif(became, -1)""")
     if post_term:
         _insert(con, "postings", dict(zip(POSTING_COLUMNS, (post_term, post_chunk, post_tf, post_length))),
                 ", ".join(POSTING_COLUMNS))
@@ -451,6 +571,24 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> None:
         """)
     if links:
         _insert(con, "links", _columns(LINK_COLUMNS, links), ", ".join(LINK_COLUMNS))
+    return _cited(con, [p.path for p, *_ in items])
+
+
+def _unsaid(chunks: list[Chunk], cited: set[int] | None) -> list[Chunk]:
+    """A conversation's chunks searched by the records no card fact cites (`cited` lines) or echoes
+    (storage/chunking.echoes); a chunk all of whose records are cited is left out."""
+    if not cited:
+        return chunks
+    cited = cited | echoes([record for chunk in chunks for record in chunk.said], cited)
+    kept = []
+    for chunk in chunks:
+        if chunk.said:
+            words = [text for line, _, text in chunk.said if line not in cited]
+            if not words:
+                continue
+            chunk = replace(chunk, search_text="\n".join(words))
+        kept.append(chunk)
+    return kept
 
 
 def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:

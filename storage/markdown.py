@@ -39,7 +39,7 @@ from frontmatter.default_handlers import YAMLHandler
 
 from storage.chunking import chunk_jsonl, chunk_markdown, chunk_text
 from storage.outline import Outline, parse_blocks
-from storage.model import Link, ParsedFile, split_lines
+from storage.model import GENERATED_BLOCKS, Link, ParsedFile, split_lines
 from storage.yaml_load import load as load_yaml
 
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
@@ -509,6 +509,30 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+DIALOG = "session/dialog/"  # conversation records: indexed as what was said (storage/chunking.chunk_jsonl)
+DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")  # its card list is generated (storage/day_page.py)
+_GENERATED = re.compile(r"^daily/\d{4}-\d{2}-\d{2}/interests\.yaml$")  # the dream's topics for proactive
+
+
+def is_generated(path: str) -> bool:
+    """Whether `path` is a file the jobs write for their own use (a day's interests.yaml): indexed as a file
+    (listed, linked) but given no chunks, so it never takes an agent's search or recall budget."""
+    return bool(_GENERATED.match(path))
+
+
+def without_generated(body: str) -> str:
+    """A day page's body with the lines of its generated card list blanked (line numbers kept): the list
+    repeats the cards' names and descriptions, which the cards themselves answer for."""
+    lines = body.split("\n")
+    inside = False
+    for i, line in enumerate(lines):
+        opens = line.strip().startswith(tuple(start for start, _ in GENERATED_BLOCKS))
+        if opens or inside:
+            inside = not line.strip().startswith(tuple(end for _, end in GENERATED_BLOCKS))
+            lines[i] = ""
+    return "\n".join(lines)
+
+
 def file_kind(path: str) -> str:
     """markdown | jsonl | text, by suffix (content may still make a file `binary`)."""
     suffix = PurePosixPath(path).suffix.lower()
@@ -572,7 +596,9 @@ def parse_file(path: str, data: bytes) -> ParsedFile:
         if parsed.kind == "markdown":
             _parse_markdown(parsed, text)
         elif parsed.kind == "jsonl":
-            parsed.chunks = chunk_jsonl(text)
+            parsed.chunks = chunk_jsonl(text, dialog=path.startswith(DIALOG))
+        elif is_generated(path):
+            pass  # the jobs' own bookkeeping: stored, not searched against what was said and learnt
         else:
             header = 1 if PurePosixPath(path).suffix.lower() in (".csv", ".tsv") else 0
             parsed.chunks = chunk_text(text, header_lines=header, overlap=0 if header else 2)
@@ -598,7 +624,13 @@ def _parse_markdown(parsed: ParsedFile, text: str) -> None:
     outline = parse_blocks(body)
     if outline.problem:
         parsed.errors.append(f"Markdown structure not read ({outline.problem}); indexed as plain text")
-    chunks += chunk_markdown(body, body_line, outline=outline, fact_windows=parsed.path.startswith("digest/"))
+    if DAY_PAGE.match(parsed.path):  # a day page: what a person wrote on it, not its title over the generated list
+        searched = without_generated(body)
+        chunks += [c for c in chunk_markdown(searched, body_line) if any(
+            line.strip() and not line.lstrip().startswith("#") for line in c.text.split("\n"))]
+    else:
+        chunks += chunk_markdown(body, body_line, outline=outline, fact_windows=parsed.path.startswith("digest/"),
+                                 path=parsed.path)
     if not chunks and found is not None:
         chunks = chunk_text(found[0], first_line=2)  # frontmatter only: name/description stay searchable
     parsed.chunks = chunks

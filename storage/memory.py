@@ -182,7 +182,7 @@ class Memory:
             target = self.ws.regular(rel)
             target.unlink()
             fsync_folder(target.parent)
-            index.remove_file(con, rel)
+            index.remove_file(con, rel, self.ws)
             still = [link for link in index.inbound(con, rel) if link["source"] != rel]
         return {"path": rel, "deleted": True, "type": "file", "inbound": still}
 
@@ -196,7 +196,7 @@ class Memory:
         shutil.rmtree(target)
         fsync_folder(target.parent)
         for path in gone:
-            index.remove_file(con, path)
+            index.remove_file(con, path, self.ws)
         still = [{**link, "target": path} for path in files for link in index.inbound(con, path)
                  if not link["source"].startswith(inside)]
         return {"path": rel, "deleted": True, "type": "dir", "files": files, "inbound": still}

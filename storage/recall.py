@@ -29,6 +29,7 @@ import duckdb
 
 from storage import validity
 from storage.errors import IndexBusy, NotFound
+from storage.index import cited_lines
 from storage.locks import FileLock, LockTimeout
 from storage.relevance import QueryTerms, relevant
 from storage.search import search
@@ -36,6 +37,7 @@ from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
 
 PER_FILE = 2  # passages of one file among the candidates
+DIALOG = "session/dialog/"  # conversations: given as what was said, where no fact says it (`_lines`)
 MAX_POOL = 400  # most search hits one recall looks through
 DEEPER = 4  # times more hits looked through while the budget is not full
 FOLLOW = 1  # non-blank lines kept after each matching line
@@ -85,7 +87,7 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     query_terms = QueryTerms.of(con, query)
     weights = query_terms.weights()
     pool = min(MAX_POOL, max(10, budget // 40))
-    candidates = _Candidates(ws, weights, given)
+    candidates = _Candidates(con, ws, weights, given)
     searched = 0  # the limit of the last search
     while True:
         if pool > searched:  # one search for this pool and the next: it costs about the same for 4x the hits
@@ -145,8 +147,8 @@ class _Candidates:
     """The search hits of one recall (`hits`, best first) and the pieces of each, worked out when packing
     first reaches the hit and kept for a deeper pass (each file read once per recall)."""
 
-    def __init__(self, ws: Workspace, weights: dict[str, float], given: set[str]):
-        self.ws, self.weights, self.given = ws, weights, given
+    def __init__(self, con: duckdb.DuckDBPyConnection, ws: Workspace, weights: dict[str, float], given: set[str]):
+        self.con, self.ws, self.weights, self.given = con, ws, weights, given
         self.hits: list[dict] = []
         self.files: dict[str, list[str]] = {}
         self.done: dict[tuple[int, int], tuple[list[Piece], int]] = {}  # (rank, chunk id) -> pieces, withheld
@@ -156,8 +158,41 @@ class _Candidates:
         hit = self.hits[rank]
         key = (rank, hit["chunk_id"])
         if key not in self.done:
-            self.done[key] = _pieces(self.ws, hit, rank, self.weights, self.given, self.files)
+            if hit["path"] not in self.files:
+                self.files[hit["path"]] = _lines(self.con, self.ws, hit["path"])
+            self.done[key] = _pieces(hit, rank, self.weights, self.given, self.files[hit["path"]])
         return self.done[key]
+
+
+def _lines(con: duckdb.DuckDBPyConnection, ws: Workspace, path: str) -> list[str | None]:
+    """A hit's file as recall reads it, by line (None: a line it never gives). A conversation's records read as
+    what was said (`speaker: text`, storage/chunking.said); a record a card fact cites, or that echoes one
+    (storage/chunking.echoes), is left out (the fact says it, and search gives the fact), as is one that says
+    nothing (a tool call)."""
+    from storage.chunking import echoes, said  # a conversation's records (the chunker's marko import, only then)
+    from storage.text_view import text_lines
+
+    try:
+        lines: list[str | None] = list(text_lines(path, ws.read_bytes(path)))
+    except (NotFound, OSError, ValueError):  # gone or changed to something unreadable since it was indexed
+        return []
+    if not path.startswith(DIALOG):
+        return lines
+    cited = cited_lines(con, [path]).get(path, set())
+    records = []
+    for n, line in enumerate(lines, 1):
+        try:
+            message = said(json.loads(line)) if line.strip() else None
+        except ValueError:
+            message = None
+        lines[n - 1] = None
+        if message:
+            records.append((n, *message))
+    cited |= echoes(records, cited)
+    for n, speaker, text in records:
+        if n not in cited:
+            lines[n - 1] = f"{speaker}: {text}"
+    return lines
 
 
 def _pack(candidates: _Candidates, n: int, budget: int) -> tuple[list[tuple[Piece, str]], int, int]:
@@ -197,18 +232,12 @@ def _pack(candidates: _Candidates, n: int, budget: int) -> tuple[list[tuple[Piec
     return chosen, used, withheld
 
 
-def _pieces(ws: Workspace, hit: dict, rank: int, weights: dict[str, float], given: set[str],
-            files: dict[str, list[str]]) -> tuple[list[Piece], int]:
+def _pieces(hit: dict, rank: int, weights: dict[str, float], given: set[str], lines: list[str | None]
+            ) -> tuple[list[Piece], int]:
     """The pieces of one hit, best first, without lines in `given` (and how many lines that left out)."""
-    from storage.text_view import text_lines
-
     path = hit["path"]
-    if path not in files:
-        try:
-            files[path] = text_lines(path, ws.read_bytes(path))
-        except (NotFound, OSError, ValueError):  # gone or changed to something unreadable since it was indexed
-            files[path] = []
-    rows = [(n, files[path][n - 1]) for n in range(hit["start_line"], min(hit["end_line"], len(files[path])) + 1)]
+    rows = [(n, lines[n - 1]) for n in range(hit["start_line"], min(hit["end_line"], len(lines)) + 1)
+            if lines[n - 1] is not None]
     fresh = [(n, text) for n, text in rows if text.strip() and line_key(path, text) not in given]
     held = sum(1 for _, text in rows if text.strip()) - len(fresh)
     scored = [(sum(weights.get(t, 0.0) for t in set(terms(text))), n, text) for n, text in rows if text.strip()]

@@ -230,10 +230,15 @@ def search(
     holding all the top candidates still leaves room for `limit` distinct files.
     A query naming a date or period ("in June 2023", "last week") ranks chunks of files dated then higher in
     the keyword list (`date_boost`); relative times count from `as_of` when given.
+    A provenance chain (a card fact and the node fact it became, storage/index.py) is one hit: the node fact, in
+    the place of its best-ranked member, its card facts as `evidence`; a card fact whose node fact no longer
+    holds is left out like that node fact (kept with `history` or `as_of` a day it held).
     Each hit: path, start_line, end_line, score (fused), bm25, bm25_rank, vector_score, vector_rank, signals
     (which lists found it, see `signals`, and "date" when its file is dated in a period the query names),
     headings, text, name, description, date, status, valid_from, valid_to (a node fact's: its own window, and
-    `superseded` once its `until` has come), chunk_id, more, neighbors (up to
+    `superseded` once its `until` has come), replaced_by (a node fact's: what replaced it, if anything),
+    evidence ([{path, start_line, end_line}] of the chain's card facts among the candidates), chunk_id, more,
+    neighbors (up to
     `expand` outgoing and `expand` incoming links of the hit's file, each with the neighbour's name and
     description).
     """
@@ -242,6 +247,7 @@ def search(
     filters, params = _file_filters(start_date, end_date, tags, path_prefix, include_archived, strict_dates,
                                     as_of, history)
     window = _fact_window(as_of, history)
+    holding = _file_filters(include_archived=include_archived, as_of=as_of, history=history)[0]
     pool = max(CANDIDATES, 3 * limit)
     spans = timeref.periods(query, _as_date(as_of) if as_of else None)[:DATE_SPANS]
     _prepare(vectors, con, query)
@@ -256,6 +262,7 @@ def search(
         semantic = _vector_candidates(con, vectors, query, pool, path_prefix, _within(filters, window), params)
         full = full or len(semantic) >= pool
         fused = fuse([[cid for cid, _ in keyword], [cid for cid, _ in semantic]], weights, rrf_k)
+        fused, members = one_per_chain(con, fused, filters, holding)
         kept, more = _top_hits(con, fused, limit, per_file)
         if len(kept) >= limit or not full:
             break
@@ -272,7 +279,9 @@ def search(
         hit["vector_rank"], hit["vector_score"] = vec.get(cid, (None, None))
         hit["signals"] = signals(hit["bm25_rank"], hit["vector_rank"], weights, rrf_k) + ["date"] * (cid in dated)
         hit["more"] = more.get(cid, [])
+        hit["evidence"] = members.get(cid, [])
         results.append(hit)
+    _evidence_rows(con, results)
     neighbours = _neighbours(con, results, expand) if expand > 0 else {}
     # one files lookup for the hits and all their neighbours
     info = _file_info(con, {h["path"] for h in results} | {n["path"] for ns in neighbours.values() for n in ns})
@@ -283,12 +292,61 @@ def search(
         if any(fact_window):  # a node fact: its own validity
             hit["valid_from"], hit["valid_to"] = fact_window
             hit["status"] = validity.fact_status(hit["status"], fact_window[1], today)
+            hit["replaced_by"] = validity.replaced_by(hit["text"])
         hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
         for n in hit["neighbors"]:
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]
             n["status"] = info[n["path"]][3] if n["path"] in info else None
             n["exists"] = n["path"] in info
     return results
+
+
+def one_per_chain(con: duckdb.DuckDBPyConnection, fused: list[tuple[int, float]], filters: str, holding: str
+                  ) -> tuple[list[tuple[int, float]], dict[int, list[int]]]:
+    """`fused` with each card fact a dream consumed in the place of the node fact it became (storage/index.py:
+    one thing remembered, shown once, as its highest member), and {node fact chunk: the card fact chunks
+    standing behind it}. A node fact the file filters leave out (`filters`) lets its card fact stand for it
+    when its node holds (`holding`: not archived, superseded or expired); else the card fact goes with it."""
+    heads = _heads(con, [cid for cid, _ in fused])
+    if not heads:
+        return fused, {}
+    verdicts = {r[0]: r[1:] for r in con.execute(
+        f"SELECT c.id, {filters}, {holding} FROM chunks c JOIN files f ON f.path = c.path "
+        f"WHERE c.id IN ({in_list(set(heads.values()))})").fetchall()}
+    out: list[tuple[int, float]] = []
+    placed: set[int] = set()
+    members: dict[int, list[int]] = {}
+    for cid, score in fused:
+        head = heads.get(cid)
+        if head is not None:
+            passes, holds = verdicts.get(head, (False, False))
+            if passes:
+                members.setdefault(head, []).append(cid)
+                cid = head
+            elif not holds:
+                continue
+        if cid not in placed:
+            placed.add(cid)
+            out.append((cid, score))
+    return out, members
+
+
+def _heads(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, int]:
+    """{chunk id: the node fact chunk it became} of the consumed card facts among `ids`."""
+    if not ids:
+        return {}
+    if (cache := search_cache.of(con)) is not None and (held := cache.heads(con, ids)) is not None:
+        return held
+    return dict(con.execute(
+        f"SELECT id, became FROM chunks WHERE id IN ({in_list(ids)}) AND became IS NOT NULL").fetchall())
+
+
+def _evidence_rows(con: duckdb.DuckDBPyConnection, hits: list[dict]) -> None:
+    """Each hit's `evidence` (the card fact chunks behind a node fact) as {path, start_line, end_line}."""
+    rows = _chunk_rows(con, [m for hit in hits for m in hit["evidence"]]) if any(h["evidence"] for h in hits) else {}
+    for hit in hits:
+        hit["evidence"] = [{"path": rows[m][0], "start_line": rows[m][1], "end_line": rows[m][2]}
+                           for m in hit["evidence"] if m in rows]
 
 
 def signals(bm25_rank: int | None, vector_rank: int | None, weights: Sequence[float], k: int) -> list[str]:

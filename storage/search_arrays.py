@@ -6,7 +6,8 @@ each point lookup of a search (chunk rows, links, file facts) costs 0.3-10 ms of
 answers from numpy arrays and dicts held in memory cost a fraction of that.
 
 Layout: chunk ids sorted (ids only grow) with their BM25 length, file, line range, fact window (`valid_from`,
-`valid_to` as days since 1970, open ends as the int32 extremes) and a liveness mask;
+`valid_to` as days since 1970, open ends as the int32 extremes), the node fact a card fact became (`became`,
+storage/index.py) and a liveness mask;
 postings by term (storage.tokenize.term_hash, as in the `postings` table) in one CSR array of dense chunk
 positions and term frequencies, plus the postings of chunks added since the load, by term in small pieces;
 {path: (name, description, date)} of every file; the links as arrays over a table of path names (`_Links`);
@@ -55,6 +56,7 @@ _VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
 _OPEN_FROM, _OPEN_TO = -(2**31), 2**31 - 1  # a fact window's open ends (NULL) in the int32 day arrays
 _EPOCH = dt.date(1970, 1, 1)
+_BECAME = "coalesce(became, -1) AS became"
 _WINDOW_DAYS = (f"coalesce(valid_from - DATE '1970-01-01', {_OPEN_FROM})::INTEGER AS valid_from, "
                 f"coalesce(valid_to - DATE '1970-01-01', {_OPEN_TO})::INTEGER AS valid_to")
 
@@ -76,6 +78,7 @@ class SearchCache:
         self.file_of = np.zeros(0, dtype=np.int32)
         self.lines = np.zeros((0, 2), dtype=np.int64)
         self.windows = np.zeros((0, 2), dtype=np.int32)  # per chunk: valid_from, valid_to (days since 1970)
+        self.became = np.zeros(0, dtype=np.int64)  # per chunk: a consumed card fact's node fact chunk, else -1
         self.paths: list[str] = []
         self.file_index: dict[str, int] = {}
         self.terms = np.zeros(0, dtype=np.uint64)
@@ -108,7 +111,7 @@ class SearchCache:
         self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
         self.file_index = {p: i for i, p in enumerate(self.paths)}
         rows = con.execute(f"""
-            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length, {_WINDOW_DAYS} FROM chunks c
+            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length, {_WINDOW_DAYS}, {_BECAME} FROM chunks c
             JOIN (SELECT path, (row_number() OVER (ORDER BY path) - 1) AS i FROM (SELECT DISTINCT path FROM chunks)) p
             USING (path) ORDER BY c.id
         """).fetchnumpy()
@@ -117,6 +120,7 @@ class SearchCache:
         self.lines = np.stack([rows["start_line"].astype(np.int64), rows["end_line"].astype(np.int64)], axis=1)
         self.lengths = rows["length"].astype(np.float64)
         self.windows = np.stack([rows["valid_from"].astype(np.int32), rows["valid_to"].astype(np.int32)], axis=1)
+        self.became = rows["became"].astype(np.int64)
         self.live = np.ones(len(self.ids), dtype=bool)
         self.n_live, self.total_length = len(self.ids), int(rows["length"].astype(np.int64).sum())
         total, top_tf = con.execute("SELECT count(*), coalesce(max(tf), 0) FROM postings").fetchone()
@@ -222,11 +226,11 @@ class SearchCache:
         self._catch_up_files(con, changed, files)
 
     def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
-        rows = con.execute(f"SELECT id, path, start_line, end_line, length, {_WINDOW_DAYS}"
+        rows = con.execute(f"SELECT id, path, start_line, end_line, length, {_WINDOW_DAYS}, {_BECAME}"
                            f"{', headings, text' * (self.texts is not None)} FROM chunks WHERE id > {held} ORDER BY id"
                            ).fetchall()
         if self.texts is not None:
-            self.texts.update((r[0], r[7:]) for r in rows)
+            self.texts.update((r[0], r[8:]) for r in rows)
         files = []
         for _, path, *_rest in rows:
             if path not in self.file_index:
@@ -241,6 +245,7 @@ class SearchCache:
         self.lines = np.concatenate([self.lines, np.array([r[2:4] for r in rows], dtype=np.int64).reshape(-1, 2)])
         self.lengths = np.concatenate([self.lengths, np.array([r[4] for r in rows], dtype=np.float64)])
         self.windows = np.concatenate([self.windows, np.array([r[5:7] for r in rows], dtype=np.int32).reshape(-1, 2)])
+        self.became = np.concatenate([self.became, np.array([r[7] for r in rows], dtype=np.int64)])
         self.live = np.concatenate([self.live, np.ones(len(rows), dtype=bool)])
         self.n_live += len(rows)
         self.total_length += sum(int(r[4]) for r in rows)
@@ -315,6 +320,16 @@ class SearchCache:
                     start, end = self.lines[p]
                     out[cid] = (self.paths[self.file_of[p]], int(start), int(end))
             return out
+
+    def heads(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, int] | None:
+        """{chunk id: the node fact chunk it became} of the consumed card facts among `ids` (None: ask SQL)."""
+        with self._lock:
+            if not self.sync(con):
+                return None
+            want = np.asarray(ids, dtype=np.int64)
+            pos = np.minimum(np.searchsorted(self.ids, want), max(len(self.ids) - 1, 0))
+            found = (self.ids[pos] == want) & (self.became[pos] >= 0) if len(self.ids) else np.zeros(0, dtype=bool)
+            return dict(zip(want[found].tolist(), self.became[pos[found]].tolist()))
 
     def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple] | None:
         """Links leaving or entering `paths` (self-links left out), as storage.search._link_rows orders them."""
@@ -410,8 +425,8 @@ class SearchCache:
 
     def nbytes(self) -> int:
         """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
-        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.terms,
-                  self.offsets, self.post_idx, self.post_tf]
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.became,
+                  self.terms, self.offsets, self.post_idx, self.post_tf]
         if self.link_table is not None:
             t = self.link_table
             arrays += [t.source, t.target, t.anchor, t.predicate, t.line, t.alive, t.by_target, t.target_sorted]

@@ -61,6 +61,12 @@ def fact_status(node_status: str | None, until: Any, today: dt.date) -> str:
     return node_status or CURRENT
 
 
+def replaced_by(line: str) -> str | None:
+    """What replaced the fact on `line` (a history entry's `replaced_by` target, `node#^id`), else None."""
+    fact = facts_.parse_line(line.split("\n", 1)[0])
+    return fact.replaced_by if fact is not None else None
+
+
 def window(meta: dict) -> dict:
     """`{valid_from, valid_to}` as YYYY-MM-DD text (None when open)."""
     start, end = as_date(meta.get("valid_from")), as_date(meta.get("valid_to"))

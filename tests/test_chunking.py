@@ -275,7 +275,7 @@ def test_parse_file_chunks_every_kind_within_the_default_size(tmp_path):
     assert all(len(c.text) <= MAX_CHARS for c in parsed.chunks)
     assert_faithful(md, parsed.chunks)
     yml = "\n".join(f"- topic: {words(rng, 6)}" for _ in range(100))
-    assert_faithful(yml, parse_file("daily/2024-01-01/interests.yaml", yml.encode()).chunks)
+    assert_faithful(yml, parse_file("resource/2024-01-01/topics.yaml", yml.encode()).chunks)
 
 
 @pytest.mark.parametrize("max_chars", [60, 200, 1000])
@@ -337,12 +337,14 @@ def test_each_fact_line_is_a_chunk_of_its_own_the_rest_as_before():
     assert [(c.start_line, c.end_line) for c in facts] == [(10, 10), (11, 11), (19, 19)]
     assert all(c.text == lines[c.start_line - 1] for c in facts)  # the exact line: what search shows
     assert [c.headings for c in facts] == [("Ana", "Facts"), ("Ana", "Facts"), ("Ana", "History")]
-    assert facts[0].search_text == "Ana lives in Lisbon.\nAna"  # the sentence and `about`, no inline fields
+    # the sentence and `about`, no inline fields; then the fact it replaced (its retrieval keys)
+    assert facts[0].search_text == "Ana lives in Lisbon.\nAna\nAna lives in Porto. Ana"
+    assert facts[1].search_text == "Ana works at a bakery in Alfama.\nAna"  # replaced nothing
     assert [(c.valid_from, c.valid_to) for c in facts] == [("2026-11-04", None), ("2026-01-10", None),
                                                           ("2026-11-02", "2026-11-04")]
     rest = [(c.text, c.start_line, c.end_line) for c in chunks if not c.search_text]
-    assert rest == [("# Ana\n\nAna is my sister.", 4, 6), ("- a note a person added\n- and one more", 12, 13),
-                    ("## Sources\n\n- [[daily/2026-11-04/move.md]]", 21, 23)]  # headings alone: not chunks
+    # headings alone and the list of sources (links, not something said) are not chunks
+    assert rest == [("# Ana\n\nAna is my sister.", 4, 6), ("- a note a person added\n- and one more", 12, 13)]
     card = parse_file("daily/2026-11-04/move.md", NODE.encode()).chunks  # a card's facts: their day is the path's
     assert [c.text for c in card] == [c.text for c in chunks] and not any(c.valid_from or c.valid_to for c in card)
 

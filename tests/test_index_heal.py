@@ -36,13 +36,13 @@ def recorded(tmp_path_factory) -> Path:
 def _copy(recorded: Path, tmp_path: Path, checkpointed: bool = False) -> Path:
     """A copy of the recorded workspace; `checkpointed`: as the old build left it after one more command (the
     log replayed and checkpointed by a plain DuckDB open, which made the broken `links` indexes permanent),
-    brought to today's schema (version 6 added three columns to chunks) so that the damage, not the version, is
+    brought to today's schema (version 6 added three columns to chunks, 8 one more) so that the damage, not the version, is
     what the next command meets."""
     root = tmp_path / "ws"
     shutil.copytree(recorded, root)
     if checkpointed:
         con = duckdb.connect(str(root / "metadata" / "index.duckdb"))
-        for column in ("search_text VARCHAR", "valid_from DATE", "valid_to DATE"):
+        for column in ("search_text VARCHAR", "valid_from DATE", "valid_to DATE", "became BIGINT"):
             con.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [index_db.SCHEMA_VERSION])
         con.close()

@@ -349,6 +349,8 @@ def test_jsonl_and_other_text_kinds(ws):
     assert parsed.kind == "jsonl" and parsed.line_count == 3 and parsed.links == []
     assert [(c.start_line, c.end_line) for c in parsed.chunks] == [(1, 3)]
     assert "京都" in parsed.chunks[0].text and "{broken json" in parsed.chunks[0].text
+    log = parse(ws, "resource/log.jsonl", data)  # not a conversation: every field as `key: value`
+    assert log.chunks[0].text.startswith("role: user\ncontent: 我们去京都喝抹茶") and log.chunks[0].search_text is None
     csv = parse(ws, "resource/t.csv", "h1,h2\n" + "\n".join(f"{i},{'v' * 50}" for i in range(100)))
     assert csv.kind == "text" and len(csv.chunks) > 1
     assert all(c.text.startswith("h1,h2\n") for c in csv.chunks)
