@@ -193,3 +193,18 @@ def test_the_service_cache_answers_chains_as_sql(ws):
             assert search_cache.of(con) is cache
     finally:
         db.close()
+
+
+def test_both_hooks_give_what_holds_now(tmp_path):
+    from test_hooks_inject import ANY_MATCH, hook, injected, prompt, start
+
+    memory = Memory(tmp_path / "ws")
+    write_story(memory)
+    memory.daily_reindex("2026-11-02")
+    asked = injected(hook(prompt("Which days do I go to the gym again?"), memory.ws.root, env=ANY_MATCH),
+                     "UserPromptSubmit")
+    assert "Wednesdays and Saturdays" in asked and "Mondays and Thursdays" not in asked
+    assert "TodoWrite" not in asked and "daily/2026-11-02.md" not in asked
+    started = injected(hook(start(), memory.ws.root), "SessionStart")
+    assert "Wednesdays and Saturdays" in started and "Mondays and Thursdays" not in started
+    assert "Fennel & Bean" in started  # a card fact no dream consumed: the newest thing known

@@ -191,7 +191,7 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
     name and description lines) and its citation (`{path, start_line, end_line}`)."""
     from datetime import date
 
-    from storage import validity
+    from storage import facts, validity
     from storage.markdown import split_frontmatter
     from storage.recall import line_key
 
@@ -206,7 +206,14 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
         return None, [], None  # what no longer holds is not a current fact
     name, description = (str(meta.get(k) or "").strip() for k in ("name", "description"))
     shown = [(n + page["start_line"], text) for n, text in enumerate(lines) if n >= body_start and text.strip()]
-    shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name][:FIRST_LINES]
+    shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name]
+    if path.startswith("daily/"):  # a card: its facts a dream made node facts are the digest's (one truth each)
+        consumed = _consumed(memory, path)
+        kept = [(n, text) for n, text in shown if (fact := facts.parse_line(text)) is None or fact.id not in consumed]
+        if consumed and not any(facts.parse_line(text) for _, text in kept):
+            return None, [], None
+        shown = kept
+    shown = shown[:FIRST_LINES]
     if not (name or description or shown):
         return None, [], None
     where += (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
@@ -215,6 +222,13 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
     cite = {"path": path, "start_line": shown[0][0] if shown else 1, "end_line": shown[-1][0] if shown else 1}
     return ("\n".join([head.rstrip(), *(text for _, text in shown)]),
             [line_key(path, t) for t in said + [text for _, text in shown]], cite)
+
+
+def _consumed(memory, card: str) -> set[str]:
+    """Block ids of the card's facts that digest node facts cite (storage/index.py: the chain's node fact is what
+    holds, or held)."""
+    return {link["anchor"][1:] for link in memory.stat(card)["links_in"]
+            if link["source"].startswith("digest/") and (link.get("anchor") or "").startswith("^")}
 
 
 def _service(workspace: Path, timeout: float):
