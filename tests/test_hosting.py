@@ -121,6 +121,7 @@ def test_a_broken_registry_keeps_the_last_good_one_served_and_says_why_once(regi
             assert "keeps the registry it read before, serving w0, w1, w2, w3" in said[0]
             assert [h["path"] for h in hosts.memory("w3").search("marker3")] == ["digest/wiki/page.md"]
         time.sleep(0.01)
+        (tmp_path / "w4").mkdir()
         path.write_text(good.replace("  w3:", "  w4:").replace("/w3", "/w4"))  # fixed: read at once
         assert [h.name for h in hosts.refresh()] == ["w4"] and hosts.names() == ["w0", "w1", "w2", "w4"]
     finally:

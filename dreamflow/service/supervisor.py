@@ -341,7 +341,11 @@ class Service:
 
         from dreamflow.http.api import create_app
 
-        app = create_app(None, token=self.settings.api_token, service=self, host=self.options.host,
+        from engine.settings import admin_token
+
+        # the machine's admin token is followed live (engine.grants.Tokens): the first `token create` makes one
+        own = self.settings.api_token if self.settings.api_token != admin_token() else None
+        app = create_app(None, token=own, service=self, host=self.options.host,
                          settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=5)
@@ -378,7 +382,7 @@ class Service:
             "url": self.url,
             "pid": os.getpid(),
             "host": socket.gethostname(),  # the pid is checked only on this machine (engine.client.service_info)
-            "token_required": bool(self.settings.api_token),
+            "token_required": bool(self.settings.api_token),  # at start; `token create` may add one later
             "prefect_api": self.prefect_api,
             "prefect_auth": bool(self.prefect_auth),
             "ui": self.ui_url,
