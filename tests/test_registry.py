@@ -325,3 +325,20 @@ def test_status_without_the_service_shows_every_registered_workspace(tmp_path, h
     assert re.search(rf"\n  web +{re.escape(str(folders['web']))}\n +1 files, 1 chunks, 0 links; last dream "
                      r"2024-07-02T03:00\+00:00 \(of 2024-07-01: 4 units, 1 failed\); next dream when a service runs",
                      text), text
+
+
+def test_a_running_service_takes_the_admin_token_the_first_token_create_makes(tmp_path, home, monkeypatch):
+    from engine import grants
+    from engine.grants import ADMIN, Tokens
+
+    monkeypatch.delenv("DREAMFLOW_API_TOKEN", raising=False)
+    monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])
+    (tmp_path / "home").mkdir()
+    tokens = Tokens(None)  # what `dreamflow start` checks when no token existed as it started
+    assert not tokens.required and tokens.grant(None) is ADMIN
+    laptop = grants.create("laptop", ["default"])
+    admin = (tmp_path / "home/admin-token").read_text().strip()
+    # at once, without a restart: HTTP needs a token, this machine's admin token (CLI, jobs, stdio MCP) is taken
+    assert tokens.required and tokens.grant(None) is None and tokens.grant("dft_wrong") is None
+    assert tokens.grant(admin) is ADMIN and tokens.grant(laptop).workspaces == frozenset({"default"})
+    assert Tokens("fixed-admin").grant(admin) is None  # a service given DREAMFLOW_API_TOKEN keeps that one

@@ -129,7 +129,8 @@ class Hosts:
         self.registry = Registry.load()
         self.default_name, self._default_root = resolve(str(default), cwd="", registry=self.registry)
         self.started_with = self.default_name  # served while the service runs, whatever the registry says
-        self.follow_default = follow_default  # `start` named no workspace: the registry's `default` is ours
+        # `start` named no workspace and got the registry's default (or there was none): follow it while running
+        self.follow_default = follow_default and self.registry.default in (None, self.default_name)
         self.hosted: dict[str, Hosted] = {}
         self.skipped: dict[str, str] = {}  # name -> why it is not served here
         self._stamp = self._registry_stamp()
@@ -206,10 +207,11 @@ class Hosts:
         stamp = self._registry_stamp()
         if not force and stamp == self._stamp:
             return []
-        self._stamp = stamp
+        previous, self._stamp = self._stamp, stamp
         if stamp is None and self.registry.entries:  # deleted or moved away: not "no workspaces"
-            self.say(f"WARNING: the workspace registry {self.registry.path} is gone; until it is back the service "
-                     f"keeps the registry it read before, serving {', '.join(self.hosted)}")
+            if previous is not None:
+                self.say(f"WARNING: the workspace registry {self.registry.path} is gone; until it is back the "
+                         f"service keeps the registry it read before, serving {', '.join(self.hosted)}")
             return []
         try:
             self.registry = Registry.load()
@@ -240,6 +242,7 @@ class Hosts:
             self.skipped.pop(entry.name, None)
             self._add(hosted)
             added.append(hosted)
+        self.skipped = {name: why for name, why in self.skipped.items() if name in self.registry.entries}
         self._follow_default()
         for name in [n for n in self.hosted if n not in (self.default_name, self.started_with)
                      and n not in self.registry.entries]:
@@ -259,6 +262,15 @@ class Hosts:
                 and not self.hosted[wanted].vanished:
             self.default_name = wanted
             self.say(f"Default     now {wanted} (the registry's default): unscoped calls use it")
+
+    def problems(self, grant) -> list[str]:
+        """What `status` warns about the workspaces `grant` sees: folders deleted under the service, or missing."""
+        said = [f"workspace {h.name}: its folder was deleted or moved away while the service ran; not served, "
+                f"nothing of it re-created (restore it, or `dreamflow workspace remove {h.name}`)"
+                for h in list(self.hosted.values()) if h.vanished and grant.sees(h.name)]
+        return said + [f"workspace {name}: its folder does not exist; not served (make it, or `dreamflow workspace "
+                       f"add {name} FOLDER`)" for name, why in self.skipped.items() if why == "missing"
+                       and grant.sees(name)]
 
     def check_folders(self) -> list[Hosted]:
         """Notice served folders deleted or moved away (`rm -rf`) and folders back again: a vanished one is
@@ -281,6 +293,11 @@ class Hosts:
                 self._add(hosted)
                 self.say(f"Workspace   {hosted.name}: its folder {hosted.ws.root} is back; served again")
         return vanished
+
+    def folder_made(self) -> bool:
+        """Whether the missing folder of a registered workspace exists now (`refresh(force=True)` serves it)."""
+        return any(why == "missing" and name in self.registry.entries and self.registry.entries[name].path.is_dir()
+                   for name, why in self.skipped.items())
 
     def publish(self, info: dict) -> None:
         """Write `metadata/service.json` into every served workspace (and those served later)."""
