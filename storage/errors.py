@@ -19,8 +19,15 @@ class DreamflowError(Exception):
 
 
 def from_os_error(exc: OSError) -> DreamflowError:
-    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error."""
-    return DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error; a write
+    the file system refuses (permissions, an immutable or read-only folder) is `NotWritable`."""
+    import errno
+
+    message = f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NotWritable(f"{message} (the file system refuses this: a read-only or immutable folder, or one this "
+                           "user may not change)")
+    return DreamflowError(message)
 
 
 class PathError(DreamflowError):
@@ -91,6 +98,13 @@ class Forbidden(DreamflowError):
     """The token may read this workspace but not change it."""
 
     exit_code = 8
+    http_status = 403
+
+
+class NotWritable(DreamflowError):
+    """The file system refuses a write: permissions, an immutable (`chattr +i`) or read-only folder."""
+
+    exit_code = 1
     http_status = 403
 
 
