@@ -229,3 +229,22 @@ def test_jobs_that_need_an_llm_are_not_started_without_one_and_that_is_said_once
         assert [line for line in said if "auto-resource not started: no LLM configured" in line] == [said[0]], said
     finally:
         hosts.close()
+
+
+def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(registry, tmp_path):
+    import subprocess
+    import sys
+
+    said = []
+    hosts = Hosts("w0", Settings(), say=said.append)
+    hosts.open(lambda name, paths: None)
+    try:
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        pid = int(dead.stdout)  # a dream process killed while it wrote its usage line
+        (tmp_path / f"w1/metadata/journal/writer-{pid}").touch()
+        temp = tmp_path / f"w1/metadata/.usage.jsonl.{pid}-0badcafe.tmp"
+        temp.write_text('{"job": "auto_dream"')
+        hosts.clean_temps()
+        assert not temp.exists() and any("temp file(s) a killed job left in w1" in line for line in said), said
+    finally:
+        hosts.close()

@@ -294,6 +294,16 @@ class Hosts:
                 self.say(f"Workspace   {hosted.name}: its folder {hosted.ws.root} is back; served again")
         return vanished
 
+    def clean_temps(self) -> None:
+        """Remove the temp files of writers that died since (a killed job's half-written `metadata/usage.jsonl`,
+        checkpoint or card): `recover` does it when a workspace is opened, this while the service runs."""
+        for hosted in list(self.hosted.values()):
+            if not hosted.vanished:
+                removed = hosted.ws.clean_stale_temps()
+                if removed:
+                    self.say(f"Cleaned     {len(removed)} temp file(s) a killed job left in {hosted.name}: "
+                             f"{', '.join(removed[:5])}")
+
     def folder_made(self) -> bool:
         """Whether the missing folder of a registered workspace exists now (`refresh(force=True)` serves it)."""
         return any(why == "missing" and name in self.registry.entries and self.registry.entries[name].path.is_dir()

@@ -88,6 +88,7 @@ class Service:
         self.warnings: list[str] = []  # shown at start and in `status`
         self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
         self._runner_serves: list[str] = []  # the workspaces the runner's schedules were built for
+        self._cleaned = 0.0  # when the temp files of killed jobs were last looked for
         self._runner_checked = 0.0  # when a runner restart for a changed set of workspaces last looked at the runs
         self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say)  # what callers ask
 
@@ -187,6 +188,9 @@ class Service:
             self.hosts.check_folders()
             self._stop_runs_of_gone()
             self._follow_served()
+            if time.monotonic() - self._cleaned > 10:
+                self._cleaned = time.monotonic()
+                self.hosts.clean_temps()
             for child in self.children:
                 code = child.exit_code()
                 if code is None:
