@@ -44,6 +44,14 @@ class NotFound(DreamflowError):
     http_status = 404
 
 
+class WorkspaceGone(DreamflowError):
+    """The workspace a call or a running job is for is no longer served: removed from the registry, or its folder
+    deleted or moved away. Not a `NotFound`: a job must stop, not take it for a file that does not exist yet."""
+
+    exit_code = 3
+    http_status = 410
+
+
 class Conflict(DreamflowError):
     """The request does not fit the current state (e.g. an edit whose text matches 0 or >1 times)."""
 

@@ -180,7 +180,7 @@ def test_the_registry_default_is_followed_by_a_service_started_without_a_workspa
 def test_a_folder_deleted_under_the_service_is_noticed_never_re_created_and_served_again_when_back(registry, tmp_path):
     import shutil
 
-    from storage.errors import NotFound
+    from storage.errors import NotFound, WorkspaceGone
 
     said = []
     hosts = Hosts("w0", Settings(), say=said.append)
@@ -191,7 +191,7 @@ def test_a_folder_deleted_under_the_service_is_noticed_never_re_created_and_serv
         assert [h.name for h in hosts.check_folders()] == ["w3"] and hosts.check_folders() == []
         assert sum("workspace w3: its folder" in line and "deleted" in line for line in said) == 1, said
         assert hosts.gone == [("w3", tmp_path / "w3", f"its folder {tmp_path / 'w3'} was deleted or moved away")]
-        with pytest.raises(NotFound, match="was deleted or moved away while the service ran"):
+        with pytest.raises(WorkspaceGone, match="was deleted or moved away while the service ran"):
             hosts.memory("w3").write("digest/wiki/again.md", "x")
         time.sleep(1)  # the watcher, the vectors and the index write nothing into the deleted folder
         assert not (tmp_path / "w3").exists()
@@ -248,3 +248,23 @@ def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(registry
         assert not temp.exists() and any("temp file(s) a killed job left in w1" in line for line in said), said
     finally:
         hosts.close()
+
+
+def test_a_job_on_a_workspace_deleted_under_it_stops_instead_of_going_on_from_nothing(registry, tmp_path):
+    import shutil
+
+    from engine.client import local_memory
+    from engine.job_memory import JobMemory
+    from storage.errors import NotFound, WorkspaceGone
+
+    memory = JobMemory(local_memory(tmp_path / "w1"))
+    memory.write("digest/personal/user.md", "# User\n\n- lives in Lisbon ^f1\n")
+    with pytest.raises(NotFound):  # a node that does not exist yet: a plain NotFound while the workspace is there
+        memory.read("digest/personal/other.md")
+    shutil.rmtree(tmp_path / "w1")
+    # a dream unit reading its node now stops (before: None, an empty node, then KeyError from facts.retire)
+    with pytest.raises(WorkspaceGone, match="deleted or moved away"):
+        memory.read("digest/personal/user.md")
+    with pytest.raises(WorkspaceGone):
+        memory.write("digest/personal/user.md", "# User\n")
+    assert not (tmp_path / "w1").exists(), "nothing of the deleted workspace is re-created"

@@ -21,7 +21,7 @@ from engine.client import SERVICE_FILE, service_info
 from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import Entry, Registry
 from engine.settings import Settings
-from storage.errors import NotFound, WorkspaceOwned
+from storage.errors import NotFound, WorkspaceGone, WorkspaceOwned
 from storage.workspace import Workspace
 
 BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
@@ -155,7 +155,7 @@ class Hosts:
         except KeyError:
             raise NotFound(UNKNOWN_WORKSPACE) from None
         if hosted.vanished:
-            raise NotFound(f"the folder of workspace {name!r} was deleted or moved away while the service ran: "
+            raise WorkspaceGone(f"the folder of workspace {name!r} was deleted or moved away while the service ran: "
                            "nothing is read from or written to it until it is back (`dreamflow workspace remove "
                            f"{name}` forgets it)")
         return hosted
