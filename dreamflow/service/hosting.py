@@ -149,11 +149,15 @@ class Hosts:
     def serves(self, name: str) -> bool:
         return name in self.hosted
 
-    def get(self, name: str) -> Hosted:
+    def _named(self, name: str) -> Hosted:
         try:
-            hosted = self.hosted[name]
+            return self.hosted[name]
         except KeyError:
             raise NotFound(UNKNOWN_WORKSPACE) from None
+
+    def get(self, name: str) -> Hosted:
+        """The served workspace `name`; WorkspaceGone once its folder was deleted under the service."""
+        hosted = self._named(name)
         if hosted.vanished:
             raise WorkspaceGone(f"the folder of workspace {name!r} was deleted or moved away while the service ran: "
                            "nothing is read from or written to it until it is back (`dreamflow workspace remove "
@@ -166,10 +170,10 @@ class Hosts:
         return hosted.memory
 
     def reads(self, name: str) -> list[str]:
-        return self.get(name).reads
+        return self._named(name).reads
 
     def root(self, name: str) -> Path:
-        return self.get(name).ws.root
+        return self._named(name).ws.root
 
     @property
     def default(self) -> Hosted:
