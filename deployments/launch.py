@@ -112,6 +112,29 @@ def run_logs(run_id: str, offset: int = 0, limit: int = 200) -> list[dict]:
             for log in logs]
 
 
+def cancel_runs(workspace: str, names: tuple[str, ...], reason: str) -> list[str]:
+    """Cancel the runs of `workspace` (tagged `workspace:NAME`, or whose `workspace` parameter is one of `names`:
+    a triggered run is tagged only once it starts) that run or wait to run now, each with `reason` in its log
+    and state message (the runner stops a cancelled run's process); returns their ids."""
+    from datetime import datetime, timezone
+
+    from prefect import get_client
+    from prefect.client.schemas.actions import LogCreate
+    from prefect.states import Cancelling
+
+    cancelled = []
+    with get_client(sync_client=True) as client:
+        tagged = {r["id"] for r in active_runs(limit=200, tag=f"workspace:{workspace}")}
+        for run in active_runs(limit=200):
+            if run["id"] not in tagged and str((run["parameters"] or {}).get("workspace")) not in names:
+                continue
+            client.create_logs([LogCreate(name="dreamflow.service", level=30, message=f"Cancelled: {reason}",
+                                          timestamp=datetime.now(timezone.utc), flow_run_id=run["id"])])
+            client.set_flow_run_state(run["id"], Cancelling(message=reason), force=True)
+            cancelled.append(run["id"])
+    return cancelled
+
+
 def run_url(run_id: str) -> str | None:
     """The run's page in the Prefect UI."""
     from prefect.settings import get_current_settings

@@ -157,6 +157,19 @@ class WorkspaceWatcher(FileSystemEventHandler):
         if self._resources:
             self._resources.stop()
 
+    def abandon(self) -> None:
+        """Stop watching a folder that is gone, dropping what is pending (nothing to index, nothing to re-create)."""
+        if self._own_observer:
+            self._observer.stop()
+        else:
+            try:
+                self._observer.unschedule(self._watch)
+            except (KeyError, OSError):  # the observer already dropped the watch of the deleted folder
+                pass
+        self._changes.stop(flush=False)
+        if self._resources:
+            self._resources.stop(flush=False)
+
     def idle(self) -> bool:
         """True when every seen change has been handed over and handled."""
         return self._changes.idle() and (self._resources is None or self._resources.idle())

@@ -102,6 +102,14 @@ def create(name: str, workspaces: list[str], read_only: bool = False) -> str:
     return secret
 
 
+def first_token_changes() -> list[str]:
+    """What the first token changed, for `token create` to say."""
+    return ["This is the first token: every HTTP request now needs one ('Authorization: Bearer <token>'), a running "
+            "service included (no restart needed), and the dashboard asks to sign in with a token.",
+            f"This machine's admin token is in {dreamflow_home() / ADMIN_FILE} (mode 0600): the CLI, the jobs and the "
+            "stdio MCP server here send it, so they keep working; paste it to sign in to the dashboard as admin."]
+
+
 def listing() -> list[dict]:
     """The tokens without their hashes."""
     return [{k: v for k, v in t.items() if k != "sha256"} for t in _load()]
@@ -132,11 +140,15 @@ def ensure_admin_token() -> None:
 
 class Tokens:
     """The token file as the service checks it: re-read when it changes, so `token create | revoke` take
-    effect without a restart."""
+    effect without a restart. `admin` is a fixed admin token; None follows this machine's (`DREAMFLOW_API_TOKEN`,
+    else `$DREAMFLOW_HOME/admin-token`, re-read when it changes), so the admin token the first `token create`
+    makes is taken by a running service at once and the local CLI, jobs and stdio MCP keep working."""
 
     def __init__(self, admin: str | None):
+        self._fixed = admin
         self.admin = admin
         self._path = dreamflow_home() / FILE
+        self._admin_path = dreamflow_home() / ADMIN_FILE
         self._stamp = None
         self._by_digest: dict[str, Grant] = {}
 
@@ -158,15 +170,20 @@ class Tokens:
         return self._by_digest.get(_digest(secret))
 
     def _refresh(self) -> None:
-        try:
-            st = self._path.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
+        stamp = (_stamp(self._path), None if self._fixed else _stamp(self._admin_path))
         if stamp == self._stamp:
             return
         self._stamp = stamp
+        self.admin = self._fixed or admin_token()
         self._by_digest = {
             t["sha256"]: Grant(str(t.get("name")), frozenset(t.get("workspaces") or ()), bool(t.get("read_only")))
-            for t in (_load(self._path) if stamp else []) if isinstance(t.get("sha256"), str)
+            for t in (_load(self._path) if stamp[0] else []) if isinstance(t.get("sha256"), str)
         }
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino

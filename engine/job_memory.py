@@ -15,7 +15,7 @@ import json
 
 from engine import ops
 from engine.settings import Settings
-from storage.errors import TooLarge
+from storage.errors import NotFound, TooLarge, WorkspaceGone
 from storage.text_view import read_all
 
 CAPPED_FOLDERS = ("daily", "digest")
@@ -41,7 +41,7 @@ class JobMemory:
         return f"JobMemory({self.memory!r}, limit={self.limit})"
 
     def __getattr__(self, name: str):
-        attr = getattr(self.memory, name)
+        attr = self._present(name, getattr(self.memory, name))
         own = getattr(self.memory, "workspace", None)  # a RemoteMemory's workspace name
         if own and name in ops.BY_NAME and ops.BY_NAME[name].across:
             return lambda *args, **kwargs: attr(*args, **{"workspaces": [own], **kwargs})  # a job's own only
@@ -58,6 +58,40 @@ class JobMemory:
 
         capped.__doc__ = getattr(attr, "__doc__", None)
         return capped
+
+    def _present(self, name: str, attr):
+        """`attr` (operation `name`), stopping the job once its workspace is gone (removed from the registry, or
+        its folder deleted): a write never re-creates the folder, and a read's NotFound is not taken for a file
+        that does not exist yet (a dream unit would go on from an empty node)."""
+        if name not in ops.BY_NAME or not callable(attr):
+            return attr
+        writes = ops.BY_NAME[name].writes
+
+        def guarded(*args, **kwargs):
+            if writes:
+                self.check_present()
+            try:
+                return attr(*args, **kwargs)
+            except NotFound:
+                self.check_present()
+                raise
+
+        guarded.__doc__ = getattr(attr, "__doc__", None)
+        return guarded
+
+    def check_present(self) -> None:
+        """WorkspaceGone when the job's workspace is no longer there: an in-process memory's folder deleted, or
+        the service no longer serving it."""
+        ws = getattr(self.memory, "ws", None)
+        if ws is not None:  # an in-process Memory
+            if not ws.root.is_dir():
+                raise WorkspaceGone(f"the folder {ws.root} of this job's workspace was deleted or moved away: the "
+                                    "job stops and writes nothing there")
+            return
+        own = getattr(self.memory, "workspace", None)
+        if own and own not in {row.get("name") for row in self.memory.request("GET", "/workspaces")}:
+            raise WorkspaceGone(f"workspace {own} is no longer served (removed from the registry, or its folder "
+                                "deleted): the job stops and writes nothing there")
 
     def check(self, path: str, size: int) -> None:
         """Refuse writing `size` characters into `path` when it is a card or node and that is over the cap."""

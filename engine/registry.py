@@ -12,8 +12,9 @@
         dream_cron: "10 3 * * *"
         optimize_cron: "40 4 * * *"
 
-Whatever a hand edit gets wrong is an error naming `workspaces.yaml:LINE` and what is wrong (`_Reader`); an
-empty file means no workspaces. One folder and one index per workspace: no workspace lies inside another or
+Whatever a hand edit gets wrong is an error naming `workspaces.yaml:LINE` and what is wrong (`_Reader`); so is
+an empty file (0 bytes, blanks or comments only: a write cut short, since `save` always writes `workspaces:`);
+no file means no workspaces. One folder and one index per workspace: no workspace lies inside another or
 overlaps Dreamflow's own home (Prefect's database, logs), so nothing of one is ever indexed as the other.
 `resolve` turns what a caller names (`--workspace NAME|DIR`, `DREAMFLOW_WORKSPACE`) into a folder; a folder
 that is not registered keeps working as before, under the name `default`.
@@ -119,8 +120,8 @@ class Registry:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Registry:
-        """The registry in `path` (default: the home's); none there means no workspaces, and so does an empty
-        file. Anything wrong is an InvalidInput naming `file:line` and what to fix (see `_Reader`)."""
+        """The registry in `path` (default: the home's); none there means no workspaces, an empty file is an
+        error (a write cut short). Anything wrong is an InvalidInput naming `file:line` and what to fix (see `_Reader`)."""
         path = path or dreamflow_home() / FILE
         try:
             with open(path, "rb") as file:
@@ -180,6 +181,10 @@ class Registry:
         for key, value in (settings or {}).items():
             check_setting(key, value)
         entry = Entry(name, root, list(reads or []), [_folder(f) for f in folders or []], dict(settings or {}))
+        try:  # made now: a registered folder that is missing later was deleted, and nothing re-creates it
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot make the folder {root} of workspace {name!r}: {exc.strerror or exc}") from None
         self.entries[name] = entry
         return entry
 
@@ -234,7 +239,11 @@ class _Reader:
             raise InvalidInput(f"the workspace registry {self.path} is refused: {exc}") from None
         registry = Registry(path=self.path)
         if root is None or _is_null(root):
-            return registry
+            raise InvalidInput(
+                f"the workspace registry {self.path} is empty (no `workspaces:`, at most comments): Dreamflow never "
+                "writes it so, a write was cut short. Restore it from a backup, or delete it and register the "
+                "workspaces again with `dreamflow workspace add NAME FOLDER` (their files stay); "
+                "`workspaces: {}` means no workspaces")
         top = self.mapping(root, "the registry", "with `workspaces:` and optionally `default:`")
         self.known(top, ("default", "workspaces"))
         fields: dict[str, dict[str, Node]] = {}  # each workspace's keys -> value nodes
@@ -366,9 +375,10 @@ def resolve(value: str | os.PathLike[str] | None = None, cwd: str | os.PathLike[
             registry: Registry | None = None) -> tuple[str, Path]:
     """(name, folder) of the workspace a caller means.
 
-    `value` is a registered name or a folder (created on first use); without it: `DREAMFLOW_WORKSPACE`, else the
-    registered workspace whose `folders` hold `cwd`, else the registry's `default`, else `./.dreamflow`. A folder
-    that is not registered is called `default`. Refuses a folder overlapping Dreamflow's home.
+    `value` is a registered name (its folder must exist: `present`) or a folder (created on first use); without
+    it: `DREAMFLOW_WORKSPACE`, else the registered workspace whose `folders` hold `cwd`, else the registry's
+    `default`, else `./.dreamflow`. A folder that is not registered is called `default`. Refuses a folder
+    overlapping Dreamflow's home.
     """
     registry = registry if registry is not None else Registry.load()
     if value in (None, ""):
@@ -378,9 +388,21 @@ def resolve(value: str | os.PathLike[str] | None = None, cwd: str | os.PathLike[
     text = str(value)
     if text in registry.entries:
         entry = registry.entries[text]
-        return entry.name, check_apart_from_home(entry.path)
+        return entry.name, present(entry)
     root = check_apart_from_home(_folder(text))
-    return registry.name_of(root) or UNREGISTERED, root
+    name = registry.name_of(root)
+    return (name, present(registry.entries[name])) if name else (UNREGISTERED, root)
+
+
+def present(entry: Entry) -> Path:
+    """The folder of a registered workspace, refused when it is missing (`workspace add` makes it, so it was deleted
+    or moved away): a CLI command or a job run must not make a new, empty workspace there."""
+    root = check_apart_from_home(entry.path)
+    if not root.is_dir():
+        raise NotFound(f"the folder {root} of workspace {entry.name!r} does not exist (deleted or moved away, or "
+                       f"never made by a hand edit): restore it, or make it with `dreamflow workspace add {entry.name} "
+                       f"{root}`, or forget the workspace with `dreamflow workspace remove {entry.name}`")
+    return root
 
 
 def resolve_name(name: str, registry: Registry | None = None) -> Path:
@@ -389,7 +411,7 @@ def resolve_name(name: str, registry: Registry | None = None) -> Path:
     registry = registry if registry is not None else Registry.load()
     check_name(name)
     if name in registry.entries:
-        return check_apart_from_home(registry.entries[name].path)
+        return present(registry.entries[name])
     if name == UNREGISTERED:
         found, root = resolve(os.environ.get("DREAMFLOW_WORKSPACE") or ".dreamflow", cwd="", registry=registry)
         if found == UNREGISTERED:

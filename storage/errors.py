@@ -19,8 +19,15 @@ class DreamflowError(Exception):
 
 
 def from_os_error(exc: OSError) -> DreamflowError:
-    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error."""
-    return DreamflowError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    """A file-system failure (permissions, a full disk, a file where a folder should be) as a clear error; a write
+    the file system refuses (permissions, an immutable or read-only folder) is `NotWritable`."""
+    import errno
+
+    message = f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NotWritable(f"{message} (the file system refuses this: a read-only or immutable folder, or one this "
+                           "user may not change)")
+    return DreamflowError(message)
 
 
 class PathError(DreamflowError):
@@ -35,6 +42,14 @@ class NotFound(DreamflowError):
 
     exit_code = 3
     http_status = 404
+
+
+class WorkspaceGone(DreamflowError):
+    """The workspace a call or a running job is for is no longer served: removed from the registry, or its folder
+    deleted or moved away. Not a `NotFound`: a job must stop, not take it for a file that does not exist yet."""
+
+    exit_code = 3
+    http_status = 410
 
 
 class Conflict(DreamflowError):
@@ -91,6 +106,13 @@ class Forbidden(DreamflowError):
     """The token may read this workspace but not change it."""
 
     exit_code = 8
+    http_status = 403
+
+
+class NotWritable(DreamflowError):
+    """The file system refuses a write: permissions, an immutable (`chattr +i`) or read-only folder."""
+
+    exit_code = 1
     http_status = 403
 
 

@@ -185,3 +185,25 @@ def test_docs_and_redoc_load_their_assets_from_the_service_not_a_cdn(served):
             body = served_asset.read()
             assert served_asset.status == 200 and len(body) > 1000, asset
         conn.close()
+
+
+def test_a_write_into_an_immutable_folder_is_a_clear_403_not_a_500(served, ws):
+    import shutil
+    import subprocess
+
+    from storage.errors import NotWritable
+
+    _, remote, server = served
+    remote.write("digest/wiki/a.md", "# A\n\nfirst\n")
+    folder = ws.root / "digest/wiki"
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        status, body = server.raw("POST", "/ops/write", {"path": "digest/wiki/b.md", "content": "x"})
+        assert status == 403 and body["error"]["type"] == "NotWritable", (status, body)
+        assert "read-only or immutable folder" in body["error"]["message"]
+        with pytest.raises(NotWritable):  # the client gets the same class, as the CLI prints it
+            remote.write("digest/wiki/b.md", "x")
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)])
+    assert not (folder / "b.md").exists()

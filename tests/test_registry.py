@@ -12,7 +12,7 @@ import pytest
 from test_cli import invoke
 from test_hooks import FIXTURE, SESSION, dialog
 
-from engine.registry import Registry, resolve
+from engine.registry import HEADER, Registry, resolve
 from storage.errors import InvalidInput
 
 
@@ -88,6 +88,12 @@ def test_a_hand_edited_registry_is_read_and_a_broken_one_is_a_clear_error(tmp_pa
     registry = Registry.load(tmp_path / "home/workspaces.yaml")
     assert registry.default == "notes" and registry.entries["work"].reads == ["notes"]
     assert registry.entries["work"].settings == {"timezone": "Europe/Lisbon"}
+    # a registered folder that does not exist is never made by a command (it may have been deleted under a service)
+    missing = run("write", "digest/a.md", "--content", "default goes to notes", "--json", env=home)
+    message = json.loads(missing.stdout)["error"]["message"]
+    assert missing.returncode == 3 and f"the folder {tmp_path / 'notes'} of workspace 'notes' does not exist" in message
+    assert "dreamflow workspace add notes" in message and not (tmp_path / "notes").exists()
+    (tmp_path / "notes").mkdir()
     assert run("write", "digest/a.md", "--content", "default goes to notes", env=home).returncode == 0
     assert (tmp_path / "notes/digest/a.md").is_file()
 
@@ -149,9 +155,15 @@ def test_a_registry_that_is_empty_binary_huge_or_an_alias_bomb(tmp_path, home, m
     monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])
     path = tmp_path / "home/workspaces.yaml"
     path.parent.mkdir()
-    for empty in ("", "\n\n", "# only a comment\n", "workspaces:\n", "workspaces: {}\n", "~\n", "\ufeff"):
+    for empty in ("workspaces:\n", "workspaces: {}\n", "# a header\nworkspaces: {}\n"):
         path.write_text(empty)
         assert Registry.load(path).entries == {}, repr(empty)  # no workspaces, not an error
+    # Dreamflow never writes a registry without `workspaces:`: a write cut short, not "no workspaces"
+    for cut in ("", "\n\n", "  \n", "# only a comment\n", HEADER[:40], HEADER, "~\n", "\ufeff"):
+        path.write_text(cut)
+        with pytest.raises(InvalidInput, match=re.escape(f"the workspace registry {path} is empty")) as refused:
+            Registry.load(path)
+        assert "dreamflow workspace add" in str(refused.value) and "backup" in str(refused.value)
     refusals = {
         "workspaces:\n  a: /srv/caf\xe9\n".encode("latin-1"): f"workspace registry {path}:2: not UTF-8 text (byte 0xe9)",
         b"# padding\n" * 120_000: "is larger than 1024 KiB",
@@ -180,6 +192,18 @@ def test_every_command_says_what_is_wrong_with_the_registry_and_exits_2(tmp_path
     hook = run("hook", "claude-code", env=home, stdin=json.dumps({"session_id": "s", "hook_event_name": "Stop",
                                                                    "cwd": str(tmp_path)}))
     assert hook.returncode == 0 and said in " ".join(hook.stderr.split()), hook.stderr  # a hook never fails its host
+
+
+def test_an_empty_registry_is_an_error_never_no_registry(tmp_path, home):
+    # a 0-byte workspaces.yaml (a write cut short) used to read as "no registry": `-w alpha` became ./alpha
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/workspaces.yaml").write_bytes(b"")
+    for command in (["-w", "alpha", "search", "x"], ["workspace", "list"], ["status"]):
+        done = run(*command, "--json", env=home, cwd=tmp_path)
+        assert done.returncode == InvalidInput.exit_code == 2, (command, done.stdout, done.stderr)
+        message = json.loads(done.stdout)["error"]["message"]
+        assert str(tmp_path / "home/workspaces.yaml") in message and "dreamflow workspace add" in message
+    assert not (tmp_path / "alpha").exists()
 
 
 def test_workspace_by_name_by_folder_by_cwd_and_by_environment(tmp_path, home):
@@ -264,6 +288,13 @@ def test_tokens_are_printed_once_stored_as_hashes_and_revocable(tmp_path, home):
     assert oct((tmp_path / "home/tokens.json").stat().st_mode & 0o777) == "0o600"
     admin = tmp_path / "home/admin-token"  # without DREAMFLOW_API_TOKEN this machine's CLI gets an admin token
     assert admin.is_file() and oct(admin.stat().st_mode & 0o777) == "0o600"
+    # the first token says what changed: HTTP needs a token now, the dashboard asks to sign in, where the admin token is
+    said = json.loads(made.stdout)["changed"]
+    assert any("every HTTP request now needs one" in line and "dashboard asks to sign in" in line for line in said)
+    assert any(str(admin) in line for line in said), said
+    second = run("token", "create", "--name", "phone", "--workspace", "web", env=home)
+    assert second.returncode == 0 and "first token" not in second.stdout  # said once, with the first
+    assert run("token", "revoke", "phone", env=home).returncode == 0
     listed = json.loads(run("token", "list", "--json", env=home).stdout)
     assert listed == [{"name": "laptop", "workspaces": ["web"], "read_only": True, "created": listed[0]["created"]}]
     assert run("token", "create", "--name", "x", "--workspace", "nope", env=home).returncode == 3
@@ -323,9 +354,26 @@ def test_status_without_the_service_shows_every_registered_workspace(tmp_path, h
     assert rows["web"]["last_dream"] == {"start_time": "2024-07-02T03:00:05+00:00",
                                          "state": "of 2024-07-01: 4 units, 1 failed"}
     assert rows["api"]["last_dream"] is None and all(r["next_dream"] is None for r in rows.values())
-    assert not (tmp_path / "unused").exists(), "status never creates a workspace nobody used yet"
+    assert not any((tmp_path / "unused").iterdir()), "status makes nothing in a workspace nobody used yet"
     text = run("status", env=home).stdout
     assert "Workspaces  4 registered, none served while no service runs;" in text, text
     assert re.search(rf"\n  web +{re.escape(str(folders['web']))}\n +1 files, 1 chunks, 0 links; last dream "
                      r"2024-07-02T03:00\+00:00 \(of 2024-07-01: 4 units, 1 failed\); next dream when a service runs",
                      text), text
+
+
+def test_a_running_service_takes_the_admin_token_the_first_token_create_makes(tmp_path, home, monkeypatch):
+    from engine import grants
+    from engine.grants import ADMIN, Tokens
+
+    monkeypatch.delenv("DREAMFLOW_API_TOKEN", raising=False)
+    monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])
+    (tmp_path / "home").mkdir()
+    tokens = Tokens(None)  # what `dreamflow start` checks when no token existed as it started
+    assert not tokens.required and tokens.grant(None) is ADMIN
+    laptop = grants.create("laptop", ["default"])
+    admin = (tmp_path / "home/admin-token").read_text().strip()
+    # at once, without a restart: HTTP needs a token, this machine's admin token (CLI, jobs, stdio MCP) is taken
+    assert tokens.required and tokens.grant(None) is None and tokens.grant("dft_wrong") is None
+    assert tokens.grant(admin) is ADMIN and tokens.grant(laptop).workspaces == frozenset({"default"})
+    assert Tokens("fixed-admin").grant(admin) is None  # a service given DREAMFLOW_API_TOKEN keeps that one

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def start(obj, host: str, port: int, prefect_api: str | None, prefect_port: int,
     from dreamflow.service import supervisor
 
     options = supervisor.Options(obj.workspace, host=host, port=port, prefect_api=prefect_api,
-                                 prefect_port=prefect_port, runner=runner, only=list(only))
+                                 prefect_port=prefect_port, runner=runner, only=list(only),
+                                 follow_default=obj.workspace_arg is None and not os.environ.get("DREAMFLOW_WORKSPACE"))
     sys.exit(supervisor.start(options))
 
 

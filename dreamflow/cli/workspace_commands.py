@@ -13,6 +13,7 @@ import click
 from dreamflow.cli.common import fail
 from engine import grants
 from engine.registry import Registry
+from engine.settings import admin_token
 from storage.errors import DreamflowError
 
 
@@ -38,7 +39,7 @@ def workspace() -> None:
 @click.option("--default", "make_default", is_flag=True, help="Make it what unscoped calls use.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add_command(name, folder, reads, folders, timezone, dream_cron, optimize_cron, make_default, as_json):
-    """Register NAME for FOLDER (created on first use), or update it."""
+    """Register NAME for FOLDER (made now if missing), or update it."""
     try:
         registry = Registry.load()
         values = {"timezone": timezone, "dream_cron": dream_cron, "optimize_cron": optimize_cron}
@@ -113,15 +114,20 @@ def token() -> None:
 @click.option("--read-only", is_flag=True, help="It may search and read, never change anything.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def create_command(name, workspaces, read_only, as_json):
-    """Make a token; it is printed once (only its hash is kept)."""
+    """Make a token; it is printed once (only its hash is kept). The first one makes HTTP need a token (a
+    running service takes it at once) and, without DREAMFLOW_API_TOKEN, an admin token this machine sends."""
     try:
+        first = not grants.any_tokens() and not admin_token()
         secret = grants.create(name, list(workspaces), read_only)
     except DreamflowError as exc:
         fail(exc, as_json)
-    emit({"name": name, "token": secret, "workspaces": sorted(set(workspaces)), "read_only": read_only},
+    changed = grants.first_token_changes() if first else []
+    emit({"name": name, "token": secret, "workspaces": sorted(set(workspaces)), "read_only": read_only,
+          "changed": changed},
          as_json, f"{secret}\nToken {name}: {'read-only' if read_only else 'read-write'} on "
          f"{', '.join(sorted(set(workspaces)))}. Shown once: keep it now. Send it as "
-         "'Authorization: Bearer <token>' (or DREAMFLOW_API_TOKEN for the CLI).")
+         "'Authorization: Bearer <token>' (or DREAMFLOW_API_TOKEN for the CLI)."
+         + "".join(f"\n{line}" for line in changed))
 
 
 @token.command("list")

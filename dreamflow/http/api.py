@@ -46,7 +46,7 @@ from engine import ops, scoped
 from engine.jobs import JOBS, TURN
 from engine.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.settings import Settings
-from storage.errors import DreamflowError, InvalidInput, NotFound, envelope
+from storage.errors import DreamflowError, InvalidInput, NotFound, NotWritable, envelope, from_os_error
 
 
 def _strict(model: type[BaseModel]) -> type[BaseModel]:
@@ -277,6 +277,12 @@ def _add_error_handlers(app: FastAPI) -> None:
         message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
         body = envelope(kind, message, NotFound.exit_code if exc.status_code == 404 else DreamflowError.exit_code)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)  # e.g. 405's `Allow`
+
+    @app.exception_handler(OSError)
+    async def file_system_error(request: Request, exc: OSError):
+        """A write the file system refuses (an immutable or read-only folder) is a 403 saying so, not a 500."""
+        error = from_os_error(exc)
+        return JSONResponse(error.to_json(), status_code=error.http_status if isinstance(error, NotWritable) else 500)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

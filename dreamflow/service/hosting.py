@@ -21,7 +21,7 @@ from engine.client import SERVICE_FILE, service_info
 from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import Entry, Registry
 from engine.settings import Settings
-from storage.errors import NotFound, WorkspaceOwned
+from storage.errors import NotFound, WorkspaceGone, WorkspaceOwned
 from storage.workspace import Workspace
 
 BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
@@ -37,6 +37,7 @@ class Hosted:
         self.watcher = None
         self.backfiller = None
         self._lock = None
+        self.vanished = False  # its folder was deleted or moved away under the service (see Hosts.check_folders)
 
     @property
     def reads(self) -> list[str]:
@@ -89,7 +90,7 @@ class Hosted:
                                                     indent=2))
 
     def close(self) -> None:
-        if self.watcher is not None:
+        if self.watcher is not None and not self.vanished:
             self.watcher.stop()  # index what is pending, emit pending resource events
         info = service_info(self.ws.root)
         if info and info.get("pid") == os.getpid():
@@ -101,17 +102,35 @@ class Hosted:
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
 
+    def vanish(self) -> None:
+        """Its folder is gone: stop watching, embedding and holding the index, writing nothing (no folder of it is
+        re-created); calls to it are refused until the folder is back."""
+        self.vanished = True
+        if self.watcher is not None:
+            self.watcher.abandon()
+            self.watcher = None
+        if self.backfiller is not None:
+            self.backfiller.stop()
+            self.backfiller = None
+        if self.memory is not None:
+            self.memory.db.close()
+        if self._lock is not None and self._lock.is_locked:
+            self._lock.release()
+
 
 class Hosts:
     """Every workspace the service serves, by name (the catalog `engine.scoped` and the API use)."""
 
     def __init__(self, default: str | Path, settings: Settings, say: Callable[[str], None],
-                 only: list[str] | None = None):
+                 only: list[str] | None = None, follow_default: bool = False):
         from engine.registry import resolve
 
         self.settings, self.say, self.only = settings, say, list(only or [])
         self.registry = Registry.load()
         self.default_name, self._default_root = resolve(str(default), cwd="", registry=self.registry)
+        self.started_with = self.default_name  # served while the service runs, whatever the registry says
+        # `start` named no workspace and got the registry's default (or there was none): follow it while running
+        self.follow_default = follow_default and self.registry.default in (None, self.default_name)
         self.hosted: dict[str, Hosted] = {}
         self.skipped: dict[str, str] = {}  # name -> why it is not served here
         self._stamp = self._registry_stamp()
@@ -120,6 +139,7 @@ class Hosts:
         self._observer = None
         self._on_resources: Callable[[str, list[str]], None] = lambda name, paths: None
         self._service_info: dict = {}
+        self.gone: list[tuple[str, Path, str]] = []  # (name, folder, why) no longer served: the service cancels their runs
 
     # -- the catalog
 
@@ -129,11 +149,20 @@ class Hosts:
     def serves(self, name: str) -> bool:
         return name in self.hosted
 
-    def get(self, name: str) -> Hosted:
+    def _named(self, name: str) -> Hosted:
         try:
             return self.hosted[name]
         except KeyError:
             raise NotFound(UNKNOWN_WORKSPACE) from None
+
+    def get(self, name: str) -> Hosted:
+        """The served workspace `name`; WorkspaceGone once its folder was deleted under the service."""
+        hosted = self._named(name)
+        if hosted.vanished:
+            raise WorkspaceGone(f"the folder of workspace {name!r} was deleted or moved away while the service ran: "
+                           "nothing is read from or written to it until it is back (`dreamflow workspace remove "
+                           f"{name}` forgets it)")
+        return hosted
 
     def memory(self, name: str):
         hosted = self.get(name)
@@ -141,10 +170,10 @@ class Hosts:
         return hosted.memory
 
     def reads(self, name: str) -> list[str]:
-        return self.get(name).reads
+        return self._named(name).reads
 
     def root(self, name: str) -> Path:
-        return self.get(name).ws.root
+        return self._named(name).ws.root
 
     @property
     def default(self) -> Hosted:
@@ -182,7 +211,12 @@ class Hosts:
         stamp = self._registry_stamp()
         if not force and stamp == self._stamp:
             return []
-        self._stamp = stamp
+        previous, self._stamp = self._stamp, stamp
+        if stamp is None and self.registry.entries:  # deleted or moved away: not "no workspaces"
+            if previous is not None:
+                self.say(f"WARNING: the workspace registry {self.registry.path} is gone; until it is back the "
+                         f"service keeps the registry it read before, serving {', '.join(self.hosted)}")
+            return []
         try:
             self.registry = Registry.load()
         except Exception as exc:  # a half-edited file: keep serving the last good one, say why once per change
@@ -195,7 +229,13 @@ class Hosts:
                 if entry.name in self.hosted:
                     self.hosted[entry.name].entry = entry  # `reads` and settings may have changed
                 continue
-            if entry.path == self.default.ws.root:
+            if entry.path == self.hosted[self.started_with].ws.root:
+                continue
+            if not entry.path.is_dir():  # deleted, or a hand edit naming a folder never made: never created here
+                if self.skipped.get(entry.name) != "missing":
+                    self.say(f"WARNING: workspace {entry.name}: its folder {entry.path} does not exist; not served "
+                             f"(make it, or `dreamflow workspace add {entry.name} FOLDER`)")
+                self.skipped[entry.name] = "missing"
                 continue
             hosted = Hosted(entry.name, Workspace(entry.path), entry, self.settings)
             if not hosted.claim():
@@ -206,13 +246,72 @@ class Hosts:
             self.skipped.pop(entry.name, None)
             self._add(hosted)
             added.append(hosted)
-        for name in [n for n in self.hosted if n != self.default_name and n not in self.registry.entries]:
+        self.skipped = {name: why for name, why in self.skipped.items() if name in self.registry.entries}
+        self._follow_default()
+        for name in [n for n in self.hosted if n not in (self.default_name, self.started_with)
+                     and n not in self.registry.entries]:
             with self._guard:
                 gone = self.hosted.pop(name)
                 self._recent.pop(name, None)
             gone.close()
+            self.gone.append((name, gone.ws.root, "removed from the registry"))
             self.say(f"Workspace   {name}: removed from the registry; no longer served (its files stay)")
         return added
+
+    def _follow_default(self) -> None:
+        """A service started without naming a workspace follows the registry's `default` (`workspace default`,
+        `workspace add --default`) once it serves it."""
+        wanted = self.registry.default
+        if self.follow_default and wanted and wanted != self.default_name and wanted in self.hosted \
+                and not self.hosted[wanted].vanished:
+            self.default_name = wanted
+            self.say(f"Default     now {wanted} (the registry's default): unscoped calls use it")
+
+    def problems(self, grant) -> list[str]:
+        """What `status` warns about the workspaces `grant` sees: folders deleted under the service, or missing."""
+        said = [f"workspace {h.name}: its folder was deleted or moved away while the service ran; not served, "
+                f"nothing of it re-created (restore it, or `dreamflow workspace remove {h.name}`)"
+                for h in list(self.hosted.values()) if h.vanished and grant.sees(h.name)]
+        return said + [f"workspace {name}: its folder does not exist; not served (make it, or `dreamflow workspace "
+                       f"add {name} FOLDER`)" for name, why in self.skipped.items() if why == "missing"
+                       and grant.sees(name)]
+
+    def check_folders(self) -> list[Hosted]:
+        """Notice served folders deleted or moved away (`rm -rf`) and folders back again: a vanished one is
+        reported once, no longer read or written (nothing of it is re-created), and served again when it is back.
+        Returns the newly vanished."""
+        vanished = []
+        for hosted in list(self.hosted.values()):
+            present = (hosted.ws.root / "metadata").is_dir()
+            if not hosted.vanished and not present:
+                with self._guard:
+                    self._recent.pop(hosted.name, None)
+                hosted.vanish()
+                vanished.append(hosted)
+                self.gone.append((hosted.name, hosted.ws.root, f"its folder {hosted.ws.root} was deleted or moved away"))
+                self.say(f"WARNING: workspace {hosted.name}: its folder {hosted.ws.root} was deleted or moved away "
+                         "under the service; no longer served, nothing of it re-created (restore the folder to serve "
+                         f"it again, or `dreamflow workspace remove {hosted.name}`)")
+            elif hosted.vanished and present and hosted.claim():
+                hosted.vanished = False
+                self._add(hosted)
+                self.say(f"Workspace   {hosted.name}: its folder {hosted.ws.root} is back; served again")
+        return vanished
+
+    def clean_temps(self) -> None:
+        """Remove the temp files of writers that died since (a killed job's half-written `metadata/usage.jsonl`,
+        checkpoint or card): `recover` does it when a workspace is opened, this while the service runs."""
+        for hosted in list(self.hosted.values()):
+            if not hosted.vanished:
+                removed = hosted.ws.clean_stale_temps()
+                if removed:
+                    self.say(f"Cleaned     {len(removed)} temp file(s) a killed job left in {hosted.name}: "
+                             f"{', '.join(removed[:5])}")
+
+    def folder_made(self) -> bool:
+        """Whether the missing folder of a registered workspace exists now (`refresh(force=True)` serves it)."""
+        return any(why == "missing" and name in self.registry.entries and self.registry.entries[name].path.is_dir()
+                   for name, why in self.skipped.items())
 
     def publish(self, info: dict) -> None:
         """Write `metadata/service.json` into every served workspace (and those served later)."""

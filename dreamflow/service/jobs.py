@@ -35,6 +35,20 @@ class Jobs:
         self.runner = runner
         self.prefect_ready = prefect_ready
         self.say = say
+        self._held: set[str] = set()  # the jobs said once to be held back for want of an LLM
+
+    def held_back(self, flow: str) -> bool:
+        """True when `flow` needs an LLM this service's runner lacks: it is not launched (a run would only fail
+        red with LLMNotConfigured); said once in the log, and `status` warns why (deployments.serve.llm_warning)."""
+        from deployments.serve import DEPLOYMENTS
+
+        if not (self.runner and DEPLOYMENTS[flow].needs_llm and not self.settings.llm_configured):
+            return False
+        if flow not in self._held:
+            self._held.add(flow)
+            self.say(f"Jobs        {DEPLOYMENTS[flow].flow_name} not started: no LLM configured (set "
+                     "DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL where `dreamflow start` runs, then restart it)")
+        return True
 
     def launch(self, flow: str, parameters: dict | None = None, workspace: str | None = None) -> dict:
         """Start a run of `flow`'s deployment for a served workspace (default: the default one; waits for
@@ -133,6 +147,8 @@ class Jobs:
         return self.launch("auto_memory", {"session_id": session_id}, workspace=name)["id"]
 
     def launch_due_turns(self, hosted) -> None:
+        if self.held_back("auto_memory"):
+            return
         for session_id in hosted.turns.due_sessions():
             try:
                 run = self._launch_auto_memory(hosted.name, session_id)
@@ -146,6 +162,8 @@ class Jobs:
         with auto_resource's checkpoint of what each card was made from)."""
         from storage import checkpoints
 
+        if self.held_back("auto_resource"):
+            return
         seen = checkpoints.load(hosted.ws, "resources")
         on_disk = list(hosted.ws.iter_files("resource"))
         if not seen and not on_disk:
@@ -173,6 +191,8 @@ class Jobs:
         """Watcher callback: one Prefect event per changed resource file (the trigger runs auto_resource)."""
         from deployments.launch import emit_resource_changed
 
+        if self.held_back("auto_resource"):
+            return
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
             raise ServiceError("resource changes seen but the Prefect API is not ready")
         root = self.hosts.get(name).ws.root

@@ -58,6 +58,7 @@ class Options:
     runner: bool = True  # serve the deployments here (False when workers run them, see docs/service.md)
     only: list[str] = field(default_factory=list)
     settings: Settings = field(default_factory=Settings)
+    follow_default: bool = False  # no workspace named: follow the registry's `default` while running
 
 
 class Service:
@@ -70,7 +71,8 @@ class Service:
         self.options = options
         self.settings = options.settings
         self.say = say
-        self.hosts = Hosts(options.workspace, self.settings, say, only=options.only)
+        self.hosts = Hosts(options.workspace, self.settings, say, only=options.only,
+                           follow_default=options.follow_default)
         self.home = dreamflow_home()
         self.children: list[Child] = []
         self.stopping = threading.Event()
@@ -85,6 +87,9 @@ class Service:
         self._api_thread: threading.Thread | None = None
         self.warnings: list[str] = []  # shown at start and in `status`
         self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
+        self._runner_serves: list[str] = []  # the workspaces the runner's schedules were built for
+        self._cleaned = 0.0  # when the temp files of killed jobs were last looked for
+        self._runner_checked = 0.0  # when a runner restart for a changed set of workspaces last looked at the runs
         self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say)  # what callers ask
 
     @property
@@ -174,12 +179,18 @@ class Service:
         while not self.stopping.wait(0.5):
             if self._api_thread is not None and not self._api_thread.is_alive():
                 raise ServiceError("the HTTP API stopped unexpectedly")
-            for hosted in self.hosts.refresh():
-                self.say(f"Workspace   {hosted.name}: {hosted.ws.root} (added; its nightly schedules start with "
-                         "the next service start)")
+            for hosted in self.hosts.refresh(force=self.hosts.folder_made()):
+                # a workspace just added has nothing "changed while the service was down": no catch-up runs
+                self.say(f"Workspace   {hosted.name}: {hosted.ws.root} (added; its nightly schedules follow as "
+                         "soon as no job runs)")
                 self._reconcile(hosted)
                 self.jobs.launch_due_turns(hosted)
-                self.jobs.catch_up_resources(hosted)
+            self.hosts.check_folders()
+            self._stop_runs_of_gone()
+            self._follow_served()
+            if time.monotonic() - self._cleaned > 10:
+                self._cleaned = time.monotonic()
+                self.hosts.clean_temps()
             for child in self.children:
                 code = child.exit_code()
                 if code is None:
@@ -192,6 +203,59 @@ class Service:
                     )
                 self.say(f"{child.name} exited with code {code}; restarting it (log: {child.log_path})")
                 child.start()
+
+    def _stop_runs_of_gone(self) -> None:
+        """Cancel the runs of workspaces no longer served (removed from the registry, or their folder deleted), so
+        no run keeps calling the model or writes into them; the reason goes into each run's log."""
+        while self.hosts.gone:
+            name, root, why = self.hosts.gone.pop(0)
+            if not self.prefect_ready.is_set():
+                continue
+
+            def cancel(name=name, root=root, why=why):
+                from deployments.launch import cancel_runs
+
+                try:
+                    ids = cancel_runs(name, (name, str(root)), f"workspace {name} was {why}" if why.startswith("removed")
+                                      else f"workspace {name}: {why}")
+                except Exception as exc:  # Prefect unreachable: the runs fail on their next call instead
+                    self.say(f"WARNING: could not cancel the runs of workspace {name}: {type(exc).__name__}: {exc}")
+                    return
+                if ids:
+                    self.say(f"Workspace   {name}: cancelled {len(ids)} run(s) ({why})")
+
+            threading.Thread(target=cancel, name=f"dreamflow-cancel-{name}", daemon=True).start()
+
+    def _follow_served(self) -> None:
+        """Restart the runner once the served workspaces changed and no job runs, so a workspace added while the
+        service runs gets its nightly schedules (and a removed one loses them) without a restart of the service."""
+        runner = self._child("runner")
+        if runner is None or self.hosts.names() == self._runner_serves or time.monotonic() - self._runner_checked < 5:
+            return
+        self._runner_checked = time.monotonic()
+        from deployments.launch import active_runs
+
+        try:
+            if active_runs(limit=1):
+                return  # a restart would stop it: wait for the runs to end
+        except Exception:
+            return
+        self.say(f"Schedules   the served workspaces changed ({', '.join(self.hosts.names())}): restarting the runner")
+        runner.stop()
+        self._plan_runner()
+        runner.env = self._prefect_env()
+        runner.start()
+
+    def _plan_runner(self) -> None:
+        """The nightly dream schedules the runner builds (deployments.serve.build) for the served workspaces."""
+        from deployments.serve import schedule_of
+
+        entries = self.hosts.registry.entries
+        self._runner_serves = self.hosts.names()
+        self.dream_schedules = {}
+        for i, name in enumerate(self._runner_serves):
+            cron, tz = schedule_of("auto_dream", i, entries[name].settings if name in entries else {}, self.settings)
+            self.dream_schedules[name] = {"cron": cron, "timezone": tz}
 
     def stop(self) -> None:
         """Stop in dependency order; safe to call after a partial start."""
@@ -227,7 +291,8 @@ class Service:
         env = dict(os.environ)
         env["PREFECT_API_URL"] = self.prefect_api or ""
         env["DREAMFLOW_WORKSPACE"] = str(self.ws.root)
-        env["DREAMFLOW_SERVED"] = ",".join(self.hosts.names())  # the runner schedules nightly jobs for these
+        # the runner schedules nightly jobs for these, the default first (deployments.serve.build)
+        env["DREAMFLOW_SERVED"] = ",".join(self._runner_serves or self.hosts.names())
         return env
 
     def _start_prefect(self) -> None:
@@ -287,13 +352,8 @@ class Service:
         self.prefect_ready.set()
 
     def _start_runner(self) -> None:
-        from deployments.serve import schedule_of
-
+        self._plan_runner()
         env = self._prefect_env()
-        entries = self.hosts.registry.entries
-        for i, name in enumerate(self.hosts.names()):  # what the runner schedules (deployments.serve.build)
-            cron, tz = schedule_of("auto_dream", i, entries[name].settings if name in entries else {}, self.settings)
-            self.dream_schedules[name] = {"cron": cron, "timezone": tz}
         env.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # a launched run starts within ~2 s, not 10
         runner = Child("runner", [sys.executable, "-m", "deployments.serve"], env,
                        self.home / "logs" / "runner.log")
@@ -341,7 +401,11 @@ class Service:
 
         from dreamflow.http.api import create_app
 
-        app = create_app(None, token=self.settings.api_token, service=self, host=self.options.host,
+        from engine.settings import admin_token
+
+        # the machine's admin token is followed live (engine.grants.Tokens): the first `token create` makes one
+        own = self.settings.api_token if self.settings.api_token != admin_token() else None
+        app = create_app(None, token=own, service=self, host=self.options.host,
                          settings=self.settings)
         config = uvicorn.Config(app, host=self.options.host, port=self.options.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=5)
@@ -378,7 +442,7 @@ class Service:
             "url": self.url,
             "pid": os.getpid(),
             "host": socket.gethostname(),  # the pid is checked only on this machine (engine.client.service_info)
-            "token_required": bool(self.settings.api_token),
+            "token_required": bool(self.settings.api_token),  # at start; `token create` may add one later
             "prefect_api": self.prefect_api,
             "prefect_auth": bool(self.prefect_auth),
             "ui": self.ui_url,
@@ -402,7 +466,7 @@ class Service:
             "watcher": {"idle": hosted.watcher.idle() if hosted.watcher else None},
             "turns": {"every": hosted.turns.every, "sessions": hosted.turns.sessions()},
             "usage": usage_log.summary(str(hosted.ws.root)),
-            "warnings": self.warnings,
+            "warnings": self.warnings + self.hosts.problems(grant),
         }
         if grant.admin:
             status["service"]["prefect_api"] = self.prefect_api
@@ -427,7 +491,8 @@ class Service:
                 status["prefect_error"] = f"{type(exc).__name__}: {exc}"
         status["workspaces"] = [workspace_status.row(
             h.name, h.ws.root if grant.admin else None,
-            status["index"] if h is hosted else self.hosts.memory(h.name).index_stats(),
+            status["index"] if h is hosted else {"error": "its folder was deleted or moved away: not served"}
+            if h.vanished else self.hosts.memory(h.name).index_stats(),
             h.name == self.hosts.default_name, *dreams.get(h.name, (None, None)), self.dream_schedules.get(h.name))
             for h in shown]
         return status

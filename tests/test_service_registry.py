@@ -1,0 +1,150 @@
+"""The registry and the tokens changing under a running `dreamflow start` (no LLM configured), seen from outside:
+the first `token create` keeps the local CLI working, `workspace add --default` reaches the service (its
+default and its nightly schedules), a workspace just added has nothing "changed while the service was down" and
+no job that needs the missing LLM is started, `workspace remove` cancels the workspace's runs, a served folder
+deleted with `rm -rf` is noticed and never re-created, and an emptied registry keeps the last good one."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+from service_harness import DREAMFLOW, RunningService, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def cli(svc, *args, check=True):
+    done = subprocess.run([DREAMFLOW, *args], env=svc.env, capture_output=True, text=True, timeout=120)
+    assert not check or done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def admin_headers(svc) -> dict:
+    admin = svc.home / "admin-token"
+    return {"Authorization": f"Bearer {admin.read_text().strip()}"} if admin.is_file() else {}
+
+
+def get(svc, path):
+    resp = httpx.get(f"{svc.url}{path}", headers=admin_headers(svc), timeout=30)
+    assert resp.status_code == 200, (path, resp.status_code, resp.text)
+    return resp.json()
+
+
+class Unnamed(RunningService):
+    """`dreamflow start` named no workspace (run in `root`: ./.dreamflow), so it follows the registry's default."""
+
+    def launch(self, timeout: float = 300) -> None:
+        self.workspace = self.root / ".dreamflow"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([DREAMFLOW, "start", "--port", str(self.port), *self.args], env=self.env,
+                                         cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(self._ready, timeout, f"the service to be ready (log: {self.log_path})", interval=0.2)
+        self.prefect_api = json.loads((self.workspace / "metadata/service.json").read_text())["prefect_api"]
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live-registry")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMFLOW_LLM_")}
+    env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none")
+    env.pop("DREAMFLOW_WORKSPACE", None)
+    env.pop("DREAMFLOW_API_TOKEN", None)
+    for name in ("alpha", "gamma"):
+        subprocess.run([DREAMFLOW, "workspace", "add", name, str(root / name)], env=env, check=True,
+                       capture_output=True)
+        subprocess.run([DREAMFLOW, "-w", name, "write", f"digest/wiki/{name}.md", "--content",
+                        f"# {name}\n\n{name} keeps its own note.\n"], env=env, check=True, capture_output=True)
+    service = Unnamed.start(root, env={"DREAMFLOW_LLM_BASE_URL": "", "DREAMFLOW_LLM_MODEL": ""})
+    yield service
+    service.stop()
+
+
+def test_workspace_add_default_reaches_the_running_service_with_its_schedules_and_no_catch_up(svc):
+    beta = svc.root / "beta"
+    (beta / "resource").mkdir(parents=True)
+    (beta / "resource/old-notes.md").write_text("# Notes\n\nwritten before beta was registered\n")
+    cli(svc, "workspace", "add", "beta", str(beta), "--default")
+    status = wait_for(lambda: (s := get(svc, "/status"))["service"]["name"] == "beta" and s, 30,
+                      "the running service to take beta as its default")
+    assert status["service"]["workspace"] == str(beta)
+    # nightly schedules for a workspace added while the service runs, without a restart
+    rows = wait_for(lambda: {r["name"]: r for r in get(svc, "/status")["workspaces"]
+                             if r["name"] == "beta" and r["next_dream"]}, 240, "beta's next dream to be scheduled")
+    assert rows["beta"]["schedule"]["cron"]
+    text = cli(svc, "status").stdout
+    assert re.search(r"\n  beta \(default\) .*\n +.*; next dream \d", text), text
+    # a file written into beta now: auto-resource needs the LLM, so it is not started (said once), nothing red
+    (beta / "resource/new-notes.md").write_text("# New\n\nwritten while served\n")
+    wait_for(lambda: "auto-resource not started: no LLM configured" in svc.log(), 30, "the service to say why")
+    time.sleep(3)
+    log = svc.log()
+    assert "changed in beta while the service was down" not in log
+    assert log.count("auto-resource not started") == 1
+    assert any("are not started until DREAMFLOW_LLM_BASE_URL" in w for w in get(svc, "/status")["warnings"])
+    runs = svc.prefect("POST", "/flow_runs/filter", {"limit": 50})
+    started = [r for r in runs if r["state"]["type"] != "SCHEDULED"]  # beta's nightly ones wait for tonight
+    assert not started, started
+
+
+def test_the_first_token_create_keeps_the_local_cli_working_without_a_restart(svc):
+    made = cli(svc, "token", "create", "--name", "laptop", "--workspace", "gamma", "--json")
+    answer = json.loads(made.stdout)
+    assert any("every HTTP request now needs one" in line for line in answer["changed"]), answer
+    assert any(str(svc.home / "admin-token") in line for line in answer["changed"]), answer
+    # this machine's CLI sends the admin token the command made; the running service takes it at once
+    found = cli(svc, "-w", "gamma", "search", "note", "--json")
+    assert [h["path"] for h in json.loads(found.stdout)] == ["digest/wiki/gamma.md"]
+    assert httpx.get(f"{svc.url}/workspaces", timeout=10).status_code == 401
+    laptop = {"Authorization": f"Bearer {answer['token']}"}
+    assert [r["name"] for r in httpx.get(f"{svc.url}/workspaces", headers=laptop, timeout=10).json()] == ["gamma"]
+
+
+def test_workspace_remove_cancels_the_workspace_runs_and_says_so_in_their_log(svc):
+    flow = svc.prefect("POST", "/flows/", {"name": "auto-dream"})
+    run = svc.prefect("POST", "/flow_runs/", {"flow_id": flow["id"], "name": "a-dream-of-alpha",
+                                              "tags": ["dreamflow", "workspace:alpha"],
+                                              "parameters": {"workspace": "alpha"},
+                                              "state": {"type": "RUNNING", "name": "Running"}})
+    cli(svc, "workspace", "remove", "alpha")
+    state = wait_for(lambda: (s := svc.prefect("GET", f"/flow_runs/{run['id']}")["state"]["type"])
+                     in ("CANCELLING", "CANCELLED") and s, 60, "alpha's run to be cancelled")
+    logs = svc.prefect("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}})
+    assert any("Cancelled: workspace alpha was removed from the registry" in log["message"] for log in logs), logs
+    assert state in ("CANCELLING", "CANCELLED")
+    wait_for(lambda: "Workspace   alpha: cancelled 1 run(s)" in svc.log(), 30, "the service to log the cancel")
+
+
+def test_a_served_folder_deleted_is_noticed_and_never_re_created(svc):
+    gamma = svc.root / "gamma"
+    shutil.rmtree(gamma)
+    wait_for(lambda: "workspace gamma: its folder" in svc.log(), 30, "the service to notice the deleted folder")
+    assert any("workspace gamma: its folder was deleted" in w for w in get(svc, "/status")["warnings"])
+    row = next(r for r in get(svc, "/status")["workspaces"] if r["name"] == "gamma")
+    assert "deleted" in row["index"]["error"]
+    resp = httpx.post(f"{svc.url}/workspaces/gamma/ops/write", headers=admin_headers(svc), timeout=10,
+                      json={"path": "digest/wiki/new.md", "content": "x"})
+    assert resp.status_code == 410 and resp.json()["error"]["type"] == "WorkspaceGone", resp.text
+    written = cli(svc, "-w", "gamma", "write", "digest/wiki/new.md", "--content", "x", check=False)
+    assert written.returncode == 3 and "does not exist" in written.stderr, written.stderr
+    time.sleep(2)
+    assert not gamma.exists(), "neither the service nor the CLI re-creates a deleted workspace"
+
+
+def test_an_emptied_or_deleted_registry_keeps_the_service_serving_the_last_good_one(svc):
+    path = svc.home / "workspaces.yaml"
+    good = path.read_bytes()
+    try:
+        path.write_bytes(b"")
+        wait_for(lambda: f"the workspace registry {path} is empty" in svc.log(), 30, "the warning about the registry")
+        path.unlink()
+        wait_for(lambda: f"the workspace registry {path} is gone" in svc.log(), 30, "the warning about the registry")
+        assert "beta" in [r["name"] for r in get(svc, "/workspaces")]
+        assert get(svc, "/status")["service"]["name"] == "beta"
+        assert "beta: removed from the registry" not in svc.log()
+    finally:
+        path.write_bytes(good)
