@@ -474,6 +474,7 @@ def _record_text(value, key: str = "", out: list[str] | None = None) -> list[str
     return out
 
 
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}")
 TEXT_BLOCKS = {None, "text", "input_text", "output_text"}  # content blocks that are what was said
 
 
@@ -525,10 +526,12 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dial
     a blank line. A record longer than `max_chars` alone is split into `[Part i/N]` pieces.
     A conversation (`dialog`, session/dialog/*.jsonl) is indexed as what was said: each record `speaker: text`
     (`said`), records that say nothing (a tool call alone) left out, and the chunk's `search_text` the words
-    said alone (no speaker, no JSON keys: "user" in a question matches no conversation for being one).
+    said alone (no speaker, no JSON keys: "user" in a question matches no conversation for being one); a chunk
+    holds the records of one day, its `valid_from` that day, so `as_of` an earlier day leaves it out.
     """
     records: list[tuple[int, str]] = []
     spoken: dict[int, tuple[str, str]] = {}  # line -> (speaker, what was said)
+    said_on: dict[int, str] = {}  # line -> the day it was said (YYYY-MM-DD of its `created_at`)
     for i, line in enumerate(split_lines(text)):
         if not line.strip():
             continue
@@ -545,18 +548,23 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dial
             if message is None:
                 continue
             rendered, spoken[i] = f"{message[0]}: {message[1]}", message
+            when = value.get("created_at")
+            if isinstance(when, str) and _DAY.match(when):
+                said_on[i] = when[:10]
         records.append((i, rendered if rendered.strip() else line))
 
     chunks: list[Chunk] = []
     group: list[tuple[int, str]] = []
     size = 0
+    day: str | None = None  # of the records in `group`
 
     def flush() -> None:
         if group:
             chunks.append(
                 Chunk("\n\n".join(r for _, r in group), group[0][0] + first_line, group[-1][0] + first_line,
                       search_text="\n".join(spoken[i][1] for i, _ in group) if dialog else None,
-                      said=tuple((i + first_line, *spoken[i]) for i, _ in group) if dialog else ())
+                      said=tuple((i + first_line, *spoken[i]) for i, _ in group) if dialog else (),
+                      valid_from=min((said_on[i] for i, _ in group if i in said_on), default=None))
             )
             group.clear()
 
@@ -569,13 +577,16 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dial
                 body = cut if cut is not None else "\n".join(lines[a : b + 1])
                 words = body[len(rendered) - len(spoken[i][1]) if k == 1 else 0:] if dialog else None  # no speaker
                 chunks.append(Chunk(f"{body}\n[Part {k}/{len(parts)}]", i + first_line, i + first_line,
-                                    search_text=words, said=((i + first_line, spoken[i][0], words),) if dialog else ()))
+                                    search_text=words, said=((i + first_line, spoken[i][0], words),) if dialog else (),
+                                    valid_from=said_on.get(i)))
             size = 0
             continue
-        if group and size + 2 + len(rendered) > max_chars:
+        if group and (size + 2 + len(rendered) > max_chars or said_on.get(i, day) != day):  # a day a chunk
             flush()
             size = 0
         size += len(rendered) + (2 if group else 0)
+        if not group:
+            day = said_on.get(i)
         group.append((i, rendered))
     flush()
     return chunks

@@ -32,6 +32,7 @@ CANDIDATES = 50  # at least this many candidates from each list go into the fusi
 PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
 MORE_RANGES = 10  # a hit's `more`: at most this many of its file's other matching line ranges
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
+DIALOG = "session/dialog/"  # conversations: a chunk's window starts the day its first record was said
 DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the query names (storage/timeref.py)
 DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
 DATE_SPANS = 8  # at most this many of the periods a query names are looked up
@@ -289,7 +290,9 @@ def search(
     for hit in results:
         fact_window = hit.pop("valid_from"), hit.pop("valid_to")
         hit.update(zip(_FILE_COLUMNS, info.get(hit["path"], (None,) * len(_FILE_COLUMNS))))
-        if any(fact_window):  # a node fact: its own validity
+        if hit["path"].startswith(DIALOG):  # a conversation: the day it was said (its first record's)
+            hit["date"] = fact_window[0]
+        elif any(fact_window):  # a fact: its own validity (a card fact: the node fact's it became)
             hit["valid_from"], hit["valid_to"] = fact_window
             hit["status"] = validity.fact_status(hit["status"], fact_window[1], today)
             hit["replaced_by"] = validity.replaced_by(hit["text"])

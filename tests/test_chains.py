@@ -145,11 +145,13 @@ def test_a_conversation_is_indexed_as_what_was_said(mem):
     said = mem.search("tram app interface", path_prefix="session/")[0]
     assert said["path"] == DIALOG and "user: The tram app interface is slow." in said["text"]
     assert "role:" not in said["text"] and "created_at" not in said["text"]
+    assert said["date"] == "2026-11-05"  # a chunk holds one day's records: the day they were said
+    assert mem.search("tram app interface", path_prefix="session/", as_of="2026-11-04") == []  # not said yet
 
 
 def test_recall_gives_a_conversation_as_what_was_said_where_no_fact_says_it(mem):
     pack = mem.recall("tram app interface slow", budget=200, path_prefix="session/")
-    assert pack["text"] == f"[{DIALOG}:4]\nuser: The tram app interface is slow."
+    assert pack["text"] == f"[{DIALOG}:4] 2026-11-05\nuser: The tram app interface is slow."  # cited with its day
     cited = mem.recall("Wednesdays Saturdays mornings busy", budget=400, path_prefix="session/")
     assert "Wednesdays" not in cited["text"]  # line 3 is a card fact's source: the fact is what is given
 
