@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -385,19 +386,23 @@ def print_answers(rows: list[dict]) -> None:
           f"value: {sum(r['conflict'] for r in rows)}")
 
 
-def with_vectors(memory):
-    """`memory` searching with vectors as the service does (its chunks embedded first), when an embedder is
-    configured (`DREAMFLOW_EMBEDDER`); else as it is, keyword only."""
+def searching(ws: Path):
+    """The workspace's `Memory` searching with vectors as the service does (its chunks embedded first), when an
+    embedder is configured (`DREAMFLOW_EMBEDDER`); else keyword only."""
     from engine.embedders import make_embedder
     from engine.semantic import vector_index
     from storage import vectors
+    from storage.memory import Memory
 
     embedder = make_embedder()
     if embedder is None:
-        return memory
-    vectors.backfill(memory.db, embedder)
-    memory.vectors = vector_index()
-    return memory
+        return Memory(ws)
+    vectors.backfill(Memory(ws).db, embedder)
+    return Memory(ws, vectors=vector_index())
+
+
+def search_line(memory) -> str:
+    return f"search: {'keyword + vectors, as the service searches' if memory.vectors is not None else 'keyword only'}"
 
 
 def story_of(ws: Path) -> Story:
@@ -417,13 +422,12 @@ def main() -> None:
     parser.add_argument("--check", type=Path, metavar="DIR", help="only ask the questions of a kept workspace")
     args = parser.parse_args()
     if args.check:
-        from storage.memory import Memory
-
+        os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")  # keyword only unless set, as a run searches
         if not (args.check / "session" / "dialog").is_dir():
             sys.exit(f"{args.check}: not a workspace this benchmark kept (no session/dialog/)")
         story = STORIES[args.story] if args.story else story_of(args.check)
-        memory = with_vectors(Memory(args.check))
-        print(f"story {story.name}; search: {'keyword + vectors' if memory.vectors else 'keyword only'}")
+        memory = searching(args.check)
+        print(f"story {story.name}; {search_line(memory)}")
         print_answers(check(memory, story, args.days))
         return
 
@@ -481,12 +485,12 @@ def run(args, story: Story, home: Path, settings) -> None:
             spent.add(u)
             print(f"{day:<11} {'FAILED' if failed_card else str(card.get('card')):<44} {len(new):>5} {grounded:>8} "
                   f"{restated:>8} {dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
-    searching = with_vectors(memory)
+    asking = searching(ws)
     found = card_facts(memory)
     covered, statements = coverage(story, found)
     loose = [(p, f.text, sorted(unsupported(memory, f))) for p, f in found if unsupported(memory, f)]
-    rows = check(searching, story, args.days)
-    print(f"\nsearch: {'keyword + vectors, as the service searches' if searching.vectors else 'keyword only'}")
+    rows = check(asking, story, args.days)
+    print(f"\n{search_line(asking)}")
     print(f"story statements in a card citing the right message: {covered}/{statements}; card facts "
           f"{len(found)}, with words not in their cited lines: {len(loose)}")
     for path, text, words in loose:
