@@ -337,6 +337,14 @@ def asked(memory, fact: Fact, how: str, as_of: str | None = None) -> list[str]:
     return pieces(inject(memory, **arguments)) if arguments else []
 
 
+def shown(piece: str, fact: Fact, day: str) -> str:
+    """The piece's citation and its first line naming a value of `fact` (what decided a verdict), on one line."""
+    cite = PIECE.match(piece)
+    line = next((line for line in piece.splitlines() if states(line, fact, day)), piece)
+    return " ".join(((cite.group(0) + " ... ") if cite and not line.startswith(cite.group(0)) else "")
+                    .split() + line.split())
+
+
 MEASURES = (("hit", "now"), ("hit", "as_of"), ("recall", "now"), ("recall", "as_of"), ("hook", "now"))
 
 
@@ -358,7 +366,8 @@ def check(memory, story: Story, days: int) -> list[dict]:
         for how, when in MEASURES:
             day, want = (today, "new") if when == "now" else (before, "old")
             got = asked(memory, f, how, as_of=None if when == "now" else before)
-            row[f"{how} {when}"] = judge(got, f, day, want, alone=how != "hit")
+            verdict, piece = judge(got, f, day, want, alone=how != "hit")
+            row[f"{how} {when}"] = (verdict, piece and shown(piece, f, day))
         rows.append(row)
     return rows
 
@@ -375,7 +384,7 @@ def print_answers(rows: list[dict]) -> None:
     misses = [(r["fact"], n, r[f"{h} {w}"][1]) for r in rows for (h, w), n in zip(MEASURES, names)
               if r[f"{h} {w}"][1]]
     for fact, name, piece in misses:
-        print(f"  {fact}, {name}: {' '.join(piece.split())[:150]}")
+        print(f"  {fact}, {name}: {piece[:160]}")
     n = len(rows)
 
     def total(how: str, when: str) -> str:
