@@ -272,21 +272,28 @@ ENDED = re.compile(r"\b(?:not|no longer|any ?more|never|left|quit|sold|broke up|
 # clauses: sentences and `;`-joined parts (a day's index line joins a card's facts), titles' dots kept
 CLAUSE = re.compile(r"(?<!\bMr)(?<!\bMs)(?<!\bDr)(?<!\bMrs)[.;!?](?=\s|$)")
 PIECE = re.compile(r"^\[[^\]\s]+:\d+(?:-\d+)?\]", re.M)  # a recall or hook piece starts with its citation
+LABEL = re.compile(r"\[[^\]\s]+\] (?:superseded|expired)\b(?: \S*\.\.(\d{4}-\d\d-\d\d))?")  # storage/validity.label
 UNTIL = re.compile(r"\(until:: (\d{4}-\d\d-\d\d)\)")
 
 
 def state(clause: str, fact: Fact) -> str | None:
     """Which value of `fact` the clause says holds: "new" when it names the new one, "old" when it names the old
     one without saying it ended, else None."""
-    clause = clause.lower()
-    if fact.new.lower() in clause:
+    def names(value: str) -> bool:  # as words: "Sam" is not in "same"
+        return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", clause, re.IGNORECASE) is not None
+
+    if names(fact.new):
         return "new"
-    return "old" if fact.old.lower() in clause and not ENDED.search(clause) else None
+    return "old" if names(fact.old) and not ENDED.search(clause) else None
 
 
 def states(piece: str, fact: Fact, day: str) -> set[str]:
-    """The values of `fact` the piece of text says hold on `day`: its clauses', those of lines whose `until`
-    has passed left out (they say what held before)."""
+    """The values of `fact` the piece of text says hold on `day`: its clauses', none when its citation says it
+    no longer held then (`[path:lines] superseded 2026-11-02..2026-11-04`), those of lines whose `until` has
+    passed left out (a node's history: what held before)."""
+    ended = LABEL.match(piece)
+    if ended and (ended.group(1) is None or ended.group(1) <= day):
+        return set()
     found = set()
     for line in piece.splitlines():
         until = UNTIL.search(line)
@@ -323,8 +330,10 @@ def judge(got: list[str], fact: Fact, day: str, want: str, alone: bool) -> tuple
 def asked(memory, fact: Fact, how: str, as_of: str | None = None) -> list[str]:
     """The pieces an agent gets for the fact's question: `how` "hit" (search, the CLI's defaults), "recall"
     (`--budget 400`, no session) or "hook" (UserPromptSubmit, a fresh session)."""
-    if how == "hit":
-        return [f"[{h['path']}:{h['start_line']}-{h['end_line']}] {h['text']}"
+    if how == "hit":  # each hit cited as recall cites it, with its time (storage/validity.label), then its text
+        from storage.validity import label
+
+        return [f"[{h['path']}:{h['start_line']}-{h['end_line']}] {label(h) or ''}\n{h['text']}"
                 for h in memory.search(fact.query, as_of=as_of)]
     if how == "recall":
         return pieces(memory.recall(fact.query, budget=RECALL_BUDGET, as_of=as_of)["text"])
