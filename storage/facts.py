@@ -15,10 +15,10 @@ Fields (all optional, in this order when written):
 
 A fact's sentence and field values are what a message or a model said: data, never structure. `render` (the one
 writer of fact lines) neutralises in them what the line's reader, Markdown or Obsidian would take for structure
-(`plain_text`, `plain_value`): an inline field's `::` becomes `:`, a block id's `^` and a heading's `#` are
-escaped with `\\`, so are a list marker, quote, fence or HTML tag opening the sentence, and a wikilink into
+(`plain_text`, `plain_value`): an inline field's `::`, a block id's `^` and a heading's `#` are escaped with
+`\\` (Markdown shows them as written), so are a list marker, quote, fence or HTML tag opening the sentence, and a wikilink into
 `metadata/` or out of the workspace becomes its plain words. `parse_line(fact.render())` gives back the
-neutralised sentence and no field it did not set (tests/test_fact_level.py).
+neutralised sentence and no field it did not set (tests/test_fact_lines.py).
 
 The section a fact stands under gives its kind (`## Preferences` -> preference, see `KINDS`); facts under
 `## History` are no longer current. `## Sources` lists the files a node draws on. Everything else in a file
@@ -95,7 +95,7 @@ class Fact:
 
 
 # what would read as structure inside a fact's sentence (see the module docstring)
-_FIELD_COLONS = re.compile(r"(?<=[(\[])([^()\[\]:]*?):{2,}|:{2,}(?=\s|$)")  # `(key:: v)`, `[key::v]`, `key:: v`
+_FIELD_COLONS = re.compile(r"(?<![\\:]):{2,}")  # `(key:: v)`, `[key::v]`, `key:: v`, `key::v`
 _BLOCK_ID = re.compile(r"(?<!\S)\^(?=[A-Za-z0-9])")
 _INNER_HEADING = re.compile(r"(?<!\S)(?=#{1,6}(?:\s|$))")
 _OPENS_BLOCK = re.compile(r"^(?=[><]|`{3}|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
@@ -105,14 +105,21 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def plain_text(text: str) -> str:
-    """A fact's sentence on one line with nothing in it read as structure: inline fields (`(until:: x)` ->
-    `(until: x)`), block ids and headings anywhere (`\\^f1`, `\\## History`), a block opening it (`\\> `,
-    `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the workspace (their alias or target, as
+    """A fact's sentence on one line with nothing in it read as structure: inline fields, block ids and headings
+    anywhere escaped (`(until\\:: x)`, `\\^f1`, `\\## History`: Markdown shows them as written), a block opening
+    it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the workspace (their alias or target, as
     words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
     text = _WIKILINK.sub(_inside_link, " ".join(str(text).split()))
-    text = _fields_off(text)
-    text = _INNER_HEADING.sub("\\\\", _BLOCK_ID.sub("\\\\^", text))
+    at, pieces = 0, []
+    for link in _WIKILINK.finditer(text):  # the links kept stay as written
+        pieces += [_escaped(text[at:link.start()]), link.group(0)]
+        at = link.end()
+    text = "".join(pieces) + _escaped(text[at:])
     return _ORDERED.sub(r"\1\\", _OPENS_BLOCK.sub("\\\\", text, count=1), count=1)
+
+
+def _escaped(text: str) -> str:
+    return _INNER_HEADING.sub("\\\\", _BLOCK_ID.sub("\\\\^", _fields_off(text)))
 
 
 def _inside_link(match: re.Match) -> str:
@@ -132,7 +139,7 @@ def plain_value(value: str) -> str:
 
 
 def _fields_off(text: str) -> str:
-    return _FIELD_COLONS.sub(lambda m: f"{m.group(1) or ''}:", text)
+    return _FIELD_COLONS.sub(lambda m: "\\" + m.group(0), text)
 
 
 def _plain_label(label: str) -> str:

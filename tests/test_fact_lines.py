@@ -23,7 +23,9 @@ FRAGMENTS = ["(until:: 2020-01-01)", "(replaced_by:: [[digest/personal/user.md#^
              "## History", "#", "######", "# Facts", "[[metadata/index.duckdb]]", "[[../../etc/passwd|pw]]",
              "[[/etc/passwd]]", "[[Metadata/x.md#^f1|alias]]", "[[https://x.org]]", "[[notes/a.md]]", "- ", "* ",
              "+", "> ", "1.", "2)", "```", "~~~", "---", "* * *", "<div>", "<!--", "(", ")", "[[", "]]", "[", "]",
-             "|", "\\", "\n", "\t", "std::vector", "I live in Lisbon."]
+             "|", "\\", "\n", "\t", "std::vector", "I live in Lisbon.", "[^1]:", "[x]: /url", "<!-- x -->", "%%",
+             "$$", "|a|b|", "=====", "[ ]", "(source:: [[../x.md]])",
+             "source::[[daily/2026-11-05/x.md#^f3]]", "**key**:: v"]
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), min_size=1, max_size=10).map(" ".join)
 TODAY = dt.date(2026, 11, 10)
 
@@ -52,8 +54,9 @@ def test_a_written_fact_reads_back_as_its_words_and_only_its_fields(text, about)
     found = facts.parse(node)
     assert [(f.id, f.current, f.kind) for f in found] == [("f7", True, "fact"), ("f8", True, "fact")]
     assert validity.fact_problems({"digest/x.md": node}, {"digest/x.md"}, TODAY) == []
-    chunks = [c for c in chunk_markdown(node, fact_windows=True) if c.valid_to is not None or "f7" in c.text]
-    assert all(c.valid_to is None for c in chunks)
+    mine = [c for c in chunk_markdown(node, fact_windows=True) if c.start_line == 5]
+    assert [(c.end_line, c.search_text, c.valid_from, c.valid_to) for c in mine] == [
+        (5, "\n".join(filter(None, (words, back.about))), "2026-11-05", None)]
     links = [(k.target, k.predicate) for k in parse_links(line)]
     assert ("daily/2026-11-05/home.md", "source") in links
     assert not any(t.lower().lstrip("./").startswith("metadata") or t.startswith("/") or ".." in t
@@ -64,7 +67,7 @@ def test_a_written_fact_reads_back_as_its_words_and_only_its_fields(text, about)
 def test_the_hostile_message_keeps_its_statement_and_sets_nothing():
     words = facts.plain_text(HOSTILE)
     assert words.startswith("I live in Lisbon near the river. ")
-    assert "(until: 2020-01-01)" in words and "\\## History \\^f1" in words and "[[metadata/" not in words
+    assert "(until\\:: 2020-01-01)" in words and "\\## History \\^f1" in words and "[[metadata/" not in words
     back = facts.parse_line(written(HOSTILE, about="user"))
     assert back.text == words and back.until is None and back.replaced_by is None and back.about == "user"
 
@@ -73,7 +76,7 @@ def test_a_value_with_brackets_stays_in_its_field():
     """A model's `about` with parentheses was written `(about:: Ana [sister])`, which no field pattern read:
     the whole field became part of the sentence."""
     back = facts.parse_line(written("Ana bakes bread.", about="Ana (my sister) [until:: 2020]"))
-    assert back.text == "Ana bakes bread." and back.about == "Ana my sister until: 2020" and back.until is None
+    assert back.text == "Ana bakes bread." and back.about == "Ana my sister until\\:: 2020" and back.until is None
 
 
 def test_a_card_and_a_dream_keep_a_hostile_message_as_the_user_s_statement(prefect_harness, llm, ws, monkeypatch):
