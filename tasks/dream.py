@@ -369,7 +369,7 @@ def land(memory, unit: dict, ref: dict, relation: str, target: Candidate | None,
     with _writing:
         node = target.node if target else node_for(memory, unit)
         before = read_text(memory, node)
-        body = split_frontmatter(before).body if before is not None else f"# {unit['about']}\n"
+        body = split_frontmatter(before).body if before is not None else f"# {facts.plain_text(unit['about'])}\n"
         label = ref["day"]
         new = facts.Fact(ref["text"], kind=ref["kind"], since=since(ref), sources=(ref["source"],), labels=(label,))
         action, replaced = {"new": "created" if before is None else "added", "same": "same",
