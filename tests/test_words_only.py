@@ -74,6 +74,23 @@ def test_a_dream_without_the_local_extra_compares_by_words(prefect_harness, llm,
     assert user["The user lives in Porto now."].current and not user["The user lives in Lisbon."].current
 
 
+def test_the_dream_command_says_it_under_its_summary(prefect_harness, llm, ws, without_local_extra):
+    from click.testing import CliRunner
+
+    from dreamflow.cli import cli
+
+    memory = Memory(ws.root)
+    card(memory, "2026-11-02", "Home", "The user lives in Lisbon.", "s")
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-05", "Moved", "The user lives in Porto now.", "t")
+    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    result = CliRunner().invoke(cli, ["--workspace", str(ws.root), "dream", "--date", "2026-11-05", "--scan-days", "1"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "replaced" in result.output and " ".join(result.output.split()).count(
+        "facts compared by their words only: local embeddings need the `local` extra") == 1
+
+
 def test_an_embedder_failing_mid_run_compares_by_words_and_says_so_once(prefect_harness, llm, ws, monkeypatch,
                                                                          caplog):
     """An embeddings endpoint that answers 500 (the scripted server without an embedder): the units land."""
