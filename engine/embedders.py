@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
-from importlib.util import find_spec
 from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
 from typing import Protocol
 
 import numpy as np

@@ -13,12 +13,13 @@ Fields (all optional, in this order when written):
 - `source`: where it comes from: a card's facts cite the dialog records (`session/dialog/<id>.jsonl#L<n>`,
   the jsonl's line) or the resource's lines (`#L<a>-L<b>`); a node's facts cite card facts (`card#^id`).
 
-A fact's sentence and field values are what a message or a model said: data, never structure. `render` (the one
-writer of fact lines) neutralises in them what the line's reader, Markdown or Obsidian would take for structure
-(`plain_text`, `plain_value`): an inline field's `::`, a block id's `^` and a heading's `#` are escaped with
-`\\` (Markdown shows them as written), so are a list marker, quote, fence or HTML tag opening the sentence, and a wikilink into
-`metadata/` or out of the workspace becomes its plain words. `parse_line(fact.render())` gives back the
-neutralised sentence and no field it did not set (tests/test_fact_lines.py).
+A fact's sentence and field values are what a message or a model said: data, never structure. `render` (the
+one writer of fact lines) neutralises in them what this module, storage/markdown.py or Obsidian would take for
+structure (`plain_text`, `plain_value`): an inline field's `::`, a block id's `^` and a heading's `#` are
+escaped with `\\` (Markdown shows them as written), so are a list marker, quote, fence or HTML tag opening the
+sentence, and a wikilink into `metadata/` or out of the workspace becomes its plain words.
+`parse_line(fact.render())` gives back the neutralised sentence and no field it did not set
+(tests/test_fact_lines.py).
 
 The section a fact stands under gives its kind (`## Preferences` -> preference, see `KINDS`); facts under
 `## History` are no longer current. `## Sources` lists the files a node draws on. Everything else in a file

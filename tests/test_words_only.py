@@ -48,8 +48,9 @@ def blocked_env(tmp_path) -> dict:
 
 
 def card(memory: Memory, day: str, name: str, text: str, session: str) -> str:
-    body = facts.add(f"# {name}\n", facts.Fact(text, id="f1", about="user", sources=(f"session/dialog/{session}.jsonl#L1",),
-                                               labels=(f"{day} 18:00",)))
+    fact = facts.Fact(text, id="f1", about="user", sources=(f"session/dialog/{session}.jsonl#L1",),
+                      labels=(f"{day} 18:00",))
+    body = facts.add(f"# {name}\n", fact)
     path = f"daily/{day}/{name.lower()}.md"
     memory.write(path, body, name=name, description=name, metadata={"session_id": session})
     return path
