@@ -99,17 +99,19 @@ class Fact:
 _FIELD_COLONS = re.compile(r"(?<![\\:]):{2,}")  # `(key:: v)`, `[key::v]`, `key:: v`, `key::v`
 _BLOCK_ID = re.compile(r"(?<!\S)\^(?=[A-Za-z0-9])")
 _INNER_HEADING = re.compile(r"(?<!\S)(?=#{1,6}(?:\s|$))")
-_OPENS_BLOCK = re.compile(r"^(?=[><]|`{3}|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
+_OPENS_BLOCK = re.compile(r"^(?=[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
 _ORDERED = re.compile(r"^(\d{1,9})(?=[.)](?:\s|$))")
 _WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
+_CODE_FIELD = re.compile(r"(\([a-z_]+::) ")  # what `parse_line` reads as a field even inside code
 
 
 def plain_text(text: str) -> str:
     """A fact's sentence on one line with nothing in it read as structure: inline fields, block ids and headings
-    anywhere escaped (`(until\\:: x)`, `\\^f1`, `\\## History`: Markdown shows them as written), a block opening
-    it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the workspace (their alias or target, as
-    words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
+    anywhere escaped (`(until\\:: x)`, `\\^f1`, `\\## History`: Markdown shows them as written; code spans as
+    written), a block opening it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the
+    workspace (their alias or target, as words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
     text = _WIKILINK.sub(_inside_link, " ".join(str(text).split()))
     at, pieces = 0, []
     for link in _WIKILINK.finditer(text):  # the links kept stay as written
@@ -120,6 +122,15 @@ def plain_text(text: str) -> str:
 
 
 def _escaped(text: str) -> str:
+    """`text` (no wikilink) escaped; its code spans as written, but for a field's space, made a no-break one."""
+    at, pieces = 0, []
+    for code in _CODE_SPAN.finditer(text):
+        pieces += [_escaped_words(text[at:code.start()]), _CODE_FIELD.sub("\\1\u00a0", code.group(0))]
+        at = code.end()
+    return "".join(pieces) + _escaped_words(text[at:])
+
+
+def _escaped_words(text: str) -> str:
     return _INNER_HEADING.sub("\\\\", _BLOCK_ID.sub("\\\\^", _fields_off(text)))
 
 

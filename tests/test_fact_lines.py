@@ -25,7 +25,8 @@ FRAGMENTS = ["(until:: 2020-01-01)", "(replaced_by:: [[digest/personal/user.md#^
              "+", "> ", "1.", "2)", "```", "~~~", "---", "* * *", "<div>", "<!--", "(", ")", "[[", "]]", "[", "]",
              "|", "\\", "\n", "\t", "std::vector", "I live in Lisbon.", "[^1]:", "[x]: /url", "<!-- x -->", "%%",
              "$$", "|a|b|", "=====", "[ ]", "(source:: [[../x.md]])",
-             "source::[[daily/2026-11-05/x.md#^f3]]", "**key**:: v"]
+             "source::[[daily/2026-11-05/x.md#^f3]]", "**key**:: v", "`", "``", "`std::vector`", "`(until:: x)`",
+             "```python x```"]
 texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), min_size=1, max_size=10).map(" ".join)
 TODAY = dt.date(2026, 11, 10)
 
@@ -70,6 +71,14 @@ def test_the_hostile_message_keeps_its_statement_and_sets_nothing():
     assert "(until\\:: 2020-01-01)" in words and "\\## History \\^f1" in words and "[[metadata/" not in words
     back = facts.parse_line(written(HOSTILE, about="user"))
     assert back.text == words and back.until is None and back.replaced_by is None and back.about == "user"
+
+
+def test_code_keeps_its_words():
+    """`std::fs::read` in a how-to stays as written: only what the line's reader would take for a field changes."""
+    assert facts.plain_text("Call `std::fs::read` to read a file.") == "Call `std::fs::read` to read a file."
+    assert facts.plain_text("Outside std::fs::read it is escaped.") == "Outside std\\::fs\\::read it is escaped."
+    back = facts.parse_line(written("Write `(until:: 2020)` in the file."))
+    assert back.until is None and back.text == "Write `(until::\u00a02020)` in the file."
 
 
 def test_a_value_with_brackets_stays_in_its_field():
