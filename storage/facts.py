@@ -13,6 +13,14 @@ Fields (all optional, in this order when written):
 - `source`: where it comes from: a card's facts cite the dialog records (`session/dialog/<id>.jsonl#L<n>`,
   the jsonl's line) or the resource's lines (`#L<a>-L<b>`); a node's facts cite card facts (`card#^id`).
 
+A fact's sentence and field values are what a message or a model said: data, never structure. `render` (the
+one writer of fact lines) neutralises in them what this module, storage/markdown.py or Obsidian would take for
+structure (`plain_text`, `plain_value`): an inline field's `::`, a block id's `^` and a heading's `#` are
+escaped with `\\` (Markdown shows them as written), so are a list marker, quote, fence or HTML tag opening the
+sentence, and a wikilink into `metadata/` or out of the workspace becomes its plain words.
+`parse_line(fact.render())` gives back the neutralised sentence and no field it did not set
+(tests/test_fact_lines.py).
+
 The section a fact stands under gives its kind (`## Preferences` -> preference, see `KINDS`); facts under
 `## History` are no longer current. `## Sources` lists the files a node draws on. Everything else in a file
 (a title, a summary paragraph, a person's notes) is kept as written: edits here are line edits, never a
@@ -72,23 +80,83 @@ class Fact:
 
     def render(self) -> str:
         """The fact as its Markdown line."""
-        parts = [f"- {' '.join(self.text.split())}"]
+        parts = [f"- {plain_text(self.text)}"]
         for key in FIELDS[:-2]:
             value = getattr(self, key)
             if value:
-                parts.append(f"({key}:: {_plain_value(value)})")
+                parts.append(f"({key}:: {plain_value(value)})")
         if self.replaced_by:
             parts.append(f"(replaced_by:: [[{self.replaced_by}]])")
-        parts += [f"({key}:: {_plain_value(value)})" for key, value in self.extra.items()]
+        parts += [f"({key}:: {plain_value(value)})" for key, value in self.extra.items()]
         if self.sources:
-            links = ", ".join(f"[[{s}|{label}]]" if label else f"[[{s}]]"
+            links = ", ".join(f"[[{s}|{_plain_label(label)}]]" if label else f"[[{s}]]"
                               for s, label in zip(self.sources, self.labels or ("",) * len(self.sources)))
             parts.append(f"(source:: {links})")
         return " ".join(parts) + (f" ^{self.id}" if self.id else "")
 
 
-def _plain_value(value: str) -> str:
-    return " ".join(str(value).replace("(", "[").replace(")", "]").split())
+# what would read as structure inside a fact's sentence (see the module docstring)
+_FIELD_COLONS = re.compile(r"(?<![\\:]):{2,}")  # `(key:: v)`, `[key::v]`, `key:: v`, `key::v`
+_BLOCK_ID = re.compile(r"(?<!\S)\^(?=[A-Za-z0-9])")
+_INNER_HEADING = re.compile(r"(?<!\S)(?=#{1,6}(?:\s|$))")
+_OPENS_BLOCK = re.compile(r"^(?=[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
+_ORDERED = re.compile(r"^(\d{1,9})(?=[.)](?:\s|$))")
+_WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
+_CODE_FIELD = re.compile(r"(\([a-z_]+::) ")  # what `parse_line` reads as a field even inside code
+
+
+def plain_text(text: str) -> str:
+    """A fact's sentence on one line with nothing in it read as structure: inline fields, block ids and headings
+    anywhere escaped (`(until\\:: x)`, `\\^f1`, `\\## History`: Markdown shows them as written; code spans as
+    written), a block opening it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the
+    workspace (their alias or target, as words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
+    text = _WIKILINK.sub(_inside_link, " ".join(str(text).split()))
+    at, pieces = 0, []
+    for link in _WIKILINK.finditer(text):  # the links kept stay as written
+        pieces += [_escaped(text[at:link.start()]), link.group(0)]
+        at = link.end()
+    text = "".join(pieces) + _escaped(text[at:])
+    return _ORDERED.sub(r"\1\\", _OPENS_BLOCK.sub("\\\\", text, count=1), count=1)
+
+
+def _escaped(text: str) -> str:
+    """`text` (no wikilink) escaped; its code spans as written, but for a field's space, made a no-break one."""
+    at, pieces = 0, []
+    for code in _CODE_SPAN.finditer(text):
+        pieces += [_escaped_words(text[at:code.start()]), _CODE_FIELD.sub("\\1\u00a0", code.group(0))]
+        at = code.end()
+    return "".join(pieces) + _escaped_words(text[at:])
+
+
+def _escaped_words(text: str) -> str:
+    return _INNER_HEADING.sub("\\\\", _BLOCK_ID.sub("\\\\^", _fields_off(text)))
+
+
+def _inside_link(match: re.Match) -> str:
+    """A wikilink kept when it names a workspace file outside `metadata/`, else its alias or target as words."""
+    head, _, alias = match.group(1).partition("|")
+    target = head.partition("#")[0].strip().replace("\\", "/")
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    if not (target.startswith(("/", "~")) or _SCHEME.match(target) or ".." in parts
+            or (parts and parts[0].lower() == "metadata")):
+        return match.group(0)
+    return " ".join((alias.strip() or head.strip()).split())
+
+
+def plain_value(value: str) -> str:
+    """A field's value that ends where its field does: no brackets, parentheses or field `::` of its own."""
+    return " ".join(_fields_off(re.sub(r"[()\[\]]", " ", str(value))).split())
+
+
+def _fields_off(text: str) -> str:
+    return _FIELD_COLONS.sub(lambda m: "\\" + m.group(0), text)
+
+
+def _plain_label(label: str) -> str:
+    """A source link's alias that keeps the link whole."""
+    return " ".join(re.sub(r"[\[\]|()]", " ", str(label)).split())
 
 
 def parse_line(line: str) -> Fact | None:

@@ -215,7 +215,7 @@ def write_card(memory, folder: str, current: str | None, screened: extraction.Sc
     its name stays once given."""
     before = read_text(memory, current) if current else None
     title = screened.title or " ".join(screened.kept[0].text.rstrip(".").split()[:TITLE_WORDS])
-    body = split_frontmatter(before).body if before is not None else f"# {title}\n"
+    body = split_frontmatter(before).body if before is not None else f"# {facts.plain_text(title)}\n"
     used = facts.highest_id(body)
     if restate:
         stated = {fact_key(f.text) for f in screened.kept}

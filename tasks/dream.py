@@ -35,7 +35,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, field_validator
 
 from engine import extraction, usage_log
-from engine.embedders import EmbedderError, make_embedder
+from engine.embedders import EmbedderError, make_embedder, unavailable
 from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
@@ -204,7 +204,11 @@ def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list
               if f.current and f.id and (node, f.id) not in found and not _said_with(f, ref)] if node else []
     if not by_words and not others:
         return []
-    scores = embed(ref["text"], [c.fact.text for c in by_words] + [f.text for f in others])
+    try:
+        scores = embed(ref["text"], [c.fact.text for c in by_words] + [f.text for f in others])
+    except EmbedderError as exc:  # an endpoint down, a model that fails to load: the words still compare
+        words_only(str(exc))
+        return by_words
     shown = [replace(c, near=score) for c, score in zip(by_words, scores)]
     near = sorted(((score, n) for n, score in enumerate(scores[len(by_words):]) if score >= SIMILAR), reverse=True)
     return shown + [Candidate(node, others[n], score) for score, n in near[:CANDIDATES - len(shown)]]
@@ -369,7 +373,7 @@ def land(memory, unit: dict, ref: dict, relation: str, target: Candidate | None,
     with _writing:
         node = target.node if target else node_for(memory, unit)
         before = read_text(memory, node)
-        body = split_frontmatter(before).body if before is not None else f"# {unit['about']}\n"
+        body = split_frontmatter(before).body if before is not None else f"# {facts.plain_text(unit['about'])}\n"
         label = ref["day"]
         new = facts.Fact(ref["text"], kind=ref["kind"], since=since(ref), sources=(ref["source"],), labels=(label,))
         action, replaced = {"new": "created" if before is None else "added", "same": "same",
@@ -421,13 +425,32 @@ def _with_source_file(body: str, ref: dict) -> str:
 
 @lru_cache(maxsize=1)
 def _similarity() -> Embed | None:
-    """The configured embedder's similarity, loaded once per process; None when vectors are off or fail."""
-    try:
-        embedder = make_embedder(Settings())
-    except EmbedderError as exc:
-        run_logger().warning("facts are compared by their words only: %s", exc)
+    """The configured embedder's similarity, loaded once per process; None when vectors are off or cannot run
+    here (a package of the `local` extra missing: `gather` says so)."""
+    settings = Settings()
+    if unavailable(settings):
         return None
+    embedder = make_embedder(settings)
     return similarity(embedder) if embedder is not None else None
+
+
+_by_words: dict[str, str] = {}  # flow run id -> why that run compares facts by their words only
+_by_words_lock = threading.Lock()
+
+
+def words_only(reason: str) -> None:
+    """Say once in the run's log that its facts are compared by their words only, and why (the run's summary
+    says it too: `words_only`)."""
+    run = str(flow_run.id or "")
+    with _by_words_lock:
+        if run in _by_words:
+            return
+        _by_words[run] = reason
+    run_logger().warning("facts are compared by their words only: %s", reason)
+
+
+def _words_only_said() -> str | None:
+    return _by_words.get(str(flow_run.id or ""))
 
 
 # ---- tasks ---------------------------------------------------------------------------------------------
@@ -437,6 +460,9 @@ def gather(workspace: str, date: str, scan_days: int, max_units: int, hint: str 
     """The facts of the window's cards changed since the checkpoint and not consolidated yet, grouped into
     units (at most `max_units`; the rest wait); an old prose card's facts are extracted first."""
     memory = memory_of(workspace)
+    reason = unavailable(Settings())
+    if reason:
+        words_only(reason)
     texts = scan(memory, window(date, scan_days))
     done = checkpoints.load(metadata_of(workspace), "dream").get("files", {})
     changed = changed_files(texts, done)
@@ -461,7 +487,7 @@ def gather(workspace: str, date: str, scan_days: int, max_units: int, hint: str 
             "hashes": {p: changed[p] for p in changed},
             "units": [{**u, "hashes": {p: changed[p] for p in u["paths"]}} for u in kept],
             "deferred": sorted({p for u in waiting for p in u["paths"]} - in_kept),
-            "failed": failed, "topics": topic_candidates(refs), "usage": spent.as_dict()}
+            "failed": failed, "topics": topic_candidates(refs), "usage": spent.as_dict(), "words_only": reason}
 
 
 def _prose_facts(memory, path: str, text: str, cited: set[str], spent: Usage) -> list[dict]:
@@ -497,7 +523,8 @@ def consolidate(workspace: str, unit: dict, date: str) -> dict:
             relation, target = decide(llm, ref, shown)
             actions.append(land(memory, unit, ref, relation, target, date))
             run_logger().info("%s: %s in %s", ref["source"], actions[-1]["action"], actions[-1]["node"])
-    return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict()}
+    return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict(),
+            "words_only": _words_only_said()}
 
 
 @task(cache_policy=NO_CACHE)
@@ -518,6 +545,8 @@ def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], fail
     for outcome in [*outcomes, *failures]:
         spent.add(outcome.get("usage"))
     actions = [{"unit": o["unit"], "name": o["name"], **a} for o in outcomes for a in o["actions"]]
+    said = [gathered.get("words_only"), *(o.get("words_only") for o in outcomes),
+            _by_words.pop(str(flow_run.id or ""), None)]
     with checkpoints.update(ws, "dream") as data:
         files = data.setdefault("files", {})
         files.update({p: h for p, h in gathered["hashes"].items() if p not in held})
@@ -538,6 +567,7 @@ def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], fail
         "topics": len(topics.get("added", [])),
         "interests": topics.get("path"),
         "usage": spent.as_dict(),
+        "words_only": next((s for s in said if s), None),  # why facts were compared by their words only
     }
 
 
@@ -551,6 +581,8 @@ def publish_report(workspace: str, summary: dict) -> str:
              "| fact | action | node |", "|---|---|---|"]  # no memory text: it stays in the workspace
     lines += [f"| `{a['source']}` | {a['action']} | `{a['node']}` |" for a in summary["actions"]]
     lines += [f"| {', '.join(f'`{p}`' for p in f['paths'])} | **FAILED** | {f['error']} |" for f in summary["failed"]]
+    if summary.get("words_only"):
+        lines += ["", f"Facts compared by their words only: {summary['words_only']}"]
     if summary["deferred"]:
         lines += ["", "Left for the next run: " + ", ".join(f"`{p}`" for p in summary["deferred"])]
     u = summary["usage"]

@@ -152,6 +152,8 @@ def _show_dream(summary: dict) -> None:
                    + (usage_text(summary["usage"]) or "no LLM calls")))
     if summary["deferred"]:
         out.print(Text(f"left for the next run: {', '.join(summary['deferred'])}", style="dim"))
+    if summary.get("words_only"):
+        out.print(Text(f"facts compared by their words only: {summary['words_only']}", style="yellow"))
 
 
 def _show_topics(result: dict) -> None:

@@ -92,13 +92,14 @@ def current_status(workspace: Path) -> dict:
     from dreamflow.service.workspace_status import recorded_dream
     from engine import usage_log
     from engine.client import connect, local_memory
+    from engine.semantic import words_only
     from engine.turns import TurnCounter
 
     remote = connect(workspace)
     if remote is not None:
         return {"running": True, **remote.status()}
     memory = local_memory(workspace)
-    warning = llm_warning(Settings(), "in this shell (jobs run here without the service)")
+    warnings = [llm_warning(Settings(), "in this shell (jobs run here without the service)"), words_only(Settings())]
     index = memory.index_stats()
     return {
         "running": False,
@@ -107,7 +108,7 @@ def current_status(workspace: Path) -> dict:
         "index": index,
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
         "usage": usage_log.summary(str(memory.ws.root)),
-        "warnings": [warning] if warning else [],
+        "warnings": [w for w in warnings if w],
         "logs": str(dreamflow_home() / "logs"),
         "workspaces": _registered(memory.ws.root, index),
     }

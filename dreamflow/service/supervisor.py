@@ -165,10 +165,11 @@ class Service:
         """Warn about a set-up that starts but fails later (no LLM for the jobs that need one) or wastes the
         machine (a CUDA torch without a GPU)."""
         from deployments.serve import llm_warning
+        from engine.semantic import words_only
         from engine.torch_check import torch_warning
 
         for warning in (llm_warning(self.settings, "where `dreamflow start` runs, then restart it"),
-                        torch_warning()):
+                        torch_warning(), words_only(self.settings)):
             if warning:
                 self.warnings.append(warning)
                 self.say(f"WARNING: {warning}")
