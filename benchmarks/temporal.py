@@ -338,12 +338,14 @@ def asked(memory, fact: Fact, how: str, as_of: str | None = None) -> list[str]:
     if how == "recall":
         return pieces(memory.recall(fact.query, budget=RECALL_BUDGET, as_of=as_of)["text"])
     from dreamflow.hooks.context import inject, question
+    from engine.grants import ADMIN
+    from engine.scoped import LocalCatalog
     from engine.settings import Settings
 
     payload = {"hook_event_name": "UserPromptSubmit", "session_id": f"temporal-{uuid.uuid4().hex}",
                "prompt": fact.query}
-    arguments = question(payload, Settings())
-    return pieces(inject(memory, **arguments)) if arguments else []
+    arguments = question(payload, Settings())  # the hook in its own process: the workspace as its catalog's own
+    return pieces(inject(LocalCatalog("temporal", memory.ws.root), ADMIN, "temporal", **arguments)) if arguments else []
 
 
 def shown(piece: str, fact: Fact, day: str) -> str:
