@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -28,7 +28,9 @@ from storage.tokenize import terms
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence
 MIN_FACT_TERMS = 2      # content terms a fact needs to say something
-RESTATED = ("ungrounded", "question", "copy", "long")  # refusals of a fact's wording: its sentence may stand
+RESTATED = ("ungrounded", "question", "copy", "long", "same_change", "joined")  # refusals of a fact's wording:
+# its sentence may stand
+ECHO_SHARE = 0.67       # share of an assistant fact's content words a user message must hold to be what it echoes
 MAX_ITEM_CHARS = 6_000  # of one numbered message or block shown to the model (the rest of it is not read)
 MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 # words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
@@ -49,6 +51,13 @@ _QUESTION = re.compile(r"\?|(?:^|[.!;:]\s+)(?:(?:is|are|am|was|were|do|does|did|
                        r"have|has|had)\s+(?:i|you|he|she|it|we|they|there|this|that|the|your|my|his|her|our|their)"
                        r"|(?:what|where|when|who|why|how|which)\s+(?:is|are|was|were|do|does|did|can|could|should|"
                        r"will|would|have|has))\b", re.IGNORECASE)
+# a change and its two values (`Heron is now called Kestrel`, `renamed Heron to Kestrel`, `from Lisbon to Porto`)
+_CLAUSE = r"[^,.;:!?()]"
+_CHANGES = (re.compile(rf"({_CLAUSE}{{1,80}}?)\s+(?:is|are|was|were|has been|have been|got|gets)\s+(?:now\s+)?"
+                       rf"(?:re)?(?:called|named|known as)\s+({_CLAUSE}{{1,80}})", re.I),
+            re.compile(rf"\b(?:renamed|changed|switched|moved)\s+({_CLAUSE}{{1,80}}?)\s+to\s+({_CLAUSE}{{1,80}})", re.I),
+            re.compile(rf"\bfrom\s+({_CLAUSE}{{1,60}}?)\s+to\s+({_CLAUSE}{{1,60}})", re.I),
+            re.compile(rf"({_CLAUSE}{{1,80}}?)\s+(?:became|turned into)\s+({_CLAUSE}{{1,80}})", re.I))
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not after `Mr.`, `Dr.`, `Mrs.`
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
@@ -190,6 +199,7 @@ class Screened:
     dropped: list[dict] = field(default_factory=list)
     recited: int = 0    # kept facts whose citation code corrected
     restated: int = 0   # kept facts in their message's words, the model's own words being ungrounded
+    echoes: int = 0     # facts of an assistant's echo taken from the user's message (`from_user`)
     title: str = ""     # the answer's title, when the name checks pass it
 
 
@@ -245,6 +255,8 @@ def _check(text: str, kind: str, cited: list[Item], items: list[Item], material:
     refused = _refused(text, material)
     if refused is None and kind != "question" and _QUESTION.search(text):
         refused = ("question", "a question asked in the conversation is not a fact (file it as an open question)")
+    if refused is None and _same_change(text):
+        refused = ("same_change", "it says a change whose old and new value are the same words")
     if refused is not None:
         return _Checked(rule=refused[0], why=refused[1])
     said = cited[0].said if cited and cited[0].said else (items[0].said if items else dt.date.today())
@@ -255,8 +267,74 @@ def _check(text: str, kind: str, cited: list[Item], items: list[Item], material:
         missing = sorted(_missing(resolved, cited, added))
         return _Checked(rule="ungrounded", why=f"its words {', '.join(missing[:5])} are not in the lines it cites"
                         if cited else "it cites no line of the material")
+    if _joined(resolved, grounds, added):
+        return _Checked(rule="joined", why="its words are only found in different messages, never in one")
     day = named or relative_dates.date_of(resolved, said)
     return _Checked(resolved, tuple(grounds), day.isoformat() if day else None)
+
+
+def _same_change(text: str) -> bool:
+    """Whether `text` says a change whose new value adds no word to the old one (`Kestrel is now called Kestrel`
+    where the user said Heron is now called Kestrel): a garble, not a change."""
+    for pattern in _CHANGES:
+        for match in pattern.finditer(text):
+            old, new = (set(terms(g)) - FRAMING for g in match.groups())
+            if new and new <= old:
+                return True
+    return False
+
+
+def _joined(text: str, grounds: list[Item], added: set[str]) -> bool:
+    """Whether a fact joins words only found in different messages into one claim (`The doctor says Fennel &
+    Bean is allergic to peanuts` from a message about the doctor and one about the cafe): no one message holds
+    all its words, with the question an answer replies to (an assistant message asking) counted with it.
+    Resource blocks and old card lines (no speaker) may be joined: they are one document."""
+    asked = [g for g in grounds if g.speaker == "assistant" and "?" in g.text]
+    said = [g for g in grounds if g not in asked]
+    if len(said) < 2 or not all(g.speaker for g in said):
+        return False
+    return all(_missing(text, [g, *asked], added) for g in said)
+
+
+def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> tuple[list[facts.Fact], int]:
+    """`kept` with each fact whose only sources are assistant messages that echo the user (`A green Fabia now,
+    noted.` after `I sold the Corolla and bought a green Škoda Fabia`) taken from the user's message instead:
+    the user message before it that holds `ECHO_SHARE` of its content words, nearest first, in the words of
+    its sentence that says most of it when that sentence passes every check, else re-cited to it when it holds
+    every word; an echo another kept fact says already is left out. Returns the facts and how many were
+    taken from the user. `items` are the whole conversation (a turn shows the model only the message before
+    it), numbered as in the dialog."""
+    by_anchor = {item.anchor: item for item in items}
+    material = quality.Material("\n".join(item.text for item in items), "", instructions)
+    out, taken = [], 0
+    for n, fact in enumerate(kept):
+        cited = [by_anchor.get(s) for s in fact.sources]
+        echoed = _echoed(fact.text, cited, items) if cited and all(c and c.speaker == "assistant"
+                                                                    for c in cited) else None
+        if echoed is None:
+            out.append(fact)
+            continue
+        taken += 1
+        others = [f for f in [*out, *kept[n + 1:]]]
+        words = _their_words(fact.text, [echoed])
+        checked = _check(words[0], fact.kind, [echoed], items, material) if words else _Checked(rule="none")
+        if not checked.rule and not _said_already(checked.text, others):
+            out.append(replace(fact, text=checked.text, date=checked.day or fact.date,
+                               sources=tuple(i.anchor for i in checked.grounds),
+                               labels=tuple(i.label for i in checked.grounds)))
+        elif not _missing(fact.text, [echoed], set()) and not _said_already(fact.text, others):
+            out.append(replace(fact, sources=(echoed.anchor,), labels=(echoed.label,)))
+    return out, taken
+
+
+def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
+    """The user message an assistant's fact repeats (see `from_user`), or None."""
+    wanted = _content(text)
+    first = min(items.index(c) for c in cited)
+    for item in reversed(items[:first]):
+        if item.speaker == "user" and wanted and len(wanted & set(terms(item.text))) >= ECHO_SHARE * len(wanted):
+            return item
+    return None
 
 
 def _kept(fact: ExtractedFact, checked: _Checked) -> facts.Fact:

@@ -108,7 +108,8 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
     """Ask for the facts of the numbered `items`, screen each one, and return what is kept and dropped (each
     dropped fact counted as a refusal of its rule). A conversation is asked turn by turn (`turns`: a small model
     given several messages gave one speaker's facts to another), other material in runs of at most
-    `MAX_CALL_CHARS`. A call whose facts are all dropped gets one repair turn; refused again, its facts count as
+    `MAX_CALL_CHARS`. A fact that only an assistant's echo of the user cites is taken from the user's message
+    (`extraction.from_user`, counted as gate `echo`). A call whose facts are all dropped gets one repair turn; refused again, its facts count as
     dropped and the others stand. When no call kept a fact and one was refused, the job fails
     (`AnswerRefused`, exit 9): its input stays unconsumed. Any other failed call fails the job at once."""
     system = load_prompt("facts")
@@ -141,6 +142,9 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
         out.title = out.title or (_title(answer.title, batch, system, header) if answer else "")
     if refused is not None and not out.kept:
         raise refused
+    out.kept, out.echoes = extraction.from_user(out.kept, items, system)
+    for _ in range(out.echoes):
+        llm.usage.gate("echo")
     return out
 
 
@@ -256,7 +260,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], line
     run_logger().info("session %s: %d facts into %s card %s (%d dropped)", session_id, len(card["added"]),
                       "a new" if card["created"] else "its", card["path"], len(screened.dropped))
     return {**card, "dropped": screened.dropped, "recited": screened.recited,
-            "restated": screened.restated, "usage": llm.usage.as_dict()}
+            "restated": screened.restated, "echoes": screened.echoes, "usage": llm.usage.as_dict()}
 
 
 @task(cache_policy=NO_CACHE)

@@ -1,0 +1,101 @@
+"""Checks code makes on a model's facts that a small model gets wrong: an assistant's echo filed instead of the
+user's words, a change to the same value, words of two messages joined into one claim (engine/extraction.py)."""
+
+import datetime as dt
+
+import pytest
+
+from engine import extraction
+from engine.extraction import ExtractedFact, FactList, Item
+from storage import facts
+
+DAY = dt.date(2026, 11, 5)
+
+
+def conversation(*lines: tuple[str, str]) -> list[Item]:
+    return [Item(n, text, f"session/dialog/s1.jsonl#L{n}", f"2026-11-05 18:0{n}", DAY, speaker)
+            for n, (speaker, text) in enumerate(lines, 1)]
+
+
+def screened(items: list[Item], *answer: tuple[str, list[int]]) -> extraction.Screened:
+    return extraction.screen(FactList(facts=[ExtractedFact(text=t, source=s) for t, s in answer]), items, "")
+
+
+def card_fact(text: str, item: Item) -> facts.Fact:
+    return facts.Fact(text=text, kind="fact", sources=(item.anchor,), labels=(item.label,))
+
+
+ECHOES = [  # (user line, assistant line, the assistant's fact, what the card keeps)
+    ("I sold the Corolla and bought a green Škoda Fabia.", "A green Fabia now, noted.",
+     "A green Fabia now, noted.", "I sold the Corolla and bought a green Škoda Fabia."),
+    ("My new landlord is Ms. Varga.", "Ms. Varga is your landlord now.",
+     "Ms. Varga is your landlord now.", "My new landlord is Ms. Varga."),
+]
+
+
+@pytest.mark.parametrize("user, assistant, said, kept", ECHOES)
+def test_an_assistants_echo_is_taken_from_the_users_message(user, assistant, said, kept):
+    items = conversation(("user", user), ("assistant", assistant), ("user", "Thanks!"))
+    echo = card_fact(said, items[1])
+
+    out, taken = extraction.from_user([echo], items, "")
+
+    assert taken == 1 and [(f.text, f.sources) for f in out] == [(kept, (items[0].anchor,))]
+
+
+def test_an_echo_the_user_fact_says_already_is_left_out_and_what_the_assistant_adds_stays():
+    items = conversation(("user", "My new landlord is Ms. Varga."),
+                         ("assistant", "Ms. Varga is your landlord now. The Riverside bakery opens at seven."))
+    user_fact = card_fact("My new landlord is Ms. Varga.", items[0])
+    echo = card_fact("Ms. Varga is the user's landlord.", items[1])
+    advice = card_fact("The Riverside bakery opens at seven.", items[1])  # the assistant's own, not an echo
+
+    out, taken = extraction.from_user([user_fact, echo, advice], items, "")
+
+    assert taken == 1 and [f.text for f in out] == ["My new landlord is Ms. Varga.",
+                                                     "The Riverside bakery opens at seven."]
+    assert out[1].sources == (items[1].anchor,)
+
+
+GARBLES = [  # (messages, the model's fact and citations, what is kept (None: dropped), the rule)
+    ([("user", "Project Heron is now called Kestrel, same team, same May 2 demo.")],
+     ("Kestrel is now called Kestrel, same team, same May 2 demo.", [1]),
+     "Project Heron is now called Kestrel, same team, same May 2 demo.", "same_change"),
+    ([("user", "We renamed the band to Moss.")], ("The user renamed Moss to Moss.", [1]),
+     "We renamed the band to Moss.", "same_change"),
+    ([("user", "The doctor says Ines is allergic to peanuts."), ("assistant", "Oh no, how is she?"),
+      ("user", "Fine. We had lunch at Fennel & Bean after.")],
+     ("The doctor says Fennel & Bean is allergic to peanuts.", [1, 3]),
+     "The doctor says Ines is allergic to peanuts.", "joined"),
+    ([("user", "Fennel & Bean was lovely."), ("assistant", "Glad to hear!"), ("user", "My doctor is Dr. Reyes.")],
+     ("Dr. Reyes is lovely Fennel & Bean doctor.", [1, 3]), "Fennel & Bean was lovely.", "joined"),
+    ([("user", "Ok."), ("assistant", "Anything else?"), ("user", "Sure.")],
+     ("The Kestrel demo moved to Friday.", [1, 3]), None, "ungrounded"),
+]
+
+
+@pytest.mark.parametrize("lines, answer, kept, rule", GARBLES)
+def test_a_garble_is_restated_from_one_message_or_dropped(lines, answer, kept, rule):
+    out = screened(conversation(*lines), answer)
+
+    if kept is None:
+        assert out.kept == [] and [d["rule"] for d in out.dropped] == [rule]
+    else:
+        assert [f.text for f in out.kept] == [kept] and out.restated == 1
+        assert len(out.kept[0].sources) == 1
+
+
+KEPT = [  # facts that look alike but are right: they stay as the model wrote them
+    ([("user", "Project Heron is now called Kestrel.")], ("Project Heron is now called Kestrel.", [1])),
+    ([("user", "I moved my gym sessions from Mondays to Thursdays.")],
+     ("The user moved gym sessions from Mondays to Thursdays.", [1])),
+    ([("assistant", "What is your dog called?"), ("user", "Rex, a beagle.")],
+     ("The user's dog is called Rex, a beagle.", [1, 2])),  # an answer joined to its question
+]
+
+
+@pytest.mark.parametrize("lines, answer", KEPT)
+def test_a_real_change_or_an_answer_to_a_question_stays(lines, answer):
+    out = screened(conversation(*lines), answer)
+
+    assert [f.text for f in out.kept] == [answer[0]] and out.restated == 0
