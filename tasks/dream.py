@@ -57,8 +57,16 @@ MEANT = 0.5             # cosine from which a listed fact is the one a change me
 MEANT_MARGIN = 0.1      # ... when no other listed fact comes this close
 # a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
+# a correction said in words (`it's actually Friday, not Thursday`, `forget what I said about the dentist`): it
+# replaces what it corrects, even on the day that began to hold
+CORRECTION = re.compile(r"\b(?:actually|forget (?:what|about|that)|scratch that|i meant|i misspoke|i was wrong|"
+                        r"correction|mistake|not\b.{1,40}\bbut)\b", re.I)
 CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|"
-                    r"from\b.{1,60}\bto)\b|" + NEGATION.pattern, re.I)  # or denies it
+                    r"from\b.{1,60}\bto)\b|" + NEGATION.pattern + "|" + CORRECTION.pattern, re.I)  # or denies it
+# words that say a change, not what changed: sharing one ties no two facts to one subject (a new piano teacher
+# is not retired by `we moved to Birch Lane`)
+CHANGE_WORDS = frozenset(terms("now moved move moving switched switch changed change left quit stopped dropped "
+                               "sold became become started actually instead longer anymore forget meant"))
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor
@@ -186,7 +194,7 @@ def candidates(memory, ref: dict, node: str | None, embed: Embed | None) -> list
     more, when an embedder is configured): `moved to Porto` is compared with `lives in Lisbon`. Each carries its
     cosine to `ref` when an embedder is configured. Facts of the card `ref` comes from are never shown: what is
     said together is not a change."""
-    mine = fact_key(ref["text"]) - set(terms(ref["about"] or ""))
+    mine = fact_key(ref["text"]) - set(terms(ref["about"] or "")) - CHANGE_WORDS
     texts: dict[str, str] = {}
     found: dict[tuple[str, str], tuple[int, Candidate]] = {}
     for rank, hit in enumerate(memory.search(ref["text"], path_prefix="digest/", limit=SEARCHED, per_file=0,
@@ -245,9 +253,10 @@ def ask(llm: LLM, ref: dict, shown: list[Candidate]) -> Relation:
 
 def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
     """`judge`'s answer, except that a fact is never replaced on the day it began to hold: two facts said the
-    same day are both kept (the 1.5B model chained same-day facts of one conversation into replacements)."""
+    same day are both kept (the 1.5B model chained same-day facts of one conversation into replacements),
+    unless the new one says it corrects (`CORRECTION`: `it's actually Friday, not Thursday`)."""
     relation, target = judge(llm, ref, shown)
-    if relation == "replaces" and target.fact.since == ref["day"]:
+    if relation == "replaces" and target.fact.since == ref["day"] and not CORRECTION.search(ref["text"]):
         return "new", None
     return relation, target
 
@@ -269,15 +278,17 @@ def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate |
       an espresso`, `no longer`) replaces it;
     - a `new` fact that says a value changed (`I moved my gym sessions from Mondays to Thursdays`) replaces the
       listed fact it shares `SHARED_WORDS` or more words with, else the one it means (a 0.5B model called most
-      changes new).
-    Numbers are not counted as shared words: two facts of one day share its date, not their subject."""
+      changes new); a correction said in words (`CORRECTION`) is such a change.
+    Numbers and change words (`moved`, `now`: `CHANGE_WORDS`) are not counted as shared words: two facts of one
+    day share its date, two changes a change word, not their subject."""
     if not shown:
         return "new", None
     for candidate in shown:
         if fact_key(candidate.fact.text) == fact_key(ref["text"]):
             return "same", candidate
     about = set(terms(ref["about"] or ""))
-    said = {t for t in fact_key(ref["text"]) if not t.isdigit()}  # a day both name is no shared subject
+    said = {t for t in fact_key(ref["text"]) - CHANGE_WORDS if not t.isdigit()}  # a day both name, a change
+    # word both use is no shared subject
 
     def shared(candidate: Candidate) -> int:
         return len((fact_key(candidate.fact.text) - about) & said)

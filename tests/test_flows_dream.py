@@ -485,3 +485,32 @@ def test_a_fact_is_not_replaced_on_the_day_it_began(prefect_harness, llm, memory
     summary = auto_dream(date="2024-05-08", scan_days=1, workspace=str(ws.root))
     assert [a["action"] for a in summary["actions"]] == ["added"]
     assert all(f.current for f in node_facts(memory, "digest/personal/ana.md").values())
+
+
+def test_a_change_word_alone_does_not_retire_an_unrelated_fact(prefect_harness, llm, memory, ws):
+    """On an unseen story a house move retired a new piano teacher the week before: `moved` is all they share."""
+    card(memory, "2026-11-02", "Piano", ("fact", "user", "My daughter moved to a new piano teacher, Mr. Olsen."))
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-09", "House", ("event", "user", "We moved to Birch Lane."), session="t")
+    llm.responder = picking("replaces", "piano")
+    summary = auto_dream(date="2026-11-09", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [("added", None)]
+    assert all(f.current for f in node_facts(memory, "digest/personal/user.md").values())
+
+
+@pytest.mark.parametrize("correction, answer", [
+    ("Forget what I said about the dentist appointment, it is on Friday.", "new"),
+    ("The dentist appointment is actually on Friday, not Thursday.", "new"),
+    ("Sorry, I meant the dentist appointment is on Friday.", "replaces"),
+])
+def test_a_correction_said_in_words_replaces_what_it_corrects(prefect_harness, llm, memory, ws, correction, answer):
+    """`it's actually X, not Y` and `forget what I said about X` replace what they correct, the same day too."""
+    card(memory, "2026-11-03", "Dentist", ("plan", "user", "The dentist appointment is on Thursday."))
+    auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-03", "Fix", ("plan", "user", correction), session="t")
+    llm.responder = picking(answer, "dentist")
+    summary = auto_dream(date="2026-11-03", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
+        ("replaced", "The dentist appointment is on Thursday.")]
+    user = node_facts(memory, "digest/personal/user.md")
+    assert not user["The dentist appointment is on Thursday."].current and user[correction].current
