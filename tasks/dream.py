@@ -18,6 +18,7 @@ their results: a Retry from the Prefect UI reuses the gathering and the finished
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from engine.settings import Settings
 from engine.toolbox import read_text
 from engine.usage import Usage, charged
 from storage import checkpoints, dream_log, facts, validity
+from storage.errors import DreamflowError
 from storage.markdown import split_frontmatter
 from storage.workspace import digest_buckets
 from storage.tokenize import terms
@@ -320,6 +322,38 @@ def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate |
     return answer.relation, target
 
 
+def prefer_user(memory, ref: dict, relation: str, target: Candidate | None) -> tuple[str, Candidate | None]:
+    """The user's statement over the assistant's echo: a new fact citing the user's message that says the same
+    as a node fact citing only assistant messages (`Ms. Varga is your landlord now.`) `refines` it, so the
+    user's words stand and the echo's wording goes to History."""
+    if relation != "same" or "user" not in speakers(memory, ref["said"]):
+        return relation, target
+    said = [s for source in target.fact.sources for s in _card_sources(memory, source)]
+    return ("refines", target) if said and speakers(memory, said) == {"assistant"} else (relation, target)
+
+
+def speakers(memory, anchors: list[str]) -> set[str]:
+    """The roles of the dialog lines `anchors` name (`session/dialog/s.jsonl#L3`); other anchors are left out."""
+    found = set()
+    for anchor in anchors:
+        path, _, line = anchor.partition("#L")
+        if not (path.startswith("session/dialog/") and line.isdigit()):
+            continue
+        try:
+            record = json.loads(memory.read(path, int(line), int(line), numbered=False)["content"])
+        except (DreamflowError, ValueError):
+            continue
+        found.add(str(record.get("role") or "user") if isinstance(record, dict) else "user")
+    return found
+
+
+def _card_sources(memory, source: str) -> list[str]:
+    """The sources of the card fact `daily/d/card.md#^f1` names."""
+    path, _, block = source.partition("#^")
+    fact = facts.by_id(read_text(memory, path) or "").get(block) if block else None
+    return list(fact.sources) if fact else []
+
+
 def _meant(shown: list[Candidate]) -> Candidate | None:
     """The listed fact a new fact means by its sense (see `judge`), or None."""
     ranked = sorted(shown, key=lambda c: c.near, reverse=True)
@@ -531,7 +565,7 @@ def consolidate(workspace: str, unit: dict, date: str) -> dict:
         for ref in unit["facts"]:
             node = node_for(memory, unit)
             shown = candidates(memory, ref, node if read_text(memory, node) is not None else None, embed)
-            relation, target = decide(llm, ref, shown)
+            relation, target = prefer_user(memory, ref, *decide(llm, ref, shown))
             actions.append(land(memory, unit, ref, relation, target, date))
             run_logger().info("%s: %s in %s", ref["source"], actions[-1]["action"], actions[-1]["node"])
     return {"unit": unit["id"], "name": unit["about"], "actions": actions, "usage": llm.usage.as_dict(),

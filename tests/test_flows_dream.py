@@ -3,6 +3,7 @@
 Dreams over facts: a card's facts land in their subject's node; the model answers only small questions, code
 writes what holds now and the history."""
 
+import json
 import os
 import re
 
@@ -514,3 +515,21 @@ def test_a_correction_said_in_words_replaces_what_it_corrects(prefect_harness, l
         ("replaced", "The dentist appointment is on Thursday.")]
     user = node_facts(memory, "digest/personal/user.md")
     assert not user["The dentist appointment is on Thursday."].current and user[correction].current
+
+
+@pytest.mark.parametrize("first, then, current", [
+    ("a", "u", "My landlord is Ms. Varga."),            # the user's statement replaces the assistant's wording
+    ("u", "a", "My landlord is Ms. Varga."),            # an echo after it only adds a source
+])
+def test_the_users_statement_wins_over_the_assistants_echo(prefect_harness, llm, memory, ws, first, then, current):
+    words = {"a": "Ms. Varga is the user's landlord.", "u": "My landlord is Ms. Varga."}
+    for session, role in (("a", "assistant"), ("u", "user")):
+        path = ws.root / "session" / "dialog" / f"{session}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"role": role, "content": words[session]}) + "\n")
+    card(memory, "2026-11-02", "Flat", ("fact", "user", words[first]), session=first)
+    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-04", "Flat again", ("fact", "user", words[then]), session=then)
+    auto_dream(date="2026-11-04", scan_days=1, workspace=str(ws.root))
+    user = node_facts(memory, "digest/personal/user.md")
+    assert [t for t, f in user.items() if f.current] == [current]
