@@ -360,3 +360,18 @@ def test_a_turn_whose_facts_are_all_refused_leaves_the_others_standing(prefect_h
     assert [f.text for f in found] == ["The user moved to Porto on 2026-11-04."]
     assert [d["rule"] for d in out["dropped"]] == ["ungrounded"]  # as the repaired answer stated it
     assert checkpoints.load(ws, "sessions/s7")["records"] == 5
+
+
+def test_an_assistants_echo_is_filed_in_the_users_words_citing_the_user(prefect_harness, llm, memory, ws):
+    """A turn shows the model the assistant's acknowledgement without the user's line it echoes."""
+    answer_by_message(llm, "Car and flat", ("A green Fabia now", fact("A green Fabia now, noted.")),
+                      ("Ms. Varga is your landlord now", fact("Ms. Varga is your landlord now.")))
+    out = auto_memory(session_id="s1", workspace=str(ws.root), messages=[
+        msg("I sold the Corolla and bought a green Škoda Fabia.", 0), msg("A green Fabia now, noted.", 1, "assistant"),
+        msg("My new landlord is Ms. Varga.", 2), msg("Ms. Varga is your landlord now.", 3, "assistant")])
+
+    _, found = card_of(memory, out)
+    assert [(f.text, f.sources) for f in found] == [
+        ("I sold the Corolla and bought a green Škoda Fabia.", ("session/dialog/s1.jsonl#L1",)),
+        ("My new landlord is Ms. Varga.", ("session/dialog/s1.jsonl#L3",))]
+    assert out["usage"]["gates"]["echo"] == 2
