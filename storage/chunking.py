@@ -497,13 +497,14 @@ def said(record) -> tuple[str, str] | None:
 
 
 ACKNOWLEDGING = "ok okay sure noted note got it great now thanks thank you understood perfect nice cool alright right yes"
-ECHO_NEW_WORDS = 1  # words an echo may add to the line it repeats (acknowledging words aside)
+ECHO_NEW_WORDS = 2  # words a reply may add to the line it echoes (acknowledging words aside), or as many as it repeats
 
 
 def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
     """Lines of `records` ((line, speaker, text), in order) that only echo a cited line: a message not the
-    user's, right after the user's cited message, that adds at most ECHO_NEW_WORDS words to it ("Noted, gym on
-    Mondays and Thursdays."): the fact citing the user's line says it too."""
+    user's, right after the user's cited message, repeating some of its words and adding no more than
+    ECHO_NEW_WORDS or as many as it repeats ("Noted, gym on Mondays and Thursdays.", "March 14 for Tomasz, I'll
+    keep it in mind."): the fact citing the user's line says what it says. A reply adding more is its own."""
     from storage.tokenize import terms
 
     ack = set(terms(ACKNOWLEDGING))
@@ -513,7 +514,8 @@ def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
             last_user = (line, set(terms(text))) if line in cited else None
             continue
         words = set(terms(text)) - ack
-        if last_user is not None and words & last_user[1] and len(words - last_user[1]) <= ECHO_NEW_WORDS:
+        shared = words & last_user[1] if last_user is not None else set()
+        if shared and len(words - shared) <= max(ECHO_NEW_WORDS, len(shared)):
             found.add(line)
     return found
 

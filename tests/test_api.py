@@ -53,8 +53,9 @@ def test_remote_and_local_memory_give_the_same_results(served):
         ("index_stats", {}),
     ]:
         answer = getattr(remote, name)(**kwargs)
-        if name == "search":  # over the API every hit also names its workspace
+        if name == "search":  # over the API every hit also names its workspace, and its address in it
             assert {hit.pop("workspace") for hit in answer} == {"default"}
+            assert all(hit.pop("address") == hit["path"] for hit in answer)
         assert answer == json.loads(json.dumps(getattr(local, name)(**kwargs))), name
     assert remote.search("Zugspitze")[0]["path"] == "daily/2024-05-01/trip.md"  # read-your-writes
     assert remote.read("daily/2024-05-01/trip.md", 1, 2) == local.read("daily/2024-05-01/trip.md", 1, 2)  # positional

@@ -210,3 +210,19 @@ def test_both_hooks_give_what_holds_now(tmp_path):
     started = injected(hook(start(), memory.ws.root), "SessionStart")
     assert "Wednesdays and Saturdays" in started and "Mondays and Thursdays" not in started
     assert "Fennel & Bean" in started  # a card fact no dream consumed: the newest thing known
+
+
+@pytest.mark.parametrize("reply, echo", [
+    ("Noted, gym on Mondays and Thursdays.", True),
+    ("Mondays and Thursdays at the gym, I'll keep it in mind.", True),
+    ("Nice, the gym is a good habit.", True),
+    ("For a Monday and Thursday gym plan, start with compound lifts, keep sessions under an hour and rest "
+     "on the days between.", False),  # what the assistant adds is its own
+    ("What time do you usually wake up?", False),  # shares no word
+])
+def test_a_reply_that_only_echoes_a_cited_line_is_covered_by_its_fact(reply, echo):
+    from storage.chunking import echoes
+
+    records = [(1, "user", "I'll go to the gym on Mondays and Thursdays before work."), (2, "assistant", reply)]
+    assert (2 in echoes(records, {1})) is echo
+    assert echoes(records, set()) == set()  # the user's line cited by no fact: nothing covers the reply
