@@ -119,7 +119,7 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
             hit["fact"] = facts.parse_line(text) if "\n" not in text else None
             if hit["fact"] is not None:  # a fact's own window: shown as on its file's page
                 hit["status"] = fact_rows.status(hit["fact"], hit.get("status"), today)
-            hit["html"] = mark(hit["fact"].text if hit["fact"] else text, words)
+            hit["html"] = mark(facts.said(hit["fact"].text) if hit["fact"] else text, words)
     who.workspace = scope if scope in visible else None
     return who.dashboard.render(who, "search.html", q=q, scope=scope, visible=visible, hits=hits, start=start,
                                 end=end, as_of=as_of, history=history, archived=archived, prefix=prefix,
