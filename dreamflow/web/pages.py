@@ -51,14 +51,16 @@ def _lines(value: str | None) -> tuple[int, int] | None:
 
 @router.get("/")
 def overview(who: Visitor = Depends(visitor)):
-    """Each workspace the token grants: counts, the last dream; health and jobs load after the page."""
+    """Each workspace the token grants: counts, the last dream; health and jobs load after the page. Above them,
+    once, what `dreamflow status` warns of (the service's warnings: no LLM, so no cards or dreams...)."""
     cards = []
     for row in scoped.list_workspaces(who.catalog, who.grant):
         name, memory = who.open(row["name"])
         latest = dream_log.latest(memory.ws)
         cards.append({**row, "stats": memory.index_stats(), "dream": latest and _dream_counts(latest)})
     who.workspace = None
-    return who.dashboard.render(who, "overview.html", cards=cards)
+    service = who.dashboard.service
+    return who.dashboard.render(who, "overview.html", cards=cards, warnings=service.warnings if service else [])
 
 
 def _dream_counts(record: dict) -> dict:
