@@ -94,11 +94,12 @@ def test_workspace_add_default_reaches_the_running_service_with_its_schedules_an
 def test_without_an_llm_a_nightly_dream_ends_skipped_not_failed_and_the_overview_says_why(svc):
     """A run of the nightly dream (what the schedule starts at 03:00) with no LLM: ended at once as Skipped (a
     Cancelled state, grey, no retry offered), the reason in its log; the dashboard's overview says why once."""
-    nightly = svc.deployment("auto-dream/nightly")
+    nightly = next(d for d in svc.prefect("POST", "/deployments/filter", {"flows": {"name": {"any_": ["auto-dream"]}}})
+                   if d["schedules"] and (d["parameters"] or {}).get("workspace") == "gamma")
     run = svc.prefect("POST", f"/deployments/{nightly['id']}/create_flow_run", {})
     final = wait_for(lambda: (r := svc.prefect("GET", f"/flow_runs/{run['id']}"))["state"]["type"]
                      in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and r, 180, "the nightly run to end")
-    assert (final["state"]["type"], final["state"]["name"]) == ("CANCELLED", "Skipped"), final["state"]
+    assert (final["state"]["type"], final["state"]["name"]) == ("CANCELLED", "Skipped"), final["state"]["message"]
     assert "no LLM configured" in final["state"]["message"]
     wait_for(lambda: any("Skipped: no LLM configured: set DREAMFLOW_LLM_BASE_URL" in log["message"] for log in
                          svc.prefect("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}})),
