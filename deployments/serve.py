@@ -112,7 +112,8 @@ def llm_warning(settings: Settings, where: str) -> str | None:
     if settings.llm_configured:
         return None
     jobs = ", ".join(d.flow_name for d in DEPLOYMENTS.values() if d.needs_llm)
-    return (f"no LLM configured: {jobs} need one and are not started until DREAMFLOW_LLM_BASE_URL and "
+    return (f"no LLM configured: no conversation or resource cards, dreams or graph edits are made. {jobs} need "
+            "one and are not started until DREAMFLOW_LLM_BASE_URL and "
             f"DREAMFLOW_LLM_MODEL (and DREAMFLOW_LLM_API_KEY if the endpoint wants a key) are set {where}; files, "
             "search and the index work without it")
 

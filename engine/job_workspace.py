@@ -82,6 +82,29 @@ def keep_results_in(root: str) -> None:
         context.result_store = context.result_store.model_copy(update={"result_storage": storage})
 
 
+def llm_or_skipped():
+    """None when an LLM is configured (engine.llm.require_llm). Without one, a run of a deployment (a nightly
+    dream, a trigger, a run from the Prefect UI) ends at once as `Skipped`, a Cancelled state and not a Failed
+    one, the reason in its log and state message: the flow returns this state. Called in-process (the CLI without
+    the service, tests) it raises LLMNotConfigured as before."""
+    from engine.llm import require_llm
+    from storage.errors import LLMNotConfigured
+
+    try:
+        require_llm()
+        return None
+    except LLMNotConfigured as exc:
+        if not _deployment_run():
+            raise
+        reason = (f"Skipped: {exc} (they count where this run's runner or worker runs; `dreamflow start` "
+                  "serves the runner)")
+    from prefect.logging import get_run_logger
+    from prefect.states import Cancelled
+
+    get_run_logger().warning(reason)
+    return Cancelled(name="Skipped", message=reason)
+
+
 def _deployment_run() -> bool:
     from prefect.runtime import deployment
 

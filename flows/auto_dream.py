@@ -6,8 +6,7 @@ from prefect import flow, unmapped
 from prefect.states import Failed
 
 from engine.days import check_date, today
-from engine.job_workspace import workspace_root
-from engine.llm import require_llm
+from engine.job_workspace import llm_or_skipped, workspace_root
 from flows.unit_pool import UnitPool
 from storage.errors import UnitsFailed
 from tasks.dream import consolidate, finish, gather, publish_report, settle
@@ -22,7 +21,8 @@ def auto_dream(date: str | None = None, hint: str | None = None, scan_days: int 
     write the day's interests. Ends Failed when any unit failed; those units' files stay un-checkpointed, and
     a retry of the run re-runs only them."""
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     date = check_date(date) if date else today()
     gathered = gather(root, date, scan_days, max_units, hint)
     futures = consolidate.map(unmapped(root), gathered["units"], unmapped(date))

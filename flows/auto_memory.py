@@ -5,8 +5,7 @@ from __future__ import annotations
 from prefect import flow
 
 from engine.days import check_date, today
-from engine.job_workspace import workspace_root
-from engine.llm import require_llm
+from engine.job_workspace import llm_or_skipped, workspace_root
 from engine.usage import Usage
 from storage import dialog
 from storage.errors import InvalidInput
@@ -26,7 +25,8 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     is redone by the next.
     """
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     date = check_date(date) if date else None
     if messages:
         record_messages(root, session_id, messages)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from prefect import flow
 
 from engine.days import today
-from engine.job_workspace import workspace_root
-from engine.llm import require_llm
+from engine.job_workspace import llm_or_skipped, workspace_root
 from storage.markdown import path_date
 from tasks.cards import (check_resource, publish_usage, record_resource, refresh_day, remove_resource_card,
                          summarise_resource)
@@ -17,7 +16,8 @@ def auto_resource(path: str, workspace: str | None = None) -> dict:
     """Write or update the card of text resource `path` in its date's daily folder (root-level resources:
     today); a deleted resource's card is removed; then the day index page is refreshed."""
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     path, exists, skip = check_resource(root, path)
     if skip:
         return {"resource": path, "skipped": skip}

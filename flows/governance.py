@@ -12,8 +12,7 @@ from prefect import flow, unmapped
 from prefect.states import Failed
 
 from engine.days import today
-from engine.job_workspace import workspace_root
-from engine.llm import require_llm
+from engine.job_workspace import llm_or_skipped, workspace_root
 from flows.unit_pool import UnitPool
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.errors import UnitsFailed
@@ -36,7 +35,8 @@ def link_mine(paths: list[str] | None = None, max_nodes: int = 20, candidates: i
               workspace: str | None = None) -> dict:
     """Weave links to related nodes into digest nodes changed since the last run (or `paths`)."""
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     queue = mining_queue(root, paths, max_nodes)
     futures = mine_links.map(unmapped(root), queue["paths"], unmapped(candidates))
     outcomes, failures = collect(futures, queue["paths"])
@@ -49,7 +49,8 @@ def merge(pairs: list[list[str]] | None = None, max_pairs: int = 5, dup_threshol
           workspace: str | None = None) -> dict:
     """Fold each [survivor, victim] pair (default: the doctor's near-duplicates) into its survivor."""
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     if pairs is None:
         pairs = [d["paths"] for d in doctor_report(root, dup_threshold=dup_threshold)["near_duplicates"]]
     pairs = pairs[:max_pairs]
@@ -64,7 +65,8 @@ def split(paths: list[str] | None = None, max_nodes: int = 3, max_parts: int = 4
           workspace: str | None = None) -> dict:
     """Break overlong nodes (default: the doctor's) into focused nodes linked to each other."""
     root = workspace_root(workspace)
-    require_llm()
+    if (skipped := llm_or_skipped()) is not None:
+        return skipped
     if paths is None:
         paths = [n["path"] for n in doctor_report(root, overlong_lines=overlong_lines)["overlong"]]
     paths = paths[:max_nodes]

@@ -145,6 +145,40 @@ def _inside_link(match: re.Match) -> str:
     return " ".join((alias.strip() or head.strip()).split())
 
 
+# the escapes `plain_text` writes, as `said` takes them off again
+_SAID_FIELD = re.compile(r"\\(?=:{2,})")
+_SAID_BLOCK_ID = re.compile(r"(?<!\S)\\(?=\^[A-Za-z0-9])")
+_SAID_HEADING = re.compile(r"(?<!\S)\\(?=#{1,6}(?:\s|$))")
+_SAID_OPENS = re.compile(r"^\\(?=[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
+_SAID_ORDERED = re.compile(r"^(\d{1,9})\\(?=[.)](?:\s|$))")
+_SAID_CODE_FIELD = re.compile(r"(\([a-z_]+::)\u00a0")
+
+
+def said(text: str) -> str:
+    """A fact's sentence as it was said, for people to read (the dashboard, the CLI's text): the escapes
+    `plain_text` wrote taken off again (`\\::`, `\\^`, `\\#`, a block opening's `\\`, a code span's no-break
+    space after a field); kept wikilinks and code spans as written. The line in the file keeps its escapes."""
+    text = str(text)
+    at, pieces = 0, []
+    for link in _WIKILINK.finditer(text):
+        pieces += [_unescaped(text[at:link.start()]), link.group(0)]
+        at = link.end()
+    text = "".join(pieces) + _unescaped(text[at:])
+    return _SAID_ORDERED.sub(r"\1", _SAID_OPENS.sub("", text, count=1), count=1)
+
+
+def _unescaped(text: str) -> str:
+    at, pieces = 0, []
+    for code in _CODE_SPAN.finditer(text):
+        pieces += [_said_words(text[at:code.start()]), _SAID_CODE_FIELD.sub("\\1 ", code.group(0))]
+        at = code.end()
+    return "".join(pieces) + _said_words(text[at:])
+
+
+def _said_words(text: str) -> str:
+    return _SAID_HEADING.sub("", _SAID_BLOCK_ID.sub("", _SAID_FIELD.sub("", text)))
+
+
 def plain_value(value: str) -> str:
     """A field's value that ends where its field does: no brackets, parentheses or field `::` of its own."""
     return " ".join(_fields_off(re.sub(r"[()\[\]]", " ", str(value))).split())

@@ -372,3 +372,24 @@ def test_counts_in_messages_agree_with_their_number(ws):
     ok(ws, "write", "daily/2024-05-08/a.md", "--content", "# A", "--name", "A")
     assert "(1 card)" in ok(ws, "daily-reindex", "2024-05-08").stdout
     assert "(1 card)" in ok(ws, "daily-reindex", "2024-05-08").stdout  # up to date
+
+
+def test_trace_and_the_dream_table_show_a_fact_s_words_as_said(ws, capsys):
+    """A fact line escapes `::`, `^` and `#` in the words (storage/facts.py); the CLI's text shows them as said,
+    its JSON keeps the line's text."""
+    from dreamflow.cli.flow_commands import _show_dream
+    from storage import facts
+    from storage.memory import Memory
+
+    said = "I live in Lisbon. ## History ^f1 (until:: 2020-01-01)"
+    line = facts.Fact(said, id="f1", about="user").render()
+    Memory(ws).write("daily/2024-05-08/chat.md", f"# Chat\n\n## Facts\n\n{line}\n")
+    shown = run(ws, "trace", "daily/2024-05-08/chat.md", "^f1")
+    assert shown.returncode == 0 and said in shown.stdout and "\\" not in shown.stdout, shown.stdout
+    raw = json.loads(run(ws, "trace", "daily/2024-05-08/chat.md", "^f1", "--json").stdout)
+    assert raw["chain"]["text"] == facts.parse_line(line).text
+    _show_dream({"date": "2024-05-08", "actions": [{"fact": facts.plain_text(said), "action": "created",
+                                                    "node": "digest/personal/user.md"}], "failed": [],
+                 "scanned": 1, "changed": 1, "facts": 1, "units": 1, "topics": 0, "usage": None, "deferred": []})
+    table = capsys.readouterr().out  # the fact column wraps
+    assert "\\" not in table and "## History ^f1" in table and "(until:: 2020-01-01)" in table, table

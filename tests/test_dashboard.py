@@ -735,3 +735,31 @@ def test_every_day_says_whether_it_has_a_day_page_and_offers_to_write_it(browser
         assert "pieces of files search ranks" in page.locator("#ws-default .counts div", has_text="Passages").get_attribute(
             "title")
         assert visit.foreign() == []
+
+
+def test_a_fact_s_words_show_as_said_without_the_escapes_of_its_line(ws):
+    """A fact line escapes what would read as structure (`\\::`, `\\^`, `\\#`, storage/facts.py); the file page's
+    rows, what replaced what, a search hit and "where from?" show the words as the user said them."""
+    said = "I live in Lisbon near the river. ## History ^f1 (until:: 2020-01-01)"
+    was = "I lived in Porto ## Old ^x1 key::value"
+    card, node = "daily/2024-05-08/chat.md", "digest/personal/user.md"
+    memory = Memory(ws.root)
+    memory.write(card, "# Chat\n\n## Facts\n\n" + facts.Fact(said, id="f1", about="user").render() + "\n")
+    memory.write(node, note("User", "Where the user lives", "# User\n\n## Facts\n\n" + facts.Fact(
+        said, id="f2", since="2024-05-08", sources=(f"{card}#^f1",), labels=("2024-05-08",)).render()
+        + "\n\n## History\n\n" + facts.Fact(was, id="f1", until="2024-05-08", replaced_by=f"{node}#^f2").render()
+        + "\n"))
+    assert "\\::" in memory.read(node)["content"]  # the file keeps its escapes
+    server = ApiServer(memory)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            pages = {"file": client.get(f"/ui/w/default/file/{node}").text,
+                     "search": client.get("/ui/search", params={"q": "Lisbon river"}).text,
+                     "trace": client.get(f"/ui/w/default/trace/{node}", params={"fact": "^f2"}).text}
+    finally:
+        server.stop()
+    for name, page in pages.items():
+        shown = " ".join(re.sub(r"<[^>]+>", " ", re.sub(r"</?mark>", "", page)).replace("&#39;", "'").split())
+        assert not re.search(r"\\[:^#]", shown), (name, re.findall(r".{30}\\[:^#].{10}", shown))
+        assert said in shown, (name, shown)
+    assert was in " ".join(re.sub(r"<[^>]+>", " ", pages["file"]).split())  # "replaces" names the old fact

@@ -91,6 +91,25 @@ def test_workspace_add_default_reaches_the_running_service_with_its_schedules_an
     assert not started, started
 
 
+def test_without_an_llm_a_nightly_dream_ends_skipped_not_failed_and_the_overview_says_why(svc):
+    """A run of the nightly dream (what the schedule starts at 03:00) with no LLM: ended at once as Skipped (a
+    Cancelled state, grey, no retry offered), the reason in its log; the dashboard's overview says why once."""
+    nightly = next(d for d in svc.prefect("POST", "/deployments/filter", {"flows": {"name": {"any_": ["auto-dream"]}}})
+                   if d["schedules"] and (d["parameters"] or {}).get("workspace") == "gamma")
+    run = svc.prefect("POST", f"/deployments/{nightly['id']}/create_flow_run", {})
+    final = wait_for(lambda: (r := svc.prefect("GET", f"/flow_runs/{run['id']}"))["state"]["type"]
+                     in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and r, 180, "the nightly run to end")
+    assert (final["state"]["type"], final["state"]["name"]) == ("CANCELLED", "Skipped"), final["state"]["message"]
+    assert "no LLM configured" in final["state"]["message"]
+    wait_for(lambda: any("Skipped: no LLM configured: set DREAMFLOW_LLM_BASE_URL" in log["message"] for log in
+                         svc.prefect("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}})),
+             30, "the reason in the run's log")
+    page = httpx.get(f"{svc.url}/ui/", headers=admin_headers(svc), timeout=30)
+    assert page.status_code == 200
+    assert page.text.count("No LLM configured: no conversation or resource cards, dreams or graph edits are made") == 1
+    assert "DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL" in page.text
+
+
 def test_the_first_token_create_keeps_the_local_cli_working_without_a_restart(svc):
     made = cli(svc, "token", "create", "--name", "laptop", "--workspace", "gamma", "--json")
     answer = json.loads(made.stdout)

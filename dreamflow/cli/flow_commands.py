@@ -131,6 +131,7 @@ def _show_dream(summary: dict) -> None:
     from rich.text import Text
 
     from dreamflow.cli.render import counted, out
+    from storage.facts import said
 
     if not summary["actions"] and not summary["failed"]:
         out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "
@@ -140,7 +141,7 @@ def _show_dream(summary: dict) -> None:
     for column in table.columns[1:]:
         column.no_wrap = True  # paths and actions whole; the facts wrap
     for a in summary["actions"]:
-        fact = a["fact"] + (f" (was: {a['replaced']})" if a.get("replaced") else "")
+        fact = said(a["fact"]) + (f" (was: {said(a['replaced'])})" if a.get("replaced") else "")
         table.add_row(Text(fact), Text(a["action"], style="green"), Text(a["node"]))
     for f in summary["failed"]:
         table.add_row(Text(f"{f['name']}: {f['error']}"), Text("FAILED", style="bold red"), Text(", ".join(f["paths"])))

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from storage import validity
+from storage.facts import said
 
 
 def text(tool: str, result: Any) -> str:
@@ -146,7 +147,7 @@ def _step_text(step: dict) -> str:
     if kind == "fact":
         when = (validity.label({"status": step.get("status"), "valid_from": step.get("since"),
                                 "valid_to": step.get("until")}) if step.get("status") else step.get("date"))
-        return f"{where} ({step['kind']}{', ' + when if when else ''}): {step['text']}"
+        return f"{where} ({step['kind']}{', ' + when if when else ''}): {said(step['text'])}"
     if kind == "record":
         return f"{where} {step.get('created_at') or '(no time)'} {step.get('role') or '?'}: {step.get('text')}"
     if kind in ("line", "lines"):

@@ -29,6 +29,7 @@ from dreamflow.web.markdown_html import compact, line_range
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine import scoped
 from engine.grants import Grant
+from storage import facts
 from storage.errors import DreamflowError, InvalidInput
 from storage.index import EXPLAINED
 
@@ -64,7 +65,7 @@ class Dashboard:
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.templates.globals.update(url=URLS, kind_of=kind_of, decided=DECIDED, anchor_lines=line_range,
                                      index_words=EXPLAINED)
-        self.templates.filters.update(compact=compact, local_time=local_time)
+        self.templates.filters.update(compact=compact, local_time=local_time, said=facts.said)
         self.health: dict[str, tuple[float, dict]] = {}
         self._checking = threading.Lock()  # one doctor run at a time: it holds the index meanwhile
 

@@ -55,7 +55,7 @@ def rows(path: str, text: str, link_to: LinkTo, trace_url: Callable[[str], str],
         target, _, anchor = link.partition("#")
         named = here.get(block_id(anchor) or "") if not target.strip() or target.strip() == path else None
         if named is not None:
-            return Ref(f"#{named.id}", label or named.text, named)
+            return Ref(f"#{named.id}", label or facts.said(named.text), named)
         href, _, name = link_to(target.strip() or path, anchor.strip() or None)
         return Ref(href, name or label or link, None, note=label if name and label != name else "")
 
@@ -72,7 +72,7 @@ def rows(path: str, text: str, link_to: LinkTo, trace_url: Callable[[str], str],
     for row in out.values():
         successor = row.replaced_by.fact if row.replaced_by else None
         if successor is not None and successor.line in out:
-            out[successor.line].replaces.append(Ref(f"#{row.fact.id}", row.fact.text, row.fact,
+            out[successor.line].replaces.append(Ref(f"#{row.fact.id}", facts.said(row.fact.text), row.fact,
                                                     row.replaced_by.refined))
     return out
 

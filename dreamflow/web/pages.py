@@ -51,14 +51,16 @@ def _lines(value: str | None) -> tuple[int, int] | None:
 
 @router.get("/")
 def overview(who: Visitor = Depends(visitor)):
-    """Each workspace the token grants: counts, the last dream; health and jobs load after the page."""
+    """Each workspace the token grants: counts, the last dream; health and jobs load after the page. Above them,
+    once, what `dreamflow status` warns of (the service's warnings: no LLM, so no cards or dreams...)."""
     cards = []
     for row in scoped.list_workspaces(who.catalog, who.grant):
         name, memory = who.open(row["name"])
         latest = dream_log.latest(memory.ws)
         cards.append({**row, "stats": memory.index_stats(), "dream": latest and _dream_counts(latest)})
     who.workspace = None
-    return who.dashboard.render(who, "overview.html", cards=cards)
+    service = who.dashboard.service
+    return who.dashboard.render(who, "overview.html", cards=cards, warnings=service.warnings if service else [])
 
 
 def _dream_counts(record: dict) -> dict:
@@ -119,7 +121,7 @@ def search(q: str = "", ws: str | None = Query(None, alias="in"), start: str = "
             hit["fact"] = facts.parse_line(text) if "\n" not in text else None
             if hit["fact"] is not None:  # a fact's own window: shown as on its file's page
                 hit["status"] = fact_rows.status(hit["fact"], hit.get("status"), today)
-            hit["html"] = mark(hit["fact"].text if hit["fact"] else text, words)
+            hit["html"] = mark(facts.said(hit["fact"].text) if hit["fact"] else text, words)
     who.workspace = scope if scope in visible else None
     return who.dashboard.render(who, "search.html", q=q, scope=scope, visible=visible, hits=hits, start=start,
                                 end=end, as_of=as_of, history=history, archived=archived, prefix=prefix,
