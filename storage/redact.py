@@ -33,7 +33,7 @@ PATTERNS_FILE = "redact.yaml"
 PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 PRIVATE_MARKER = "[private: dropped]"
 MARKER = "[redacted: {}]"
-_MARKED = re.compile(r"\[redacted: [\w.-]+\]")
+_MARKED = re.compile(r"\[redacted: ([\w.-]+)\]")
 
 # detect-secrets' secret_type -> our kind (anything else: its name, lower-case, dashed)
 KINDS = {
@@ -145,6 +145,11 @@ def redact(text: str, patterns: tuple[tuple[str, re.Pattern], ...] = ()) -> tupl
             counts[kind] += n
         lines[i] = line
     return "\n".join(lines), counts
+
+
+def marked(text: str) -> tuple[Counter, int]:
+    """The markers a redacted text holds: secrets by kind, and private spans dropped."""
+    return Counter(m.group(1) for m in _MARKED.finditer(text)), text.count(PRIVATE_MARKER)
 
 
 def drop_private(text: str) -> tuple[str, int]:
