@@ -39,7 +39,7 @@ _MARKED = re.compile(r"\[redacted: ([\w.-]+)\]")
 KINDS = {
     "AWS Access Key": "aws-access-key", "OpenAI Token": "openai-key", "GitHub Token": "github-token",
     "Slack Token": "slack-token", "JSON Web Token": "jwt", "Private Key": "private-key",
-    "Basic Auth Credentials": "url-password", "Secret Keyword": "secret-assignment",
+    "Basic Auth Credentials": "url-password", "Secret Keyword": "env-secret",
 }
 PRIVATE_KEY_BLOCK = re.compile(
     r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
@@ -77,7 +77,7 @@ def _plugins() -> tuple:
 
 def _kind(plugin, line: str) -> str:
     kind = KINDS.get(plugin.secret_type) or re.sub(r"[^a-z0-9]+", "-", plugin.secret_type.lower()).strip("-")
-    if kind == "secret-assignment":
+    if kind == "env-secret":
         key = line.split("=", 1)[0].split(":", 1)[0].lower()
         return "password" if "pass" in key or "pwd" in key else kind
     return kind
@@ -91,13 +91,15 @@ def _filtered(secret: str, line: str, plugin) -> bool:
         return True
     if plugin.secret_type != "Secret Keyword":
         return False
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_.]*[_.][A-Za-z_.]*", secret) or secret.endswith("()"):
+        return True  # `api_key = api_key`, `password = self.password`: a name, not a value
     return (h.is_sequential_string(secret) or h.is_potential_uuid(secret) or h.is_templated_secret(secret)
             or h.is_prefixed_with_dollar_sign(secret) or h.is_indirect_reference(line)
             or h.is_likely_id_string(secret, line, plugin) or len(secret) < 4)
 
 
 def _line_secrets(line: str) -> list[tuple[str, str]]:
-    """`(kind, value)` of what the plugins find in one line."""
+    """`(kind, value, by keyword)` of what the plugins find in one line."""
     from detect_secrets.plugins.keyword import CONFIG_DENYLIST_REGEX_TO_GROUP, QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
 
     found = []
@@ -110,7 +112,7 @@ def _line_secrets(line: str) -> list[tuple[str, str]]:
         for value in values:
             value = value.strip()
             if value and not _filtered(value, line, plugin):
-                found.append((_kind(plugin, line), value))
+                found.append((_kind(plugin, line), value, plugin.secret_type == "Secret Keyword"))
     return found
 
 
@@ -139,7 +141,14 @@ def redact(text: str, patterns: tuple[tuple[str, re.Pattern], ...] = ()) -> tupl
     for i, line in enumerate(lines):
         if len(line) < 8:
             continue
-        for kind, value in _line_secrets(line):
+        for kind, value, keyword in _line_secrets(line):
+            if keyword:  # the value after its name: the last place it stands (`self.api_key = api_key`)
+                at = line.rfind(value)
+                if at < 0:
+                    continue
+                line = line[:at] + MARKER.format(kind) + line[at + len(value):]
+                counts[kind] += 1
+                continue
             tail = r"[A-Za-z0-9_\-+/=.]*" if kind == "jwt" else ""  # the plugin's match stops before the signature
             line, n = re.subn(re.escape(value) + tail, MARKER.format(kind).replace("\\", r"\\"), line)
             counts[kind] += n
