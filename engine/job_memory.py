@@ -6,15 +6,17 @@ LLM output is bounded twice: the LLM client caps reply tokens, and this caps wha
 so a runaway answer cannot leave a 30 MB card. A write over the cap is refused (`TooLarge`, nothing written):
 the task fails its unit, whose input is then not checkpointed and is retried on the next run. Only
 LLM-written folders are capped (`daily/`, `digest/`); raw material (session logs, resources) is written as it
-comes.
+comes. What a job writes into a card or node has its secrets replaced by markers first (storage/redact.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from engine import ops
 from engine.settings import Settings
+from storage import redact, redaction_log
 from storage.errors import NotFound, TooLarge, WorkspaceGone
 from storage.text_view import read_all
 
@@ -52,9 +54,11 @@ class JobMemory:
         def capped(*args, **kwargs):
             given = {**dict(zip(names, args)), **kwargs}
             path = str(given.get("path") or "")
-            if _capped(path):
-                self.check(path, self._written(name, path, given))
-            return attr(*args, **kwargs)
+            if not _capped(path):
+                return attr(*args, **kwargs)
+            given = self._redacted(name, given)
+            self.check(path, self._written(name, path, given))
+            return attr(**given)
 
         capped.__doc__ = getattr(attr, "__doc__", None)
         return capped
@@ -78,6 +82,29 @@ class JobMemory:
 
         guarded.__doc__ = getattr(attr, "__doc__", None)
         return guarded
+
+    def _redacted(self, name: str, given: dict) -> dict:
+        """`given` with the secrets in its text replaced by markers (storage/redact.py), counted in the
+        workspace's redaction log: a card or node never carries one, whatever the model wrote."""
+        ws = redaction_log.workspace_of(self.memory)
+        patterns = redact.workspace_patterns(ws.root) if ws is not None else ()
+        counts: Counter = Counter()
+
+        def clean(value):
+            if isinstance(value, str):
+                text, found = redact.redact(value, patterns)
+                counts.update(found)
+                return text
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [clean(v) for v in value]
+            return value
+
+        given = {k: clean(v) if k in TEXT_PARAMS[name] else v for k, v in given.items()}
+        if ws is not None:
+            redaction_log.add(ws, counts)
+        return given
 
     def check_present(self) -> None:
         """WorkspaceGone when the job's workspace is no longer there: an in-process memory's folder deleted, or

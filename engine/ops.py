@@ -183,7 +183,7 @@ PARAM_HELP: dict[str, str] = {
     "before": "Text the target had, when it has already been rewritten (line anchors follow it)",
     # jobs (turns and flow runs)
     "session_id": "Conversation id (letters, digits, '.', '_', '-'); the turn goes to session/dialog/<session_id>.jsonl",
-    "messages": "Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped",
+    "messages": "Messages of the turn ({role, content, created_at?}); tool results and base64 are dropped, secrets and <private> spans replaced by markers",
     "compact": "Summarise the session now instead of waiting for N turns",
     "turn_id": "Caller's id for the turn: sent again (a retried delivery), it is counted once and messages "
                "already appended (same message `id`) are not appended again",

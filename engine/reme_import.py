@@ -20,12 +20,14 @@ again.
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from engine.settings import Settings
-from storage import dialog
+from storage import dialog, redact, redaction_log
 from storage.arguments import new_path_problem
 from storage.day_page import REME_NOTES_START
 from storage.errors import DreamflowError, InvalidInput, PathError
@@ -35,6 +37,7 @@ from storage.workspace import Workspace, is_scratch_name, open_regular, shown_pa
 NOT_MEMORY = ("metadata", "mem_session")  # ReMe's derived indexes and agent runtime state
 REME_FOLDERS = ("daily", "digest", "session", "resource")
 CHUNK_BYTES = 1 << 20  # what one read or write of a copy holds
+DIALOG = re.compile(r"session/dialog/[^/]+\.jsonl")  # conversation records: redacted as a turn's are
 SHOWN_SKIPS = 50  # skipped entries listed in the report; `skipped_count` counts them all
 
 
@@ -44,7 +47,7 @@ def import_reme(memory, ws: Workspace, source: str | os.PathLike[str], overwrite
 
     A file already in the workspace with other content is a conflict: left as it is unless `overwrite`.
     Files over `max_bytes` (None: `DREAMFLOW_MAX_BODY_BYTES`) are skipped. Returns {source, copied,
-    unchanged, conflicts, skipped, skipped_count, day_pages, sessions, index}.
+    unchanged, conflicts, skipped, skipped_count, day_pages, redacted, private, sessions, index}.
     """
     max_bytes = Settings().max_body_bytes if max_bytes is None else max_bytes
     if max_bytes < 0:
@@ -64,9 +67,10 @@ def import_reme(memory, ws: Workspace, source: str | os.PathLike[str], overwrite
         if len(report["skipped"]) < SHOWN_SKIPS:
             report["skipped"].append({"path": shown_path(rel), "reason": reason})
 
+    kept = dialog.Kept(redact.workspace_patterns(ws.root))
     for rel in _files(root, ws, skip):
         try:
-            outcome = copy_file(root / rel, ws, rel, overwrite, max_bytes)
+            outcome = copy_file(root / rel, ws, rel, overwrite, max_bytes, kept)
         except OSError as exc:
             skip(rel, f"could not be copied ({exc.strerror or exc})")
             continue
@@ -79,6 +83,8 @@ def import_reme(memory, ws: Workspace, source: str | os.PathLike[str], overwrite
             report[outcome] += 1
     for rel in _reme_day_pages(ws):
         report["day_pages"].append(memory.daily_reindex(Path(rel).stem)["path"])
+    redaction_log.add(ws, kept.counts, kept.private)
+    report["redacted"], report["private"] = dict(kept.counts), kept.private
     report["sessions"] = _mark_summarised(memory, ws)
     report["index"] = {k: v for k, v in memory.reconcile().items() if k != "special_files"}
     return report
@@ -132,20 +138,44 @@ def _refusal(ws: Workspace, rel: str) -> str | None:
     return None
 
 
-def copy_file(src: Path, ws: Workspace, rel: str, overwrite: bool, max_bytes: int) -> str:
+def copy_file(src: Path, ws: Workspace, rel: str, overwrite: bool, max_bytes: int,
+              kept: dialog.Kept | None = None) -> str:
     """Copy `src` to `rel`, streamed, keeping its modification time: `copied`, `unchanged` (same bytes there)
-    or `conflict` (other content there, no `overwrite`). InvalidInput when it is over `max_bytes`."""
+    or `conflict` (other content there, no `overwrite`). InvalidInput when it is over `max_bytes`. A session
+    dialog's records lose their secrets and `<private>` spans on the way (tallied in `kept`), as a turn's do."""
     with open_regular(src) as fh:
         st = os.fstat(fh.fileno())
         if st.st_size > max_bytes:
             raise InvalidInput(f"{st.st_size:,} bytes, over the import cap of {max_bytes:,} (--max-file-bytes)")
         target = ws.root / rel
+        if kept is not None and DIALOG.fullmatch(rel):
+            return _copy_dialog(fh, ws, rel, overwrite, kept, st)
         if target.is_file() and _same_content(fh, target):
             return "unchanged"
         if os.path.lexists(target) and not overwrite:
             return "conflict"
         fh.seek(0)
         written = ws.write_chunks(rel, _chunks(fh, max_bytes))
+    os.utime(written, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return "copied"
+
+
+def _copy_dialog(fh: BinaryIO, ws: Workspace, rel: str, overwrite: bool, kept: dialog.Kept,
+                 st: os.stat_result) -> str:
+    """`copy_file` of a session dialog: its lines redacted (`dialog.redact_line`), compared and written whole
+    (it is under the import cap)."""
+    counts, private = Counter(kept.counts), kept.private
+    data = b"".join(dialog.redact_line(line, kept) for line in fh)
+    target = ws.root / rel
+    if target.is_file():
+        with open_regular(target) as other:
+            if other.read() == data:
+                kept.counts, kept.private = counts, private  # nothing new was written
+                return "unchanged"
+    if os.path.lexists(target) and not overwrite:
+        kept.counts, kept.private = counts, private
+        return "conflict"
+    written = ws.write_bytes(rel, data)
     os.utime(written, ns=(st.st_atime_ns, st.st_mtime_ns))
     return "copied"
 

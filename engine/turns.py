@@ -129,7 +129,8 @@ def record_turn(
     result: dict = {"session_id": session_id, "appended": 0, "launched": None}
     with counter.lock if turn_id is not None else nullcontext():  # a retried turn waits for the first try
         if messages:
-            result["appended"] = append_messages(memory, session_id, messages)["appended"]
+            added = append_messages(memory, session_id, messages)
+            result.update(appended=added["appended"], redacted=added["redacted"], private=added["private"])
         if messages and (turn_id is None or any(m.get("role") == "user" for m in messages)):
             entry = counter.count(session_id, turn_id)
         else:

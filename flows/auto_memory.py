@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from prefect import flow
 
 from engine.days import check_date, today
 from engine.job_workspace import llm_or_skipped, workspace_root
 from engine.usage import Usage
-from storage import dialog
+from storage import dialog, redact
 from storage.errors import InvalidInput
 from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
@@ -22,7 +24,8 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
 
     Records are read in runs a small model can take at once; the per-session checkpoint moves after each run's
     card is written, so a failed run (e.g. a model whose facts the checks all refused: `AnswerRefused`, exit 9)
-    is redone by the next.
+    is redone by the next. The summary's `redacted` (secrets by kind) and `private` (spans) count what the
+    summarised messages had kept out of memory (replaced by markers when they were recorded).
     """
     root = workspace_root(workspace)
     if (skipped := llm_or_skipped()) is not None:
@@ -31,6 +34,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     if messages:
         record_messages(root, session_id, messages)
     spent, cards, added, recited, restated, dropped, first, runs = Usage(), [], 0, 0, 0, [], None, 0
+    kept_out, private = Counter(), 0
     with session_lock(root, session_id):
         while True:
             todo = unsummarised(root, session_id)
@@ -51,6 +55,9 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
                 raise
             spent.add(card["usage"])
             runs += 1
+            found, spans = redact.marked(dialog.transcript(todo["records"]))
+            kept_out.update(found)
+            private += spans
             if card["added"]:
                 refresh_day(root, day)
             if card["path"] and card["path"] not in cards:
@@ -67,4 +74,4 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     return {"session_id": session_id, "date": day, "card": cards[-1] if cards else None, "cards": cards,
             "facts": added, "recited": recited, "restated": restated,
             "dropped": dropped, "summarised": [first, todo["end"]],
-            "usage": usage}
+            "redacted": dict(kept_out), "private": private, "usage": usage}

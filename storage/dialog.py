@@ -15,7 +15,9 @@ import datetime as dt
 from datetime import datetime, timezone
 from typing import Any
 
-from storage import checkpoints
+from collections import Counter
+
+from storage import checkpoints, redact, redaction_log
 from storage.errors import NotFound
 from storage.model import split_lines
 from storage.text_view import read_all
@@ -83,32 +85,57 @@ def _has_binary(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]
 
 
-def _clean_content(content: Any) -> Any:
+class Kept:
+    """What a message's text loses before it is written: base64 payloads, `<private>` spans, secrets
+    (storage/redact.py, with the workspace's own `patterns`); `counts` and `private` tally what went."""
+
+    def __init__(self, patterns: tuple = ()):
+        self.patterns, self.counts, self.private = patterns, Counter(), 0
+
+    def text(self, text: str) -> str:
+        text, dropped = redact.drop_private(DATA_URI.sub("[base64 omitted]", text))
+        text, counts = redact.redact(text, self.patterns)
+        self.private += dropped
+        self.counts.update(counts)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """Every string inside a content block (its `text`, a tool call's input...)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        return value
+
+
+def _clean_content(content: Any, kept: Kept) -> Any:
     if content is None:
         return None
     if isinstance(content, str):
-        return DATA_URI.sub("[base64 omitted]", content)
+        return kept.text(content)
     blocks = content if isinstance(content, list) else [content]
-    kept = []
+    out = []
     for block in blocks:
         if isinstance(block, str):
-            kept.append(DATA_URI.sub("[base64 omitted]", block))
+            out.append(kept.text(block))
         elif isinstance(block, dict) and block.get("type") not in DROP_BLOCKS and not _has_binary(block):
-            if isinstance(block.get("text"), str):
-                block = {**block, "text": DATA_URI.sub("[base64 omitted]", block["text"])}
-            kept.append(block)
-    return kept
+            out.append(kept.value(block))
+    return out
 
 
-def clean_message(message: dict) -> dict | None:
+def clean_message(message: dict, kept: Kept | None = None) -> dict | None:
     """The record kept for a message (role, content, created_at, id) or None when nothing is worth keeping:
-    tool results and base64 payloads are dropped, timestamps and the caller's message id kept."""
+    tool results and base64 payloads are dropped, `<private>` spans and secrets replaced by markers (tallied
+    in `kept`), timestamps and the caller's message id kept."""
     if not isinstance(message, dict):
         return None
+    kept = kept or Kept()
     role = str(message.get("role") or "user")
     if role in DROP_ROLES:
         return None
-    content = _clean_content(message.get("content"))
+    content = _clean_content(message.get("content"), kept)
     if content in (None, "", []) or (isinstance(content, str) and not content.strip()):
         return None
     record = {"role": role, "content": content}
@@ -121,16 +148,36 @@ def clean_message(message: dict) -> dict | None:
 
 
 def append_messages(memory, session_id: str, messages: list[dict]) -> dict:
-    """Filter `messages` and append them to the session's jsonl: `{path, appended, dropped}`. A message whose
-    `id` is among the session's last records (a delivery sent again) is not appended twice."""
-    records = [r for r in (clean_message(m) for m in messages) if r]
+    """Filter `messages` and append them to the session's jsonl: `{path, appended, dropped, redacted,
+    private}` (`redacted`: secrets replaced, by kind; `private`: spans dropped; both counted in the workspace's
+    redaction log). A message whose `id` is among the session's last records (a delivery sent again) is not
+    appended twice."""
+    ws = redaction_log.workspace_of(memory)
+    kept = Kept(redact.workspace_patterns(ws.root) if ws is not None else ())
+    records = [r for r in (clean_message(m, kept) for m in messages) if r]
     path = dialog_path(session_id)
     if any("id" in r for r in records):
         recorded = {r.get("id") for r in last_records(memory, session_id, len(records)) if r}
         records = [r for r in records if r.get("id") is None or r["id"] not in recorded]
     if records:
         memory.append(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    return {"path": path, "appended": len(records), "dropped": len(messages) - len(records)}
+        if ws is not None:
+            redaction_log.add(ws, kept.counts, kept.private)
+    return {"path": path, "appended": len(records), "dropped": len(messages) - len(records),
+            "redacted": dict(kept.counts), "private": kept.private}
+
+
+def redact_line(line: bytes, kept: Kept) -> bytes:
+    """One line of a dialog file from elsewhere (an import) with its secrets and private spans replaced: a
+    record's strings, or the line's text when it is no JSON object; the line as it was when nothing went."""
+    record = _record(line)
+    before = (sum(kept.counts.values()), kept.private)
+    if record is None:
+        text = kept.text(line.decode("utf-8", "replace"))
+        changed = text.encode("utf-8")
+    else:
+        changed = (json.dumps(kept.value(record), ensure_ascii=False) + "\n").encode("utf-8")
+    return line if (sum(kept.counts.values()), kept.private) == before else changed
 
 
 # ---- what is left to summarise -----------------------------------------------------------------------------

@@ -34,6 +34,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from storage import redact
+
 KINDS = {  # kind -> the section heading its facts stand under, in the order sections are written
     "fact": "Facts",
     "preference": "Preferences",
@@ -80,7 +82,7 @@ class Fact:
 
     def render(self) -> str:
         """The fact as its Markdown line."""
-        parts = [f"- {plain_text(self.text)}"]
+        parts = [f"- {plain_text(redact.redact(self.text)[0])}"]
         for key in FIELDS[:-2]:
             value = getattr(self, key)
             if value:

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 import duckdb
 
-from storage import search_cache
+from storage import redact, redaction_log, search_cache
 from storage.chunking import echoes
 from storage.model import Chunk, ParsedFile, normalize_tag
 from storage.sql import in_list
@@ -301,7 +301,24 @@ def _read_and_parse(ws: Workspace, rel: str, st: os.stat_result, known_hash: str
     digest = content_hash(data)
     if digest == known_hash:
         return None
-    return _parse(rel, data), st.st_mtime, st.st_size, digest
+    return _parse(rel, _kept_out(ws, rel, data)), st.st_mtime, st.st_size, digest
+
+
+def _kept_out(ws: Workspace, rel: str, data: bytes) -> bytes:
+    """The file's text as the index reads it: secrets replaced by markers (storage/redact.py, with the
+    workspace's patterns; line breaks kept, so chunks keep their lines). The file on disk keeps them; what was
+    left out is counted per file in the redaction log."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data  # not text: indexed as binary, no words of it are searchable
+    try:
+        patterns = redact.workspace_patterns(ws.root)
+    except DreamflowError:  # a broken redact.yaml: the capture paths refuse with its error; the index goes on
+        patterns = ()
+    text, counts = redact.redact(text, patterns)
+    redaction_log.indexed(ws, rel, counts)
+    return text.encode("utf-8") if counts else data
 
 
 def _parse(rel: str, data: bytes) -> ParsedFile:

@@ -25,7 +25,7 @@ from engine.llm import LLM, AnswerRefused
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import charged
-from storage import checkpoints, dialog, facts
+from storage import checkpoints, dialog, facts, redact
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from storage.text_view import read_all
@@ -278,7 +278,8 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
         return {"path": current, "action": "unchanged", "hash": digest, "usage": None}
     llm = LLM.from_settings()
     with charged(llm.usage):
-        screened = extract_facts(llm, resource_items(raw, path, dt.date.fromisoformat(date)),
+        kept, _ = redact.redact(raw, redact.workspace_patterns(metadata_of(workspace).root))  # never to the model
+        screened = extract_facts(llm, resource_items(kept, path, dt.date.fromisoformat(date)),
                                  f"Resource {path}. Its lines:", "resource")
     if not screened.kept:
         return {"path": current, "action": "none", "hash": digest, "dropped": screened.dropped,

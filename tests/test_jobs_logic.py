@@ -48,7 +48,7 @@ def test_pending_follows_the_checkpoint(memory, ws):
         {"role": "tool", "content": "dropped"},
         {"role": "assistant", "content": "hello", "timestamp": "2024-05-08T10:00:00"},
     ])
-    assert out == {"path": "session/dialog/s1.jsonl", "appended": 2, "dropped": 1}
+    assert out == {"path": "session/dialog/s1.jsonl", "appended": 2, "dropped": 1, "redacted": {}, "private": 0}
     todo = dialog.pending(memory, ws, "s1")
     assert (todo.start, todo.end, todo.latest_date) == (0, 2, "2024-05-08")
     dialog.mark_summarised(ws, "s1", todo.end, "daily/2024-05-08/x.md")

@@ -94,6 +94,7 @@ def current_status(workspace: Path) -> dict:
     from engine.client import connect, local_memory
     from engine.semantic import words_only
     from engine.turns import TurnCounter
+    from storage import redaction_log
 
     remote = connect(workspace)
     if remote is not None:
@@ -108,6 +109,7 @@ def current_status(workspace: Path) -> dict:
         "index": index,
         "turns": {"every": Settings().turns_per_summary, "sessions": TurnCounter(memory.ws, 1).sessions()},
         "usage": usage_log.summary(str(memory.ws.root)),
+        "redacted": redaction_log.summary(memory.ws),
         "warnings": [w for w in warnings if w],
         "logs": str(dreamflow_home() / "logs"),
         "workspaces": _registered(memory.ws.root, index),
@@ -173,6 +175,13 @@ def format_status(status: dict, verbose: bool = False) -> str:
         if index.get("files_with_errors"):
             text += f", {index['files_with_errors']} files could not be parsed (indexed as text)"
         lines.append(f"Index       {text}")
+    kept = status.get("redacted")
+    if kept is not None:
+        written = redaction_text(kept.get("by_kind") or {}, kept.get("private") or 0) or "nothing so far"
+        lines.append(f"Kept out    {written}")
+        if kept.get("index", {}).get("secrets"):
+            lines.append(f"            {kept['index']['secrets']} secret(s) in {kept['index']['files']} file(s) "
+                         "left out of the index (the files keep them)")
     vectors = status.get("vectors")
     if vectors and vectors.get("configured"):
         lines.append(f"Vectors     {vectors.get('embedded', 0)} of {vectors.get('texts', 0)} chunk texts embedded "
@@ -215,10 +224,24 @@ def _duration(seconds: int) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
+def redaction_text(by_kind: dict, private: int) -> str:
+    """`2 secrets (aws-access-key 1, openai-key 1), 1 private span`, or '' when nothing was kept out."""
+    parts = []
+    if by_kind:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(by_kind.items()))
+        parts.append(f"{sum(by_kind.values())} secret(s) redacted ({kinds})")
+    if private:
+        parts.append(f"{private} private span(s) dropped")
+    return "; ".join(parts)
+
+
 def format_turn(result: dict) -> str:
     """People's view of a recorded turn."""
     text = (f"Recorded {result['appended']} message(s) for session {result['session_id']} "
             f"(turn {result['turns']}; {result['pending']} waiting, auto_memory every {result['every']})")
+    kept_out = redaction_text(result.get("redacted") or {}, result.get("private") or 0)
+    if kept_out:
+        text += f"\nkept out of memory: {kept_out}"
     if result.get("launched"):
         text += f"\nauto_memory run started: {result['launched']}"
         if result.get("ui_url"):

@@ -77,6 +77,8 @@ class InjectRequest(BaseModel):
 class TurnResult(BaseModel):
     session_id: str
     appended: int = Field(description="Records written to the session jsonl")
+    redacted: dict[str, int] = Field({}, description="Secrets replaced by a marker before writing, by kind")
+    private: int = Field(0, description="`<private>` spans dropped before writing")
     turns: int = Field(description="Turns of this session counted so far")
     pending: int = Field(description="Turns not yet handed to an auto_memory run")
     every: int = Field(description="An auto_memory run starts every this many turns")

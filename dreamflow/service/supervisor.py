@@ -457,6 +457,7 @@ class Service:
         from deployments import launch
         from dreamflow.service import workspace_status
         from engine import usage_log
+        from storage import redaction_log
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         memory = self.hosts.memory(hosted.name)
@@ -467,6 +468,7 @@ class Service:
             "watcher": {"idle": hosted.watcher.idle() if hosted.watcher else None},
             "turns": {"every": hosted.turns.every, "sessions": hosted.turns.sessions()},
             "usage": usage_log.summary(str(hosted.ws.root)),
+            "redacted": redaction_log.summary(hosted.ws),
             "warnings": self.warnings + self.hosts.problems(grant),
         }
         if grant.admin:

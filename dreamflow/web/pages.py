@@ -17,7 +17,7 @@ from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
 from engine import scoped
-from storage import doctor, dream_log, facts, recall, validity
+from storage import doctor, dream_log, facts, recall, redaction_log, validity
 from storage.arguments import parse_date
 from storage.errors import DreamflowError, InvalidInput
 from storage.markdown import split_frontmatter
@@ -57,7 +57,8 @@ def overview(who: Visitor = Depends(visitor)):
     for row in scoped.list_workspaces(who.catalog, who.grant):
         name, memory = who.open(row["name"])
         latest = dream_log.latest(memory.ws)
-        cards.append({**row, "stats": memory.index_stats(), "dream": latest and _dream_counts(latest)})
+        cards.append({**row, "stats": memory.index_stats(), "dream": latest and _dream_counts(latest),
+                      "redacted": redaction_log.summary(memory.ws)})
     who.workspace = None
     service = who.dashboard.service
     return who.dashboard.render(who, "overview.html", cards=cards, warnings=service.warnings if service else [])
