@@ -204,13 +204,6 @@ def add_facts(body: str, new: list[facts.Fact], used: int = 0) -> tuple[str, lis
     return body, added
 
 
-def describe(body: str, limit: int = 240) -> str:
-    """A card's or node's description: its first current facts, joined."""
-    said = [f.text.rstrip(".") for f in facts.parse(body) if f.current]
-    text = "; ".join(said)
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + "..."
-
-
 def write_card(memory, folder: str, current: str | None, screened: extraction.Screened, identity: dict,
                restate: bool = False) -> dict:
     """Add the kept facts to the card `current` (or a new card in `folder` named by its title): `{path, created,
@@ -229,7 +222,7 @@ def write_card(memory, folder: str, current: str | None, screened: extraction.Sc
     path = current or unique_path(memory, folder, slugify(title))
     if before is not None and body == split_frontmatter(before).body:
         return {"path": path, "created": False, "added": []}
-    memory.write(path, body, name=None if current else title, description=describe(body), metadata=identity)
+    memory.write(path, body, name=None if current else title, description=facts.describe(body), metadata=identity)
     return {"path": path, "created": current is None, "added": [f.id for f in added]}
 
 
