@@ -120,3 +120,59 @@ def test_a_crash_between_the_node_and_the_card_is_finished_by_the_next_process(m
     assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
     assert facts.by_id(text(mem, NODE))["f1"].retracted == TODAY and journal.entries(mem.ws) == []
     assert not [h for h in mem.search("user lives Porto") if "lives in Porto." in h["text"]]
+
+
+# ---- the surfaces: CLI, HTTP, MCP (the same operation, the same answer and errors) -----------------------------
+
+def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes(mem):
+    from service_harness import DREAMFLOW
+
+    def cli(*args):
+        return subprocess.run([DREAMFLOW, "--workspace", str(mem.ws.root), "retract", *args, "--json"],
+                              capture_output=True, text=True, timeout=120, input="")
+
+    done = cli(NODE, "f1", "--reason", "wrong city", "--correct", "The user lives in Braga.")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["retracted"] == TODAY and answer["correction"]["text"] == "The user lives in Braga."
+    assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
+    again = cli(NODE, "f1")
+    assert again.returncode == 4 and json.loads(again.stdout)["error"]["type"] == "Conflict"
+    assert cli(NODE, "f77").returncode == 3 and cli(CARD, "f1").returncode == 2
+
+
+def test_http_retract_is_the_same_operation(mem):
+    from test_api import ApiServer
+
+    from engine.client import RemoteMemory
+
+    server = ApiServer(mem)
+    try:
+        status, answer = server.raw("POST", "/ops/retract", {"path": NODE, "fact": "f1", "reason": "never"})
+        assert status == 200 and answer["cards"] == [f"{CARD}#^f1"] and answer["reason"] == "never"
+        with pytest.raises(Conflict):
+            RemoteMemory(server.url).retract(NODE, "f1")
+        status, error = server.raw("POST", "/ops/retract", {"path": NODE, "fact": "f9"})
+        assert status == 404 and error["error"]["exit_code"] == 3
+    finally:
+        server.stop()
+    assert facts.by_id(text(mem, NODE))["f1"].retracted == TODAY
+
+
+def test_mcp_retract_tool(mem):
+    import anyio
+
+    from test_mcp import call, stdio
+
+    async def run():
+        async with stdio(mem.ws.root) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["retract"].annotations.destructive_hint
+            done = await call(client, "retract", path=NODE, fact="f1", reason="not true")
+            again = await call(client, "retract", path=NODE, fact="f1")
+            return done, again
+
+    done, again = anyio.run(run)
+    assert not done.is_error and done.structured_content["retracted"] == TODAY
+    assert again.is_error and "already" in again.content[0].text
+    assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
