@@ -55,7 +55,7 @@ def rows(path: str, text: str, link_to: LinkTo, trace_url: Callable[[str], str],
 
     def ref(link: str, label: str = "") -> Ref:
         target, _, anchor = link.partition("#")
-        named = here.get(block_id(anchor) or "") if not target.strip() or target.strip() == path else None
+        named = here.get(block_id(anchor) or "") if target.strip() in ("", path, path.removesuffix(".md")) else None
         if named is not None:
             return Ref(f"#{named.id}", label or named.text, named)
         href, _, name = link_to(target.strip() or path, anchor.strip() or None)
