@@ -105,6 +105,7 @@ OPS: tuple[Op, ...] = (
     Op("doctor", writes=False),
     Op("doctor_fix", writes=True, destructive=True, idempotent=True),  # retargets links in files, as relink does
     Op("relink", writes=True, args=("target", "new_target"), destructive=True, idempotent=True),
+    Op("retract", writes=True, args=("path", "fact"), destructive=True),
     # index maintenance (derived state only: never destructive to memory files)
     Op("reindex", writes=True, idempotent=True),
     Op("reconcile", writes=True, idempotent=True),
@@ -163,8 +164,8 @@ PARAM_HELP: dict[str, str] = {
     "bucket": "Only nodes in this folder of digest/: personal, procedure, wiki or one of your own (e.g. project)",
     "expand": "Linked neighbours to attach per hit (0 = none)",
     "per_file": "Hits per file at most (0 = no cap); a file's other matching line ranges are listed in `more`",
-    "fact": "The fact to trace: its block id (f2 or ^f2), its line number (12 or L12), or path#^f2; omit it when "
-            "the path carries it (digest/people/ana.md#^f2)",
+    "fact": "The fact: its block id (f2 or ^f2); to trace, also its line number (12 or L12) or path#^f2, or omit "
+            "it when the path carries it (digest/people/ana.md#^f2)",
     "paths": "Workspace-relative paths to start from",
     "depth": "How many link hops to follow",
     "direction": "Follow links forward (out), backward (in) or both",
@@ -176,6 +177,8 @@ PARAM_HELP: dict[str, str] = {
     "dup_threshold": "Similarity (0-1) from which two digest nodes count as near-duplicates",
     "stale_days": "Digest nodes nobody links to and not updated for this many days are stale",
     "overlong_lines": "Digest nodes longer than this many lines are split candidates",
+    "reason": "Why the fact is wrong, in your words (kept with the retracted fact)",
+    "correct": "What is true instead: written as the fact that holds from today, its source you and the day",
     "target": "Link target whose links to repoint",
     "new_target": "Path the links should point to instead",
     "expected_hash": "Refuse (conflict, exit 4) unless the file still has this content hash (the `hash` that read, "

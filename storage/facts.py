@@ -9,9 +9,13 @@ Fields (all optional, in this order when written):
 - `date`: the day the fact holds or happens, when the text gives one (cards);
 - `since` / `until`: the fact's validity in a digest node (`until` exclusive: on that day what replaced it
   holds); a fact without `until` holds now;
+- `retracted` / `reason`: the day a person said the fact is wrong and why (`dreamflow retract`,
+  storage/retraction.py); a retracted fact is never current: a node's stands in `## History` with `until` that
+  day, a card's stays in place and no job learns it again;
 - `replaced_by`: the fact that replaced it (a history entry), `[[node#^id]]`;
 - `source`: where it comes from: a card's facts cite the dialog records (`session/dialog/<id>.jsonl#L<n>`,
-  the jsonl's line) or the resource's lines (`#L<a>-L<b>`); a node's facts cite card facts (`card#^id`).
+  the jsonl's line) or the resource's lines (`#L<a>-L<b>`); a node's facts cite card facts (`card#^id`); a
+  person's correction cites the person and the day as words (`(source:: person 2026-12-07)`, kept as written).
 
 A fact's sentence and field values are what a message or a model said: data, never structure. `render` (the
 one writer of fact lines) neutralises in them what this module, storage/markdown.py or Obsidian would take for
@@ -47,7 +51,7 @@ KINDS = {  # kind -> the section heading its facts stand under, in the order sec
 }
 HEADINGS = {heading.lower(): kind for kind, heading in KINDS.items()}
 HISTORY, SOURCES = "History", "Sources"
-FIELDS = ("about", "date", "since", "until", "replaced_by", "source")
+FIELDS = ("about", "date", "since", "until", "retracted", "reason", "replaced_by", "source")
 LINK_FIELDS = ("replaced_by", "source")
 
 _ID = r"[A-Za-z0-9][A-Za-z0-9-]{0,40}"
@@ -69,6 +73,8 @@ class Fact:
     date: str | None = None
     since: str | None = None
     until: str | None = None
+    retracted: str | None = None       # the day a person retracted it (never current again)
+    reason: str | None = None          # why, in their words
     replaced_by: str | None = None
     sources: tuple[str, ...] = ()      # link targets with their anchors: `path#L3`, `card.md#^f2`
     labels: tuple[str, ...] = ()       # the aliases the source links show (same order; '' for none)
@@ -210,12 +216,16 @@ def parse_line(line: str) -> Fact | None:
     if not text:
         return None
     sources, labels = [], []
-    for found in _LINK.finditer(fields.pop("source", "")):
+    said = fields.pop("source", "")
+    if said and not _LINK.search(said):  # a source in words (a person's correction): kept as written
+        fields["source"] = said
+    for found in _LINK.finditer(said):
         sources.append(found.group(1).strip())
         alias = found.group(0)[2:-2].partition("|")[2]
         labels.append(alias.strip())
     replaced = _LINK.search(fields.pop("replaced_by", ""))
-    known = {k: fields.pop(k) or None for k in ("about", "date", "since", "until") if k in fields}
+    known = {k: fields.pop(k) or None for k in ("about", "date", "since", "until", "retracted", "reason")
+             if k in fields}
     return Fact(text=text, id=match.group("id"), sources=tuple(sources), labels=tuple(labels),
                 replaced_by=replaced.group(1).strip() if replaced else None, extra=fields, **known)
 
@@ -241,7 +251,8 @@ def parse(text: str) -> list[Fact]:
             continue
         fact = parse_line(line)
         if fact is not None:
-            facts.append(replace(fact, kind=kind, line=number, current=current and not fact.until))
+            held = current and not fact.until and not fact.retracted
+            facts.append(replace(fact, kind=kind, line=number, current=held))
     return facts
 
 
@@ -257,6 +268,13 @@ def highest_id(text: str) -> int:
 def next_id(text: str, used: int = 0) -> str:
     """A block id no fact of `text` has, nor had up to `used`: `f<n>` past the highest."""
     return f"f{max(highest_id(text), used) + 1}"
+
+
+def describe(body: str, limit: int = 240) -> str:
+    """A card's or node's description: its first current facts, joined."""
+    said = [f.text.rstrip(".") for f in parse(body) if f.current]
+    text = "; ".join(said)
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + "..."
 
 
 def has_facts(text: str) -> bool:

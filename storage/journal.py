@@ -1,6 +1,6 @@
 """The intent journal: multi-file rewrites that a crash cannot leave half done.
 
-A move or a relink rewrites many files. Before it changes anything it records its plan in
+A move, a relink or a retraction (storage/retraction.py) rewrites several files. Before it changes anything it records its plan in
 `metadata/journal/<pid>-<n>.json` (written atomically and fsynced): the paths involved and, for every file it
 is about to rewrite, that file's content hash. It then does the work, re-indexes, and removes the entry. A
 process killed in between leaves the entry behind; the next process that opens the workspace
@@ -34,7 +34,7 @@ JOURNAL = "metadata/journal"
 QUARANTINE = "metadata/journal-quarantine"
 QUARANTINE_KEEP = 20  # set-aside entries kept for diagnosis; older ones are deleted
 MAX_ATTEMPTS = 3  # failed replays (a full disk, an I/O error) before an entry is set aside
-LEGIBLE = ("kind", "src", "dst", "target", "new_target")  # written first: a torn entry still shows them
+LEGIBLE = ("kind", "src", "dst", "target", "new_target", "node")  # written first: a torn entry still shows them
 _FIELD = re.compile(r'[{,]\s*"(%s)"\s*:\s*("(?:[^"\\]|\\.)*")' % "|".join(LEGIBLE))
 _counter = itertools.count(1)
 
@@ -136,7 +136,7 @@ def _legible(raw: bytes) -> dict[str, str]:
 def invalid(plan: dict) -> str | None:
     """Why a verified plan cannot be replayed (an unknown kind, a field missing or of the wrong type), or
     None."""
-    fields = {"move": ("src", "dst"), "relink": ("target", "new_target")}.get(plan.get("kind"))
+    fields = {"move": ("src", "dst"), "relink": ("target", "new_target"), "retract": ("node",)}.get(plan.get("kind"))
     if fields is None:
         return f"unknown kind {plan.get('kind')!r}"
     for name in fields:
@@ -145,6 +145,9 @@ def invalid(plan: dict) -> str | None:
     files = plan.get("files")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return f"{plan['kind']} without its files and their hashes"
+    if plan["kind"] == "retract" and (not isinstance(plan.get("texts"), dict) or set(plan["texts"]) != set(files)
+                                      or not all(isinstance(v, str) for v in plan["texts"].values())):
+        return "retract without the new text of each of its files"
     if plan["kind"] == "relink" and not isinstance(plan.get("before"), (str, type(None))):
         return "relink whose former text is not text"
     return None

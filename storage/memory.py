@@ -636,6 +636,64 @@ class Memory:
 
         return _trace.trace(read, rel, anchor, dt.date.today())
 
+    def retract(self, path: str, fact: str, reason: str | None = None, correct: str | None = None) -> dict:
+        """Retract a wrong fact of a digest node everywhere it came from: the node fact moves to History as
+        retracted today (with the reason; `--as-of` an earlier day still shows it), the card facts it was
+        consolidated from are marked retracted, so no later dream or auto-memory run learns it again from them or
+        from the messages they cite; with `correct`, the person's words become the fact that holds from today.
+        Facts written from the retracted one are listed in `review`. Nothing is deleted; journaled like a move."""
+        import datetime as dt
+
+        from storage import journal, retraction
+
+        check_text(fact=fact, reason=reason, correct=correct)
+        if correct is not None and not correct.strip():
+            raise InvalidInput("`correct` must be the true fact's words")
+        rel = self._file(path)
+        if not rel.startswith("digest/") or not rel.endswith(".md"):
+            raise InvalidInput(f"{rel} is not a digest node: retract takes a node's fact (digest/...md and its ^f<n>);"
+                               " a card's facts are retracted through the node fact citing them")
+        fid = retraction.fact_id(fact)
+        day = dt.date.today().isoformat()
+        with self.db.session() as con:
+            texts = {rel: self._read_text(rel)}
+            new_node, wrong, fixed = retraction.node_text(texts[rel], rel, fid, day, reason, correct)
+            new = {rel: self._described(rel, texts[rel], new_node)}
+            cards, lines, missing = retraction.card_sources(wrong), [], []
+            for card, card_fact in cards:
+                try:
+                    texts[card] = self._read_text(card)
+                except NotFound:
+                    missing.append(f"{card}#^{card_fact}")
+                    continue
+                marked = retraction.card_text(new.get(card, texts[card]), card_fact, day)
+                if marked is not None:
+                    new[card] = self._described(card, texts[card], marked)
+                said = retraction.card_fact(texts[card], card_fact)
+                lines += [s for s in (said.sources if said else ()) if s not in lines]
+            plan = retraction.plan(rel, texts, new)
+            with journal.intent(self.ws, "retract", plan):
+                written = retraction.replay(con, self.ws, plan)
+            review = retraction.derived(con, self.ws, rel, wrong, cards)
+        result = {"path": rel, "fact": fid, "text": wrong.text, "retracted": day, "reason": reason, "until": day,
+                  "cards": [f"{c}#^{f}" for c, f in cards if f"{c}#^{f}" not in missing], "lines": lines,
+                  "correction": {"fact": fixed.id, "text": fixed.text, "since": day} if fixed else None,
+                  "review": review, "written": written}
+        if missing:
+            result["missing"] = missing
+        return result
+
+    def _described(self, rel: str, before: str, after: str) -> str:
+        """`after` with its frontmatter `description` refreshed when the jobs wrote it from the facts of `before`
+        (their first current facts): a retracted fact leaves it; a person's own description is kept."""
+        from storage.facts import describe
+        from storage.markdown import render_frontmatter, split_frontmatter
+
+        old, new = split_frontmatter(before), split_frontmatter(after)
+        if old.error or new.error or new.meta.get("description") != describe(old.body) or not describe(old.body):
+            return after
+        return render_frontmatter({**new.meta, "description": describe(new.body)}, new.body)
+
     # ---- graph governance ----------------------------------------------------------------------------
 
     def doctor(self, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,

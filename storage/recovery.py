@@ -8,7 +8,7 @@ import logging
 
 import duckdb
 
-from storage import doctor, graph_edit, journal
+from storage import doctor, graph_edit, journal, retraction
 from storage.db import is_damage
 from storage.workspace import Workspace, special_kind
 
@@ -109,4 +109,6 @@ def _finish_entry(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> 
         if special_kind(ws.root / dst) == "missing" and special_kind(ws.root / src) is None:
             return "rolled back (the file was not moved yet)"
         return f"replayed ({len(graph_edit.replay_move(con, ws, plan))} files rewritten)"
+    if plan["kind"] == "retract":
+        return f"replayed ({len(retraction.replay(con, ws, plan))} files rewritten)"
     return f"replayed ({len(graph_edit.replay_relink(con, ws, plan))} files rewritten)"

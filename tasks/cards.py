@@ -25,7 +25,7 @@ from engine.llm import LLM, AnswerRefused
 from engine.prefect_env import run_logger
 from engine.toolbox import read_text
 from engine.usage import charged
-from storage import checkpoints, dialog, facts, redact
+from storage import checkpoints, dialog, facts, redact, retraction
 from storage.errors import Conflict, InvalidInput, NotFound
 from storage.markdown import split_frontmatter
 from storage.text_view import read_all
@@ -204,13 +204,6 @@ def add_facts(body: str, new: list[facts.Fact], used: int = 0) -> tuple[str, lis
     return body, added
 
 
-def describe(body: str, limit: int = 240) -> str:
-    """A card's or node's description: its first current facts, joined."""
-    said = [f.text.rstrip(".") for f in facts.parse(body) if f.current]
-    text = "; ".join(said)
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + "..."
-
-
 def write_card(memory, folder: str, current: str | None, screened: extraction.Screened, identity: dict,
                restate: bool = False) -> dict:
     """Add the kept facts to the card `current` (or a new card in `folder` named by its title): `{path, created,
@@ -223,14 +216,39 @@ def write_card(memory, folder: str, current: str | None, screened: extraction.Sc
     used = facts.highest_id(body)
     if restate:
         stated = {fact_key(f.text) for f in screened.kept}
-        body = "\n".join(line for line in body.split("\n")
-                         if (fact := facts.parse_line(line)) is None or fact_key(fact.text) in stated)
+        body = "\n".join(line for line in body.split("\n")  # a retracted fact stays: the record of it
+                         if (fact := facts.parse_line(line)) is None or fact.retracted
+                         or fact_key(fact.text) in stated)
     body, added = add_facts(body, screened.kept, used)
     path = current or unique_path(memory, folder, slugify(title))
     if before is not None and body == split_frontmatter(before).body:
         return {"path": path, "created": False, "added": []}
-    memory.write(path, body, name=None if current else title, description=describe(body), metadata=identity)
+    memory.write(path, body, name=None if current else title, description=facts.describe(body), metadata=identity)
     return {"path": path, "created": current is None, "added": [f.id for f in added]}
+
+
+def refuse_retracted(memory, said: str, screened: extraction.Screened) -> extraction.Screened:
+    """`screened` without the facts a person retracted: a fact citing a line of `said` (a conversation or a
+    resource) that a retracted card fact cites, saying at least that fact's words, is dropped (rule
+    `retracted`). The cards citing `said` are found by their links (any day's card, so a re-run after a lost
+    checkpoint, filed under another day, does not learn it again either)."""
+    retracted: dict[str, list[frozenset[str]]] = {}
+    cards = {link["source"] for link in memory.stat(said).get("links_in", [])
+             if link["source"].startswith("daily/") and link.get("anchor")}
+    for card in sorted(cards):
+        for anchor, sentences in retraction.retracted_keys(read_text(memory, card) or "", said).items():
+            retracted.setdefault(anchor, []).extend(fact_key(s) for s in sentences)
+    if not retracted:
+        return screened
+    kept, dropped = [], list(screened.dropped)
+    for fact in screened.kept:
+        keys = [k for s in fact.sources for k in retracted.get(s.partition("#")[2], [])]
+        if any(k and k <= fact_key(fact.text) for k in keys):
+            dropped.append({"text": fact.text, "rule": "retracted",
+                            "why": "a person retracted this fact from the line it cites"})
+        else:
+            kept.append(fact)
+    return replace(screened, kept=kept, dropped=dropped)
 
 
 # ---- tasks ---------------------------------------------------------------------------------------------
@@ -252,6 +270,7 @@ def summarise_session(workspace: str, session_id: str, records: list[dict], line
     with charged(llm.usage):  # a refused answer cost tokens too: the flow publishes them
         screened = extract_facts(llm, items, header, "card")
     current = find_card(memory, folder, "session_id", session_id)
+    screened = refuse_retracted(memory, source, screened)
     if not screened.kept:
         return {"path": current, "created": False, "added": [], "dropped": screened.dropped,
                 "usage": llm.usage.as_dict()}
@@ -281,6 +300,7 @@ def summarise_resource(workspace: str, path: str, date: str) -> dict:
         kept, _ = redact.redact(raw, redact.workspace_patterns(metadata_of(workspace).root))  # never to the model
         screened = extract_facts(llm, resource_items(kept, path, dt.date.fromisoformat(date)),
                                  f"Resource {path}. Its lines:", "resource")
+    screened = refuse_retracted(memory, path, screened)
     if not screened.kept:
         return {"path": current, "action": "none", "hash": digest, "dropped": screened.dropped,
                 "usage": llm.usage.as_dict()}

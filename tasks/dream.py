@@ -48,7 +48,7 @@ from storage.errors import DreamflowError
 from storage.markdown import split_frontmatter
 from storage.workspace import digest_buckets
 from storage.tokenize import terms
-from tasks.cards import describe, extract_facts, fact_key, slugify, unwrap_link
+from tasks.cards import extract_facts, fact_key, slugify, unwrap_link
 from tasks.prompts import load_prompt
 
 CANDIDATES = 5          # node facts one new fact is compared with
@@ -440,7 +440,7 @@ def land(memory, unit: dict, ref: dict, relation: str, target: Candidate | None,
         meta = {"about": unit["key"], "status": "current", "updated": date}
         if starts:
             meta["valid_from"] = min(starts)
-        memory.write(node, body, name=None if before is not None else unit["about"], description=describe(body),
+        memory.write(node, body, name=None if before is not None else unit["about"], description=facts.describe(body),
                      metadata=meta)
     return {"fact": ref["text"], "source": ref["source"], "action": action, "node": node, "replaced": replaced}
 

@@ -432,6 +432,94 @@ def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
         assert visit.foreign() == []
 
 
+PET_CARD, PET, REX = "daily/2026-11-06/pet.md", "digest/personal/user-pet.md", "digest/wiki/rex.md"
+DOG, CAT, WHY = "The user has a dog named Rex.", "The user has a cat named Rex.", "Rex is a cat, not a dog"
+SHOTS = Path("/tmp/web-shots")
+
+
+@pytest.mark.slow  # a browser, a service
+def test_this_is_wrong_on_a_fact_retracts_it_with_its_card_fact_and_writes_the_correction(browser, guarded):
+    import datetime as dt
+
+    svc, secrets = guarded
+    memory, today = svc.memory, dt.date.today().isoformat()
+    write_card(memory, PET_CARD, "Pet", ("fact", "user", DOG, "session/dialog/chat-3.jsonl", 2))
+    for path, name, text in ((PET, "The user's pet", DOG), (REX, "Rex", "Rex is the user's dog and naps a lot.")):
+        body = facts.add(f"# {name}\n", facts.Fact(text, id="f1", about="user", since="2026-11-06",
+                                                   sources=(f"{PET_CARD}#^f1",), labels=("2026-11-06",)))
+        memory.write(path, body, name=name, metadata={"status": "current"})
+    before = memory.read(PET)["content"]
+
+    with Visit(browser, svc.url, secrets["a-read"]) as visit:  # a read-only token: no action, a POST refused
+        page = visit.page
+        visit.go(f"/ui/w/{ALPHA}/file/{PET}")
+        assert DOG in fact_row(page, DOG).inner_text() and page.locator("details.retract").count() == 0
+        assert "This is wrong" not in page.content()
+        csrf = page.locator("header input[name=csrf]").input_value()
+        answer = page.request.post(f"{svc.url}/ui/w/{ALPHA}/retract/{PET}", headers={"Origin": svc.url},
+                                   form={"fact": "f1", "reason": "defaced", "csrf": csrf})
+        assert answer.status == 403 and "may only read" in answer.text()
+    with Visit(browser, svc.url, secrets["a"]) as visit:
+        page = visit.page
+        # forged: a POST without the session's CSRF token, and one from another site's page
+        answer = page.request.post(f"{svc.url}/ui/w/{ALPHA}/retract/{PET}", headers={"Origin": svc.url},
+                                   form={"fact": "f1", "reason": "forged", "csrf": "guess"})
+        assert answer.status == 403 and "reload the page" in answer.text()
+        answer = page.request.post(f"{svc.url}/ui/w/{ALPHA}/retract/{PET}", headers={"Origin": "http://evil.example"},
+                                   form={"fact": "f1", "reason": "forged"})
+        assert answer.status == 403
+        assert memory.read(PET)["content"] == before
+
+        visit.go(f"/ui/w/{ALPHA}/file/{PET}")
+        wrong = fact_row(page, DOG)
+        assert not wrong.locator(".retract-form").is_visible()  # closed until asked
+        wrong.locator("summary", has_text="This is wrong").click()
+        wrong.locator("input[name=reason]").fill(WHY)
+        wrong.locator("input[name=correct]").fill(CAT)
+        SHOTS.mkdir(exist_ok=True)
+        wrong.screenshot(path=str(SHOTS / "retract-form.png"))
+        wrong.locator("button", has_text="Retract this fact").click()
+        page.wait_for_selector("h1:has-text('Retracted')")
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(SHOTS / "retract.png"), full_page=True)
+        said = page.locator(".retracted-answer")
+        assert DOG in said.locator(".retracted-fact").inner_text() and WHY in said.inner_text()
+        assert today in said.inner_text()
+        assert said.locator(".retracted-cards a", has_text=f"{PET_CARD}#^f1").count() == 1
+        assert said.locator("a", has_text=CAT).count() == 1  # the correction, a link to it
+        review = said.locator(".review a", has_text="Rex is the user's dog")  # written from the same card fact
+        assert review.count() == 1 and review.get_attribute("href").endswith(f"{REX}#f1")
+
+        said.locator("a", has_text=CAT).click()  # the node: the correction current, the old fact retracted
+        page.wait_for_load_state("networkidle")
+        now, was = fact_row(page, CAT), fact_row(page, DOG)
+        assert "current" in now.locator(".fact-meta").inner_text() and f"since {today}" in now.inner_text()
+        assert DOG in now.locator(".fact-rel", has_text="corrects").inner_text()
+        assert "retracted" in was.locator(".fact-meta").inner_text()
+        assert was.locator(".fact-retraction").inner_text().startswith(f"retracted on {today}:")
+        assert was.locator(".fact-retraction .reason").inner_text() == WHY
+        assert CAT in was.locator(".fact-rel", has_text="corrected by").inner_text()
+        assert was.locator("details.retract").count() == 0 and now.locator("details.retract").count() == 1
+        history = page.locator(".markdown h2", has_text="History")
+        assert history.count() == 1 and was.evaluate("(row, h) => !!(h.compareDocumentPosition(row) & 4)",
+                                                    history.element_handle())  # under History
+        visit.go(f"/ui/w/{ALPHA}/file/{PET_CARD}")  # the card fact it came from: retracted too
+        assert "retracted" in fact_row(page, DOG).locator(".fact-meta").inner_text()
+
+        visit.go("/ui/search?q=dog+named+Rex")
+        assert DOG not in page.locator("main").inner_text()  # search no longer gives the old fact
+        visit.go("/ui/search?q=cat+named+Rex")
+        assert CAT in page.locator("ol.hits .hit", has_text=PET).inner_text()
+        # sent again (a reload of the answer): a conflict, nothing changes twice
+        after = memory.read(PET)["content"]
+        csrf = page.locator("header input[name=csrf]").input_value()
+        answer = page.request.post(f"{svc.url}/ui/w/{ALPHA}/retract/{PET}", headers={"Origin": svc.url},
+                                   form={"fact": "f1", "reason": "again", "csrf": csrf})
+        assert answer.status == 409 and "retracted already" in answer.text()
+        assert memory.read(PET)["content"] == after
+        assert visit.foreign() == []
+
+
 @pytest.mark.slow  # a browser, a service
 def test_a_cross_site_post_is_refused(browser, guarded):
     svc, secrets = guarded

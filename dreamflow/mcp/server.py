@@ -54,7 +54,7 @@ from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
 
 DEFAULT_TOOLS: tuple[str, ...] = (
     "search", "recall", "read", "write", "edit", "append", "list", "stat", "traverse", "trace", "frontmatter_get",
-    "daily_list", "node_search", "turn", "dream", "job_status", "workspaces",
+    "daily_list", "node_search", "retract", "turn", "dream", "job_status", "workspaces",
 )
 TOOL_SETS = ("default", "all")
 RESOURCE_LIMIT = 1000  # files per resources/list page (nextCursor gives the next one)

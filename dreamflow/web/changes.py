@@ -1,7 +1,8 @@
 """The dashboard's forms: signing in and out, and the changes a person makes (edit a file's body or frontmatter,
-forget a digest node, retry a failed job run). Each change is a POST carrying the session's CSRF token (the
-service's request guard has already refused a cross-site one), and goes through the operation every surface
-uses: `write` and `frontmatter_delete_keys`, the `archive` job, the service's `retry`."""
+retract a node's wrong fact, forget a digest node, retry a failed job run). Each change is a POST carrying the
+session's CSRF token (the service's request guard has already refused a cross-site one), and goes through the
+operation every surface uses: `write` and `frontmatter_delete_keys`, `retract`, the `archive` job, the service's
+`retry`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi.responses import RedirectResponse
 from dreamflow.http.access import DASHBOARD
 from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, check_form, clear_cookie, set_cookie, visitor
+from dreamflow.web.markdown_html import line_range
 from storage.errors import Changed, InvalidInput
 from storage.markdown import render_frontmatter, split_frontmatter
 
@@ -133,6 +135,29 @@ def edit(ws: str, path: str, body: str = Form(""), frontmatter: str = Form(""), 
                                                              "shown on its page." if isinstance(exc, Changed) else ""),
                           frontmatter=frontmatter, body=body, status=409 if isinstance(exc, Changed) else 400)
     return _see_other(URLS.file(name, wrote["path"]) + "?" + urlencode({"saved": 1}))
+
+
+# ---- retracting a wrong fact ------------------------------------------------------------------------------------
+
+@router.post("/w/{ws}/retract/{path:path}")
+def retract(ws: str, path: str, fact: str = Form(...), reason: str = Form(""), correct: str = Form(""),
+            csrf: str = Form(""), who: Visitor = Depends(visitor)):
+    """"This is wrong" on a node's fact: the `retract` operation (the fact to History as retracted today with the
+    reason, its card facts marked, the correction written as the fact that holds from today); the answer page
+    says what changed and which facts to review, each a link."""
+    check_form(who, csrf)
+    name, memory = who.open(ws, writes=True)
+    done = memory.retract(path, fact, reason.strip() or None, correct.strip() or None)
+    return who.dashboard.render(who, "retract.html", ws=name, done=done,
+                                cards=[_anchored(card) for card in done["cards"]],
+                                lines=[_anchored(line) for line in done["lines"]])
+
+
+def _anchored(link: str) -> dict:
+    """`path#^f2` or `path#L3` as {path, fact, lines, link}: what a link to it on the answer page needs."""
+    target, _, anchor = link.partition("#")
+    fact = anchor[1:] if anchor.startswith("^") else None
+    return {"path": target, "fact": fact, "lines": None if fact else line_range(anchor), "link": link}
 
 
 # ---- a day's page ---------------------------------------------------------------------------------------------

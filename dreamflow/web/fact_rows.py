@@ -5,7 +5,8 @@ from?" (the `trace` operation).
 A node's `## History` reads as a timeline: a retired fact "held since → until, replaced by" the fact that
 replaced it (a link to that fact's row, `#f3`), and the current fact "replaces" each fact it took over from.
 A `replaced_by` whose fact holds from the same day as the one it names is a refinement ("refined by"): the dream
-keeps the start of a fact it only adds detail to.
+keeps the start of a fact it only adds detail to. A retracted fact (`retracted`, `reason`) is "retracted", on a
+card too, and the person's correction that replaced it "corrects" it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dreamflow.web.markdown_html import LinkTo, block_id, render_inline
 from storage import facts, validity
 
 REPLACED, ENDED = "replaced", "ended"  # a node fact no longer current: with a successor, or its `until` came
+RETRACTED = "retracted"  # a fact a person said is wrong (storage/retraction.py): on a node or a card
 
 
 @dataclass
@@ -53,7 +55,7 @@ def rows(path: str, text: str, link_to: LinkTo, trace_url: Callable[[str], str],
 
     def ref(link: str, label: str = "") -> Ref:
         target, _, anchor = link.partition("#")
-        named = here.get(block_id(anchor) or "") if not target.strip() or target.strip() == path else None
+        named = here.get(block_id(anchor) or "") if target.strip() in ("", path, path.removesuffix(".md")) else None
         if named is not None:
             return Ref(f"#{named.id}", label or facts.said(named.text), named)
         href, _, name = link_to(target.strip() or path, anchor.strip() or None)
@@ -78,8 +80,11 @@ def rows(path: str, text: str, link_to: LinkTo, trace_url: Callable[[str], str],
 
 
 def status(fact: facts.Fact, node_status: str | None, today: dt.date) -> str | None:
-    """A node fact's status: `replaced` (or `ended`, when nothing replaced it) once its `until` has come or,
-    without one, under `## History`; else its node's (`node_status`; None for a card's fact)."""
+    """A fact's status: `retracted` when a person said it is wrong (a node's or a card's); a node fact's
+    `replaced` (or `ended`, when nothing replaced it) once its `until` has come or, without one, under
+    `## History`; else its node's (`node_status`; None for a card's fact)."""
+    if fact.retracted:
+        return RETRACTED
     if node_status is None:
         return None
     if validity.fact_status(None, fact.until, today) == validity.SUPERSEDED or not (fact.current or fact.until):
