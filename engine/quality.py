@@ -15,6 +15,8 @@ Thresholds (chosen so that no good answer of the test suite is refused; docs/job
   is not the transcript;
 - a text echoes the `instructions` when at least `ECHO_SHARE` of its word runs (at least 2) come from the
   request's own text (system prompt, repair turn) and not from the material;
+- a line that reads as an instruction to an agent (storage/instructions.py: override earlier instructions,
+  run or fetch something, reveal secrets, change role) breaks `instructions` too, whatever the material says;
 - a digest node `pasted` a source when at least `PASTED_SHARE` of a cited file's words (its Sources aside; a
   file of `PASTED_MIN_WORDS`+ words) are copied into it: the file whole, in any layout or order, not
   consolidated (a node that takes some of a card's lines as they are is selecting, and passes);
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 from engine import ops
 from engine.llm import text_tool_call
+from storage import instructions as planted
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
 
@@ -151,7 +154,14 @@ def tool(name: str, body: str = "") -> Finding | None:
 
 
 def instructions(text: str, material: Material) -> Finding | None:
-    """Text taken from the request's own instructions rather than from the material."""
+    """Text taken from the request's own instructions rather than from the material, or a line that reads as
+    an instruction to an agent (storage/instructions.py, the detector recall and the hooks use): memory holds
+    what was said, never orders to a model, even when the material says them."""
+    for line in without_sources(text).splitlines():
+        found = planted.kinds(line)
+        if found:
+            return "instructions", (f"{line.strip()[:100]!r} reads as an instruction to an agent ({', '.join(found)}); "
+                                    "memory does not file it as a fact")
     mine = _shingles(text, 4)
     if not mine or not material.instructions:
         return None

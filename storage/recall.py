@@ -7,6 +7,9 @@ weighs it), so a budget holds many sources rather than a few whole passages. A p
 `path:start-end` (the line numbers of `read`) with the file's date, and packed greedily: every hit's best
 piece first, in search order, then the hits' other pieces, each only if it still fits. Tokens are estimated
 (`tokens`: about 4 characters of ASCII text per token, one per other character), conservatively for CJK.
+The answer is memory quoted as data: its text opens with storage/instructions.FRAME (counted in the budget),
+and a line that reads as an instruction to the agent is given as `[instruction left out: path:line]`, its
+item flagged (`flags: ["instruction"]`).
 
 With a `session` id, the lines given are remembered in `metadata/recall/<session>.json` (by path and line
 text, so a line stays given when an edit moves it): a later recall of that session leaves them out and
@@ -28,6 +31,7 @@ from typing import Any
 import duckdb
 
 from storage import validity
+from storage.instructions import FLAG, FRAME, neutralise
 from storage.errors import IndexBusy, NotFound
 from storage.index import cited_lines
 from storage.locks import FileLock, LockTimeout
@@ -68,9 +72,15 @@ class Piece:
         return self.lines[-1][0]
 
     def render(self) -> str:
+        """`[path:start-end] when` and its lines, each that reads as an instruction neutralised
+        (storage/instructions.py: memory is quoted as data)."""
         where = f"{self.path}:{self.start_line}" + (f"-{self.end_line}" if self.end_line != self.start_line else "")
         head = f"[{where}]" + (f" {self.when}" if self.when else "")
-        return head + "\n" + "\n".join(text for _, text in self.lines)
+        return head + "\n" + "\n".join(neutralise(text, f"{self.path}:{n}")[0] for n, text in self.lines)
+
+    @property
+    def flags(self) -> list[str]:
+        return [FLAG] if any(neutralise(text, "")[1] for _, text in self.lines) else []
 
 
 def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: int, given: set[str] | None = None,
@@ -95,7 +105,7 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
             candidates.hits = search(con, query, limit=searched, expand=0, vectors=vectors, per_file=PER_FILE,
                                      **filters)
         hits = candidates.hits[:pool]
-        chosen, used, withheld = _pack(candidates, len(hits), budget)
+        chosen, used, withheld = _pack(candidates, len(hits), budget - FRAMED)
         if budget - used < MIN_TOKENS or len(hits) < pool or pool >= MAX_POOL:
             break
         pool = min(MAX_POOL, DEEPER * pool)
@@ -103,10 +113,10 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
             con, query_terms, list(dict.fromkeys(hits[p.rank]["chunk_id"] for p, _ in chosen)), min_score,
             min_relevance, min_words):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
-    answer = "\n\n".join(text for _, text in chosen)
+    answer = framed([text for _, text in chosen])
     items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line,
               **{k: hits[p.rank].get(k) for k in ("date", "status", "valid_from", "valid_to")},
-              "score": p.score, "tokens": tokens(text)} for p, text in chosen]
+              "score": p.score, "tokens": tokens(text), "flags": p.flags} for p, text in chosen]
     keys = [line_key(p.path, text) for p, _ in chosen for _, text in p.lines]
     return {"query": query, "budget": budget, "tokens": tokens(answer), "text": answer, "items": items,
             "withheld": withheld}, keys
@@ -119,7 +129,8 @@ def merge(own: str, parts: list[tuple[str, dict]], budget: int, given: set[str])
     while they fit; pieces all of whose lines are in `given` are left out. The keys of the lines given."""
     pieces = []
     for order, (workspace, answer) in enumerate(parts):
-        texts = answer["text"].split("\n\n") if answer["text"] else []  # pieces hold no blank line
+        texts = answer["text"].removeprefix(FRAME + "\n\n").split("\n\n") if answer["text"] else []  # pieces
+        # hold no blank line
         for place, (item, text) in enumerate(zip(answer["items"], texts)):
             head, _, body = text.partition("\n")
             keys = [line_key(item["path"], line) for line in body.split("\n")]
@@ -130,17 +141,26 @@ def merge(own: str, parts: list[tuple[str, dict]], budget: int, given: set[str])
             text = f"{head}\n{body}"
             pieces.append((-(item.get("score") or 0), order, place,
                            {**item, "workspace": workspace, "tokens": tokens(text)}, text, keys))
-    chosen, used = [], 0
+    chosen, used = [], FRAMED
     for piece in sorted(pieces, key=lambda p: p[:3]):
         cost = tokens(piece[4]) + (1 if chosen else 0)
-        if used + cost <= budget:
+        if used + cost <= budget:  # the frame's cost counted from the start
             chosen.append(piece)
             used += cost
-    text = "\n\n".join(p[4] for p in chosen)
+    text = framed([p[4] for p in chosen])
     behind = next((a["index_behind"] for _, a in parts if a.get("index_behind")), None)
     answer = {"query": parts[0][1]["query"], "budget": budget, "tokens": tokens(text), "text": text,
               "items": [p[3] for p in chosen], "withheld": sum(a.get("withheld", 0) for _, a in parts)}
     return ({**answer, "index_behind": behind} if behind else answer), [k for p in chosen for k in p[5]]
+
+
+def framed(pieces: list[str]) -> str:
+    """The answer's text: the pieces under the FRAME line that quotes them as memory, not instructions ("" for
+    none). The frame costs FRAMED tokens of the budget."""
+    return "\n\n".join([FRAME, *pieces]) if pieces else ""
+
+
+FRAMED = tokens(FRAME) + 1  # the frame line and the blank line after it
 
 
 class _Candidates:

@@ -23,6 +23,7 @@ import duckdb
 
 from storage import search_cache, timeref, validity
 from storage.bm25 import Window, holds, score
+from storage.instructions import flags as instruction_flags
 from storage.model import normalize_tag
 from storage.sql import FILE_FACTS, Expr, in_list, sql_literal
 from storage.tokenize import term_hash, terms
@@ -296,6 +297,7 @@ def search(
             hit["valid_from"], hit["valid_to"] = fact_window
             hit["status"] = validity.fact_status(hit["status"], fact_window[1], today)
             hit["replaced_by"] = validity.replaced_by(hit["text"])
+        hit["flags"] = instruction_flags(hit["text"])  # a line speaking to the agent: data, flagged
         hit["neighbors"] = neighbours.get(hit["chunk_id"], [])
         for n in hit["neighbors"]:
             n["name"], n["description"] = info.get(n["path"], (None, None))[:2]

@@ -178,7 +178,7 @@ def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip)
     assert "Prefers window seats" in text and "The user, travel preferences" in text
     assert "[digest/personal/ana.md:7-8] Ana: The user, travel preferences" in text  # the lines `read` numbers
 
-    small = injected(hook(start("compact"), trip, env={"DREAMFLOW_INJECT_START_TOKENS": "40"}), "SessionStart")
+    small = injected(hook(start("compact"), trip, env={"DREAMFLOW_INJECT_START_TOKENS": str(40 + recall.FRAMED)}), "SessionStart")
     assert "digest/personal/ana.md" in small and "lisbon-with-ana" not in small  # the budget holds the first only
 
     off = hook(start(), trip, env={"DREAMFLOW_INJECT_START": "0"})

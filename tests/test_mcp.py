@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from service_harness import DREAMFLOW
 
 from dreamflow.mcp.server import DEFAULT_TOOLS
+from storage.instructions import FRAME
 from engine import ops
 
 pytestmark = pytest.mark.timeout(240)
@@ -146,7 +147,8 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
             recalled = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
             again = await call(client, "recall", query="naxos ferry", budget=100, session="host-1")
             elsewhere = await call(client, "recall", query="naxos ferry", budget=100, session="host-2")
-            assert recalled.content[0].text.startswith("[notes/ferry.md:5]\nThe ferry to Naxos leaves at 7:30.")
+            assert recalled.content[0].text.startswith(
+                f"{FRAME}\n\n[notes/ferry.md:5]\nThe ferry to Naxos leaves at 7:30.")  # quoted memory
             assert "text" not in recalled.structured_content and recalled.structured_content["tokens"] <= 100
             assert recalled.structured_content["items"][0]["start_line"] == 5
             assert again.structured_content["items"] == [] and "already given" in again.content[0].text

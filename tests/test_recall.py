@@ -11,6 +11,7 @@ from dreamflow.cli import cli
 from engine.client import RemoteMemory
 from storage import recall as recall_module
 from storage.errors import InvalidInput
+from storage.instructions import FRAME
 from storage.memory import Memory
 from storage.recall import tokens
 from storage.text_view import read_all
@@ -61,7 +62,8 @@ def test_a_session_is_never_given_the_same_lines_twice_and_another_session_gets_
     cited = lambda a: {(i["path"], i["start_line"], i["end_line"]) for i in a["items"]}  # noqa: E731
     assert first["items"] and second["items"] and not cited(first) & cited(second)
     assert second["withheld"] >= len(first["items"])
-    assert all("ferry" in block for block in second["text"].split("\n\n["))  # new evidence, not filler
+    assert second["text"].startswith(FRAME + "\n\n[")  # quoted memory, its frame counted in the budget
+    assert all("ferry" in block for block in second["text"].removeprefix(FRAME).split("\n\n[")[1:])  # new evidence
     other = mem.recall(query, budget=120, session="chat-2")
     assert cited(other) == cited(first) and other["withheld"] == 0
     assert cited(mem.recall(query, budget=120)) == cited(first)  # no session: nothing remembered

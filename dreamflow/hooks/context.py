@@ -12,6 +12,9 @@ right in digest/, newest first in each: storage/workspace.digest_buckets) and th
 each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
 recorded as given to the session, so its prompts' recall does not repeat them. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.
+Both put memory before the agent as quoted data: under a frame line saying so (storage/instructions.FRAME,
+paid from the budget), with a line that reads as an instruction to the agent given as `[instruction left
+out: path:line]`.
 
 Both read what the session's workspace's searches read: itself and the workspaces its registry entry `reads`
 (engine/scoped.py), in one budget; an item of another workspace is cited `[NAME:path:start-end]`, which `read`
@@ -97,8 +100,8 @@ def answer(event: str, text: str) -> dict:
 
 def prompt_context(catalog, grant, name: str, prompt: str, session: str | None, budget: int,
                    min_score: float | None, min_relevance: float | None, min_words: int | None = None) -> str | None:
-    """Recall for the prompt under the session's id, across what the workspace reads: the cited evidence with a
-    one-line header, or None."""
+    """Recall for the prompt under the session's id, across what the workspace reads: the cited evidence under
+    recall's frame line (quoted memory, not instructions; storage/instructions.py), or None."""
     from dreamflow.mcp.text import behind_note
     from engine import scoped
 
@@ -110,9 +113,7 @@ def prompt_context(catalog, grant, name: str, prompt: str, session: str | None, 
     if not result["items"]:
         return None
     behind = f"\n\n{behind_note(result['index_behind'])}" if result.get("index_behind") else ""
-    return ("Dreamflow memory: possibly relevant to this prompt (each piece cited [path:lines], another "
-            "workspace's [NAME:path:lines]; `read` for more)."
-            "\n\n" + result["text"] + behind)
+    return result["text"] + behind  # framed by recall as quoted memory, instructions left out
 
 
 def start_context(catalog, grant, name: str, budget: int, session: str | None = None) -> str | None:
@@ -120,11 +121,13 @@ def start_context(catalog, grant, name: str, budget: int, session: str | None = 
     latest days' cards, as many as fit `budget`; with `session`, the lines it shows are recorded as given to it
     (storage/recall.py, in the workspace's own record), so recall for its prompts does not repeat them."""
     from engine import scoped
+    from storage.instructions import FRAME
+    from storage.recall import FRAMED
     from storage.tokenize import tokens
 
     name, names = scoped.reading(catalog, grant, name, None)
     memories = {other: catalog.memory(other) for other in names}
-    budget = _fit(budget)
+    budget = _fit(budget) - FRAMED  # the frame line is paid from the budget
     sections: list[tuple[str, list[str]]] = []
     given: list[str] = []
     cited: list[dict] = []
@@ -152,8 +155,7 @@ def start_context(catalog, grant, name: str, budget: int, session: str | None = 
         from storage.recall import remember
 
         remember(own.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
-    parts = ["Dreamflow memory of this workspace at session start (each item cited [path:lines], another "
-             "workspace's [NAME:path:lines]; `read` or `search` for more)."]
+    parts = [FRAME]
     for title, items in sections:
         parts.append(f"## {title}\n\n" + "\n\n".join(items))
     return "\n\n".join(parts)
@@ -192,6 +194,7 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
     from datetime import date
 
     from storage import facts, validity
+    from storage.instructions import neutralise
     from storage.markdown import split_frontmatter
     from storage.recall import line_key
 
@@ -217,10 +220,10 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
     if not (name or description or shown):
         return None, [], None
     where += (f":{shown[0][0]}" if shown else "") + (f"-{shown[-1][0]}" if len(shown) > 1 else "")
-    head = f"[{where}] " + ": ".join(x for x in (name, description) if x)
+    head = f"[{where}] " + neutralise(": ".join(x for x in (name, description) if x), f"{path}:1")[0]
     said = [text for text in lines[:body_start] if text.startswith(("name:", "description:"))]
     cite = {"path": path, "start_line": shown[0][0] if shown else 1, "end_line": shown[-1][0] if shown else 1}
-    return ("\n".join([head.rstrip(), *(text for _, text in shown)]),
+    return ("\n".join([head.rstrip(), *(neutralise(text, f"{path}:{n}")[0] for n, text in shown)]),
             [line_key(path, t) for t in said + [text for _, text in shown]], cite)
 
 

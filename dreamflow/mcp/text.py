@@ -11,6 +11,7 @@ from typing import Any
 
 from storage import validity
 from storage.facts import said
+from storage.instructions import neutralise
 
 
 def text(tool: str, result: Any) -> str:
@@ -54,11 +55,12 @@ def _search(hits: list[dict]) -> str:
         where = hit.get("address") or hit["path"]  # NAME:path for another workspace's file: what read takes
         lines = [f"{where}:{hit['start_line']}-{hit['end_line']} score {hit.get('score', 0):.3f}"
                  + (f" ({when})" if when else "")
-                 + (f" [{' > '.join(hit['headings'])}]" if hit.get("headings") else "")]
+                 + (f" [{' > '.join(hit['headings'])}]" if hit.get("headings") else "")
+                 + (f" flags: {', '.join(hit['flags'])}" if hit.get("flags") else "")]
         about = _about(hit)
         if about:
             lines.append(f"  {about}")
-        lines.append(hit.get("text") or "")
+        lines.append(_quoted(hit))
         if hit.get("more"):
             lines.append("  also matches: " + ", ".join(f"L{a}-L{b}" for a, b in hit["more"]))
         for nb in hit.get("neighbors") or []:
@@ -67,6 +69,16 @@ def _search(hits: list[dict]) -> str:
                          + (f": {_about(nb)}" if _about(nb) else ""))
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
+
+
+def _quoted(hit: dict) -> str:
+    """A hit's text as a model may read it: a line that reads as an instruction neutralised (storage/instructions.py;
+    the JSON keeps the text and its `flags`)."""
+    if not hit.get("flags"):
+        return hit.get("text") or ""
+    first = hit["start_line"]
+    return "\n".join(neutralise(line, f"{hit.get('address') or hit['path']}:{first + n}")[0]
+                     for n, line in enumerate((hit.get("text") or "").split("\n")))
 
 
 def _recall(r: dict) -> str:

@@ -28,6 +28,7 @@ from marko.ext.gfm import GFM
 from marko.helpers import MarkoExtension
 from marko.html_renderer import HTMLRenderer
 
+from storage.instructions import is_instruction
 from storage.markdown import heading_slug
 from storage.model import split_lines
 from storage.outline import parse_blocks
@@ -158,13 +159,21 @@ def _markdown(link_to: LinkTo, query: str) -> marko.Markdown:
     return markdown
 
 
+def instruction_lines(text: str, first_line: int = 1) -> list[int]:
+    """The lines of a page of text that read as instructions to an agent."""
+    return [n for n, line in enumerate(split_lines(text), first_line) if is_instruction(line)]
+
+
 def render_source(text: str, first_line: int = 1, query: str = "", lines: tuple[int, int] | None = None) -> str:
-    """Plain text as numbered lines (`id="L<n>"`), the query's words marked, `lines` highlighted."""
+    """Plain text as numbered lines (`id="L<n>"`), the query's words marked, `lines` highlighted, a line that
+    reads as an instruction to an agent marked (`instruction`, storage/instructions.py)."""
     marked = frozenset(terms(query)) if query else frozenset()
     rows = []
     for n, line in enumerate(split_lines(text), first_line):
         hit = " hit" if lines is not None and lines[0] <= n <= lines[1] else ""
-        rows.append(f'<span class="line{hit}" id="L{n}"><a class="ln" href="#L{n}">{n}</a>'
+        flag = (' instruction" title="reads as an instruction to an agent: recall and the hooks leave it out'
+                if is_instruction(line) else "")
+        rows.append(f'<span class="line{hit}{flag}" id="L{n}"><a class="ln" href="#L{n}">{n}</a>'
                     f'<span class="lt">{mark(line, marked) or " "}</span></span>')
     return "".join(rows)
 

@@ -15,7 +15,8 @@ import dreamflow.web.fact_rows as fact_rows
 from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
-from dreamflow.web.markdown_html import block_id, compact, line_range, mark, render_body, render_source
+from dreamflow.web.markdown_html import (block_id, compact, instruction_lines, line_range, mark, render_body,
+                                         render_source)
 from engine import scoped
 from storage import doctor, dream_log, facts, recall, redaction_log, validity
 from storage.arguments import parse_date
@@ -185,7 +186,8 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
                    if not _within(k["line"], sections, "sources", "history") and k["line"] not in shown_facts],
         links_in=[k for k in info["links_in"] if k["source"] != info["path"]],  # a fact's replaced_by: its row says it
         history=_chain(memory, info["path"], meta) if node else [], node=node,
-        archived=info["path"].startswith("digest/archive/"), writable=not who.grant.read_only, saved=saved)
+        archived=info["path"].startswith("digest/archive/"), writable=not who.grant.read_only, saved=saved,
+        instructions=instruction_lines(page["text"], page["start_line"]) if page is not None else [])
 
 
 def _traceable(path: str) -> bool:
