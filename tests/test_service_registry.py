@@ -91,6 +91,42 @@ def test_workspace_add_default_reaches_the_running_service_with_its_schedules_an
     assert not started, started
 
 
+def scheduled(svc, flow="auto-dream") -> dict[str, dict]:
+    """`flow`'s scheduled deployments by name (`nightly`, `nightly-NAME`)."""
+    return {d["name"]: d for d in svc.prefect("POST", "/deployments/filter", {"flows": {"name": {"any_": [flow]}}})
+            if d["schedules"]}
+
+
+def start_run(svc, deployment: dict) -> str:
+    return svc.prefect("POST", f"/deployments/{deployment['id']}/create_flow_run", {})["id"]
+
+
+def ended(svc, run_id: str):
+    run = svc.prefect("GET", f"/flow_runs/{run_id}")
+    return run if run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
+
+
+def test_after_the_default_changes_each_nightly_dream_runs_on_its_own_served_workspace(svc):
+    """The service named no workspace, so it served the unregistered ./.dreamflow as `default`; after `workspace
+    add beta --default` (above) `auto-dream/nightly` is the new default's, the folder served since start keeps
+    its own nightly under the name it is served by (named by its folder, as runs launched for it are), and a run
+    of every nightly deployment gets past its workspace (no "no workspace 'default'"): Skipped, no LLM here."""
+    folder = str(svc.workspace.resolve())
+    expected = {"nightly": "beta", "nightly-default": folder, "nightly-alpha": "alpha", "nightly-gamma": "gamma"}
+    wait_for(lambda: len(scheduled(svc)) == 4, 120, "a nightly dream deployment for each of the 4 served workspaces")
+    runs = {name: start_run(svc, d) for name, d in scheduled(svc).items()}
+    finals = {name: wait_for(lambda i=i: ended(svc, i), 240, f"the run of auto-dream/{name} to end")
+              for name, i in runs.items()}
+    states = {name: (r["state"]["type"], r["state"]["name"], r["state"]["message"]) for name, r in finals.items()}
+    assert all(s[:2] == ("CANCELLED", "Skipped") for s in states.values()), states
+    tags = {name: sorted(t for t in r["tags"] if t.startswith("workspace:")) for name, r in finals.items()}
+    assert tags == {name: [f"workspace:{w if w != folder else 'default'}"] for name, w in expected.items()}, tags
+    for flow in ("auto-dream", "optimize"):
+        found = scheduled(svc, flow)
+        assert {name: d["parameters"]["workspace"] for name, d in found.items()} == expected, flow
+        assert found["nightly"]["tags"] == ["dreamflow", "workspace:beta"]
+
+
 def test_without_an_llm_a_nightly_dream_ends_skipped_not_failed_and_the_overview_says_why(svc):
     """A run of the nightly dream (what the schedule starts at 03:00) with no LLM: ended at once as Skipped (a
     Cancelled state, grey, no retry offered), the reason in its log; the dashboard's overview says why once."""
@@ -136,6 +172,11 @@ def test_workspace_remove_cancels_the_workspace_runs_and_says_so_in_their_log(sv
     assert any("Cancelled: workspace alpha was removed from the registry" in log["message"] for log in logs), logs
     assert state in ("CANCELLING", "CANCELLED")
     wait_for(lambda: "Workspace   alpha: cancelled 1 run(s)" in svc.log(), 30, "the service to log the cancel")
+    # once the runner follows, no deployment names the removed workspace (its nightly ones are deleted)
+    wait_for(lambda: not [d["name"] for d in svc.prefect("POST", "/deployments/filter", {"limit": 200})
+                          if (d["parameters"] or {}).get("workspace") == "alpha"], 240,
+             "alpha's nightly deployments to be deleted")
+    assert set(scheduled(svc)) == {"nightly", "nightly-default", "nightly-gamma"}
 
 
 def test_a_served_folder_deleted_is_noticed_and_never_re_created(svc):
