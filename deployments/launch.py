@@ -135,6 +135,23 @@ def cancel_runs(workspace: str, names: tuple[str, ...], reason: str) -> list[str
     return cancelled
 
 
+def delete_deployments(full_names: set[str]) -> list[str]:
+    """Delete the deployments `flow/deployment` that exist (with their scheduled runs, which Prefect deletes
+    along): the nightly ones of workspaces the runner no longer serves. Returns the names deleted."""
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    deleted = []
+    with get_client(sync_client=True) as client:
+        for name in sorted(full_names):
+            try:
+                client.delete_deployment(client.read_deployment_by_name(name).id)
+            except ObjectNotFound:
+                continue
+            deleted.append(name)
+    return deleted
+
+
 def run_url(run_id: str) -> str | None:
     """The run's page in the Prefect UI."""
     from prefect.settings import get_current_settings

@@ -27,6 +27,7 @@ This module imports prefect and the flows only inside functions: the service and
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,18 +185,20 @@ def resource_trigger():
     )
 
 
-def build(settings: Settings | None = None, served: list[str] | None = None) -> list:
-    """The RunnerDeployments to serve. Scheduled flows get one deployment per served workspace (`served`,
-    default `DREAMFLOW_SERVED` as the service sets it, its default workspace first): `nightly` for the first,
-    `nightly-<name>` for the others, each with the workspace's name as parameter and tag (`workspace:NAME`),
-    its own cron and timezone from the registry, else the service's cron moved 7 minutes per workspace."""
+def build(settings: Settings | None = None, served: dict[str, str] | None = None) -> list:
+    """The RunnerDeployments to serve. Scheduled flows get one deployment per served workspace (`served`: name ->
+    what a run names it by, default `DREAMFLOW_SERVED` as the service sets it, its current default workspace
+    first): `nightly` for the first, `nightly-<name>` for the others (`scheduled_name`), each with that as its
+    `workspace` parameter (a registered name; the folder of the unregistered one a service serves) and the name
+    as tag (`workspace:NAME`), its own cron and timezone from the registry, else the service's cron moved 7
+    minutes per workspace."""
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
     from engine.registry import Registry
 
     settings = settings or Settings()
-    served = served if served is not None else [n for n in os.environ.get("DREAMFLOW_SERVED", "").split(",") if n]
+    served = served if served is not None else json.loads(os.environ.get("DREAMFLOW_SERVED") or "{}")
     entries = Registry.load().entries if served else {}
     schedules = crons(settings)
     deployments = []
@@ -209,7 +212,7 @@ def build(settings: Settings | None = None, served: list[str] | None = None) -> 
                 cron, tz = schedule_of(flow, i, entries[name].settings if name in entries else {}, settings)
                 each = {**kwargs, "schedules": [Cron(cron, timezone=tz)]}
                 if name is not None:
-                    each.update(name=d.name if i == 0 else f"{d.name}-{name}", parameters={"workspace": name},
+                    each.update(name=scheduled_name(d, i, name), parameters={"workspace": served[name]},
                                 tags=["dreamflow", f"workspace:{name}"])
                 deployments.append(load_flow(flow).to_deployment(**each))
         else:
@@ -218,6 +221,17 @@ def build(settings: Settings | None = None, served: list[str] | None = None) -> 
             kwargs.update(name="manual", description=d.described("started by hand"))
             deployments.append(load_flow(flow).to_deployment(**kwargs))
     return deployments
+
+
+def scheduled_name(d: Deployment, index: int, workspace: str) -> str:
+    """The deployment name of scheduled `d` for the `index`-th served workspace: `nightly`, `nightly-<name>`."""
+    return d.name if index == 0 else f"{d.name}-{workspace}"
+
+
+def scheduled_deployments(settings: Settings, served: list[str]) -> set[str]:
+    """The full names (`flow/deployment`) of the scheduled deployments `build` makes for `served`."""
+    return {f"{DEPLOYMENTS[flow].flow_name}/{scheduled_name(DEPLOYMENTS[flow], i, name)}"
+            for flow in crons(settings) for i, name in enumerate(served)}
 
 
 def schedule_of(flow: str, index: int, own: dict[str, str], settings: Settings) -> tuple[str, str]:

@@ -67,10 +67,10 @@ class Jobs:
                                        "restart it with them set)") from None
         name = self.hosts.get(workspace or self.hosts.default_name).name
         self._wait_prefect()
-        return launch(flow, {**(parameters or {}), "workspace": self._job_workspace(name)},
+        return launch(flow, {**(parameters or {}), "workspace": self.job_workspace(name)},
                       tags=[f"workspace:{name}"])
 
-    def _job_workspace(self, name: str) -> str:
+    def job_workspace(self, name: str) -> str:
         """How a run names a served workspace: a registered one by name; the unregistered default by its folder,
         which a run accepts only while a service serves it (engine.job_workspace.workspace_root), so a runner or worker
         shared by several services finds its owner."""
@@ -197,4 +197,4 @@ class Jobs:
             raise ServiceError("resource changes seen but the Prefect API is not ready")
         root = self.hosts.get(name).ws.root
         for rel in paths:
-            emit_resource_changed(self._job_workspace(name), rel, exists=(root / rel).is_file())
+            emit_resource_changed(self.job_workspace(name), rel, exists=(root / rel).is_file())

@@ -18,6 +18,7 @@ inside the running service, never by the CLI commands that merely talk to it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -87,7 +88,7 @@ class Service:
         self._api_thread: threading.Thread | None = None
         self.warnings: list[str] = []  # shown at start and in `status`
         self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
-        self._runner_serves: list[str] = []  # the workspaces the runner's schedules were built for
+        self._runner_serves: list[tuple[str, str]] = []  # (name, run parameter) the runner's schedules were built for
         self._cleaned = 0.0  # when the temp files of killed jobs were last looked for
         self._runner_checked = 0.0  # when a runner restart for a changed set of workspaces last looked at the runs
         self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say)  # what callers ask
@@ -228,33 +229,52 @@ class Service:
             threading.Thread(target=cancel, name=f"dreamflow-cancel-{name}", daemon=True).start()
 
     def _follow_served(self) -> None:
-        """Restart the runner once the served workspaces changed and no job runs, so a workspace added while the
-        service runs gets its nightly schedules (and a removed one loses them) without a restart of the service."""
+        """Restart the runner once the served workspaces or the default changed and no job runs, so a workspace
+        added while the service runs gets its nightly schedules, the new default takes `nightly`, and the
+        nightly deployments of a workspace no longer served are deleted (none keeps a `workspace` parameter that no
+        longer resolves), without a restart of the service."""
         runner = self._child("runner")
-        if runner is None or self.hosts.names() == self._runner_serves or time.monotonic() - self._runner_checked < 5:
+        if runner is None or self._served() == self._runner_serves or time.monotonic() - self._runner_checked < 5:
             return
         self._runner_checked = time.monotonic()
-        from deployments.launch import active_runs
+        from deployments.launch import active_runs, delete_deployments
+        from deployments.serve import scheduled_deployments
 
         try:
             if active_runs(limit=1):
                 return  # a restart would stop it: wait for the runs to end
         except Exception:
             return
-        self.say(f"Schedules   the served workspaces changed ({', '.join(self.hosts.names())}): restarting the runner")
+        self.say(f"Schedules   the served workspaces changed ({', '.join(self.hosts.names())}; default "
+                 f"{self.hosts.default_name}): restarting the runner")
+        before = [name for name, _ in self._runner_serves]
         runner.stop()
         self._plan_runner()
+        try:
+            stale = delete_deployments(scheduled_deployments(self.settings, before)
+                                       - scheduled_deployments(self.settings, [name for name, _ in self._runner_serves]))
+        except Exception as exc:  # Prefect unreachable: they stay paused (the runner paused them on stopping)
+            self.say(f"WARNING: could not delete the deployments of workspaces no longer served: {exc}")
+        else:
+            if stale:
+                self.say(f"Schedules   deleted {', '.join(stale)} (workspaces no longer served)")
         runner.env = self._prefect_env()
         runner.start()
+
+    def _served(self) -> list[tuple[str, str]]:
+        """(name, what a run names it by) of every served workspace, the current default first: the runner's
+        nightly deployments, one per workspace (deployments.serve.build)."""
+        names = [self.hosts.default_name] + [n for n in self.hosts.names() if n != self.hosts.default_name]
+        return [(name, self.jobs.job_workspace(name)) for name in names]
 
     def _plan_runner(self) -> None:
         """The nightly dream schedules the runner builds (deployments.serve.build) for the served workspaces."""
         from deployments.serve import schedule_of
 
         entries = self.hosts.registry.entries
-        self._runner_serves = self.hosts.names()
+        self._runner_serves = self._served()
         self.dream_schedules = {}
-        for i, name in enumerate(self._runner_serves):
+        for i, (name, _) in enumerate(self._runner_serves):
             cron, tz = schedule_of("auto_dream", i, entries[name].settings if name in entries else {}, self.settings)
             self.dream_schedules[name] = {"cron": cron, "timezone": tz}
 
@@ -293,7 +313,7 @@ class Service:
         env["PREFECT_API_URL"] = self.prefect_api or ""
         env["DREAMFLOW_WORKSPACE"] = str(self.ws.root)
         # the runner schedules nightly jobs for these, the default first (deployments.serve.build)
-        env["DREAMFLOW_SERVED"] = ",".join(self._runner_serves or self.hosts.names())
+        env["DREAMFLOW_SERVED"] = json.dumps(dict(self._runner_serves or self._served()))
         return env
 
     def _start_prefect(self) -> None:
