@@ -5,7 +5,7 @@ maintained, one plugin per provider format: AWS, GitHub, Slack, JWT, OpenAI, Str
 URLs, `password=`/`secret:` assignments...), each found value replaced by `[redacted: <kind>]`. The plugins are
 called directly (not through `scan_line`, whose settings are process-global: the service redacts on many
 threads), with detect-secrets' own heuristic filters for ids, UUIDs, templates and `$VAR` references. Its
-high-entropy plugins are left off: they flag every quoted commit SHA and sha256 (benchmarks/secrets.py).
+high-entropy plugins are left off: they flag every quoted commit SHA and sha256 (benchmarks/redaction.py).
 
 Formats detect-secrets lacks, added here (`EXTRA`): Anthropic `sk-ant-...` and current OpenAI `sk-proj-...`
 keys, fine-grained GitHub tokens `github_pat_...`, `Authorization: Bearer ...` values, the whole

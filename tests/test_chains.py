@@ -151,7 +151,7 @@ def test_a_conversation_is_indexed_as_what_was_said(mem):
 
 def test_recall_gives_a_conversation_as_what_was_said_where_no_fact_says_it(mem):
     pack = mem.recall("tram app interface slow", budget=200, path_prefix="session/")
-    assert pack["text"] == f"[{DIALOG}:4] 2026-11-05\nuser: The tram app interface is slow."  # cited with its day
+    assert pack["text"].endswith(f"\n\n[{DIALOG}:4] 2026-11-05\nuser: The tram app interface is slow.")  # its day
     cited = mem.recall("Wednesdays Saturdays mornings busy", budget=400, path_prefix="session/")
     assert "Wednesdays" not in cited["text"]  # line 3 is a card fact's source: the fact is what is given
 

@@ -50,6 +50,7 @@ ARGS = {
     "node_search": {"query": QUERY},
     "traverse": {"paths": ["digest/wiki/{m}-page.md"]},
     "trace": {"path": "digest/wiki/{m}-page.md", "fact": "L3"},
+    "retract": {"path": "digest/wiki/{m}-page.md", "fact": "f99", "reason": "scratch"},
     "doctor": {},
     "doctor_fix": {},
     "relink": {"target": "digest/none.md", "new_target": "digest/none2.md"},

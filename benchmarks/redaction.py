@@ -5,7 +5,7 @@ rate per kind (the secret's value is gone from the text) and the false positives
 changed), for what Dreamflow uses and for detect-secrets' two high-entropy plugins (left off: their false
 positives), and the cost per line.
 
-    python benchmarks/secrets.py
+    python benchmarks/redaction.py
 """
 
 from __future__ import annotations
