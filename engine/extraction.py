@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, field_validator
 from engine import quality, relative_dates
 from engine.llm import response_schema
 from storage import facts
+from storage.chunking import ECHO_NEW_WORDS
 from storage.tokenize import terms
 
 MAX_FACTS = 30          # per answer
@@ -328,12 +329,22 @@ def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> t
 
 
 def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
-    """The user message an assistant's fact repeats (see `from_user`), or None."""
+    """The user message an assistant's fact repeats (see `from_user`), or None: the nearest one holding
+    `ECHO_SHARE` of its content words, or the user message it replies to when it only echoes that one (repeats
+    some of its words and adds no more than a reply that echoes a line, storage/chunking.ECHO_NEW_WORDS or as many
+    as it repeats: "Osteria Lupa sounds lovely for an anniversary." after "We booked Osteria Lupa for our
+    anniversary dinner.")."""
     wanted = _content(text)
     first = min(items.index(c) for c in cited)
+    replied = True  # the first user message before it: the one it replies to
     for item in reversed(items[:first]):
-        if item.speaker == "user" and wanted and len(wanted & set(terms(item.text))) >= ECHO_SHARE * len(wanted):
+        if item.speaker != "user" or not wanted:
+            continue
+        shared = wanted & set(terms(item.text))
+        if len(shared) >= ECHO_SHARE * len(wanted) or (
+                replied and shared and len(wanted - shared) <= max(ECHO_NEW_WORDS, len(shared))):
             return item
+        replied = False
     return None
 
 

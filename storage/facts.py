@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from storage import redact
 
@@ -120,22 +121,22 @@ def plain_text(text: str) -> str:
     anywhere escaped (`(until\\:: x)`, `\\^f1`, `\\## History`: Markdown shows them as written; code spans as
     written), a block opening it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the
     workspace (their alias or target, as words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
-    text = _WIKILINK.sub(_inside_link, " ".join(str(text).split()))
-    at, pieces = 0, []
-    for link in _WIKILINK.finditer(text):  # the links kept stay as written
-        pieces += [_escaped(text[at:link.start()]), link.group(0)]
-        at = link.end()
-    text = "".join(pieces) + _escaped(text[at:])
+    text = _apart(_WIKILINK.sub(_inside_link, " ".join(str(text).split())), _WIKILINK, _escaped)  # links kept
     return _ORDERED.sub(r"\1\\", _OPENS_BLOCK.sub("\\\\", text, count=1), count=1)
+
+
+def _apart(text: str, spans: re.Pattern, outside: Callable[[str], str], inside: Callable[[str], str] = str) -> str:
+    """`text` with `outside` applied between the matches of `spans`, `inside` to each match."""
+    at, pieces = 0, []
+    for span in spans.finditer(text):
+        pieces += [outside(text[at:span.start()]), inside(span.group(0))]
+        at = span.end()
+    return "".join(pieces) + outside(text[at:])
 
 
 def _escaped(text: str) -> str:
     """`text` (no wikilink) escaped; its code spans as written, but for a field's space, made a no-break one."""
-    at, pieces = 0, []
-    for code in _CODE_SPAN.finditer(text):
-        pieces += [_escaped_words(text[at:code.start()]), _CODE_FIELD.sub("\\1\u00a0", code.group(0))]
-        at = code.end()
-    return "".join(pieces) + _escaped_words(text[at:])
+    return _apart(text, _CODE_SPAN, _escaped_words, lambda code: _CODE_FIELD.sub("\\1\u00a0", code))
 
 
 def _escaped_words(text: str) -> str:
@@ -166,21 +167,12 @@ def said(text: str) -> str:
     """A fact's sentence as it was said, for people to read (the dashboard, the CLI's text): the escapes
     `plain_text` wrote taken off again (`\\::`, `\\^`, `\\#`, a block opening's `\\`, a code span's no-break
     space after a field); kept wikilinks and code spans as written. The line in the file keeps its escapes."""
-    text = str(text)
-    at, pieces = 0, []
-    for link in _WIKILINK.finditer(text):
-        pieces += [_unescaped(text[at:link.start()]), link.group(0)]
-        at = link.end()
-    text = "".join(pieces) + _unescaped(text[at:])
+    text = _apart(str(text), _WIKILINK, _unescaped)
     return _SAID_ORDERED.sub(r"\1", _SAID_OPENS.sub("", text, count=1), count=1)
 
 
 def _unescaped(text: str) -> str:
-    at, pieces = 0, []
-    for code in _CODE_SPAN.finditer(text):
-        pieces += [_said_words(text[at:code.start()]), _SAID_CODE_FIELD.sub("\\1 ", code.group(0))]
-        at = code.end()
-    return "".join(pieces) + _said_words(text[at:])
+    return _apart(text, _CODE_SPAN, _said_words, lambda code: _SAID_CODE_FIELD.sub("\\1 ", code))
 
 
 def _said_words(text: str) -> str:

@@ -30,6 +30,9 @@ ECHOES = [  # (user line, assistant line, the assistant's fact, what the card ke
      "A green Fabia now, noted.", "I sold the Corolla and bought a green Škoda Fabia."),
     ("My new landlord is Ms. Varga.", "Ms. Varga is your landlord now.",
      "Ms. Varga is your landlord now.", "My new landlord is Ms. Varga."),
+    # the real 1.5B model filed the assistant's reply: it repeats three of the user's words and adds two
+    ("We booked Osteria Lupa for our anniversary dinner.", "Osteria Lupa sounds lovely for an anniversary.",
+     "Osteria Lupa sounds lovely for an anniversary.", "We booked Osteria Lupa for our anniversary dinner."),
 ]
 
 
