@@ -592,18 +592,20 @@ def _insert_files(con: duckdb.DuckDBPyConnection, items: list[Item]) -> set[str]
 
 
 def _unsaid(chunks: list[Chunk], cited: set[int] | None) -> list[Chunk]:
-    """A conversation's chunks searched by the records no card fact cites (`cited` lines) or echoes
-    (storage/chunking.echoes); a chunk all of whose records are cited is left out."""
+    """A conversation's chunks as the records no card fact cites (`cited` lines) or echoes
+    (storage/chunking.echoes): searched by their words and shown as them (a hit never shows what the facts say
+    in the conversation's words); a chunk all of whose records are cited is left out."""
     if not cited:
         return chunks
     cited = cited | echoes([record for chunk in chunks for record in chunk.said], cited)
     kept = []
     for chunk in chunks:
-        if chunk.said:
-            words = [text for line, _, text in chunk.said if line not in cited]
-            if not words:
-                continue
-            chunk = replace(chunk, search_text="\n".join(words))
+        left = [(speaker, text) for line, speaker, text in chunk.said if line not in cited]
+        if chunk.said and not left:
+            continue
+        if len(left) < len(chunk.said):
+            chunk = replace(chunk, search_text="\n".join(text for _, text in left),
+                            text="\n\n".join(f"{speaker}: {text}" for speaker, text in left))
         kept.append(chunk)
     return kept
 

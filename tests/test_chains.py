@@ -146,6 +146,7 @@ def test_a_conversation_is_indexed_as_what_was_said(mem):
     assert said["path"] == DIALOG and "user: The tram app interface is slow." in said["text"]
     assert "role:" not in said["text"] and "created_at" not in said["text"]
     assert said["date"] == "2026-11-05"  # a chunk holds one day's records: the day they were said
+    assert "Wednesdays" not in said["text"]  # the day's record a card fact cites: the fact shows it, not this hit
     assert mem.search("tram app interface", path_prefix="session/", as_of="2026-11-04") == []  # not said yet
 
 
