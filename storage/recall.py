@@ -129,8 +129,8 @@ def merge(own: str, parts: list[tuple[str, dict]], budget: int, given: set[str])
     while they fit; pieces all of whose lines are in `given` are left out. The keys of the lines given."""
     pieces = []
     for order, (workspace, answer) in enumerate(parts):
-        texts = answer["text"].removeprefix(FRAME + "\n\n").split("\n\n") if answer["text"] else []  # pieces
-        # hold no blank line
+        texts = answer["text"].removeprefix(FRAME + "\n\n").split("\n\n") if answer["text"] else []  # no piece
+        # holds a blank line (a record's words are one line, `_lines`)
         for place, (item, text) in enumerate(zip(answer["items"], texts)):
             head, _, body = text.partition("\n")
             keys = [line_key(item["path"], line) for line in body.split("\n")]
@@ -211,7 +211,7 @@ def _lines(con: duckdb.DuckDBPyConnection, ws: Workspace, path: str) -> list[str
     cited |= echoes(records, cited)
     for n, speaker, text in records:
         if n not in cited:
-            lines[n - 1] = f"{speaker}: {text}"
+            lines[n - 1] = f"{speaker}: {' '.join(text.split())}"  # one line, as the record is
     return lines
 
 
