@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import Any
 
@@ -71,16 +72,21 @@ class Piece:
     def end_line(self) -> int:
         return self.lines[-1][0]
 
+    @cached_property
+    def _shown(self) -> list[tuple[str, bool]]:
+        """Each line as it may be put before a model and whether an instruction was left out of it
+        (storage/instructions.neutralise: memory is quoted as data); worked out once for `render` and `flags`."""
+        return [neutralise(text, f"{self.path}:{n}") for n, text in self.lines]
+
     def render(self) -> str:
-        """`[path:start-end] when` and its lines, each that reads as an instruction neutralised
-        (storage/instructions.py: memory is quoted as data)."""
+        """`[path:start-end] when` and its lines, each that reads as an instruction neutralised."""
         where = f"{self.path}:{self.start_line}" + (f"-{self.end_line}" if self.end_line != self.start_line else "")
         head = f"[{where}]" + (f" {self.when}" if self.when else "")
-        return head + "\n" + "\n".join(neutralise(text, f"{self.path}:{n}")[0] for n, text in self.lines)
+        return head + "\n" + "\n".join(text for text, _ in self._shown)
 
     @property
     def flags(self) -> list[str]:
-        return [FLAG] if any(neutralise(text, "")[1] for _, text in self.lines) else []
+        return [FLAG] if any(flagged for _, flagged in self._shown) else []
 
 
 def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: int, given: set[str] | None = None,
