@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from storage.facts import SOURCES, Fact, parse_line
 from storage.model import Chunk, split_lines
 from storage.outline import Block, Outline, parse_blocks, trim
+from storage.tokenize import terms
 
 MAX_CHARS = 1500  # default chunk size in characters (tuned with the LoCoMo retrieval benchmark)
 TEXT_OVERLAP_LINES = 2  # lines repeated between consecutive chunks of plain text files
@@ -505,8 +506,6 @@ def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
     user's, right after the user's cited message, repeating some of its words and adding no more than
     ECHO_NEW_WORDS or as many as it repeats ("Noted, gym on Mondays and Thursdays.", "March 14 for Tomasz, I'll
     keep it in mind."): the fact citing the user's line says what it says. A reply adding more is its own."""
-    from storage.tokenize import terms
-
     ack = set(terms(ACKNOWLEDGING))
     found, last_user = set(), None
     for line, speaker, text in records:
