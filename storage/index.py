@@ -36,7 +36,7 @@ import duckdb
 
 from storage import redact, redaction_log, search_cache
 from storage.chunking import echoes
-from storage.model import Chunk, ParsedFile, normalize_tag
+from storage.model import DIALOG, Chunk, ParsedFile, normalize_tag
 from storage.sql import in_list
 from storage.tokenize import term_hash, terms
 from storage.errors import DreamflowError
@@ -45,7 +45,7 @@ from storage.workspace import Workspace, content_hash, is_scratch_name, is_utf8,
 Progress = Callable[[int, int], None]
 
 BATCH_FILES = 500  # files parsed and written per insert batch
-DIGEST, DAILY, DIALOG = "digest/", "daily/", "session/dialog/"  # nodes cite cards, cards cite conversations
+DIGEST, DAILY = "digest/", "daily/"  # nodes cite cards, cards cite conversations (DIALOG)
 LINE_RANGE = re.compile(r"L(\d+)(?:-L(\d+))?")  # a link's line anchor: `L3`, `L3-L5`
 RACY_SECONDS = 2.0  # a file modified this close to its indexing may have changed unseen: hash it
 

@@ -39,7 +39,7 @@ from frontmatter.default_handlers import YAMLHandler
 
 from storage.chunking import chunk_jsonl, chunk_markdown, chunk_text
 from storage.outline import Outline, parse_blocks
-from storage.model import GENERATED_BLOCKS, Link, ParsedFile, split_lines
+from storage.model import DIALOG, GENERATED_BLOCKS, Link, ParsedFile, split_lines
 from storage.yaml_load import load as load_yaml
 
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
@@ -509,7 +509,6 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-DIALOG = "session/dialog/"  # conversation records: indexed as what was said (storage/chunking.chunk_jsonl)
 DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")  # its card list is generated (storage/day_page.py)
 _GENERATED = re.compile(r"^daily/\d{4}-\d{2}-\d{2}/interests\.yaml$")  # the dream's topics for proactive
 

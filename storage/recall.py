@@ -36,13 +36,13 @@ from storage.instructions import FLAG, FRAME, neutralise
 from storage.errors import IndexBusy, NotFound
 from storage.index import cited_lines
 from storage.locks import FileLock, LockTimeout
+from storage.model import DIALOG
 from storage.relevance import QueryTerms, relevant
 from storage.search import search
 from storage.tokenize import terms, tokens
 from storage.workspace import Workspace, check_session_id
 
 PER_FILE = 2  # passages of one file among the candidates
-DIALOG = "session/dialog/"  # conversations: given as what was said, where no fact says it (`_lines`)
 MAX_POOL = 400  # most search hits one recall looks through
 DEEPER = 4  # times more hits looked through while the budget is not full
 FOLLOW = 1  # non-blank lines kept after each matching line

@@ -24,7 +24,7 @@ import duckdb
 from storage import search_cache, timeref, validity
 from storage.bm25 import Window, holds, score
 from storage.instructions import flags as instruction_flags
-from storage.model import normalize_tag
+from storage.model import DIALOG, normalize_tag
 from storage.sql import FILE_FACTS, Expr, in_list, sql_literal
 from storage.tokenize import term_hash, terms
 
@@ -33,7 +33,6 @@ CANDIDATES = 50  # at least this many candidates from each list go into the fusi
 PER_FILE = 1  # default cap on the chunks of one file among the results (more distinct memories per call)
 MORE_RANGES = 10  # a hit's `more`: at most this many of its file's other matching line ranges
 ARCHIVE = "digest/archive/"  # archived nodes: searched only when asked for
-DIALOG = "session/dialog/"  # conversations: a chunk's window starts the day its first record was said
 DATE_BOOST = 1.5  # BM25 factor of a chunk whose file is dated in a period the query names (storage/timeref.py)
 DATE_AFTER = 7  # days after a named period that still count as in it: a note tells of the days before it
 DATE_SPANS = 8  # at most this many of the periods a query names are looked up
