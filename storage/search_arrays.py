@@ -185,12 +185,16 @@ class SearchCache:
         if len(self.info) != count:
             self._load_files(con)
 
+    def _held(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dense positions of chunk `ids` int64, mask of the ids held): positions are meaningful where held."""
+        pos = np.searchsorted(self.ids, ids)
+        held = pos < len(self.ids)
+        held[held] = self.ids[pos[held]] == ids[held]
+        return pos, held
+
     def _positions(self, part: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term, dense chunk position, tf) of fetched postings rows, rows of unknown chunks dropped."""
-        cid = part["chunk_id"].astype(np.int64)
-        pos = np.searchsorted(self.ids, cid)
-        ok = pos < len(self.ids)
-        ok[ok] = self.ids[pos[ok]] == cid[ok]
+        pos, ok = self._held(part["chunk_id"].astype(np.int64))
         return part["term"].astype(np.uint64)[ok], pos[ok].astype(np.int32), part["tf"].astype(np.int64)[ok]
 
     def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -263,9 +267,7 @@ class SearchCache:
 
     def _kill(self, ids: np.ndarray, changed_files: set[int]) -> None:
         """Mark these chunk ids dead (those held and still live); their files go into `changed_files`."""
-        pos = np.searchsorted(self.ids, ids)
-        held = pos < len(self.ids)
-        held[held] = self.ids[pos[held]] == ids[held]
+        pos, held = self._held(ids)
         pos = pos[held]
         pos = pos[self.live[pos]]
         if not len(pos):
@@ -327,9 +329,9 @@ class SearchCache:
             if not self.sync(con):
                 return None
             want = np.asarray(ids, dtype=np.int64)
-            pos = np.minimum(np.searchsorted(self.ids, want), max(len(self.ids) - 1, 0))
-            found = (self.ids[pos] == want) & (self.became[pos] >= 0) if len(self.ids) else np.zeros(0, dtype=bool)
-            return dict(zip(want[found].tolist(), self.became[pos[found]].tolist()))
+            pos, held = self._held(want)
+            became = self.became[pos[held]]
+            return dict(zip(want[held][became >= 0].tolist(), became[became >= 0].tolist()))
 
     def links(self, con: duckdb.DuckDBPyConnection, paths: set[str]) -> list[tuple] | None:
         """Links leaving or entering `paths` (self-links left out), as storage.search._link_rows orders them."""
