@@ -212,10 +212,11 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
     shown = [(n, text) for n, text in shown if text.lstrip("# ").strip() != name]
     if path.startswith("daily/"):  # a card: its facts a dream made node facts are the digest's (one truth each)
         consumed = _consumed(memory, path)
-        kept = [(n, text) for n, text in shown if (fact := facts.parse_line(text)) is None or fact.id not in consumed]
-        if consumed and not any(facts.parse_line(text) for _, text in kept):
-            return None, [], None
-        shown = kept
+        if consumed:
+            read = [(n, text, facts.parse_line(text)) for n, text in shown]
+            shown = [(n, text) for n, text, fact in read if fact is None or fact.id not in consumed]
+            if not any(fact is not None and fact.id not in consumed for _, _, fact in read):
+                return None, [], None  # all its facts are the digest's
     shown = shown[:FIRST_LINES]
     if not (name or description or shown):
         return None, [], None
