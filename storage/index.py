@@ -35,7 +35,6 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 import duckdb
 
 from storage import redact, redaction_log, search_cache
-from storage.chunking import echoes
 from storage.model import DIALOG, Chunk, ParsedFile, normalize_tag
 from storage.sql import in_list
 from storage.tokenize import term_hash, terms
@@ -597,6 +596,8 @@ def _unsaid(chunks: list[Chunk], cited: set[int] | None) -> list[Chunk]:
     in the conversation's words); a chunk all of whose records are cited is left out."""
     if not cited:
         return chunks
+    from storage.chunking import echoes  # a write's: the chunker imports marko, which `dreamflow search` never needs
+
     cited = cited | echoes([record for chunk in chunks for record in chunk.said], cited)
     kept = []
     for chunk in chunks:

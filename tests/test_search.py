@@ -321,3 +321,22 @@ def test_node_search_keeps_one_bucket_your_own_folders_too(tmp_path):
                                       "--json"])
     assert result.exit_code == 0, result.output
     assert [h["path"] for h in _json.loads(result.output)] == ["digest/project/build.md"]
+
+
+def test_search_from_the_cli_leaves_the_markdown_parser_unloaded(ws):
+    """`dreamflow search` reads the index: the chunker and its Markdown parser (marko) are the writes' alone."""
+    import json
+    import subprocess
+    import sys
+
+    from cli_probe import ENTRY_PROBE
+
+    from storage.memory import Memory
+
+    Memory(ws.root).write("notes/fast.md", "quick brown fox")  # indexed here: the CLI's search only reads
+    proc = subprocess.run([sys.executable, "-c", ENTRY_PROBE, "--workspace", str(ws.root), "search", "fox", "--json"],
+                          capture_output=True, text=True, input="", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "fast.md" in proc.stdout  # the search really ran
+    modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert not [m for m in modules if m.split(".")[0] == "marko" or m in ("storage.chunking", "storage.outline")]
