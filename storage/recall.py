@@ -195,7 +195,6 @@ def _lines(con: duckdb.DuckDBPyConnection, ws: Workspace, path: str) -> list[str
     what was said (`speaker: text`, storage/chunking.said); a record a card fact cites, or that echoes one
     (storage/chunking.echoes), is left out (the fact says it, and search gives the fact), as is one that says
     nothing (a tool call)."""
-    from storage.chunking import echoes, said  # a conversation's records (the chunker's marko import, only then)
     from storage.text_view import text_lines
 
     try:
@@ -204,6 +203,8 @@ def _lines(con: duckdb.DuckDBPyConnection, ws: Workspace, path: str) -> list[str
         return []
     if not path.startswith(DIALOG):
         return lines
+    from storage.chunking import echoes, said  # a conversation's records (the chunker's marko import, only then)
+
     cited = cited_lines(con, [path]).get(path, set())
     records = []
     for n, line in enumerate(lines, 1):
