@@ -183,6 +183,8 @@ def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip)
 
     off = hook(start(), trip, env={"DREAMFLOW_INJECT_START": "0"})
     assert injected(off, "SessionStart") is None
+    off = hook(prompt("Which hotel did Ana book?"), trip, env={"DREAMFLOW_INJECT_PROMPT": "off"})
+    assert injected(off, "UserPromptSubmit") is None
 
 
 def test_session_start_digest_shows_the_digest_folders_of_your_own_after_the_standard_ones(trip):
@@ -199,8 +201,6 @@ def test_session_start_digest_shows_the_digest_folders_of_your_own_after_the_sta
     assert order == sorted(order), text
     assert "`npm run build` writes dist/." in text and "Water at dawn." in text
     assert "digest/archive/" not in text
-    off = hook(prompt("Which hotel did Ana book?"), trip, env={"DREAMFLOW_INJECT_PROMPT": "off"})
-    assert injected(off, "UserPromptSubmit") is None
 
 
 def test_session_start_leaves_out_what_no_longer_holds(trip):
