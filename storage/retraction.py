@@ -63,10 +63,6 @@ def card_text(text: str, fact: str, day: str) -> str | None:
     return _ending(facts.update(text, fact, retracted=day), text)
 
 
-def card_fact(text: str, fact: str) -> facts.Fact | None:
-    return facts.by_id(text).get(fact)
-
-
 def card_sources(fact: facts.Fact) -> list[tuple[str, str]]:
     """(card path, fact id) of the card facts a node fact cites."""
     out = []
