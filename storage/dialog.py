@@ -8,14 +8,13 @@ N non-blank lines are summarised). `mark_summarised` moves that checkpoint forwa
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-import datetime as dt
 from datetime import datetime, timezone
 from typing import Any
-
-from collections import Counter
 
 from storage import checkpoints, redact, redaction_log
 from storage.errors import NotFound

@@ -104,16 +104,38 @@ class Fact:
         return " ".join(parts) + (f" ^{self.id}" if self.id else "")
 
 
-# what would read as structure inside a fact's sentence (see the module docstring)
-_FIELD_COLONS = re.compile(r"(?<![\\:]):{2,}")  # `(key:: v)`, `[key::v]`, `key:: v`, `key::v`
-_BLOCK_ID = re.compile(r"(?<!\S)\^(?=[A-Za-z0-9])")
-_INNER_HEADING = re.compile(r"(?<!\S)(?=#{1,6}(?:\s|$))")
-_OPENS_BLOCK = re.compile(r"^(?=[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
-_ORDERED = re.compile(r"^(\d{1,9})(?=[.)](?:\s|$))")
+class _Escape:
+    """A `\\` that `plain_text` writes between what matches `before` and what matches `after`, so that what
+    follows is not read as structure, and that `said` takes off again: one declaration for both directions."""
+
+    def __init__(self, before: str, after: str):
+        self._on = re.compile(f"{before}(?=(?:{after}))")
+        self._off = re.compile(f"(?P<before>{before})\\\\(?=(?:{after}))")
+
+    def write(self, text: str) -> str:
+        return self._on.sub(lambda m: m.group(0) + "\\", text)
+
+    def take_off(self, text: str) -> str:
+        return self._off.sub(lambda m: m.group("before"), text)
+
+
+# what would read as structure inside a fact's sentence (see the module docstring), escaped in this order
+_FIELD_COLONS = _Escape(r"(?<![\\:])", r":{2,}")  # `(key:: v)`, `[key::v]`, `key:: v`, `key::v`
+_IN_WORDS = (_FIELD_COLONS, _Escape(r"(?<!\S)", r"\^[A-Za-z0-9]"),  # a block id
+             _Escape(r"(?<!\S)", r"#{1,6}(?:\s|$)"))  # a heading
+_OPENING = (_Escape("^", r"[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|(?P<rule>[-*_])(?:\s*(?P=rule)){2,}\s*$"),  # a block
+            _Escape(r"^\d{1,9}", r"[.)](?:\s|$)"))  # an ordered list item
 _WIKILINK = re.compile(r"\[\[([^\[\]\n]+?)\]\]")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
-_CODE_FIELD = re.compile(r"(\([a-z_]+::) ")  # what `parse_line` reads as a field even inside code
+_CODE_FIELD = r"(\([a-z_]+::)"  # what `parse_line` reads as a field even inside code: its space made a no-break one
+_CODE_FIELD_ON, _CODE_FIELD_OFF = re.compile(_CODE_FIELD + " "), re.compile(_CODE_FIELD + "\u00a0")
+
+
+def _all(escapes: tuple[_Escape, ...], text: str, off: bool = False) -> str:
+    for escape in escapes:
+        text = escape.take_off(text) if off else escape.write(text)
+    return text
 
 
 def plain_text(text: str) -> str:
@@ -122,7 +144,7 @@ def plain_text(text: str) -> str:
     written), a block opening it (`\\> `, `\\- `, `\\```...`) and wikilinks into `metadata/` or out of the
     workspace (their alias or target, as words). Idempotent: `plain_text(plain_text(t)) == plain_text(t)`."""
     text = _apart(_WIKILINK.sub(_inside_link, " ".join(str(text).split())), _WIKILINK, _escaped)  # links kept
-    return _ORDERED.sub(r"\1\\", _OPENS_BLOCK.sub("\\\\", text, count=1), count=1)
+    return _all(_OPENING, text)
 
 
 def _apart(text: str, spans: re.Pattern, outside: Callable[[str], str], inside: Callable[[str], str] = str) -> str:
@@ -136,11 +158,11 @@ def _apart(text: str, spans: re.Pattern, outside: Callable[[str], str], inside: 
 
 def _escaped(text: str) -> str:
     """`text` (no wikilink) escaped; its code spans as written, but for a field's space, made a no-break one."""
-    return _apart(text, _CODE_SPAN, _escaped_words, lambda code: _CODE_FIELD.sub("\\1\u00a0", code))
+    return _apart(text, _CODE_SPAN, _escaped_words, lambda code: _CODE_FIELD_ON.sub("\\1\u00a0", code))
 
 
 def _escaped_words(text: str) -> str:
-    return _INNER_HEADING.sub("\\\\", _BLOCK_ID.sub("\\\\^", _fields_off(text)))
+    return _all(_IN_WORDS, text)
 
 
 def _inside_link(match: re.Match) -> str:
@@ -154,38 +176,25 @@ def _inside_link(match: re.Match) -> str:
     return " ".join((alias.strip() or head.strip()).split())
 
 
-# the escapes `plain_text` writes, as `said` takes them off again
-_SAID_FIELD = re.compile(r"\\(?=:{2,})")
-_SAID_BLOCK_ID = re.compile(r"(?<!\S)\\(?=\^[A-Za-z0-9])")
-_SAID_HEADING = re.compile(r"(?<!\S)\\(?=#{1,6}(?:\s|$))")
-_SAID_OPENS = re.compile(r"^\\(?=[><]|`{3,}[^`]*$|~{3}|[-+*](?:\s|$)|([-*_])(?:\s*\1){2,}\s*$)")
-_SAID_ORDERED = re.compile(r"^(\d{1,9})\\(?=[.)](?:\s|$))")
-_SAID_CODE_FIELD = re.compile(r"(\([a-z_]+::)\u00a0")
-
-
 def said(text: str) -> str:
     """A fact's sentence as it was said, for people to read (the dashboard, the CLI's text): the escapes
     `plain_text` wrote taken off again (`\\::`, `\\^`, `\\#`, a block opening's `\\`, a code span's no-break
     space after a field); kept wikilinks and code spans as written. The line in the file keeps its escapes."""
     text = _apart(str(text), _WIKILINK, _unescaped)
-    return _SAID_ORDERED.sub(r"\1", _SAID_OPENS.sub("", text, count=1), count=1)
+    return _all(_OPENING, text, off=True)
 
 
 def _unescaped(text: str) -> str:
-    return _apart(text, _CODE_SPAN, _said_words, lambda code: _SAID_CODE_FIELD.sub("\\1 ", code))
+    return _apart(text, _CODE_SPAN, _said_words, lambda code: _CODE_FIELD_OFF.sub("\\1 ", code))
 
 
 def _said_words(text: str) -> str:
-    return _SAID_HEADING.sub("", _SAID_BLOCK_ID.sub("", _SAID_FIELD.sub("", text)))
+    return _all(_IN_WORDS, text, off=True)
 
 
 def plain_value(value: str) -> str:
     """A field's value that ends where its field does: no brackets, parentheses or field `::` of its own."""
-    return " ".join(_fields_off(re.sub(r"[()\[\]]", " ", str(value))).split())
-
-
-def _fields_off(text: str) -> str:
-    return _FIELD_COLONS.sub(lambda m: "\\" + m.group(0), text)
+    return " ".join(_FIELD_COLONS.write(re.sub(r"[()\[\]]", " ", str(value))).split())
 
 
 def _plain_label(label: str) -> str:

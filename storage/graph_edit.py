@@ -119,10 +119,10 @@ def replay_move(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> li
     """Rewrite the links of a move's `plan` in the files still as planned (the rename done); re-index."""
     src, dst = plan["src"], plan["dst"]
     rewritten = []
-    for rel, text in _unchanged(ws, plan["files"]):
+    for rel, text in unchanged(ws, plan["files"]):
         changed, count = rewrite_links(text, src, dst)
         if count:
-            _write(ws, rel, changed)
+            write_text(ws, rel, changed)
             rewritten.append({"path": rel, "links": count})
     index.remove_file(con, src, ws)
     reindex(con, ws, [dst, *plan["files"]])  # all planned files: a crashed run rewrote some unindexed
@@ -136,7 +136,7 @@ def replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> 
     old_lines = old_text.splitlines() if old_text is not None else None
     new_lines = new_text.splitlines() if new_text is not None else None
     rewritten = []
-    for source, text in _unchanged(ws, plan["files"]):
+    for source, text in unchanged(ws, plan["files"]):
         dropped = 0
 
         def follow(anchor: str | None) -> str | None:
@@ -149,7 +149,7 @@ def replay_relink(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> 
 
         changed, count = rewrite_links(text, target, new_target, anchor=follow)
         if changed != text:
-            _write(ws, source, changed)
+            write_text(ws, source, changed)
             rewritten.append({"path": source, "links": count, "anchors_dropped": dropped})
     reindex(con, ws, list(plan["files"]))  # all planned files: a crashed run rewrote some unindexed
     return rewritten
@@ -191,7 +191,7 @@ def _hashes(ws: Workspace, paths: list[str]) -> dict[str, str]:
     return out
 
 
-def _unchanged(ws: Workspace, files: dict[str, str]):
+def unchanged(ws: Workspace, files: dict[str, str]):
     """(path, text) of the planned files whose content still has the recorded hash (not yet rewritten).
     Text is decoded with surrogateescape, so bytes that are not UTF-8 survive the rewrite unchanged."""
     for rel, digest in files.items():
@@ -200,7 +200,7 @@ def _unchanged(ws: Workspace, files: dict[str, str]):
             yield rel, data.decode("utf-8", "surrogateescape")
 
 
-def _write(ws: Workspace, rel: str, text: str) -> None:
+def write_text(ws: Workspace, rel: str, text: str) -> None:
     ws.write_bytes(rel, text.encode("utf-8", "surrogateescape"))
 
 

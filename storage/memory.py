@@ -644,7 +644,7 @@ class Memory:
         Facts written from the retracted one are listed in `review`. Nothing is deleted; journaled like a move."""
         import datetime as dt
 
-        from storage import journal, retraction
+        from storage import facts, journal, retraction
 
         check_text(fact=fact, reason=reason, correct=correct)
         if correct is not None and not correct.strip():
@@ -661,15 +661,18 @@ class Memory:
             new = {rel: self._described(rel, texts[rel], new_node)}
             cards, lines, missing = retraction.card_sources(wrong), [], []
             for card, card_fact in cards:
-                try:
-                    texts[card] = self._read_text(card)
-                except NotFound:
+                if card not in texts:  # read once, however many of its facts the node fact cites
+                    try:
+                        texts[card] = self._read_text(card)
+                    except NotFound:
+                        texts[card] = None
+                if texts[card] is None:
                     missing.append(f"{card}#^{card_fact}")
                     continue
                 marked = retraction.card_text(new.get(card, texts[card]), card_fact, day)
                 if marked is not None:
                     new[card] = self._described(card, texts[card], marked)
-                said = retraction.card_fact(texts[card], card_fact)
+                said = facts.by_id(texts[card]).get(card_fact)
                 lines += [s for s in (said.sources if said else ()) if s not in lines]
             plan = retraction.plan(rel, texts, new)
             with journal.intent(self.ws, "retract", plan):

@@ -103,7 +103,7 @@ def _filtered(secret: str, line: str, plugin) -> bool:
             or h.is_likely_id_string(secret, line, plugin) or len(secret) < 4)
 
 
-def _line_secrets(line: str) -> list[tuple[str, str]]:
+def _line_secrets(line: str) -> list[tuple[str, str, bool]]:
     """`(kind, value, by keyword)` of what the plugins find in one line."""
     from detect_secrets.plugins.keyword import CONFIG_DENYLIST_REGEX_TO_GROUP, QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import duckdb
 
-from storage import facts, index
+from storage import facts, graph_edit, index
 from storage.errors import Conflict, NotFound
 from storage.workspace import Workspace, content_hash
 
@@ -63,10 +63,6 @@ def card_text(text: str, fact: str, day: str) -> str | None:
     return _ending(facts.update(text, fact, retracted=day), text)
 
 
-def card_fact(text: str, fact: str) -> facts.Fact | None:
-    return facts.by_id(text).get(fact)
-
-
 def card_sources(fact: facts.Fact) -> list[tuple[str, str]]:
     """(card path, fact id) of the card facts a node fact cites."""
     out = []
@@ -99,18 +95,13 @@ def plan(node: str, texts: dict[str, str], new: dict[str, str]) -> dict:
 
 def replay(con: duckdb.DuckDBPyConnection, ws: Workspace, plan: dict) -> list[str]:
     """Write each planned file still as planned (its hash unchanged) with its new text, then re-index them all
-    (nodes first, then cards: a card fact takes the window of the node fact citing it); returns those written."""
+    (nodes first, then cards: a card fact takes the window of the node fact citing it); returns those written.
+    The same steps as a move's or a relink's replay (storage/graph_edit.py)."""
     written = []
-    for rel, digest in plan["files"].items():
-        try:
-            data = ws.read_bytes(rel)
-        except (NotFound, OSError):
-            continue
-        if content_hash(data) == digest:
-            ws.write_bytes(rel, plan["texts"][rel].encode("utf-8", "surrogateescape"))
-            written.append(rel)
-    for rel in sorted(plan["files"], key=lambda r: not r.startswith("digest/")):
-        index.index_file(con, ws, rel, force=True)
+    for rel, _ in graph_edit.unchanged(ws, plan["files"]):
+        graph_edit.write_text(ws, rel, plan["texts"][rel])
+        written.append(rel)
+    graph_edit.reindex(con, ws, sorted(plan["files"], key=lambda r: not r.startswith("digest/")))
     return written
 
 

@@ -73,7 +73,7 @@ def _crash_after(monkeypatch, writes: int):
     """Make the graph edit die (as a kill would) after `writes` rewritten files."""
     from storage import graph_edit
 
-    real = graph_edit._write
+    real = graph_edit.write_text
     done = []
 
     def write(ws, rel, text):
@@ -82,7 +82,7 @@ def _crash_after(monkeypatch, writes: int):
         done.append(rel)
         real(ws, rel, text)
 
-    monkeypatch.setattr(graph_edit, "_write", write)
+    monkeypatch.setattr(graph_edit, "write_text", write)
 
 
 def _linked(tmp_path, n=12):
