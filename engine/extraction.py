@@ -316,7 +316,7 @@ def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> t
             out.append(fact)
             continue
         taken += 1
-        others = [f for f in [*out, *kept[n + 1:]]]
+        others = [*out, *kept[n + 1:]]
         words = _their_words(fact.text, [echoed])
         checked = _check(words[0], fact.kind, [echoed], items, material) if words else _Checked(rule="none")
         if not checked.rule and not _said_already(checked.text, others):

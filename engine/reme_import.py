@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -164,19 +163,19 @@ def _copy_dialog(fh: BinaryIO, ws: Workspace, rel: str, overwrite: bool, kept: d
                  st: os.stat_result) -> str:
     """`copy_file` of a session dialog: its lines redacted (`dialog.redact_line`), compared and written whole
     (it is under the import cap)."""
-    counts, private = Counter(kept.counts), kept.private
-    data = b"".join(dialog.redact_line(line, kept) for line in fh)
+    mine = dialog.Kept(kept.patterns)  # tallied into `kept` only when written
+    data = b"".join(dialog.redact_line(line, mine) for line in fh)
     target = ws.root / rel
     if target.is_file():
         with open_regular(target) as other:
             if other.read() == data:
-                kept.counts, kept.private = counts, private  # nothing new was written
                 return "unchanged"
     if os.path.lexists(target) and not overwrite:
-        kept.counts, kept.private = counts, private
         return "conflict"
     written = ws.write_bytes(rel, data)
     os.utime(written, ns=(st.st_atime_ns, st.st_mtime_ns))
+    kept.counts.update(mine.counts)
+    kept.private += mine.private
     return "copied"
 
 

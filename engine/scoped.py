@@ -206,7 +206,7 @@ def recall_across(catalog: Catalog, grant: Grant, name: str | None, args: dict[s
 
     name, names = reading(catalog, grant, name, args.pop("workspaces", None))
     own = catalog.memory(name)
-    if getattr(own, "workspace", None) is not None or not hasattr(own, "evidence"):  # a service's: it fans out
+    if not _in_process(own):  # a service's: it fans out
         return own.recall(**args, workspaces=names)
     if names == [name]:
         answer = own.recall(**args)
@@ -216,7 +216,7 @@ def recall_across(catalog: Catalog, grant: Grant, name: str | None, args: dict[s
 
     def evidence(other: str) -> dict:
         memory = catalog.memory(other)
-        if hasattr(memory, "evidence"):
+        if _in_process(memory):
             return memory.evidence(**args, given=given)[0]
         return memory.recall(**args, workspaces=[other])  # through its own service: no record of the session
 
@@ -226,6 +226,12 @@ def recall_across(catalog: Catalog, grant: Grant, name: str | None, args: dict[s
     if session and not own.db.read_only:
         recall_store.remember(own.ws, session, keys, query=args["query"], items=answer["items"])
     return {**answer, "session": session}
+
+
+def _in_process(memory) -> bool:
+    """Whether `memory` is a `storage.memory.Memory` of this process (it gives `evidence`), not a RemoteMemory
+    (the `SurfaceMemory` operations only)."""
+    return hasattr(memory, "evidence")
 
 
 class LocalCatalog:

@@ -377,10 +377,14 @@ def node_for(memory, unit: dict) -> str:
     current one, if it was superseded as a whole), else a node search hit about it, else a new node in the
     unit's bucket."""
     stem = unit["key"]
-    folders = [e["path"] for e in memory.list("digest", recursive=False, limit=1000)["entries"]
-               if e.get("type") == "folder"]
-    buckets = digest_buckets(folders)
-    for bucket in [unit["bucket"], *(b for b in buckets if b != unit["bucket"])]:
+
+    def buckets():  # digest/ is listed only when the unit's own bucket has no such node
+        yield unit["bucket"]
+        folders = [e["path"] for e in memory.list("digest", recursive=False, limit=1000)["entries"]
+                   if e.get("type") == "folder"]
+        yield from (b for b in digest_buckets(folders) if b != unit["bucket"])
+
+    for bucket in buckets():
         found = current_of(memory, f"digest/{bucket}/{stem}.md")
         if found:
             return found

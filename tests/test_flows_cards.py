@@ -374,4 +374,4 @@ def test_an_assistants_echo_is_filed_in_the_users_words_citing_the_user(prefect_
     assert [(f.text, f.sources) for f in found] == [
         ("I sold the Corolla and bought a green Škoda Fabia.", ("session/dialog/s1.jsonl#L1",)),
         ("My new landlord is Ms. Varga.", ("session/dialog/s1.jsonl#L3",))]
-    assert out["usage"]["gates"]["echo"] == 2
+    assert out["usage"]["gates"]["echo"] == 2 and out["echoes"] == 2  # docs/jobs.md: the result's `echoes`

@@ -125,7 +125,8 @@ def test_import_reme_redacts_its_dialogs(ws, tmp_path):
     assert report["redacted"] == {"openai-key": 1} and report["private"] == 1
     text = (ws.root / "session/dialog/old.jsonl").read_text()
     assert KEY not in text and "secret life" not in text and "[redacted: openai-key]" in text
-    assert import_reme(local_memory(ws.root), ws, reme)["unchanged"] == 1  # again: nothing new
+    again = import_reme(local_memory(ws.root), ws, reme)
+    assert again["unchanged"] == 1 and again["redacted"] == {} and again["private"] == 0  # nothing new
 
 
 def test_auto_memory_card_never_carries_a_secret(prefect_harness, llm, ws):

@@ -56,13 +56,20 @@ def card(memory: Memory, day: str, name: str, text: str, session: str) -> str:
     return path
 
 
-def test_a_dream_without_the_local_extra_compares_by_words(prefect_harness, llm, ws, without_local_extra, caplog):
-    assert embedders.unavailable() == embedders.LOCAL_MISSING
+def lisbon_then_porto(ws, llm, moved: str = "The user lives in Porto now.") -> Memory:
+    """Lisbon dreamt on 11-02, then a card of 11-05 saying `moved`, which the model answers `replaces` (the
+    11-05 dream is left to the test)."""
     memory = Memory(ws.root)
     card(memory, "2026-11-02", "Home", "The user lives in Lisbon.", "s")
     auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
-    card(memory, "2026-11-05", "Moved", "The user lives in Porto now.", "t")
+    card(memory, "2026-11-05", "Moved", moved, "t")
     llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    return memory
+
+
+def test_a_dream_without_the_local_extra_compares_by_words(prefect_harness, llm, ws, without_local_extra, caplog):
+    assert embedders.unavailable() == embedders.LOCAL_MISSING
+    memory = lisbon_then_porto(ws, llm)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
@@ -80,11 +87,7 @@ def test_the_dream_command_says_it_under_its_summary(prefect_harness, llm, ws, w
 
     from dreamflow.cli import cli
 
-    memory = Memory(ws.root)
-    card(memory, "2026-11-02", "Home", "The user lives in Lisbon.", "s")
-    auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
-    card(memory, "2026-11-05", "Moved", "The user lives in Porto now.", "t")
-    llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+    lisbon_then_porto(ws, llm)
     result = CliRunner().invoke(cli, ["--workspace", str(ws.root), "dream", "--date", "2026-11-05", "--scan-days", "1"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -102,11 +105,7 @@ def test_an_embedder_failing_mid_run_compares_by_words_and_says_so_once(prefect_
     monkeypatch.setenv("DREAMFLOW_EMBED_MODEL", "scripted-embedder")
     dream._similarity.cache_clear()
     try:
-        memory = Memory(ws.root)
-        card(memory, "2026-11-02", "Home", "The user lives in Lisbon.", "s")
-        auto_dream(date="2026-11-02", scan_days=1, workspace=str(ws.root))
-        card(memory, "2026-11-05", "Moved", "The user lives in Porto now, not Lisbon.", "t")
-        llm.on(COMPARE, json_reply({"relation": "replaces", "fact": 1}))
+        lisbon_then_porto(ws, llm, "The user lives in Porto now, not Lisbon.")
         caplog.clear()
         with caplog.at_level(logging.WARNING):
             summary = auto_dream(date="2026-11-05", scan_days=1, workspace=str(ws.root))
