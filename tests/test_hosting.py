@@ -28,6 +28,23 @@ def registry(tmp_path, monkeypatch):
     return reg
 
 
+@pytest.fixture
+def serve(registry):
+    """serve(settings) -> (Hosts serving the registry with w0 the default, the lines it said); closed after the test."""
+    served = []
+
+    def start(settings: Settings | None = None) -> tuple[Hosts, list[str]]:
+        said: list[str] = []
+        hosts = Hosts("w0", settings or Settings(), say=said.append)
+        served.append(hosts)
+        hosts.open(lambda name, paths: None)
+        return hosts, said
+
+    yield start
+    for hosts in served:
+        hosts.close()
+
+
 def open_count(hosts: Hosts) -> int:
     return sum(h.memory.db._state.con is not None for h in hosts.hosted.values())
 
@@ -102,55 +119,45 @@ def test_the_registry_is_re_read_while_serving_and_an_owned_workspace_is_left_al
 
 
 
-def test_a_broken_registry_keeps_the_last_good_one_served_and_says_why_once(registry, tmp_path):
-    said = []
-    hosts = Hosts("w0", Settings(), say=said.append)
-    hosts.open(lambda name, paths: None)
+def test_a_broken_registry_keeps_the_last_good_one_served_and_says_why_once(serve, tmp_path):
+    hosts, said = serve()
     path = tmp_path / "home/workspaces.yaml"
     good = path.read_text()
-    try:
-        for broken, line in (("workspaces: 5\n", 1), (good + f"  w9:\n    path: {tmp_path / 'w9'}\n    reads: [nobody]\n",
-                                                        good.count("\n") + 3),
-                             (good.replace("  w3:", "  w1:"), good.split("\n").index("  w3:") + 1)):
-            said.clear()
-            time.sleep(0.01)
-            path.write_text(broken)
-            assert hosts.refresh() == [] and hosts.refresh() == []
-            assert hosts.names() == ["w0", "w1", "w2", "w3"] and sorted(hosts.registry.entries) == ["w0", "w1", "w2", "w3"]
-            assert len(said) == 1 and f"workspace registry {path}:{line}: " in said[0], said  # once, with the line
-            assert "keeps the registry it read before, serving w0, w1, w2, w3" in said[0]
-            assert [h["path"] for h in hosts.memory("w3").search("marker3")] == ["digest/wiki/page.md"]
-        time.sleep(0.01)
-        (tmp_path / "w4").mkdir()
-        path.write_text(good.replace("  w3:", "  w4:").replace("/w3", "/w4"))  # fixed: read at once
-        assert [h.name for h in hosts.refresh()] == ["w4"] and hosts.names() == ["w0", "w1", "w2", "w4"]
-    finally:
-        hosts.close()
-
-
-def test_a_registry_deleted_or_emptied_while_serving_keeps_the_last_good_one(registry, tmp_path):
-    said = []
-    hosts = Hosts("w0", Settings(), say=said.append)
-    hosts.open(lambda name, paths: None)
-    path = tmp_path / "home/workspaces.yaml"
-    good = path.read_text()
-    try:
-        for cut in (b"", good.encode()[:30], b"\n  \n"):  # a write cut short, or cut inside the comment header
-            said.clear()
-            time.sleep(0.01)
-            path.write_bytes(cut)
-            assert hosts.refresh() == [] and hosts.names() == ["w0", "w1", "w2", "w3"]
-            assert len(said) == 1 and f"the workspace registry {path} is empty" in said[0], said
-            assert "keeps the registry it read before" in said[0]
+    for broken, line in (("workspaces: 5\n", 1), (good + f"  w9:\n    path: {tmp_path / 'w9'}\n    reads: [nobody]\n",
+                                                    good.count("\n") + 3),
+                         (good.replace("  w3:", "  w1:"), good.split("\n").index("  w3:") + 1)):
         said.clear()
-        path.unlink()  # deleted: not "no workspaces" either
-        assert hosts.refresh() == [] and hosts.refresh() == [] and hosts.names() == ["w0", "w1", "w2", "w3"]
-        assert len(said) == 1 and "is gone" in said[0] and "keeps the registry it read before" in said[0], said
-        assert [h["path"] for h in hosts.memory("w2").search("marker2")] == ["digest/wiki/page.md"]
-        path.write_text(good)
+        time.sleep(0.01)
+        path.write_text(broken)
+        assert hosts.refresh() == [] and hosts.refresh() == []
+        assert hosts.names() == ["w0", "w1", "w2", "w3"] and sorted(hosts.registry.entries) == ["w0", "w1", "w2", "w3"]
+        assert len(said) == 1 and f"workspace registry {path}:{line}: " in said[0], said  # once, with the line
+        assert "keeps the registry it read before, serving w0, w1, w2, w3" in said[0]
+        assert [h["path"] for h in hosts.memory("w3").search("marker3")] == ["digest/wiki/page.md"]
+    time.sleep(0.01)
+    (tmp_path / "w4").mkdir()
+    path.write_text(good.replace("  w3:", "  w4:").replace("/w3", "/w4"))  # fixed: read at once
+    assert [h.name for h in hosts.refresh()] == ["w4"] and hosts.names() == ["w0", "w1", "w2", "w4"]
+
+
+def test_a_registry_deleted_or_emptied_while_serving_keeps_the_last_good_one(serve, tmp_path):
+    hosts, said = serve()
+    path = tmp_path / "home/workspaces.yaml"
+    good = path.read_text()
+    for cut in (b"", good.encode()[:30], b"\n  \n"):  # a write cut short, or cut inside the comment header
+        said.clear()
+        time.sleep(0.01)
+        path.write_bytes(cut)
         assert hosts.refresh() == [] and hosts.names() == ["w0", "w1", "w2", "w3"]
-    finally:
-        hosts.close()
+        assert len(said) == 1 and f"the workspace registry {path} is empty" in said[0], said
+        assert "keeps the registry it read before" in said[0]
+    said.clear()
+    path.unlink()  # deleted: not "no workspaces" either
+    assert hosts.refresh() == [] and hosts.refresh() == [] and hosts.names() == ["w0", "w1", "w2", "w3"]
+    assert len(said) == 1 and "is gone" in said[0] and "keeps the registry it read before" in said[0], said
+    assert [h["path"] for h in hosts.memory("w2").search("marker2")] == ["digest/wiki/page.md"]
+    path.write_text(good)
+    assert hosts.refresh() == [] and hosts.names() == ["w0", "w1", "w2", "w3"]
 
 
 def test_the_registry_default_is_followed_by_a_service_started_without_a_workspace(registry, tmp_path):
@@ -177,77 +184,62 @@ def test_the_registry_default_is_followed_by_a_service_started_without_a_workspa
         hosts.close()
 
 
-def test_a_folder_deleted_under_the_service_is_noticed_never_re_created_and_served_again_when_back(registry, tmp_path):
+def test_a_folder_deleted_under_the_service_is_noticed_never_re_created_and_served_again_when_back(serve, tmp_path):
     import shutil
 
     from storage.errors import NotFound, WorkspaceGone
 
-    said = []
-    hosts = Hosts("w0", Settings(), say=said.append)
-    hosts.open(lambda name, paths: None)
-    try:
-        hosts.memory("w3").write("digest/wiki/more.md", "# More\n\nkept\n")
-        shutil.rmtree(tmp_path / "w3")
-        assert [h.name for h in hosts.check_folders()] == ["w3"] and hosts.check_folders() == []
-        assert sum("workspace w3: its folder" in line and "deleted" in line for line in said) == 1, said
-        assert hosts.gone == [("w3", tmp_path / "w3", f"its folder {tmp_path / 'w3'} was deleted or moved away")]
-        with pytest.raises(WorkspaceGone, match="was deleted or moved away while the service ran"):
-            hosts.memory("w3").write("digest/wiki/again.md", "x")
-        time.sleep(1)  # the watcher, the vectors and the index write nothing into the deleted folder
-        assert not (tmp_path / "w3").exists()
-        from engine.grants import ADMIN
+    hosts, said = serve()
+    hosts.memory("w3").write("digest/wiki/more.md", "# More\n\nkept\n")
+    shutil.rmtree(tmp_path / "w3")
+    assert [h.name for h in hosts.check_folders()] == ["w3"] and hosts.check_folders() == []
+    assert sum("workspace w3: its folder" in line and "deleted" in line for line in said) == 1, said
+    assert hosts.gone == [("w3", tmp_path / "w3", f"its folder {tmp_path / 'w3'} was deleted or moved away")]
+    with pytest.raises(WorkspaceGone, match="was deleted or moved away while the service ran"):
+        hosts.memory("w3").write("digest/wiki/again.md", "x")
+    time.sleep(1)  # the watcher, the vectors and the index write nothing into the deleted folder
+    assert not (tmp_path / "w3").exists()
+    from engine.grants import ADMIN
 
-        assert any("workspace w3: its folder was deleted" in p for p in hosts.problems(ADMIN))
-        # the CLI's way in refuses it too: no second index the service never sees
-        from engine.registry import resolve
+    assert any("workspace w3: its folder was deleted" in p for p in hosts.problems(ADMIN))
+    # the CLI's way in refuses it too: no second index the service never sees
+    from engine.registry import resolve
 
-        with pytest.raises(NotFound, match="does not exist"):
-            resolve("w3")
-        (tmp_path / "w3/metadata").mkdir(parents=True)  # restored
-        hosts.check_folders()
-        assert not hosts.hosted["w3"].vanished and hosts.memory("w3").search("marker3") == []
-    finally:
-        hosts.close()
+    with pytest.raises(NotFound, match="does not exist"):
+        resolve("w3")
+    (tmp_path / "w3/metadata").mkdir(parents=True)  # restored
+    hosts.check_folders()
+    assert not hosts.hosted["w3"].vanished and hosts.memory("w3").search("marker3") == []
 
 
-def test_jobs_that_need_an_llm_are_not_started_without_one_and_that_is_said_once(registry, tmp_path):
+def test_jobs_that_need_an_llm_are_not_started_without_one_and_that_is_said_once(serve, tmp_path):
     from dreamflow.service.jobs import Jobs
 
-    said = []
     settings = Settings(llm_base_url=None, llm_model=None)
-    hosts = Hosts("w0", settings, say=said.append)
-    hosts.open(lambda name, paths: None)
-    try:
-        (tmp_path / "w1/resource/notes.md").write_text("# Notes\n\nto be carded\n")
-        jobs = Jobs(hosts, settings, runner=True, prefect_ready=threading.Event(), say=said.append)
-        started = time.monotonic()
-        for _ in range(2):  # Prefect is not even up: nothing waits for it, nothing is emitted
-            jobs.resources_changed("w1", ["resource/notes.md"])
-            jobs.catch_up_resources(hosts.hosted["w1"])
-        assert time.monotonic() - started < 5
-        assert not any("changed in w1 while the service was down" in line for line in said), said
-        assert [line for line in said if "auto-resource not started: no LLM configured" in line] == [said[0]], said
-    finally:
-        hosts.close()
+    hosts, said = serve(settings)
+    (tmp_path / "w1/resource/notes.md").write_text("# Notes\n\nto be carded\n")
+    jobs = Jobs(hosts, settings, runner=True, prefect_ready=threading.Event(), say=said.append)
+    started = time.monotonic()
+    for _ in range(2):  # Prefect is not even up: nothing waits for it, nothing is emitted
+        jobs.resources_changed("w1", ["resource/notes.md"])
+        jobs.catch_up_resources(hosts.hosted["w1"])
+    assert time.monotonic() - started < 5
+    assert not any("changed in w1 while the service was down" in line for line in said), said
+    assert [line for line in said if "auto-resource not started: no LLM configured" in line] == [said[0]], said
 
 
-def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(registry, tmp_path):
+def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(serve, tmp_path):
     import subprocess
     import sys
 
-    said = []
-    hosts = Hosts("w0", Settings(), say=said.append)
-    hosts.open(lambda name, paths: None)
-    try:
-        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-        pid = int(dead.stdout)  # a dream process killed while it wrote its usage line
-        (tmp_path / f"w1/metadata/journal/writer-{pid}").touch()
-        temp = tmp_path / f"w1/metadata/.usage.jsonl.{pid}-0badcafe.tmp"
-        temp.write_text('{"job": "auto_dream"')
-        hosts.clean_temps()
-        assert not temp.exists() and any("temp file(s) a killed job left in w1" in line for line in said), said
-    finally:
-        hosts.close()
+    hosts, said = serve()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # a dream process killed while it wrote its usage line
+    (tmp_path / f"w1/metadata/journal/writer-{pid}").touch()
+    temp = tmp_path / f"w1/metadata/.usage.jsonl.{pid}-0badcafe.tmp"
+    temp.write_text('{"job": "auto_dream"')
+    hosts.clean_temps()
+    assert not temp.exists() and any("temp file(s) a killed job left in w1" in line for line in said), said
 
 
 def test_a_job_on_a_workspace_deleted_under_it_stops_instead_of_going_on_from_nothing(registry, tmp_path):

@@ -126,6 +126,19 @@ def test_the_dream_tool_takes_the_parameters_of_the_auto_dream_flow():
                                    for n, d in signature(auto_memory.fn, drop=("messages",))]
 
 
+def test_search_text_shows_what_the_cli_prints_of_a_hit_address_flags_evidence_and_what_replaced_it():
+    from dreamflow.mcp.text import text
+
+    hit = {"path": "digest/wiki/n.md", "address": "team:digest/wiki/n.md", "start_line": 3, "end_line": 3,
+           "score": 0.5, "text": "- Gym on Mondays. ^f1", "flags": ["instruction"],
+           "evidence": [{"path": "daily/2024-05-08/c.md", "start_line": 7, "end_line": 7}],
+           "replaced_by": "digest/wiki/n.md#^f2", "neighbors": [{"path": "notes/o.md", "direction": "out"}]}
+    shown = text("search", [hit]).splitlines()
+    assert shown[0].startswith("team:digest/wiki/n.md:3-3 score 0.500") and shown[0].endswith(" flags: instruction")
+    assert "  from: team:daily/2024-05-08/c.md:7" in shown and "  replaced by: team:digest/wiki/n.md#^f2" in shown
+    assert "  -> team:notes/o.md" in shown
+
+
 # ---- stdio, no service: in-process with short index sessions ----------------------------------------------
 
 def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path):

@@ -15,7 +15,8 @@ from storage import validity
 
 SNIPPET_LINES = 8
 CONTROL = dict.fromkeys((7, 8, 11, 12, 13, 27))  # BEL, BS, VT, FF, CR (rich's), and ESC
-STYLES = {"bold cyan": ("1", "36"), "dim": ("2", ""), "yellow": ("", "33"), "italic": ("3", ""), "green": ("", "32")}
+STYLES = {"bold cyan": ("1", "36"), "dim": ("2", ""), "yellow": ("", "33"), "italic": ("3", ""), "green": ("", "32"),
+          "bold red": ("1", "31"), "red": ("", "31")}
 
 
 def show(op_name: str, result: Any) -> bool:

@@ -63,10 +63,13 @@ def _search(hits: list[dict]) -> str:
         lines.append(_quoted(hit))
         if hit.get("more"):
             lines.append("  also matches: " + ", ".join(f"L{a}-L{b}" for a, b in hit["more"]))
+        workspace = where[:len(where) - len(hit["path"])]  # `NAME:` of another workspace's hit, links stay in it
+        lines += [f"  from: {workspace}{item['path']}:{item['start_line']}" for item in hit.get("evidence") or []]
+        if hit.get("replaced_by"):
+            lines.append(f"  replaced by: {workspace}{hit['replaced_by']}")
         for nb in hit.get("neighbors") or []:
             arrow = "<-" if nb.get("direction") == "in" else "->"
-            lines.append(f"  {arrow} {where[:len(where) - len(hit['path'])]}{nb['path']}"
-                         + (f": {_about(nb)}" if _about(nb) else ""))
+            lines.append(f"  {arrow} {workspace}{nb['path']}" + (f": {_about(nb)}" if _about(nb) else ""))
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 

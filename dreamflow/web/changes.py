@@ -14,7 +14,7 @@ from fastapi.responses import RedirectResponse
 from dreamflow.http.access import DASHBOARD
 from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, check_form, clear_cookie, set_cookie, visitor
-from dreamflow.web.markdown_html import line_range
+from dreamflow.web.markdown_html import block_id, line_range
 from storage.errors import Changed, InvalidInput
 from storage.markdown import render_frontmatter, split_frontmatter
 
@@ -156,8 +156,7 @@ def retract(ws: str, path: str, fact: str = Form(...), reason: str = Form(""), c
 def _anchored(link: str) -> dict:
     """`path#^f2` or `path#L3` as {path, fact, lines, link}: what a link to it on the answer page needs."""
     target, _, anchor = link.partition("#")
-    fact = anchor[1:] if anchor.startswith("^") else None
-    return {"path": target, "fact": fact, "lines": None if fact else line_range(anchor), "link": link}
+    return {"path": target, "fact": block_id(anchor), "lines": line_range(anchor), "link": link}
 
 
 # ---- a day's page ---------------------------------------------------------------------------------------------

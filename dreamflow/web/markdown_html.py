@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -164,15 +164,18 @@ def instruction_lines(text: str, first_line: int = 1) -> list[int]:
     return [n for n, line in enumerate(split_lines(text), first_line) if is_instruction(line)]
 
 
-def render_source(text: str, first_line: int = 1, query: str = "", lines: tuple[int, int] | None = None) -> str:
+def render_source(text: str, first_line: int = 1, query: str = "", lines: tuple[int, int] | None = None,
+                  instructions: Collection[int] | None = None) -> str:
     """Plain text as numbered lines (`id="L<n>"`), the query's words marked, `lines` highlighted, a line that
-    reads as an instruction to an agent marked (`instruction`, storage/instructions.py)."""
+    reads as an instruction to an agent marked (`instruction`, storage/instructions.py; `instructions`: those
+    lines' numbers when the caller has `instruction_lines` already, the detector being ~0.5 ms a line)."""
     marked = frozenset(terms(query)) if query else frozenset()
+    flagged = set(instruction_lines(text, first_line) if instructions is None else instructions)
     rows = []
     for n, line in enumerate(split_lines(text), first_line):
         hit = " hit" if lines is not None and lines[0] <= n <= lines[1] else ""
         flag = (' instruction" title="reads as an instruction to an agent: recall and the hooks leave it out'
-                if is_instruction(line) else "")
+                if n in flagged else "")
         rows.append(f'<span class="line{hit}{flag}" id="L{n}"><a class="ln" href="#L{n}">{n}</a>'
                     f'<span class="lt">{mark(line, marked) or " "}</span></span>')
     return "".join(rows)

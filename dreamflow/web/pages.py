@@ -169,11 +169,12 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
             validity.status(meta, dt.date.today()) if node else None, dt.date.today(), q).items() if line >= body_line}
         if view != "source":
             body = render_body(parts.body, body_line, link_to, q, wanted, shown_facts)
+    instructions = instruction_lines(page["text"], page["start_line"]) if page is not None else []
     said = conversation.is_conversation(info["path"])
     messages = conversation.messages(page["text"], page["start_line"], q, wanted) \
         if page is not None and said and view != "source" else None
     if page is not None and body is None and messages is None:
-        source_html = render_source(page["text"], page["start_line"], q, wanted)
+        source_html = render_source(page["text"], page["start_line"], q, wanted, instructions)
     for link in info["links_out"]:
         link["exists"] = exists.get(link["target"], {}).get("exists", True)
         link["name"] = exists.get(link["target"], {}).get("name")
@@ -187,7 +188,7 @@ def file(ws: str, path: str, lines: str | None = None, q: str = "", view: str = 
         links_in=[k for k in info["links_in"] if k["source"] != info["path"]],  # a fact's replaced_by: its row says it
         history=_chain(memory, info["path"], meta) if node else [], node=node,
         archived=info["path"].startswith("digest/archive/"), writable=not who.grant.read_only, saved=saved,
-        instructions=instruction_lines(page["text"], page["start_line"]) if page is not None else [])
+        instructions=instructions)
 
 
 def _traceable(path: str) -> bool:
