@@ -39,7 +39,7 @@ def add(ws: Workspace, counts: Counter | dict, private: int = 0) -> None:
 def indexed(ws: Workspace, rel: str, counts: Counter | dict) -> None:
     """Record what the index left out of `rel` (nothing: its entry goes)."""
     counts = {k: n for k, n in counts.items() if n}
-    if not counts and rel not in (checkpoints.load(ws, NAME).get("index") or {}):
+    if not counts and rel not in _recorded(ws):
         return
     with checkpoints.update(ws, NAME) as data:
         files = dict(data.get("index") or {})
@@ -48,6 +48,25 @@ def indexed(ws: Workspace, rel: str, counts: Counter | dict) -> None:
         else:
             files.pop(rel, None)
         data["index"] = files
+
+
+_RECORDED: dict[str, tuple[tuple, frozenset[str]]] = {}  # log file -> (its stat, the files it has index entries of)
+
+
+def _recorded(ws: Workspace) -> frozenset[str]:
+    """The files the log has index entries of, read again only when the log changed: indexing asks for every
+    file it reads, and almost none holds a secret."""
+    path = ws.root / checkpoints.FOLDER / f"{NAME}.json"
+    try:
+        st = path.stat()
+    except OSError:
+        return frozenset()
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    held = _RECORDED.get(str(path))
+    if held is None or held[0] != stamp:
+        held = stamp, frozenset(checkpoints.load(ws, NAME).get("index") or {})
+        _RECORDED[str(path)] = held
+    return held[1]
 
 
 def summary(ws: Workspace) -> dict:
