@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from storage.facts import SOURCES, Fact, parse_line
 from storage.model import Chunk, split_lines
 from storage.outline import Block, Outline, parse_blocks, trim
+from storage.timeref import local_date
 from storage.tokenize import terms
 
 MAX_CHARS = 1500  # default chunk size in characters (tuned with the LoCoMo retrieval benchmark)
@@ -475,7 +476,6 @@ def _record_text(value, key: str = "", out: list[str] | None = None) -> list[str
     return out
 
 
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}")
 TEXT_BLOCKS = {None, "text", "input_text", "output_text"}  # content blocks that are what was said
 
 
@@ -532,7 +532,7 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dial
     """
     records: list[tuple[int, str]] = []
     spoken: dict[int, tuple[str, str]] = {}  # line -> (speaker, what was said)
-    said_on: dict[int, str] = {}  # line -> the day it was said (YYYY-MM-DD of its `created_at`)
+    said_on: dict[int, str] = {}  # line -> the day it was said (its `created_at`'s local day, as cards date it)
     for i, line in enumerate(split_lines(text)):
         if not line.strip():
             continue
@@ -550,8 +550,8 @@ def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dial
                 continue
             rendered, spoken[i] = f"{message[0]}: {message[1]}", message
             when = value.get("created_at")
-            if isinstance(when, str) and _DAY.match(when):
-                said_on[i] = when[:10]
+            if isinstance(when, str) and (day := local_date(when)):
+                said_on[i] = day
         records.append((i, rendered if rendered.strip() else line))
 
     chunks: list[Chunk] = []

@@ -19,6 +19,7 @@ from typing import Any
 from storage import checkpoints, redact, redaction_log
 from storage.errors import NotFound
 from storage.model import split_lines
+from storage.timeref import local_date
 from storage.text_view import read_all
 from storage.workspace import Workspace, check_session_id
 
@@ -61,17 +62,6 @@ def _iso(value: Any) -> str:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat()
     except ValueError:
         return text  # kept as given; it just cannot date the card
-
-
-def local_date(iso: str | None) -> str | None:
-    """The calendar day of a timestamp, in local time when the timestamp has a zone."""
-    if not iso:
-        return None
-    try:
-        moment = datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    return (moment.astimezone() if moment.tzinfo else moment).date().isoformat()
 
 
 def _has_binary(value: Any) -> bool:

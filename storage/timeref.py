@@ -92,3 +92,14 @@ def _month(year: int, month: int) -> tuple[dt.date, dt.date]:
 def _months_back(today: dt.date, n: int) -> tuple[int, int]:
     index = today.year * 12 + today.month - 1 - n
     return index // 12, index % 12 + 1
+
+
+def local_date(iso: str | None) -> str | None:
+    """The calendar day of an ISO timestamp (a message's `created_at`), in local time when it has a zone."""
+    if not iso:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return (moment.astimezone() if moment.tzinfo else moment).date().isoformat()
