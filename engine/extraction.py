@@ -59,6 +59,12 @@ _CHANGES = (re.compile(rf"({_CLAUSE}{{1,80}}?)\s+(?:is|are|was|were|has been|hav
             re.compile(rf"\b(?:renamed|changed|switched|moved)\s+({_CLAUSE}{{1,80}}?)\s+to\s+({_CLAUSE}{{1,80}})", re.I),
             re.compile(rf"\bfrom\s+({_CLAUSE}{{1,60}}?)\s+to\s+({_CLAUSE}{{1,60}})", re.I),
             re.compile(rf"({_CLAUSE}{{1,80}}?)\s+(?:became|turned into)\s+({_CLAUSE}{{1,80}})", re.I))
+# how a message marks a change's values: the word before a value (articles and the like, `_FILLER`, passed
+# over) names the new one (`to Porto`, `called Kestrel`) or the old one (`from Lisbon`, `not Osteria Lupa`), the
+# word right after it the new one (`It's Lantern now`)
+_NEW_BEFORE, _NEW_AFTER = frozenset({"to", "into", "called", "named", "now"}), frozenset({"now"})
+_OLD_BEFORE = frozenset({"from", "not", "instead", "longer", "formerly", "anymore"})
+_FILLER = frozenset({"the", "a", "an", "it", "s", "is", "was", "be", "been", "of", "my", "our", "her", "his"})
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not after `Mr.`, `Dr.`, `Mrs.`
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
@@ -199,7 +205,8 @@ class Screened:
     kept: list[facts.Fact] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
     recited: int = 0    # kept facts whose citation code corrected
-    restated: int = 0   # kept facts in their message's words, the model's own words being ungrounded
+    restated: int = 0   # kept facts code restated: in their message's words (the model's being ungrounded) or
+    # with a change's values the way round the message says them (`_direction`)
     echoes: int = 0     # facts of an assistant's echo taken from the user's message (`from_user`)
     title: str = ""     # the answer's title, when the name checks pass it
 
@@ -226,7 +233,8 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
     for fact in answer.facts:
         text = " ".join(fact.text.split()).lstrip("-*> ").strip()
         cited = [by_number[n] for n in dict.fromkeys(fact.source) if n in by_number]
-        checked = _check(text, fact.kind, cited, items, material)
+        turned = _direction(text, cited)
+        checked = _check(turned or text, fact.kind, cited, items, material)
         if not checked.rule:
             key = frozenset(terms(checked.text)) - FRAMING
             if key in seen:
@@ -239,6 +247,7 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
             out.dropped.append({"text": text[:300], "rule": checked.rule, "why": checked.why})
         else:
             out.recited += [i.number for i in checked.grounds] != [i.number for i in cited]
+            out.restated += turned is not None
             out.kept.append(_kept(fact, checked))
     for fact, text, checked, (sentence, item) in strayed:
         restated = _check(sentence, fact.kind, [item], items, material)
@@ -283,6 +292,52 @@ def _same_change(text: str) -> bool:
             if new and new <= old:
                 return True
     return False
+
+
+def _direction(text: str, cited: list[Item]) -> str | None:
+    """`text` with the two values of the change it says swapped, when the message it cites says them the other
+    way round (the 1.5B model's `The quarry was renamed from 'Lantern' to 'Quarry'` citing `Quarry got renamed
+    ... It's Lantern now.`), else None. The message decides only when it marks a value: the fact's old value
+    marked new there (`It's Lantern now`, `to Porto`, `called Kestrel`) or its new value marked old (`from
+    Lisbon`, `not Osteria Lupa`), and not both ways."""
+    for pattern in _CHANGES:
+        for match in pattern.finditer(text):
+            old, new = (_value_span(text, match, n, 3 - n) for n in (1, 2))
+            if old is None or new is None:
+                continue
+            for item in cited:
+                if item.speaker == "assistant":
+                    continue
+                marks = _marks(item.text, text[slice(*old)]), _marks(item.text, text[slice(*new)])
+                if None in marks:
+                    continue
+                (old_new, old_old), (new_new, new_old) = marks
+                if (old_new and not old_old and not new_new) or (new_old and not new_new and not old_old):
+                    return text[:old[0]] + text[slice(*new)] + text[old[1]:new[0]] + text[slice(*old)] + text[new[1]:]
+                break
+    return None
+
+
+def _value_span(text: str, match: re.Match, group: int, other: int) -> tuple[int, int] | None:
+    """(start, end) in `text` of the words of a change's value (`match`'s `group`) the other value lacks."""
+    theirs = set(terms(match.group(other))) - FRAMING
+    words = [w for w in re.finditer(r"\w+", match.group(group)) if set(terms(w.group())) - theirs - FRAMING]
+    if not words:
+        return None
+    return match.start(group) + words[0].start(), match.start(group) + words[-1].end()
+
+
+def _marks(message: str, value: str) -> tuple[bool, bool] | None:
+    """(marked new, marked old): how `message` marks the first place it says `value`, by the word before it
+    (articles and the like passed over) or `now` after it; None when it does not say it."""
+    said = [w.lower() for w in re.findall(r"\w+", message)]
+    wanted = [w.lower() for w in re.findall(r"\w+", value)]
+    at = next((i for i in range(len(said)) if said[i:i + len(wanted)] == wanted), None)
+    if at is None or not wanted:
+        return None
+    before = next((w for w in reversed(said[max(0, at - 4):at]) if w not in _FILLER), "")
+    after = said[at + len(wanted)] if at + len(wanted) < len(said) else ""
+    return before in _NEW_BEFORE or after in _NEW_AFTER, before in _OLD_BEFORE
 
 
 def _joined(text: str, grounds: list[Item], added: set[str]) -> bool:

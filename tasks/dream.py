@@ -57,18 +57,22 @@ KEPT_WORDS = 0.67       # share of a listed fact's words a `same` or `refines` a
 SHARED_WORDS = 2        # words shared with a listed fact that make a low-overlap `refines` a replacement
 MEANT = 0.5             # cosine from which a listed fact is the one a change means, though it shares one word
 MEANT_MARGIN = 0.1      # ... when no other listed fact comes this close
+ASKED_PAIRS = 2         # listed facts sharing one word with a change the model is asked about one by one
 # a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied
 # a correction said in words (`it's actually Friday, not Thursday`, `forget what I said about the dentist`): it
 # replaces what it corrects, even on the day that began to hold
 CORRECTION = re.compile(r"\b(?:actually|forget (?:what|about|that)|scratch that|i meant|i misspoke|i was wrong|"
                         r"correction|mistake|not\b.{1,40}\bbut)\b", re.I)
-CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|"
-                    r"from\b.{1,60}\bto)\b|" + NEGATION.pattern + "|" + CORRECTION.pattern, re.I)  # or denies it
+CHANGE = re.compile(r"\b(?:now|moved|switched|changed|left|quit|stopped|dropped|sold|broke up|became|renamed|"
+                    r"postponed|rescheduled|delayed|pushed (?:back|up)|brought forward|cancell?ed|replaced|"
+                    r"(?:a|an|my|our|his|her|their) new|from\b.{1,60}\bto)\b|" + NEGATION.pattern + "|"
+                    + CORRECTION.pattern, re.I)  # or denies it
 # words that say a change, not what changed: sharing one ties no two facts to one subject (a new piano teacher
 # is not retired by `we moved to Birch Lane`)
 CHANGE_WORDS = frozenset(terms("now moved move moving switched switch changed change left quit stopped dropped "
-                               "sold became become started actually instead longer anymore forget meant"))
+                               "sold became become started actually instead longer anymore forget meant renamed rename "
+                               "postponed rescheduled delayed pushed cancelled canceled replaced new"))
 SEARCHED = 12           # search hits read for candidates
 MAX_BACK = timedelta(days=3653)  # a fact's own date may reach this far before the day it was said
 MAX_CHAIN = 20          # superseded_by hops followed to a node's current successor
@@ -264,7 +268,38 @@ def decide(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate 
 
 
 def judge(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
-    """(relation, the node fact it concerns): code answers what it can (no candidate: new; the same words:
+    """(relation, the node fact it concerns): `weigh`'s answer, except that a change it finds `new` is asked
+    about once more when a listed fact shares a word with it besides its subject's name: the model is asked
+    of that one fact alone whether it still holds (`still_holds`). Compared with a list, the 1.5B model called
+    `Dorota moved to Wroclaw` new beside `My sister Dorota lives in Gdansk`, and `We took Biscuit to a new vet`
+    beside `Biscuit sees Dr. Haines`; asked of the one fact, it answers."""
+    relation, target = weigh(llm, ref, shown)
+    if relation != "new" or not shown or not CHANGE.search(ref["text"]):
+        return relation, target
+    said = {t for t in fact_key(ref["text"]) - CHANGE_WORDS - set(terms(ref["about"] or "")) if not t.isdigit()}
+    tied = [c for c in shown if fact_key(c.fact.text) & said]
+    if not tied:
+        return "new", None
+    closest = max(tied, key=lambda c: (len(fact_key(c.fact.text) & said), c.near))
+    return ("new", None) if still_holds(llm, ref, closest) else ("replaces", closest)
+
+
+class Holds(BaseModel):
+    """Whether a fact in memory still holds after a newer statement."""
+
+    still_true: bool
+
+
+def still_holds(llm: LLM, ref: dict, candidate: Candidate) -> bool:
+    """The model's answer on whether `candidate` still holds after `ref` was said."""
+    messages = [{"role": "system", "content": load_prompt("still_true")},
+                {"role": "user", "content": f"Fact in memory: {candidate.fact.text}\n"
+                                            f"Said later, on {ref['day']}: {ref['text']}"}]
+    return llm.structured(messages, Holds, "still_true").still_true
+
+
+def weigh(llm: LLM, ref: dict, shown: list[Candidate]) -> tuple[str, Candidate | None]:
+    """(relation, the node fact it concerns) from the listed facts: code answers what it can (no candidate: new; the same words:
     same); the model the rest, and code checks its answer against the words and, with an embedder, the sense:
     - the fact the model names is taken only when no listed fact is closer (more shared words, then nearer in
       sense): the 0.5B model named the wrong number for `same`, `refines` and `replaces` alike; an answer naming

@@ -76,6 +76,26 @@ GARBLES = [  # (messages, the model's fact and citations, what is kept (None: dr
      ("The Kestrel demo moved to Friday.", [1, 3]), None, "ungrounded"),
 ]
 
+REVERSED = [  # (the user's message, the model's change the wrong way round, the change as the message says it)
+    # the real 1.5B model, on a story it had not seen
+    ("Small thing: Quarry got renamed, legal didn't like the name. It's Lantern now.",
+     "The quarry was renamed from 'Lantern' to 'Quarry'.", "The quarry was renamed from 'Quarry' to 'Lantern'."),
+    ("I moved from Lisbon to Porto last week.", "I moved from Porto to Lisbon.", "I moved from Lisbon to Porto."),
+    ("We switched the gym to Wednesdays, Mondays were too busy.", "Gym switched from Wednesdays to Mondays.",
+     "Gym switched from Mondays to Wednesdays."),
+    ("Forget what I said: I changed the dinner booking from Osteria Lupa to Casa Nube.",
+     "I changed the dinner booking from Casa Nube to Osteria Lupa.",
+     "I changed the dinner booking from Osteria Lupa to Casa Nube."),
+    ("Heron is now called Kestrel.", "Kestrel is now called Heron.", "Heron is now called Kestrel."),
+]
+
+
+@pytest.mark.parametrize("said, answer, kept", REVERSED)
+def test_a_change_the_wrong_way_round_is_turned_as_its_message_says_it(said, answer, kept):
+    out = screened(conversation(("user", said)), (answer, [1]))
+
+    assert [f.text for f in out.kept] == [kept] and out.restated == 1
+
 
 @pytest.mark.parametrize("lines, answer, kept, rule", GARBLES)
 def test_a_garble_is_restated_from_one_message_or_dropped(lines, answer, kept, rule):
@@ -94,6 +114,13 @@ KEPT = [  # facts that look alike but are right: they stay as the model wrote th
      ("The user moved gym sessions from Mondays to Thursdays.", [1])),
     ([("assistant", "What is your dog called?"), ("user", "Rex, a beagle.")],
      ("The user's dog is called Rex, a beagle.", [1, 2])),  # an answer joined to its question
+    # the message says the change the fact's way round, or marks neither value
+    ([("user", "We switched the gym to Wednesdays, Mondays were too busy.")],
+     ("Gym switched from Mondays to Wednesdays.", [1])),
+    ([("user", "It's Casa Nube now, not Osteria Lupa: I changed the booking from Osteria Lupa to Casa Nube.")],
+     ("I changed the booking from Osteria Lupa to Casa Nube.", [1])),
+    ([("user", "Quarry and Lantern are both fine names; we went from Quarry to Lantern.")],
+     ("We went from Quarry to Lantern.", [1])),
 ]
 
 

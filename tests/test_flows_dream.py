@@ -499,6 +499,42 @@ def test_a_change_word_alone_does_not_retire_an_unrelated_fact(prefect_harness, 
     assert all(f.current for f in node_facts(memory, "digest/personal/user.md").values())
 
 
+STILL = "You check whether a remembered fact still holds"
+
+
+@pytest.mark.parametrize("holds, action", [(False, "replaced"), (True, "added")])
+def test_a_change_sharing_only_a_name_is_asked_about_that_fact_alone(prefect_harness, llm, memory, ws, holds,
+                                                                      action):
+    """The 1.5B model called `Dorota moved to Wroclaw` new beside the Gdansk fact: asked of that fact alone
+    whether it still holds, its answer decides."""
+    card(memory, "2026-11-16", "Week", ("fact", "user", "My sister Dorota lives in Gdansk, we talk every Sunday."),
+         ("plan", "user", "I train at the gym on Mondays."))
+    auto_dream(date="2026-11-16", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-21", "Move", ("event", "user", "Dorota moved to Wroclaw for her new job."), session="t")
+    llm.on(COMPARE, json_reply({"relation": "new", "fact": 0}))
+    llm.on(STILL, json_reply({"still_true": holds}))
+    summary = auto_dream(date="2026-11-21", scan_days=1, workspace=str(ws.root))
+    assert [a["action"] for a in summary["actions"]] == [action]
+    [asked] = [r for r in llm.requests if STILL in r["messages"][0]["content"]]
+    assert "Dorota lives in Gdansk" in text_of(asked) and "gym" not in text_of(asked)
+    user = node_facts(memory, "digest/personal/user.md")
+    assert user["My sister Dorota lives in Gdansk, we talk every Sunday."].current is holds
+    assert user["I train at the gym on Mondays."].current
+
+
+def test_a_postponed_date_replaces_the_plan_it_moves(prefect_harness, llm, memory, ws):
+    """`got postponed to April 26` says a change (the 1.5B model called it new): it replaces the April 12 plan."""
+    card(memory, "2026-11-18", "Race", ("plan", "user", "I signed up for the Lakeside half marathon on April 12."))
+    auto_dream(date="2026-11-18", scan_days=1, workspace=str(ws.root))
+    card(memory, "2026-11-22", "Bridge", ("plan", "user", "The Lakeside half marathon got postponed to April 26."),
+         session="t")
+    llm.on(COMPARE, json_reply({"relation": "new", "fact": 0}))
+    summary = auto_dream(date="2026-11-22", scan_days=1, workspace=str(ws.root))
+    assert [(a["action"], a["replaced"]) for a in summary["actions"]] == [
+        ("replaced", "I signed up for the Lakeside half marathon on April 12.")]
+    assert not [r for r in llm.requests if STILL in r["messages"][0]["content"]]
+
+
 @pytest.mark.parametrize("correction, answer", [
     ("Forget what I said about the dentist appointment, it is on Friday.", "new"),
     ("The dentist appointment is actually on Friday, not Thursday.", "new"),
