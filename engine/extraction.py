@@ -24,7 +24,7 @@ from engine import quality, relative_dates
 from engine.llm import response_schema
 from storage import facts
 from storage.chunking import ECHO_NEW_WORDS
-from storage.tokenize import terms
+from storage.tokenize import SMALL_TALK, terms
 
 MAX_FACTS = 30          # per answer
 MAX_FACT_WORDS = 45     # a fact is one sentence
@@ -40,9 +40,6 @@ FRAMING = frozenset(terms("user users person assistant now currently current als
                           "mention mentioned said says told tells stated states explained reported take get "
                           "use need make include contain "
                           "require call named want"))
-# words of what is said to be polite, not to be remembered: a "fact" of nothing else says nothing
-SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "
-                             "congratulations nice cool welcome good night morning please sorry yes no"))
 # a transcript line's head: a time, `[stamp]` or speaker label before the words (`- **18:00**: User: ...`)
 _TRANSCRIPT = re.compile(r"^[\W_]{0,6}(?:\[[^\]\n]{0,40}\]|\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}\S*|\d{1,2}:\d{2}"
                          r"(?::\d{2})?(?:\s?[ap]m)?\b|(?:user|assistant|system|human|ai|bot)[\W_]{0,4}:)", re.IGNORECASE)

@@ -11,7 +11,8 @@ will once the memory has grown around it. From FLOOR chunks on, the score is the
 ranks it. A query word no chunk holds weighs as much as the rarest word can.
 
 A match must also hold `min_words` distinct words of the query: one shared word ("thanks", "line") tells
-nothing, however rare it is in the memory. Measured from one session to 20,000 files: docs/benchmarks.md
+nothing, however rare it is in the memory. A query asking fewer words (`Who is my landlord?`: one) needs them
+all; one of small talk only (`thanks!`, `ok`) asks nothing. Measured from one session to 20,000 files: docs/benchmarks.md
 ("The same thresholds at any size of memory").
 """
 
@@ -23,7 +24,7 @@ import duckdb
 
 from storage.bm25 import idf, saturation
 from storage.sql import in_list, sql_literal
-from storage.tokenize import term_hash, terms
+from storage.tokenize import SMALL_TALK, term_hash, terms
 
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks
@@ -65,12 +66,14 @@ def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[
     """Whether one of the chunks holds at least `min_words` distinct words of the query with a score (BM25 with the
     weights of `relevance_weights`) of at least `min_score` and of at least `min_relevance` times the query's
     weight (its words' weights together, what a chunk holding each word once about scores)."""
+    asked = len(set(query.terms) - SMALL_TALK)  # `Who is my landlord?` asks one word, `thanks!` none
+    needed = min(min_words or 0, asked) if asked else (min_words or 0)
     weights = query.relevance_weights()
     floor = max(min_score or 0.0, (min_relevance or 0.0) * sum(weights.values()))
     held = _held(con, query, chunk_ids)
     for words in (held.get(cid, []) for cid in chunk_ids):  # a hit found by meaning alone: no words, score 0
         score = sum(weights[t] * saturation(tf, length, query.avgdl) for t, tf, length in words)
-        if len(words) >= (min_words or 0) and score >= floor:
+        if len(words) >= needed and score >= floor:
             return True
     return False
 

@@ -110,3 +110,9 @@ def term_hash(term: str) -> int:
     DuckDB's integer columns and numpy's int64; integers scan and sort several times faster than strings)."""
     digest = hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
+
+
+# words of what is said to be polite, not to be remembered or looked up: a "fact" or a prompt of nothing else
+# says nothing (engine/extraction.py, storage/relevance.py)
+SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "
+                             "congratulations nice cool welcome good night morning please sorry yes no"))

@@ -162,3 +162,21 @@ def test_recall_thresholds_mean_the_same_on_a_two_note_memory_on_every_surface(w
         assert remote.request("POST", "/inject", {**asked, "prompt": thanks})["text"] is None
     finally:
         server.stop()
+
+
+def test_a_question_of_one_word_needs_that_word_and_small_talk_asks_nothing(ws):
+    """`Who is my landlord?` asks one word: with the hook's gate (min_words 2) it finds the landlord note once the
+    word is rare; `thanks!` and `ok` ask nothing, however rare their word is."""
+    memory = Memory(ws.root)
+    for n in range(90):
+        memory.write(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
+    memory.write("digest/personal/home.md", "My landlord is Ms. Costa, she fixes things fast.\n")
+    memory.write("digest/wiki/visit.md", "Okay, thanks a lot for the visit tips.\n")
+    gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}
+
+    def paths(query: str) -> list[str]:
+        return [item["path"] for item in memory.recall(query, budget=200, **gate)["items"]]
+
+    assert paths("Who is my landlord?") == ["digest/personal/home.md"]
+    assert paths("thanks!") == [] and paths("ok thanks") == []
+    assert paths("Who is my landlord in Lisbon now?") == []  # two words asked, one held
