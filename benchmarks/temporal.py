@@ -241,7 +241,7 @@ def cited_text(memory, source: str) -> str:
 
 def unsupported(memory, fact) -> set[str]:
     """The fact's words its cited lines do not have (besides framing words and the date code wrote)."""
-    from engine.extraction import FRAMING
+    from engine.memory.extraction import FRAMING
     from storage.tokenize import terms
 
     said = set()

@@ -10,7 +10,7 @@ local models:
   prompt-only, and the mode that worked is remembered per endpoint for the process;
 - every call carries `max_tokens`; calls to one endpoint are bounded by `DREAMFLOW_LLM_CONCURRENCY`;
 - a tool call written as text is never an answer (the repair turn says no tool runs from text);
-- a job may pass `check(answer) -> (rule, message) | None`, its content rules (engine/quality.py): a refused
+- a job may pass `check(answer) -> (rule, message) | None`, its content rules (engine/memory/quality.py): a refused
   answer gets the same one repair turn, naming the rule; the repair turn shows the answer's shape with
   placeholders (never an example a model could copy as memory);
 - usage (tokens, seconds, first-try answers, repairs, failures, refusals per rule) is counted per call kind.

@@ -16,7 +16,7 @@ class Usage:
 
     `seconds` is wall time inside calls. Each kind also counts `answers` asked for, `first_try` (valid without
     repair), `repairs` and `failures` (no usable answer); repair calls' tokens count under kind `repair`.
-    `gates` counts the answers each content rule refused (engine/quality.py), a repair refused again too.
+    `gates` counts the answers each content rule refused (engine/memory/quality.py), a repair refused again too.
     """
 
     calls: int = 0

@@ -33,7 +33,7 @@ def table(usage: dict | None) -> list[str]:
 
 def gates_line(usage: dict | None) -> str:
     """What the content checks refused: `Content checks (...) refused: ungrounded 2, markup 1.` (or none)."""
-    from engine.quality import RULES
+    from engine.memory.quality import RULES
 
     gates = (usage or {}).get("gates") or {}
     refused = ", ".join(f"{rule} {gates[rule]}" for rule in sorted(gates, key=lambda r: (RULES + (r,)).index(r)))

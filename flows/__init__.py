@@ -1,4 +1,4 @@
-"""Memory jobs as Prefect flows: one module per job (their tasks' prompts are in tasks/prompts/*.md).
+"""Memory jobs as Prefect flows: one module per job (their tasks' prompts are in engine/prompts/*.md).
 
 Importing a flow configures nothing: whatever runs flows applies Dreamflow's quiet, offline Prefect defaults
 first (`engine.prefect_env.configure()`, before `prefect` is imported): the runner (`deployments.serve`), the

@@ -14,7 +14,7 @@ no destination for a secret.
 
 Used on both sides: recall, the session-start digest and the prompt hook neutralise such a line
 (`neutralise`: `[instruction left out: path:line]`) under the `FRAME` header; search flags its hits
-(`FLAG`); the jobs' content checks refuse to file it as a fact (engine/quality.py). Pure, no I/O.
+(`FLAG`); the jobs' content checks refuse to file it as a fact (engine/memory/quality.py). Pure, no I/O.
 """
 
 from __future__ import annotations

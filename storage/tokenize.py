@@ -113,6 +113,6 @@ def term_hash(term: str) -> int:
 
 
 # words of what is said to be polite, not to be remembered or looked up: a "fact" or a prompt of nothing else
-# says nothing (engine/extraction.py, storage/relevance.py)
+# says nothing (engine/memory/extraction.py, storage/relevance.py)
 SMALL_TALK = frozenset(terms("thanks thank lot hello hi hey bye goodbye ok okay sure noted note great "
                              "congratulations nice cool welcome good night morning please sorry yes no"))

@@ -17,7 +17,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine import quality, usage_log
+from engine import usage_log
+from engine.memory import quality
 from engine.job_workspace import memory_of, metadata_of
 from engine.llm import LLM, response_schema
 from engine.toolbox import predict, read_text
@@ -28,8 +29,8 @@ from storage.doctor import describe
 from storage.errors import WriteRejected
 from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.markdown import render_frontmatter, split_frontmatter
-from tasks.cards import slugify, unique_path
-from tasks.prompts import load_prompt
+from engine.memory.cards import slugify, unique_path
+from engine.prompts import load_prompt
 
 MAX_NODE_CHARS = 12_000   # node text shown to the model
 CHECKPOINT = "link-mine"  # metadata/checkpoints/link-mine.json: {files: {path: "size:mtime"}}

@@ -12,7 +12,7 @@ from engine.job_workspace import memory_of
 from engine.llm import LLM, LLMError, response_schema
 from engine.prefect_env import run_logger
 from engine.settings import Settings
-from tasks.prompts import load_prompt
+from engine.prompts import load_prompt
 
 
 class Pick(BaseModel):

@@ -82,7 +82,7 @@ CHAT1, CHAT2 = "session/dialog/chat-1.jsonl", "session/dialog/chat-2.jsonl"
 HOME, MOVED = f"daily/{DAY1}/home.md", f"daily/{DAY2}/moved.md"
 BORROWED = "daily/2026-10-01/borrowed.md"
 LISBON, PORTO = "The user lives in Lisbon, near the river.", "The user lives in Porto now."
-COMPARE = "You keep a memory of facts up to date"  # tasks/prompts/compare.md
+COMPARE = "You keep a memory of facts up to date"  # engine/prompts/compare.md
 CONVERSATIONS = {
     CHAT1: [("user", f"{DAY1}T18:01:00", "I live in Lisbon, near the river."),
             ("assistant", f"{DAY1}T18:01:05", "Lovely! Do you like it there?"),

@@ -1,12 +1,12 @@
 """Checks code makes on a model's facts that a small model gets wrong: an assistant's echo filed instead of the
-user's words, a change to the same value, words of two messages joined into one claim (engine/extraction.py)."""
+user's words, a change to the same value, words of two messages joined into one claim (engine/memory/extraction.py)."""
 
 import datetime as dt
 
 import pytest
 
-from engine import extraction
-from engine.extraction import ExtractedFact, FactList, Item
+from engine.memory import extraction
+from engine.memory.extraction import ExtractedFact, FactList, Item
 from storage import facts
 
 DAY = dt.date(2026, 11, 5)

@@ -14,7 +14,7 @@ from test_hooks_inject import ANY_MATCH, hook, injected, prompt, start
 from dreamflow.cli import cli
 from dreamflow.mcp.text import text as mcp_text
 from dreamflow.web.markdown_html import render_source
-from engine import quality
+from engine.memory import quality
 from storage import instructions
 from storage.instructions import FRAME
 from storage.memory import Memory

@@ -6,13 +6,16 @@ import json
 
 import pytest
 
-from engine import extraction, interests, relative_dates
+from engine import interests
+from engine.memory import extraction, relative_dates
 from engine.toolbox import predict
 from storage import checkpoints, dialog, facts
 from storage.errors import InvalidInput, WriteRejected
 from storage.memory import Memory
-from tasks.cards import add_facts, find_card, slugify, unique_path
-from tasks.dream import changed_files, group, since, subject, window
+from engine.memory.cards import add_facts, find_card, slugify, unique_path
+from engine.memory.consolidation import since
+from engine.memory.gathering import changed_files, group, subject, window
+from engine.memory.objects import CardFact, Unit
 from tasks.governance import link_guard
 
 
@@ -238,18 +241,18 @@ def test_window_and_changed_files():
 def test_subjects_group_facts_and_the_user_is_one():
     assert subject("the user") == subject("Me") == subject("I") == subject(None) == ("user", "The user")
     assert subject("The Atlas project") == ("atlas-project", "The Atlas project")
-    refs = [{"card": "daily/d/a.md", "text": t, "about": a, "kind": k, "resource": False} for t, a, k in (
+    refs = [CardFact(card="daily/d/a.md", text=t, about=a, kind=k, resource=False) for t, a, k in (
         ("The user lives in Lisbon.", "user", "fact"), ("Ana bakes.", "Ana", "fact"),
         ("The user likes tea.", "me", "preference"), ("Feed the starter twice a day.", "sourdough", "procedure"))]
     units = group(refs, hint="starter")
-    assert [(u["key"], len(u["facts"]), u["bucket"]) for u in units] == [
+    assert [(u.key, len(u.facts), u.bucket) for u in units] == [
         ("sourdough", 1, "procedure"), ("user", 2, "personal"), ("ana", 1, "personal")]
 
 
 def test_a_fact_holds_from_its_own_date_unless_that_is_a_plan():
-    assert since({"day": "2026-11-05", "date": "2026-11-04"}) == "2026-11-04"
-    assert since({"day": "2026-11-05", "date": "2026-12-24"}) == "2026-11-05"  # a plan's date, not its start
-    assert since({"day": "2026-11-05", "date": None}) == "2026-11-05"
+    assert since(day="2026-11-05", date="2026-11-04") == "2026-11-04"
+    assert since(day="2026-11-05", date="2026-12-24") == "2026-11-05"  # a plan's date, not its start
+    assert since(day="2026-11-05", date=None) == "2026-11-05"
 
 
 def test_link_guard():
@@ -289,11 +292,11 @@ def test_interests_read_errors(memory):
 
 
 def test_the_dream_finds_a_subjects_node_in_a_digest_folder_of_your_own(memory):
-    from tasks.dream import node_for
+    from engine.memory.consolidation import node_for
 
     memory.write("digest/project/vite.md", "# Vite\n\nThe dev server proxies /api.\n")  # yours, by hand
-    unit = {"key": "vite", "about": "Vite", "bucket": "wiki"}
+    unit = Unit(key="vite", about="Vite", bucket="wiki")
     assert node_for(memory, unit) == "digest/project/vite.md"  # not a second node in digest/wiki/
-    assert node_for(memory, {"key": "vitest", "about": "Vitest", "bucket": "wiki"}) == "digest/wiki/vitest.md"
+    assert node_for(memory, Unit(key="vitest", about="Vitest", bucket="wiki")) == "digest/wiki/vitest.md"
     memory.write("digest/archive/project/old.md", "# Old\n")
-    assert node_for(memory, {"key": "old", "about": "Old", "bucket": "wiki"}) == "digest/wiki/old.md"
+    assert node_for(memory, Unit(key="old", about="Old", bucket="wiki")) == "digest/wiki/old.md"

@@ -10,7 +10,7 @@ from engine.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, ext
                         parse_model, response_format, response_schema, text_tool_call)
 from engine.settings import Settings
 from llm_server import format_type
-from tasks.prompts import load_prompt
+from engine.prompts import load_prompt
 
 
 class Answer(BaseModel):

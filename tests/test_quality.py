@@ -1,4 +1,4 @@
-"""The content checks (engine/quality.py), one test per rule, and the repair turn they drive (scripted server)."""
+"""The content checks (engine/memory/quality.py), one test per rule, and the repair turn they drive (scripted server)."""
 
 import pytest
 from pydantic import BaseModel
@@ -6,8 +6,8 @@ from pydantic import BaseModel
 from engine.llm import LLM, AnswerRefused, shape_of, response_schema
 from engine.settings import Settings
 from llm_server import copy_shown
-from engine import quality
-from engine.quality import Material, check
+from engine.memory import quality
+from engine.memory.quality import Material, check
 from storage.dialog import transcript
 from storage.errors import JobFailed
 

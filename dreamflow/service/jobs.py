@@ -168,7 +168,7 @@ class Jobs:
         on_disk = list(hosted.ws.iter_files("resource"))
         if not seen and not on_disk:
             return
-        from tasks.cards import TEXT_RESOURCES  # imports prefect: only when there is something to compare
+        from engine.memory.cards import TEXT_RESOURCES  # imports the LLM client: only when there is something to compare
 
         changed = [rel for rel in seen if not (hosted.ws.root / rel).is_file()]
         for rel in on_disk:

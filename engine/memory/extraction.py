@@ -9,7 +9,7 @@ that holds them; a fact with the prompt's markup, a placeholder, a tool call or 
 refused, and so is a question asked in the conversation filed as anything but an open question. A fact refused
 for how it words its message is kept in the words of the cited sentence that says most of it when that
 sentence passes the checks; the others are dropped and reported with their rule. Relative times are resolved
-to dates from its message's day (engine/relative_dates.py), and the first day a fact names is its `date`.
+to dates from its message's day (engine/memory/relative_dates.py), and the first day a fact names is its `date`.
 """
 
 from __future__ import annotations
@@ -20,20 +20,17 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field, field_validator
 
-from engine import quality, relative_dates
+from engine.memory import quality, relative_dates
 from engine.llm import response_schema
 from storage import facts
 from storage.chunking import ECHO_NEW_WORDS
 from storage.tokenize import SMALL_TALK, terms
 
-MAX_FACTS = 30          # per answer
-MAX_FACT_WORDS = 45     # a fact is one sentence
-MIN_FACT_TERMS = 2      # content terms a fact needs to say something
+from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
+                                     MIN_FACT_TERMS)
+
 RESTATED = ("ungrounded", "question", "copy", "long", "same_change", "joined")  # refusals of a fact's wording:
 # its sentence may stand
-ECHO_SHARE = 0.67       # share of an assistant fact's content words a user message must hold to be what it echoes
-MAX_ITEM_CHARS = 6_000  # of one numbered message or block shown to the model (the rest of it is not read)
-MAX_BLOCK_LINES = 12    # lines of a resource grouped into one numbered block
 # words a fact may add to what its lines say: how facts name the user, framing words and light verbs (the
 # content words must all be in the lines)
 FRAMING = frozenset(terms("user users person assistant now currently current also still new anymore longer "

@@ -6,8 +6,8 @@ FOLDER = Path(__file__).parent
 
 
 def load_prompt(name: str) -> str:
-    """The system prompt `tasks/prompts/<name>.md`."""
+    """The system prompt `engine/prompts/<name>.md`."""
     path = FOLDER / f"{name}.md"
     if not path.is_file():
-        raise FileNotFoundError(f"no prompt tasks/prompts/{name}.md")
+        raise FileNotFoundError(f"no prompt engine/prompts/{name}.md")
     return path.read_text(encoding="utf-8")

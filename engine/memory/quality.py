@@ -36,13 +36,9 @@ from storage import instructions as planted
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
 
-MIN_TERMS = 3
-VERBATIM_RUN = 8
-COPY_SHARE = 0.6
-COPY_MIN_WORDS = 20
-ECHO_SHARE = 0.5
-PASTED_SHARE = 0.8
-PASTED_MIN_WORDS = 20
+from engine.memory.thresholds import (COPY_MIN_WORDS, COPY_SHARE, MIN_TERMS, PASTED_MIN_WORDS, PASTED_SHARE,
+                                     VERBATIM_RUN)
+from engine.memory.thresholds import INSTRUCTIONS_SHARE as ECHO_SHARE
 
 Finding = tuple[str, str]
 RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "pasted", "relative_time",
