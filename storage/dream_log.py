@@ -32,7 +32,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def record(ws: Workspace, summary: dict, run_id: str | None = None) -> dict:
-    """Write the record of a dream run from its summary (tasks/dream.py `finish`: `date`, `actions`, `failed`);
+    """Write the record of a dream run from its summary (engine/memory/dream_run.py `finish`: `date`, `actions`, `failed`);
     returns it."""
     units = [{"name": a.get("name"), "fact": a.get("fact"), "source": a.get("source"), "action": a.get("action"),
               "target": a.get("node"), "replaced": a.get("replaced"), "error": None}

@@ -8,7 +8,7 @@ A person says a digest node's fact is wrong. One journaled operation then rewrit
 - each card fact it was consolidated from (`source:: [[daily/...md#^f2]]`): `(retracted:: DAY)` in place. A
   retracted card fact is never current, so no dream consolidates it again, and the messages it cites
   (`session/dialog/<id>.jsonl#L3`) are retracted with it: the card writer refuses a new fact citing such a line
-  with the same words (tasks/cards.py), whichever card it would land in. The conversation record stays as
+  with the same words (engine/memory/cards.py), whichever card it would land in. The conversation record stays as
   it was said (dialog files are append-only source records); the retracted card fact is the record of its
   retraction.
 

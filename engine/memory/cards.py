@@ -100,7 +100,7 @@ def resource_text(raw: str, path: str) -> str:
 def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str) -> extraction.Screened:
     """Ask for the facts of the numbered `items`, screen each one, and return what is kept and dropped (each
     dropped fact counted as a refusal of its rule). A conversation is asked turn by turn (`turns`: a small model
-    given several messages mixes speakers up: docs/dream.md), other material in runs of at most
+    given several messages mixed speakers up: docs/dream.md), other material in runs of at most
     `MAX_CALL_CHARS`. A fact that only an assistant's echo of the user cites is taken from the user's message
     (`extraction.from_user`, counted as gate `echo`). A call whose facts are all dropped gets one repair turn; refused again, its facts count as
     dropped and the others stand. When no call kept a fact and one was refused, the job fails
