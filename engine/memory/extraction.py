@@ -290,8 +290,7 @@ def _same_change(text: str) -> bool:
 
 def _direction(text: str, cited: list[Item]) -> str | None:
     """`text` with the two values of the change it says swapped, when the message it cites says them the other
-    way round (the 1.5B model's `The quarry was renamed from 'Lantern' to 'Quarry'` citing `Quarry got renamed
-    ... It's Lantern now.`), else None. The message decides only when it marks a value: the fact's old value
+    way round (`renamed from 'Lantern' to 'Quarry'` citing `... It's Lantern now.`; docs/dream.md), else None. The message decides only when it marks a value: the fact's old value
     marked new there (`It's Lantern now`, `to Porto`, `called Kestrel`) or its new value marked old (`from
     Lisbon`, `not Osteria Lupa`), and not both ways."""
     for pattern in _CHANGES:
@@ -410,9 +409,8 @@ def _content(text: str) -> set[str]:
 
 def _their_words(text: str, cited: list[Item]) -> tuple[str, Item] | None:
     """The sentence of a cited message (not the assistant's) that shares the most of `text`'s content words
-    (`A young girl goes to Oak Primary` citing `My daughter goes to Oak Primary.`; the 0.5B model's `Mr. Silva
-    is a person who lives in a city called New York City` citing `My landlord is Mr. Silva.`); None when no
-    sentence shares one."""
+    (`A young girl goes to Oak Primary` citing `My daughter goes to Oak Primary.`); None when no sentence shares
+    one."""
     wanted = _content(text)
     best, best_shared = None, 0
     for item in cited:
@@ -434,7 +432,7 @@ def _said_already(text: str, kept: list[facts.Fact]) -> bool:
 def _days_given(cited: list[Item]) -> set[str]:
     """The terms of every form of the days the cited lines name, relative or written out (`yesterday` said on
     11-05: 2026, 11, 04, november, nov, 4; `2026-12-22`: december, dec, 22 too): a fact may write a day its
-    own way (the 1.5B model wrote `December 22, 2026` for a message's `2026-12-22`)."""
+    own way (`December 22, 2026` for a message's `2026-12-22`)."""
     return {t for item in cited if item.said
             for day in [*relative_dates.named_days(item.text, item.said),
                         *relative_dates.written_days(item.text, item.said)]
