@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field, field_validator
 
-from engine.memory import quality, relative_dates
 from engine.llm import response_schema
+from engine.memory import quality, relative_dates
+from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
+                                     MIN_FACT_TERMS)
 from storage import facts
 from storage.chunking import ECHO_NEW_WORDS
 from storage.tokenize import SMALL_TALK, terms
 
-from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
-                                     MIN_FACT_TERMS)
 
 RESTATED = ("ungrounded", "question", "copy", "long", "same_change", "joined")  # refusals of a fact's wording:
 # its sentence may stand

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 
 from engine import ops
 from engine.llm import text_tool_call
+from engine.memory.thresholds import (COPY_MIN_WORDS, COPY_SHARE, MIN_TERMS, PASTED_MIN_WORDS, PASTED_SHARE,
+                                     VERBATIM_RUN)
+from engine.memory.thresholds import INSTRUCTIONS_SHARE as ECHO_SHARE
 from storage import instructions as planted
 from storage.markdown import split_frontmatter
 from storage.tokenize import terms
 
-from engine.memory.thresholds import (COPY_MIN_WORDS, COPY_SHARE, MIN_TERMS, PASTED_MIN_WORDS, PASTED_SHARE,
-                                     VERBATIM_RUN)
-from engine.memory.thresholds import INSTRUCTIONS_SHARE as ECHO_SHARE
 
 Finding = tuple[str, str]
 RULES = ("empty", "markup", "frontmatter", "template", "tool", "instructions", "copy", "pasted", "relative_time",
