@@ -57,13 +57,13 @@ def context(workspace: tuple[str, Path], payload: dict) -> str | None:
     name, root = workspace
     from engine.client import RemoteMemory, open_memory
 
-    _wait_at_most(settings.inject_timeout)  # in-process, the index lock; through the service, its answer
     memory = open_memory(root, timeout=settings.inject_timeout, check=False)
     if isinstance(memory, RemoteMemory):
         return memory.request("POST", f"{memory.scope}/inject", asked)["text"]
     from engine import scoped
     from engine.grants import ADMIN
 
+    _wait_at_most(settings.inject_timeout)
     return inject(scoped.LocalCatalog(name, root), ADMIN, name, **asked)
 
 
