@@ -1,15 +1,27 @@
-"""How every process outside storage/ gets at a workspace's memory: `open_memory(workspace)`.
+"""The one client seam: how a process reaches a workspace's memory. Every surface (CLI, hooks, stdio MCP) and
+every job gets its memory from `open_memory(workspace)` and nowhere else.
 
-Flows, tasks and the CLI call this and nothing else. When `dreamflow start` runs for the workspace (its
-`metadata/service.json` names a live pid that answers), they get a `RemoteMemory` speaking HTTP to it, since
-the service owns the index; otherwise an in-process `Memory`. Both have the same operation methods and return
-the same JSON-ready values, and remote errors come back as the same `DreamflowError` classes, so callers print
-the same output either way. This module stays import-light (stdlib http.client, no httpx/pydantic).
+The rule, decided once per process and workspace (the first `open_memory` call; later calls get the same object):
+
+- the process that owns the workspace's index works in it in-process: the service for the workspaces it hosts
+  (`local_memory(keep_open=True)` claims them), and any process when no service runs for the workspace;
+- every other process, while `dreamflow start` runs for the workspace (its `metadata/service.json` names a live
+  pid that answers), talks to that service over HTTP (`RemoteMemory`), since DuckDB lets one process open the
+  index: the CLI, the hook, the stdio MCP server, and a flow run the service's runner starts (a process of its
+  own). A process never talks over HTTP to itself.
+
+Both objects have the same interface: every `engine.ops` operation, with the same JSON-ready values and the same
+`DreamflowError` classes, and `turn` (engine.turns.record_turn, run once: here, or by the service). The choice is
+made again only when the workspace's service.json changes (a service started or stopped: one stat per call), or
+when it proved wrong (`reopen`): after `IndexBusy` (a service took the index over meanwhile) or a refused
+connection (the service went away). This module stays import-light (stdlib http.client, no
+httpx/pydantic).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -25,38 +37,110 @@ from storage.workspace import pid_alive
 SERVICE_FILE = "metadata/service.json"
 
 
-def open_memory(workspace: str | os.PathLike[str] | None = None):
+_chosen: dict[Path, tuple[Any, Any]] = {}  # workspace folder -> (service.json's stamp, this process's memory)
+_choosing = threading.Lock()
+
+
+def open_memory(workspace: str | os.PathLike[str] | None = None, *, timeout: float = 600.0, check: bool = True):
     """The memory of the workspace folder `workspace` (default: `DREAMFLOW_WORKSPACE` or the registry's choice,
-    engine.registry.resolve): through the running service if there is one, else in this process."""
+    engine.registry.resolve), by the module's rule: the same object while the workspace's service.json stays
+    as it was. A `RemoteMemory` made now waits `timeout` seconds for each answer; `check=False` takes the service
+    service.json names without asking its health first (the hook: its one request says if it answers)."""
     if workspace is None:
         from engine.registry import resolve
 
         workspace = resolve()[1]
-    root = Path(workspace)
-    remote = connect(root)
-    return remote if remote is not None else local_memory(root)
+    key = Path(workspace).absolute()
+    stamp = _stamp(key)
+    with _choosing:
+        stamped, chosen = _chosen.get(key, (None, None))
+        if chosen is None or (stamped != stamp and not _owned(chosen)):
+            chosen = connect(key, timeout, check) or local_memory(key)
+            _chosen[key] = (stamp, chosen)
+        return chosen
+
+
+def service_for(workspace: str | os.PathLike[str]) -> RemoteMemory | None:
+    """The running service this process talks to for `workspace` (`open_memory`'s choice), or None when it
+    works in the workspace itself: what decides whether a job runs as the service's deployment run."""
+    memory = open_memory(workspace)
+    return memory if isinstance(memory, RemoteMemory) else None
+
+
+def reopen(workspace: str | os.PathLike[str]):
+    """Decide again for `workspace` when the choice proved wrong (the module docstring) and return the memory
+    now chosen; a workspace this process owns (the service's) stays as it is."""
+    key = Path(workspace).absolute()
+    with _choosing:
+        if not _owned(_chosen.get(key, (None, None))[1]):
+            _chosen.pop(key, None)
+    return open_memory(key)
+
+
+def _owned(memory) -> bool:
+    """Whether `memory` is one this process holds the index of for good (the service's, `keep_open`)."""
+    return getattr(memory, "watched", False) is True
+
+
+def _stamp(root: Path):
+    """What says service.json changed (a service started or stopped): its mtime and size, None without it."""
+    try:
+        st = (root / SERVICE_FILE).stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def local_memory(workspace: str | os.PathLike[str], keep_open: bool = False):
-    """An in-process `Memory`, opened for writing (`storage.memory.recover`: what a killed process left is
-    finished first); `keep_open=True` holds the index for the life of the process (service only: its watcher
-    keeps the index up to date, so its reads never look at the files first). Without it, each read first
-    indexes what changed on disk, within `DREAMFLOW_CATCH_UP_SECONDS` (storage/freshness.py)."""
-    from storage.memory import Memory, recover
+    """An in-process memory (`InProcess`), opened for writing (`storage.memory.recover`: what a killed process
+    left is finished first); `keep_open=True` holds the index for the life of the process and claims the
+    workspace for this process (the service only: its watcher keeps the index up to date, so its reads never
+    look at the files first). Without it, each read first indexes what changed on disk, within
+    `DREAMFLOW_CATCH_UP_SECONDS` (storage/freshness.py)."""
+    from storage.memory import recover
 
     if not keep_open:
         from engine.semantic import attach
 
-        memory = Memory(workspace)
+        memory = _in_process()(workspace)
         recover(memory)
         attach(memory)  # vector search in-process only with DREAMFLOW_CLI_VECTORS=1 (the service always has it)
         return memory
     from storage.db import IndexDB
     from storage.workspace import Workspace
 
-    memory = Memory(workspace, db=IndexDB(Workspace(workspace), keep_open=True), watched=True)
+    memory = _in_process()(workspace, db=IndexDB(Workspace(workspace), keep_open=True), watched=True)
     recover(memory)
+    with _choosing:
+        _chosen[Path(workspace).absolute()] = (None, memory)
     return memory
+
+
+def release(memory) -> None:
+    """Forget the service's claim on `memory`'s workspace (its hosting closed it)."""
+    with _choosing:
+        for key, (_, chosen) in list(_chosen.items()):
+            if chosen is memory:
+                del _chosen[key]
+
+
+@functools.cache
+def _in_process() -> type:
+    """`InProcess`: a `storage.memory.Memory` with `turn`, as `RemoteMemory` has (built on first use, so a
+    process talking to the service never imports the index)."""
+    from storage.memory import Memory
+
+    class InProcess(Memory):
+        """The workspace's memory in this process (`local_memory`)."""
+
+        def turn(self, *args: Any, **kwargs: Any) -> dict:
+            """Record a conversation turn here (engine.turns.record_turn: `engine.jobs.TURN`'s arguments); a due
+            auto_memory waits for the service."""
+            from engine.turns import record_turn
+
+            return record_turn(self.ws.root, *args, memory=self, **kwargs)
+
+    return InProcess
 
 
 def service_info(workspace: str | os.PathLike[str]) -> dict | None:

@@ -235,15 +235,14 @@ def _in_process(memory) -> bool:
 
 
 class LocalCatalog:
-    """The registered workspaces as the CLI sees them without a service (each opened on first use, through its
-    own running service when there is one)."""
+    """The registered workspaces as the CLI sees them without a service (each reached as engine/client.py
+    decides: through its own running service when there is one, else in this process)."""
 
     def __init__(self, default_name: str, default_root: Path, registry=None):
         from engine.registry import Registry
 
         self.registry = registry if registry is not None else Registry.load()
         self.default_name, self.default_root = default_name, default_root
-        self._open: dict[str, Any] = {}
 
     def names(self) -> list[str]:
         return list(dict.fromkeys([self.default_name, *self.registry.entries]))
@@ -259,8 +258,6 @@ class LocalCatalog:
         return self.default_root if name == self.default_name else self.registry.get(name).path
 
     def memory(self, name: str):
-        if name not in self._open:
-            from engine.client import open_memory
+        from engine.client import open_memory
 
-            self._open[name] = open_memory(self.root(name))
-        return self._open[name]
+        return open_memory(self.root(name))

@@ -2,8 +2,10 @@
 
 A turn is appended to `session/dialog/<session_id>.jsonl` at once; the per-session counts live in
 `metadata/turns.json` (under a file lock, written atomically) so counting survives restarts and is shared
-by the service and an in-process CLI. `record_turn` is the one way a turn is recorded, from every surface;
-launching the auto_memory run is the service's `launch` function. What has been summarised is auto_memory's own per-session checkpoint, so a
+by the service and an in-process CLI. `record_turn` is the one way a turn is recorded, run once per turn in the
+process that owns the workspace (engine/client.py: a surface calls its memory's `turn`, which is `record_turn`
+in this process, or the service's `POST /turn`, where the service runs it); launching the auto_memory run is the
+service's `launch` function. What has been summarised is auto_memory's own per-session checkpoint, so a
 lost or failed launch loses nothing: the next launch for that session picks up every unsummarised record.
 """
 
@@ -16,7 +18,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from engine.client import connect, local_memory
 from engine.settings import Settings
 from storage.dialog import append_messages
 from storage.errors import InvalidInput
@@ -99,12 +100,14 @@ def record_turn(
     launch: Callable[[str], str] | None = None,
 ) -> dict:
     """Record a conversation turn in `session/dialog/<session_id>.jsonl`, count it, and launch auto_memory when
-    due: what every surface calls (CLI `turn`, the Claude Code hook, MCP, `POST /turn`, Python).
+    due, in this process: what a memory's `turn` runs where the workspace is open (engine/client.py), so it runs
+    once per turn whatever the surface (CLI `turn`, the Claude Code hook, MCP, `POST /turn`, Python).
 
-    Through the running service when one serves `workspace` (it counts the turn and launches); else in this
-    process: appended and counted, and a due session waits for the service to start. The service itself passes
-    its open `memory`, its `counter` and `launch(session_id)`, which starts auto_memory and returns a run id, or raises; a failed launch keeps the turns pending, so the next turn
-    tries again. `compact` asks for the session's summary now.
+    `memory`: the workspace's in-process memory (default: opened here; with a service running, call
+    `engine.client.open_memory(workspace).turn(...)` instead, which reaches it). The service passes its open
+    `memory`, its `counter` and `launch(session_id)`, which starts auto_memory and returns a run id, or raises; a
+    failed launch keeps the turns pending, so the next turn tries again. Without `launch` a due session waits
+    for the service to start. `compact` asks for the session's summary now.
 
     Messages with an `id` already among the session's last records are not appended again. With a `turn_id`
     (a caller that may deliver a turn again, e.g. after being killed) the turn is recorded once: append and
@@ -113,10 +116,10 @@ def record_turn(
     appends just those.
     """
     if memory is None:
-        remote = connect(workspace)
-        if remote is not None:
-            return remote.turn(session_id, messages, compact, turn_id)
-        memory = local_memory(workspace)
+        from storage.memory import Memory, recover
+
+        memory = Memory(workspace)
+        recover(memory)
     counter = counter or TurnCounter(memory.ws, Settings().turns_per_summary)
     check_session_id(session_id)
     messages = [] if messages is None else messages

@@ -454,3 +454,21 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     assert worker.returncode == 0, worker.stdout + worker.stderr
     # --run-once returns when the runs it took have finished; with the runner paused only it could take this one
     assert svc.prefect("GET", f"/flow_runs/{run['id']}")["state"]["type"] == "COMPLETED", worker.stdout
+
+
+def test_a_turn_through_the_service_is_recorded_once(dreamflow_service):
+    """With the service running, another process's memory is the service (engine/client.py) and a turn is
+    recorded once there: its records in the dialog once, the counter one turn on, however often it is sent."""
+    from engine.client import RemoteMemory, open_memory
+
+    svc, session = dreamflow_service, "seam-once"
+    memory = open_memory(svc.workspace)
+    assert isinstance(memory, RemoteMemory), "the service owns the index: this process talks to it"
+    turn = [{"role": "user", "content": "seamonce question", "id": "u1"},
+            {"role": "assistant", "content": "seamonce answer", "id": "a1"}]
+    first = memory.turn(session, turn, turn_id="u1")
+    again = memory.turn(session, turn, turn_id="u1")
+    assert (first["appended"], first["turns"]) == (2, 1) and (again["appended"], again["turns"]) == (0, 1)
+    lines = (svc.workspace / f"session/dialog/{session}.jsonl").read_text().splitlines()
+    assert [json.loads(line)["content"] for line in lines] == ["seamonce question", "seamonce answer"]
+    assert svc.memory.status()["turns"]["sessions"][session]["turns"] == 1

@@ -123,9 +123,11 @@ class CliContext:
         """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`) or names
         a file of another (`NAME:path`, engine/scoped.py): the running service decides what the caller's token
         may read; without one, this machine's registry."""
-        memory = self.memory()
-        if getattr(memory, "workspace", None) is not None:  # a RemoteMemory: the service resolves the rest
-            return getattr(memory, op.method_name)(**kwargs)
+        from engine.client import service_for
+
+        remote = service_for(self.workspace)
+        if remote is not None:  # the service resolves the rest
+            return getattr(remote, op.method_name)(**kwargs)
         from engine import scoped
         from engine.grants import ADMIN
 

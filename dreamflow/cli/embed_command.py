@@ -21,17 +21,17 @@ def embed(obj, show_status: bool, batch: int, as_json: bool) -> None:
     The running service does this in the background after every change; use this without the service,
     after switching DREAMFLOW_EMBEDDER, or to see how far vectors lag the keyword index.
     """
-    from engine.client import connect, local_memory
+    from engine.client import open_memory, service_for
     from engine.embedders import EmbedderError, make_embedder
     from storage import vectors as _vectors
 
-    remote = connect(obj.workspace)
+    remote = service_for(obj.workspace)
     if remote is not None:
         info = remote.status().get("vectors")
         message = "the running service owns the index and embeds new chunks in the background"
         _print(info or {"service": message}, as_json, message if info is None else None)
         return
-    memory = local_memory(obj.workspace)
+    memory = open_memory(obj.workspace)
     settings = Settings()
     if show_status:
         _print(status(memory, settings), as_json)

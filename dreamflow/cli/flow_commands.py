@@ -32,19 +32,18 @@ def _run_flow(obj, params: dict, as_json: bool, no_wait: bool, job: str) -> None
 
 def _proactive(obj, params: dict, as_json: bool, no_wait: bool) -> None:
     """A run of the proactive deployment on the service, else the plain read in this process (no Prefect)."""
-    from engine.client import connect, local_memory
+    from engine.client import open_memory, service_for
     from engine.days import check_date, today
     from engine.interests import proactive_topics
 
-    remote = connect(obj.workspace)
-    if remote is not None:
-        _run(obj.workspace, "proactive", params, as_json, no_wait, remote=remote)
+    if service_for(obj.workspace) is not None:
+        _run(obj.workspace, "proactive", params, as_json, no_wait)
         return
     if no_wait:
         refuse_no_wait()
     try:
         date = params["date"]
-        result = proactive_topics(local_memory(obj.workspace), check_date(date) if date else today(),
+        result = proactive_topics(open_memory(obj.workspace), check_date(date) if date else today(),
                                   params["include_content"])
     except DreamflowError as exc:
         fail(exc, as_json)
@@ -63,15 +62,14 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
 
     @click.pass_context
     def callback(ctx: click.Context, no_wait: bool, as_json: bool, **kwargs: Any) -> None:
-        from engine.client import connect
+        from engine.client import service_for
 
-        remote = connect(ctx.obj.workspace)
-        if remote is None:
+        if service_for(ctx.obj.workspace) is None:
             if no_wait:
                 refuse_no_wait()
             return ctx.invoke(original, as_json=as_json, **kwargs)
         try:
-            done = run_job(ctx.obj.workspace, flow, kwargs, as_json, no_wait, remote=remote)
+            done = run_job(ctx.obj.workspace, flow, kwargs, as_json, no_wait)
         except DreamflowError as exc:
             fail(exc, as_json)
         if done is not None:
@@ -86,10 +84,10 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
 
 # ---- running a flow ------------------------------------------------------------------------------------
 
-def _run(workspace: Path, name: str, params: dict, as_json: bool, no_wait: bool, remote=None) -> None:
+def _run(workspace: Path, name: str, params: dict, as_json: bool, no_wait: bool) -> None:
     """Run flow `name` (on the service, else in this process) and print its summary."""
     try:
-        done = run_job(workspace, name, params, as_json, no_wait, remote)
+        done = run_job(workspace, name, params, as_json, no_wait)
     except DreamflowError as exc:
         fail(exc, as_json)
     if done is None:  # --no-wait: the started run was printed

@@ -26,13 +26,12 @@ from storage.errors import DreamflowError
 
 
 def _doctor(obj, params: dict, as_json: bool, no_wait: bool) -> None:
-    from engine.client import connect
+    from engine.client import service_for
 
     fix = params["fix"]
-    remote = connect(obj.workspace) if fix or no_wait else None
     try:
-        if remote is not None:  # a repair: a run of the doctor deployment, in the UI
-            done = run_job(obj.workspace, "doctor", params, as_json, no_wait, remote=remote)
+        if (fix or no_wait) and service_for(obj.workspace) is not None:  # a repair: a run of the doctor deployment
+            done = run_job(obj.workspace, "doctor", params, as_json, no_wait)
             if done is None:
                 return
             report = done[0]

@@ -51,15 +51,15 @@ def no_wait_option(fn):
                         help="With the service running: print the run id and UI link, don't wait.")(fn)
 
 
-def run_job(workspace: Path, flow: str, params: dict[str, Any], quiet: bool, no_wait: bool = False,
-            remote=None) -> tuple[dict, bool] | None:
+def run_job(workspace: Path, flow: str, params: dict[str, Any], quiet: bool,
+            no_wait: bool = False) -> tuple[dict, bool] | None:
     """Run `flow` (a key of `deployments.serve.DEPLOYMENTS`) and return `(summary, units_failed)`, or None
     after `--no-wait` (the started run is printed). `quiet` (with --json) keeps progress off stderr."""
     from deployments.serve import DEPLOYMENTS
-    from engine.client import connect
+    from engine.client import service_for
 
     params = {k: v for k, v in params.items() if v is not None}
-    remote = remote if remote is not None else connect(workspace)
+    remote = service_for(workspace)
     if remote is not None:
         run = remote.launch(flow, params)
         if no_wait:

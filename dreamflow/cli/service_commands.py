@@ -1,7 +1,8 @@
 """`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service/).
 
 `current_status` works with or without a running service (through it when it runs); `turn` records through
-`engine.turns.record_turn`, as the stdio MCP server and the Claude Code hook do.
+the workspace's memory (`engine.client`: `turn` runs `engine.turns.record_turn` here, or the service does), as
+the stdio MCP server and the Claude Code hook do.
 """
 
 from __future__ import annotations
@@ -67,10 +68,8 @@ def status(obj, verbose: bool, as_json: bool) -> None:
 
 
 def _turn(obj, params: dict, as_json: bool) -> None:
-    from engine.turns import record_turn
-
     try:
-        result = record_turn(obj.workspace, **params)
+        result = obj.memory().turn(**params)
     except DreamflowError as exc:
         fail(exc, as_json)
     if as_json:
@@ -91,15 +90,15 @@ def current_status(workspace: Path) -> dict:
     the same for every registered workspace)."""
     from dreamflow.service.workspace_status import recorded_dream
     from engine import usage_log
-    from engine.client import connect, local_memory
+    from engine.client import open_memory, service_for
     from engine.semantic import words_only
     from engine.turns import TurnCounter
     from storage import redaction_log
 
-    remote = connect(workspace)
+    remote = service_for(workspace)
     if remote is not None:
         return {"running": True, **remote.status()}
-    memory = local_memory(workspace)
+    memory = open_memory(workspace)
     warnings = [llm_warning(Settings(), "in this shell (jobs run here without the service)"), words_only(Settings())]
     index = memory.index_stats()
     return {

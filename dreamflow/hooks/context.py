@@ -55,9 +55,11 @@ def context(workspace: tuple[str, Path], payload: dict) -> str | None:
     if asked is None:
         return None
     name, root = workspace
-    remote = _service(root, settings.inject_timeout)
-    if remote is not None:
-        return remote.request("POST", f"{remote.scope}/inject", asked)["text"]
+    from engine.client import RemoteMemory, open_memory
+
+    memory = open_memory(root, timeout=settings.inject_timeout, check=False)
+    if isinstance(memory, RemoteMemory):
+        return memory.request("POST", f"{memory.scope}/inject", asked)["text"]
     from engine import scoped
     from engine.grants import ADMIN
 
@@ -233,14 +235,6 @@ def _consumed(memory, card: str) -> set[str]:
     holds, or held)."""
     return {link["anchor"][1:] for link in memory.stat(card)["links_in"]
             if link["source"].startswith("digest/") and (link.get("anchor") or "").startswith("^")}
-
-
-def _service(workspace: Path, timeout: float):
-    """The workspace's running service (a `RemoteMemory` waiting `timeout` seconds for its answer), None when
-    service.json names none; asked without a health check first: if it does not answer, the request says so."""
-    from engine.client import connect
-
-    return connect(workspace, timeout=timeout, check=False)
 
 
 def _wait_at_most(timeout: float) -> None:

@@ -298,13 +298,13 @@ class Delivery:
     def record(self, turn: Turn, end: int) -> None:
         """Record the turn (idempotent: ids as in the module docstring), then checkpoint the transcript up
         to `end`. A turn the receiving side refuses as invalid is reported and passed over, not retried forever."""
-        from engine.turns import record_turn
+        from engine.client import open_memory
         from storage.errors import InvalidInput
 
         messages = [{"role": m["role"], "content": m["content"], "created_at": m["created_at"], "id": m["uuid"]}
                     for m in turn.messages]
         try:
-            self.results.append(record_turn(self.ws.root, self.session_id, [
+            self.results.append(open_memory(self.ws.root).turn(self.session_id, [
                 {k: v for k, v in m.items() if v} for m in messages], turn_id=messages[0]["id"]))
         except InvalidInput as exc:
             self.refused.append(f"turn {messages[0]['id']}: {exc}")
@@ -328,7 +328,8 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     """Record the new turns of the payload's transcript: `{session_id, event, appended, turns, results,
     unreadable, too_long, refused, left}` (`results`: what each record_turn call answered; `left`: transcript
     bytes left for the next delivery)."""
-    from engine.turns import check_session_id, record_turn
+    from engine.client import open_memory
+    from engine.turns import check_session_id
     from storage import checkpoints
     from storage.errors import InvalidInput
     from storage.workspace import Workspace
@@ -349,10 +350,11 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
         return summary
     ws = Workspace(workspace)
     delivery = Delivery(ws, session_id, limits or Limits.from_settings())
-    with checkpoints.lock(ws, delivery.name, timeout=LOCK_TIMEOUT), _index_held(ws):
+    memory = open_memory(ws.root)
+    with checkpoints.lock(ws, delivery.name, timeout=LOCK_TIMEOUT), _index_held(memory):
         delivery.read(path)
         if event in COMPACTING and (_unsummarised(delivery.results) or _pending(ws, session_id)):
-            delivery.results.append(record_turn(ws.root, session_id, [], compact=True))
+            delivery.results.append(memory.turn(session_id, [], compact=True))
     return {**summary, "appended": sum(r["appended"] for r in delivery.results), "turns": delivery.turns,
             "results": delivery.results, "unreadable": delivery.unreadable, "too_long": delivery.too_long,
             "refused": delivery.refused, "left": delivery.left}
@@ -373,15 +375,13 @@ def session_target(given: str | None, payload: dict) -> tuple[str, Path]:
     return resolve(given, cwd=cwd if isinstance(cwd, str) and cwd else None)
 
 
-def _index_held(ws):
-    """Without a service: the index opened once for the whole delivery (nested sessions of this process reuse
-    it), not once per turn: a first delivery of a long session is hundreds of turns. With one: nothing."""
+def _index_held(memory):
+    """In-process: the index opened once for the whole delivery (nested sessions of this process reuse it), not
+    once per turn: a first delivery of a long session is hundreds of turns. Through the service: nothing."""
     from contextlib import nullcontext
 
-    from engine.client import service_info
-    from storage.db import IndexDB
-
-    return nullcontext() if service_info(ws.root) is not None else IndexDB(ws).session()
+    db = getattr(memory, "db", None)  # an in-process memory's index (engine/client.py)
+    return nullcontext() if db is None else db.session()
 
 
 def _unsummarised(results: list[dict]) -> bool:

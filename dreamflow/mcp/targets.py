@@ -9,17 +9,16 @@ of workspaces (engine/scoped.py) plus the job primitives:
 - `ServiceTarget`: inside `dreamflow start` (the `/mcp` mount): the service's workspaces, turn counters and
   Prefect launches; the grant comes from the request's bearer token.
 - `WorkspaceTarget`: the stdio server (`dreamflow mcp --workspace NAME`), run by the local user (every
-  registered workspace). On every call it looks for the workspace's running service (metadata/service.json, a
-  file read and a pid check) and forwards to it, so it never fights the service for the DuckDB file, and a
-  service started later takes over at once. Without a service it works in this process with short index
-  sessions; turns are recorded and counted (their auto_memory run starts when the service does), while dream,
+  registered workspace), each reached as engine/client.py decides for this process: through the workspace's
+  running service (decided again when its service.json changes, so a service started later takes over at
+  once and the server never fights it for the DuckDB file), else here with short index sessions. Without a
+  service turns are recorded and counted (their auto_memory run starts when the service does), while dream,
   auto_memory and job_status need the service and say so.
 """
 
 from __future__ import annotations
 
 import copy
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -167,8 +166,8 @@ class ServiceTarget(Target):
 
 
 class WorkspaceTarget(Target, scoped.LocalCatalog):
-    """Calls from a stdio server: the registered workspaces (`LocalCatalog`), each through its running service
-    when there is one, else here."""
+    """Calls from a stdio server: the registered workspaces (`LocalCatalog`), each reached as engine/client.py
+    decides for this process (through its running service, else here)."""
 
     def __init__(self, default: str | Path | None = None):
         from engine.registry import Registry, resolve
@@ -176,42 +175,15 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         registry = Registry.load()
         name, root = resolve(str(default) if default is not None else None, registry=registry)
         scoped.LocalCatalog.__init__(self, name, root, registry)
-        self._remote: dict[str, Any] = {}
-        self._local: dict[str, Any] = {}
-        self._bypass = threading.local()  # `active` while a call runs here because the service refused it
 
     def remote(self, name: str | None = None):
-        """The `RemoteMemory` of the workspace's running service, or None when no service runs for it."""
-        from engine.client import RemoteMemory, service_info
-        from engine.settings import Settings
+        """The `RemoteMemory` of the workspace's running service, or None when this process works in it."""
+        from engine.client import service_for
 
-        name = name or self.workspace or self.default_name
-        info = service_info(self.root(name))
-        if info is None or getattr(self._bypass, "active", False):
-            return None
-        remote = self._remote.get(name)
-        if remote is None or remote.url != info["url"].rstrip("/"):
-            remote = self._remote[name] = RemoteMemory(info["url"], token=Settings().api_token,
-                                                       workspace=info.get("name"), root=self.root(name))
-        return remote
-
-    def memory(self, name: str):
-        remote = self.remote(name)
-        if remote is not None:
-            return remote
-        if name not in self._local:
-            from engine.client import local_memory
-
-            self._local[name] = local_memory(self.root(name))
-        return self._local[name]
+        return service_for(self.root(name or self.workspace or self.default_name))
 
     def _turn(self, name: str, params: dict) -> dict:
-        from engine.turns import record_turn
-
-        remote = self.remote(name)
-        if remote is not None:
-            return remote.turn(**params)
-        return record_turn(self.root(name), **params, memory=self.memory(name))
+        return self.memory(name).turn(**params)
 
     def _launch(self, name: str, flow: str, parameters: dict) -> dict:
         return self._service(name, "start a run").launch(flow, parameters)
@@ -220,17 +192,22 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
         return self._service(self.workspace or self.default_name, "report a run").run_status(run_id)
 
     def retry_elsewhere(self) -> bool:
-        return self.remote() is not None  # the service started while we waited for the index lock
+        return self._reopened() is not None  # the service started while we waited for the index lock
 
     def retry_here(self, call):
         # service.json names a live pid whose port refuses connections: a service shutting down (its API
         # stops before the file goes) or a stale file whose pid was reused. The request never reached a
-        # server, so running it here cannot do anything twice; the index lock waits for a stopping service.
-        self._bypass.active = True
-        try:
-            return call()
-        finally:
-            self._bypass.active = False
+        # server, so running it again where engine.client now decides cannot do anything twice; the index
+        # lock waits for a stopping service.
+        self._reopened()
+        return call()
+
+    def _reopened(self):
+        """Decide again where the call's workspace is (engine.client.reopen): its `RemoteMemory` or None."""
+        from engine.client import RemoteMemory, reopen
+
+        memory = reopen(self.root(self.workspace or self.default_name))
+        return memory if isinstance(memory, RemoteMemory) else None
 
     def _service(self, name: str, what: str):
         remote = self.remote(name)

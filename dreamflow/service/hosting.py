@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.client import SERVICE_FILE, service_info
+from engine.client import SERVICE_FILE, release, service_info
 from engine.grants import UNKNOWN_WORKSPACE
 from engine.registry import Entry, Registry
 from engine.settings import Settings
@@ -99,6 +99,7 @@ class Hosted:
             self.backfiller.stop()
         if self.memory is not None:
             self.memory.db.close()
+            release(self.memory)  # this process no longer owns the workspace (engine/client.py)
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
 
@@ -114,6 +115,7 @@ class Hosted:
             self.backfiller = None
         if self.memory is not None:
             self.memory.db.close()
+            release(self.memory)  # this process no longer owns the workspace (engine/client.py)
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
 
