@@ -28,6 +28,14 @@ CASES = [
     ("search", ["search", "otter", "--start-date", "June"], {"query": "otter", "start_date": "June"},
      "InvalidInput", "date must be YYYY-MM-DD"),
     ("search", ["search", "   "], {"query": "   "}, "InvalidInput", "the search query is empty"),
+    ("list", ["list", "notes", "--offset", "-2"], {"prefix": "notes", "offset": -2},
+     "InvalidInput", "offset must be between 0 and 1,000,000,000, got -2"),
+    ("traverse", ["traverse", "notes/otter.md", "--depth", "-1"], {"paths": ["notes/otter.md"], "depth": -1},
+     "InvalidInput", "depth must be between 0 and 1,000,000,000, got -1"),
+    ("recall", ["recall", "otter", "--budget", "200000"], {"query": "otter", "budget": 200000},
+     "InvalidInput", "budget must be between 0 and 100,000, got 200000"),
+    ("read", ["read", "notes/otter.md", "--max-chars", "-5"], {"path": "notes/otter.md", "max_chars": -5},
+     "InvalidInput", "max_chars must be between 0 and"),
 ]
 
 
@@ -65,3 +73,38 @@ def test_the_same_invalid_input_gets_the_same_error_on_every_surface(ws):
     after = sorted(p.relative_to(ws.root).as_posix() for p in ws.root.rglob("*") if p.is_file()
                    and "metadata" not in p.parts)
     assert after == before  # refused before anything was written
+
+
+SURFACE_MODULES = ["engine/ops.py", "engine/jobs.py", "dreamflow/http/api.py", "dreamflow/mcp/server.py",
+                   "dreamflow/docs_gen.py", "storage/arguments.py", *(f"dreamflow/cli/{name}" for name in (
+                       "app.py", "job_command.py", "flow_commands.py", "governance_commands.py"))]
+
+
+@pytest.mark.parametrize("module", SURFACE_MODULES)
+def test_no_surface_is_generated_by_reading_source_or_rewriting_a_signature(module):
+    """The requests come from typed declarations (a Memory method's signature, a job's request model), never
+    from a function's source (`ast`), an `eval`ed annotation or a rewritten `__signature__`."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / module).read_text(encoding="utf-8")
+    for banned in ("import ast", "from ast", "eval(", "__signature__", "literal_eval"):
+        assert banned not in text, (module, banned)
+
+
+def test_an_operations_checks_are_stated_on_its_parameters_and_hold_for_python_callers_too(ws):
+    """`limit: Count`, `query: Query`, `bucket: Bucket`: the rule is part of the signature every surface is
+    generated from, and runs before the operation for an in-process caller as for the CLI, HTTP and MCP."""
+    import typing
+
+    from storage.arguments import Check
+    from storage.errors import InvalidInput
+
+    hints = typing.get_type_hints(Memory.search, include_extras=True)
+    assert {name for name, hint in hints.items() if any(isinstance(m, Check) for m in
+                                                        getattr(hint, "__metadata__", ()))} >= {"query", "limit"}
+    memory = Memory(ws.root)
+    with pytest.raises(InvalidInput, match="limit must be between 0 and 1,000,000,000, got -1"):
+        memory.search("otter", limit=-1)
+    with pytest.raises(InvalidInput, match="content must be text, not int"):
+        memory.write("notes/new/x.md", 12)
+    assert not (ws.root / "notes").exists()
