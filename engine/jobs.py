@@ -17,13 +17,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from annotated_types import Ge, Le
-
 from engine.ops import PARAM_HELP, Param
-from storage.arguments import MAX_COUNT, OVERLONG_LINES, STALE_DAYS
+from storage.arguments import OVERLONG_LINES, STALE_DAYS, Count
 
-
-Count = Annotated[int, Ge(0), Le(MAX_COUNT)]  # a job's count: days, units, nodes... as the operations' counts
 SURFACES = ("cli", "http", "mcp")
 
 

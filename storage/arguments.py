@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import date as _date
 from typing import Annotated, Any, Callable
 
+from annotated_types import Ge, Le
+
 from storage.errors import InvalidInput
 from storage.workspace import ARCHIVE, is_utf8
 
@@ -156,7 +158,7 @@ TEXT = Check(lambda name, value: check_text(**{name: value}))
 TEXTS = Check(check_texts)
 MAPPING = Check(lambda name, value: check_mapping(value))
 
-Count = Annotated[int, count()]
+Count = Annotated[int, Ge(0), Le(MAX_COUNT), count()]  # Ge/Le: the bounds in a job's JSON schema (engine/jobs.py)
 Query = Annotated[str, Check(lambda name, value: check_query(value))]
 Text = Annotated[str, TEXT]
 OptionalText = Annotated[str | None, TEXT]

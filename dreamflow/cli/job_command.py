@@ -20,7 +20,8 @@ import click
 
 from dreamflow.cli.common import fail
 from dreamflow.cli.job_runs import COUNT, no_wait_option
-from engine.jobs import Count, Job
+from engine.jobs import Job
+from storage.arguments import Count
 from storage.errors import InvalidInput
 
 
