@@ -136,8 +136,8 @@ def jobs_reference() -> str:
     from engine.jobs import JOBS, TURN
 
     parts = [HEADER, "# Jobs reference\n\n",
-             "Every job is declared once (engine/jobs.py) and its parameters once, in its function's signature "
-             "(the flow's, or `record_turn`'s for the turn). The CLI command, the HTTP route, the MCP tool and the "
+             "Every job is declared once (engine/jobs.py) with its parameters as one typed request model, the "
+             "same as its function's signature (the flow's, or `record_turn`'s for the turn). The CLI command, the HTTP route, the MCP tool and the "
              "Prefect deployments below are generated from that; what each job does is in docs/jobs.md. A run "
              "started over HTTP or MCP works on the caller's workspace (`workspace` is never a field).\n\n"]
     for job in (*JOBS.values(), TURN):

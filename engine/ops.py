@@ -2,8 +2,10 @@
 
 An operation is a method of `storage.memory.Memory`; `OPS` names it and says how the surfaces expose it.
 `dreamflow/cli/app.py` builds a click command per entry, the HTTP API a route, the MCP server a tool, all from
-the method's signature (type hints, defaults) and docstring. Adding an operation = a `Memory` method + one line
-here. This module stays import-light (no pydantic) so the CLI starts fast; schemas are generated on demand.
+the method's signature (type hints, defaults) and docstring: the signature is the operation's one request model,
+whose parameters also state their checks (`limit: Count`, storage/arguments.py), run once per call by the
+method for every surface. Adding an operation = a `Memory` method + one line here. This module stays
+import-light (no pydantic) so the CLI starts fast; schemas are generated on demand.
 """
 
 from __future__ import annotations

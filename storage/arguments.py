@@ -1,14 +1,23 @@
 """Checks of the arguments operations take: texts, counts, dates, and names of new files and folders.
 
-In-process callers pass anything; the CLI, HTTP and MCP surfaces check types from the signatures first. Each
-check raises InvalidInput with a message that says what to give instead, never a crash deeper down.
+An operation states each argument's check on its parameter (`limit: Count = 10`, `query: Query`): the
+`Annotated` types below carry a `Check`, and `checked` runs them on every call before the operation, for
+every caller alike (CLI, HTTP, MCP, Python), so the signature is the operation's one request model. The
+surfaces derive their types from the same signature (the `Check`s are invisible to them). Each check raises
+InvalidInput with a message that says what to give instead, never a crash deeper down.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+import typing
+from dataclasses import dataclass
 from datetime import date as _date
-from typing import Any
+from typing import Annotated, Any, Callable
+
+from annotated_types import Ge, Le
 
 from storage.errors import InvalidInput
 from storage.workspace import ARCHIVE, is_utf8
@@ -62,14 +71,18 @@ def check_counts(high: int = MAX_COUNT, **counts: int) -> None:
             raise InvalidInput(f"{name} must be between 0 and {high:,}, got {value}")
 
 
-def check_bucket(bucket: Any) -> str | None:
-    """A digest bucket's name as a filter (`personal`, `procedure`, `wiki` or a folder of your own under
-    `digest/`: `project`, also written `digest/project/`), or None for all; a bucket that is not there finds
-    nothing."""
+def bucket_name(bucket: str | None) -> str | None:
+    """A digest bucket's name as a filter (`project`, also written `digest/project/`), or None for all."""
+    return (bucket or "").strip().strip("/").removeprefix("digest/").strip("/") or None
+
+
+def check_bucket(bucket: Any) -> None:
+    """Refuse what cannot be a digest bucket: a bucket is `personal`, `procedure`, `wiki` or a folder of your
+    own under `digest/`; one that is not there finds nothing."""
     check_text(bucket=bucket)
-    name = (bucket or "").strip().strip("/").removeprefix("digest/").strip("/")
-    if not name:
-        return None
+    name = bucket_name(bucket)
+    if name is None:
+        return
     if "/" in name or name in (".", ".."):
         raise InvalidInput(f"bucket must be one folder of digest/ (e.g. personal or project), got {bucket!r}")
     if name == ARCHIVE:
@@ -78,7 +91,6 @@ def check_bucket(bucket: Any) -> str | None:
     problem = bad_name(name)
     if problem:
         raise InvalidInput(f"bucket: {problem}")
-    return name
 
 
 def parse_date(value: str) -> str:
@@ -126,3 +138,62 @@ def bad_name(name: str) -> str | None:
     if name.split(".", 1)[0].upper() in RESERVED_NAMES:
         return f"the name {name!r} is reserved on Windows"
     return None
+
+
+# ---- checks stated on an operation's parameters ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    """Parameter metadata (`Annotated[int, Check(...)]`): `run(name, value)` raises InvalidInput for a bad value."""
+
+    run: Callable[[str, Any], Any]
+
+
+def count(high: int = MAX_COUNT, optional: bool = False) -> Check:
+    """A count from 0 to `high` (`optional`: None too)."""
+    return Check(lambda name, value: None if optional and value is None else check_counts(high, **{name: value}))
+
+
+TEXT = Check(lambda name, value: check_text(**{name: value}))
+TEXTS = Check(check_texts)
+MAPPING = Check(lambda name, value: check_mapping(value))
+
+Count = Annotated[int, Ge(0), Le(MAX_COUNT), count()]  # Ge/Le: the bounds in a job's JSON schema (engine/jobs.py)
+Query = Annotated[str, Check(lambda name, value: check_query(value))]
+Text = Annotated[str, TEXT]
+OptionalText = Annotated[str | None, TEXT]
+OptionalTexts = Annotated[list[str] | None, TEXTS]
+Bucket = Annotated[str | None, Check(lambda name, value: check_bucket(value))]
+
+
+def checked(cls: type) -> type:
+    """Make every public method of `cls` run the `Check`s its parameters are annotated with on the arguments
+    of each call (those given; defaults hold), in parameter order, before the method itself."""
+    for name, fn in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(fn):
+            setattr(cls, name, _checking(fn))
+    return cls
+
+
+def _checking(fn: Callable) -> Callable:
+    signature = inspect.signature(fn)
+    found: list[tuple[str, Check]] | None = None
+
+    @functools.wraps(fn)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        nonlocal found
+        if found is None:  # the hints resolved on first use: the module is whole by then
+            hints = typing.get_type_hints(fn, include_extras=True)
+            found = [(param, meta) for param in signature.parameters
+                     for meta in getattr(hints.get(param), "__metadata__", ()) if isinstance(meta, Check)]
+        if found:
+            try:
+                given = signature.bind(*args, **kwargs).arguments
+            except TypeError:
+                return fn(*args, **kwargs)  # the call's own TypeError
+            for param, check in found:
+                if param in given:
+                    check.run(param, given[param])
+        return fn(*args, **kwargs)
+
+    return method

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Literal
 
-from storage.arguments import (OVERLONG_LINES, STALE_DAYS, check_bucket, check_counts, check_mapping, check_query,
-                               check_text, check_texts, new_path_problem, parse_date, search_date)
+from storage.arguments import (MAPPING, OVERLONG_LINES, STALE_DAYS, TEXTS, Bucket, Count, OptionalText, OptionalTexts,
+                               Query, Text, bucket_name, checked, count, new_path_problem, parse_date, search_date)
 from storage.day_page import day_page
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
 from storage.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
@@ -53,6 +53,7 @@ MAX_DAYS = 100_000  # ceiling for day counts (about 270 years back stays a valid
 RECALL_MIN, RECALL_MAX = 50, 100_000  # token budgets `recall` takes
 
 
+@checked
 class Memory:
     """File tools, search and index maintenance over one workspace.
 
@@ -81,10 +82,10 @@ class Memory:
     def write(
         self,
         path: str,
-        content: str = "",
-        name: str | None = None,
-        description: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        content: Text = "",
+        name: OptionalText = None,
+        description: OptionalText = None,
+        metadata: Annotated[dict[str, Any] | None, MAPPING] = None,
         expected_hash: str | None = None,
     ) -> dict:
         """Write a file (overwriting), keeping existing frontmatter keys not given; `.md` added if no suffix."""
@@ -93,18 +94,17 @@ class Memory:
     def create(
         self,
         path: str,
-        content: str = "",
-        name: str | None = None,
-        description: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        content: Text = "",
+        name: OptionalText = None,
+        description: OptionalText = None,
+        metadata: Annotated[dict[str, Any] | None, MAPPING] = None,
     ) -> dict:
         """Create a new file with frontmatter (name, description, metadata); fails if it already exists."""
         return self._write(path, content, name, description, metadata, create=True)
 
-    def edit(self, path: str, old: str, new: str, replace_all: bool = False, expected_hash: str | None = None) -> dict:
+    def edit(self, path: str, old: Text, new: Text, replace_all: bool = False, expected_hash: str | None = None) -> dict:
         """Replace text `old` with `new` in the body (never the frontmatter); `old` must match exactly once unless
         replace_all is set."""
-        check_text(old=old, new=new)
         if not old:
             raise InvalidInput("`old` must be non-empty text to find in the file")
         rel = self._file(path)
@@ -129,9 +129,8 @@ class Memory:
         text, digest = self._rewrite(rel, change, expected_hash)
         return {"path": rel, "replacements": replaced, "lines": _line_count(text), "hash": digest}
 
-    def append(self, path: str, content: str, expected_hash: str | None = None) -> dict:
+    def append(self, path: str, content: Text, expected_hash: str | None = None) -> dict:
         """Append content to the end of a file (created if missing), on a new line."""
-        check_text(content=content)
         rel = self._file(path, creating=True)
         addition = _with_newline(content)
         with self.db.session() as con:
@@ -154,9 +153,8 @@ class Memory:
         return {"path": rel, "created": False, "lines": _line_count(self._decode(rel, data)),
                 "hash": content_hash(data)}
 
-    def prepend(self, path: str, content: str, expected_hash: str | None = None) -> dict:
+    def prepend(self, path: str, content: Text, expected_hash: str | None = None) -> dict:
         """Insert content at the start of the body, after any frontmatter block (at the start of other files)."""
-        check_text(content=content)
         rel = self._file(path)
         cut = 0
 
@@ -217,12 +215,11 @@ class Memory:
         with self.db.session() as con:
             return graph_edit.move(con, self.ws, old, new, overwrite=overwrite)
 
-    def frontmatter_update(self, path: str, metadata: dict[str, Any], expected_hash: str | None = None) -> dict:
+    def frontmatter_update(self, path: str, metadata: Annotated[dict[str, Any], MAPPING], expected_hash: str | None = None) -> dict:
         """Set frontmatter keys (other keys and the body are kept as they are)."""
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
-        check_mapping(metadata)
         if not metadata:
             raise InvalidInput("no fields to update: give at least one key=value")
         meta: dict = {}
@@ -236,13 +233,12 @@ class Memory:
         _, digest = self._rewrite(rel, change, expected_hash)
         return {"path": rel, "frontmatter": meta, "hash": digest}
 
-    def frontmatter_delete_keys(self, path: str, keys: list[str], expected_hash: str | None = None) -> dict:
+    def frontmatter_delete_keys(self, path: str, keys: Annotated[list[str], TEXTS], expected_hash: str | None = None) -> dict:
         """Remove frontmatter keys (missing keys are reported, not an error; with none present the file is left
         byte for byte as it was)."""
         from storage.markdown import render_frontmatter
 
         rel = self._markdown(path)
-        check_texts("keys", keys)
         if not keys:
             raise InvalidInput("no keys to delete: give at least one frontmatter key")
         meta: dict = {}
@@ -279,21 +275,19 @@ class Memory:
         return {"path": rel, "date": day, "cards": cards, "created": changed and existing is None,
                 "changed": changed, "skipped": skipped}
 
-    def upload(self, source: str, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
+    def upload(self, source: Text, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
         from storage import outside
 
-        check_text(source=source)
         data, source_name = outside.read_source(source)
         result = self.upload_content(data, name or source_name, date=date, overwrite=overwrite)
         return {**result, "source": str(Path(source).expanduser().resolve())}
 
-    def upload_content(self, content: bytes, name: str, date: str | None = None, overwrite: bool = False) -> dict:
+    def upload_content(self, content: bytes, name: Text, date: str | None = None, overwrite: bool = False) -> dict:
         """Store `content` as resource/[DATE/]NAME: what `upload` does with a file's bytes (the HTTP form)."""
         folder = f"resource/{parse_date(date)}" if date else "resource"
         if not isinstance(content, bytes | bytearray):
             raise InvalidInput(f"upload content must be bytes, not {type(content).__name__}")
-        check_text(name=name)
         if not name or not name.strip():
             raise InvalidInput("an upload needs a file name")
         rel = self._rel(f"{folder}/{name}")
@@ -308,13 +302,12 @@ class Memory:
     # ---- reading files -------------------------------------------------------------------------------
 
     def read(self, path: str, start_line: int | None = None, end_line: int | None = None, numbered: bool = True,
-             max_chars: int = READ_CHARS) -> dict:
+             max_chars: Annotated[int, count(READ_CHARS_MAX)] = READ_CHARS) -> dict:
         """Read a text file, optionally lines start_line..end_line (1-based, inclusive), with line numbers. An
         answer holds at most max_chars characters (whole lines): when more lines follow, `truncated` is true
         and `next_start_line` says where to continue (a single longer line is cut, see `cut_line`)."""
         if any(n is not None and not isinstance(n, int) for n in (start_line, end_line)):
             raise InvalidInput("start_line and end_line must be integers")
-        check_counts(READ_CHARS_MAX, max_chars=max_chars)
         if max_chars < 1:
             raise InvalidInput("max_chars must be at least 1")
         rel = self._file(path)
@@ -376,14 +369,12 @@ class Memory:
         return {"path": rel, "type": "dir", "files": len(files), "folders": folders,
                 "size": sum((self.ws.root / f).stat().st_size for f in files), "mtime": _iso(full.stat().st_mtime)}
 
-    def list(self, prefix: str = "", recursive: bool = True, limit: int = 200,
-             sort: Literal["path", "mtime"] = "path", extensions: list[str] | None = None, offset: int = 0) -> dict:
+    def list(self, prefix: str = "", recursive: bool = True, limit: Count = 200,
+             sort: Literal["path", "mtime"] = "path", extensions: OptionalTexts = None, offset: Count = 0) -> dict:
         """List files under a folder or path prefix (recursive by default; folders end with `/` otherwise),
         by path or newest first (`sort: mtime`), optionally only some extensions (`md`, `.jsonl`); a prefix
         that matches nothing lists nothing. At most `limit` entries: when more follow, `truncated` is true and
         `next_offset` is the offset of the next page."""
-        check_counts(limit=limit, offset=offset)
-        check_texts("extensions", extensions)
         wanted = {e.strip().lower().lstrip(".") for e in extensions or [] if e.strip().strip(".")}
         norm = "" if isinstance(prefix, str | None) and (prefix or "").strip() in ("", ".", "./") else self._rel(prefix)
         base = self.ws.resolve(norm) if norm else self.ws.root
@@ -423,14 +414,12 @@ class Memory:
         fm = split_frontmatter(self._read_text(rel))
         return {"path": rel, "frontmatter": fm.meta, "error": fm.error}
 
-    def tags(self, tag: str | None = None, limit: int = 100) -> list[dict]:
+    def tags(self, tag: OptionalText = None, limit: Count = 100) -> list[dict]:
         """Tags with file counts and date range; with `tag`, that tag's files. Tags come from the `tags` and
         `memory_tags` frontmatter keys and are counted normalised (case-folded, spaces as `_`: `New York` and
         `new york` are `new_york`)."""
         from storage.model import normalize_tag
 
-        check_counts(limit=limit)
-        check_text(tag=tag)
         tag = normalize_tag(tag) if tag is not None else None
         with self._reading() as (con, _):
             rows = con.execute(
@@ -455,10 +444,9 @@ class Memory:
                 ]
         return result
 
-    def daily_list(self, date: str | None = None, limit: int = 30) -> dict:
+    def daily_list(self, date: str | None = None, limit: Count = 30) -> dict:
         """Days that have daily cards (the notes of daily/DATE/, one per conversation or resource), newest
         first; with `date`, that day's cards with name and description (not the files in its sub-folders)."""
-        check_counts(limit=limit)
         if date:
             day = parse_date(date)
             return {"date": day, "index_page": self.ws.resolve(f"daily/{day}.md").is_file(),
@@ -476,12 +464,11 @@ class Memory:
         ordered = sorted(days.values(), key=lambda d: d["date"], reverse=True)
         return {"days": ordered[:limit], "truncated": len(ordered) > limit}
 
-    def download(self, path: str, dest: str, overwrite: bool = False) -> dict:
+    def download(self, path: str, dest: Text, overwrite: bool = False) -> dict:
         """Copy a workspace file out to an outside path: an existing folder or a DEST ending with `/` (created
         if missing) keeps the file name; refuses to overwrite, and refuses the workspace's metadata/."""
         from storage import outside
 
-        check_text(dest=dest)
         rel = self._file(path)
         _, data = self.download_content(rel)
         out = outside.save(data, dest, PurePosixPath(rel).name, overwrite, self.ws.root)
@@ -496,18 +483,18 @@ class Memory:
 
     def search(
         self,
-        query: str,
-        limit: int = 10,
+        query: Query,
+        limit: Count = 10,
         min_score: float | None = None,
-        start_date: str | None = None,
-        end_date: str | None = None,
-        tags: list[str] | None = None,
-        path_prefix: str | None = None,
-        expand: int = 3,
+        start_date: OptionalText = None,
+        end_date: OptionalText = None,
+        tags: OptionalTexts = None,
+        path_prefix: OptionalText = None,
+        expand: Count = 3,
         include_archived: bool = False,
-        per_file: int = 1,
+        per_file: Count = 1,
         strict_dates: bool = False,
-        as_of: str | None = None,
+        as_of: OptionalText = None,
         history: bool = False,
     ) -> list[dict]:
         """Search memory by keywords and meaning: the best matching passages (path, line range, text), one per
@@ -519,10 +506,6 @@ class Memory:
         unless strict_dates; tags match any of them."""
         from storage import search as _search
 
-        check_query(query)
-        check_counts(limit=limit, expand=expand, per_file=per_file)
-        check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, as_of=as_of)
-        check_texts("tags", tags)
         with self._reading() as (con, _):
             return _search.search(
                 con, query, limit=limit, min_score=min_score,
@@ -531,7 +514,7 @@ class Memory:
                 as_of=search_date(as_of), history=history,
             )
 
-    def recall(self, query: str, budget: int = 2000, session: str | None = None, start_date: str | None = None,
+    def recall(self, query: str, budget: int = 2000, session: OptionalText = None, start_date: str | None = None,
                end_date: str | None = None, tags: list[str] | None = None, path_prefix: str | None = None,
                min_score: float | None = None, min_relevance: float | None = None, min_words: int | None = None,
                as_of: str | None = None, history: bool = False) -> dict:
@@ -544,7 +527,6 @@ class Memory:
         unless history; as_of answers what was valid on that day."""
         from storage import recall as _recall
 
-        check_text(session=session)
         if session is not None:
             check_session_id(session)
         seen = _recall.given(self.ws, session) if session else set()
@@ -555,22 +537,18 @@ class Memory:
             _recall.remember(self.ws, session, keys, query=query, items=answer["items"])
         return {**answer, "session": session}
 
-    def evidence(self, query: str, budget: int = 2000, given: set[str] | frozenset[str] = frozenset(),
-                 start_date: str | None = None, end_date: str | None = None, tags: list[str] | None = None,
-                 path_prefix: str | None = None, min_score: float | None = None, min_relevance: float | None = None,
-                 min_words: int | None = None, as_of: str | None = None, history: bool = False) -> tuple[dict, list]:
+    def evidence(self, query: Query, budget: Annotated[int, count(RECALL_MAX)] = 2000,
+                 given: set[str] | frozenset[str] = frozenset(), start_date: OptionalText = None,
+                 end_date: OptionalText = None, tags: OptionalTexts = None, path_prefix: OptionalText = None,
+                 min_score: float | None = None, min_relevance: float | None = None,
+                 min_words: Annotated[int | None, count(optional=True)] = None, as_of: OptionalText = None,
+                 history: bool = False) -> tuple[dict, list]:
         """`recall`'s answer without a session's record: (answer, keys of the lines it gives), leaving out the
         lines whose key is in `given`. What each workspace gives a recall across workspaces (engine/scoped.py)."""
         from storage import recall as _recall
 
-        check_query(query)
-        check_counts(RECALL_MAX, budget=budget)
         if budget < RECALL_MIN:
             raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
-        check_text(start_date=start_date, end_date=end_date, path_prefix=path_prefix, as_of=as_of)
-        check_texts("tags", tags)
-        if min_words is not None:
-            check_counts(min_words=min_words)
         with self._reading() as (con, behind):
             answer, keys = _recall.recall(
                 con, self.ws, query, budget, given=set(given), vectors=self.vectors, min_words=min_words,
@@ -579,17 +557,14 @@ class Memory:
                 min_relevance=min_relevance, as_of=search_date(as_of), history=history)
         return _telling(behind, answer), keys
 
-    def node_search(self, query: str, limit: int = 20, as_of: str | None = None, history: bool = False,
-                    bucket: str | None = None) -> list[dict]:
+    def node_search(self, query: Query, limit: Count = 20, as_of: OptionalText = None, history: bool = False,
+                    bucket: Bucket = None) -> list[dict]:
         """Search digest nodes only: one row per node (path, name, description, score, status, valid_from,
         valid_to), no chunk text. Superseded and expired nodes are left out unless history; as_of answers what
         was valid on that day; bucket keeps one folder of digest/ (personal, procedure, wiki or your own)."""
         from storage import search as _search
 
-        check_query(query)
-        check_counts(limit=limit)
-        check_text(as_of=as_of)
-        bucket = check_bucket(bucket)
+        bucket = bucket_name(bucket)
         prefix = f"digest/{bucket}/" if bucket else "digest/"
         with self._reading() as (con, _):
             return _search.node_search(con, query, limit=limit, vectors=self.vectors,
@@ -597,26 +572,23 @@ class Memory:
 
     def traverse(
         self,
-        paths: list[str],
-        depth: int = 1,
+        paths: Annotated[list[str], TEXTS],
+        depth: Count = 1,
         direction: Literal["forward", "backward", "both", "out", "in"] = "both",
-        predicate: str | None = None,
-        limit: int = 200,
+        predicate: OptionalText = None,
+        limit: Count = 200,
     ) -> dict:
         """Walk the link graph from paths: the files reached (name, description, hops away) and the links
         between them (source -> target); forward follows the links a file makes, backward finds the files that
         link to it (`out` and `in` mean the same)."""
         from storage import search as _search
 
-        check_counts(depth=depth, limit=limit)
-        check_texts("paths", paths)
-        check_text(predicate=predicate)
         rels = [self._node(p) for p in paths]
         with self._reading() as (con, behind):
             return _telling(behind, _search.traverse(con, rels, depth=depth, direction={
                 "out": "forward", "in": "backward"}.get(direction, direction), predicate=predicate, limit=limit))
 
-    def trace(self, path: str, fact: str | None = None) -> dict:
+    def trace(self, path: Text, fact: OptionalText = None) -> dict:
         """Trace a fact to where it comes from: from a fact of a digest node or card (its block id `f2`,
         `path#^f2`, or a line number) down through the facts it was consolidated from to the original dialog
         records (role, created_at, text, jsonl line) or resource lines, as a tree of steps in `chain`. A line of
@@ -626,7 +598,6 @@ class Memory:
 
         from storage import trace as _trace
 
-        check_text(path=path, fact=fact)
         target, anchor = _trace.start(path, fact)
         rel = self._file(target)
 
@@ -636,7 +607,7 @@ class Memory:
 
         return _trace.trace(read, rel, anchor, dt.date.today())
 
-    def retract(self, path: str, fact: str, reason: str | None = None, correct: str | None = None) -> dict:
+    def retract(self, path: str, fact: Text, reason: OptionalText = None, correct: OptionalText = None) -> dict:
         """Retract a wrong fact of a digest node everywhere it came from: the node fact moves to History as
         retracted today (with the reason; `--as-of` an earlier day still shows it), the card facts it was
         consolidated from are marked retracted, so no later dream or auto-memory run learns it again from them or
@@ -646,7 +617,6 @@ class Memory:
 
         from storage import facts, journal, retraction
 
-        check_text(fact=fact, reason=reason, correct=correct)
         if correct is not None and not correct.strip():
             raise InvalidInput("`correct` must be the true fact's words")
         rel = self._file(path)
@@ -699,14 +669,15 @@ class Memory:
 
     # ---- graph governance ----------------------------------------------------------------------------
 
-    def doctor(self, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,
-               overlong_lines: int = OVERLONG_LINES) -> dict:
+    def doctor(self, dup_threshold: float | None = None, stale_days: Annotated[int, count(MAX_DAYS)] = STALE_DAYS,
+               overlong_lines: Count = OVERLONG_LINES) -> dict:
         """Check memory health without changing anything: broken links and anchors, digest nodes nothing links
         to or without sources, near-duplicates, malformed frontmatter, files the index has not caught up with."""
         return self._doctor(False, dup_threshold, stale_days, overlong_lines)
 
-    def doctor_fix(self, dup_threshold: float | None = None, stale_days: int = STALE_DAYS,
-                   overlong_lines: int = OVERLONG_LINES) -> dict:
+    def doctor_fix(self, dup_threshold: float | None = None,
+                   stale_days: Annotated[int, count(MAX_DAYS)] = STALE_DAYS, overlong_lines: Count = OVERLONG_LINES
+                   ) -> dict:
         """Repair what is safe to repair mechanically, then report as doctor does: re-index files the index has
         not caught up with, and point links to moved files at their new paths (this rewrites those links)."""
         return self._doctor(True, dup_threshold, stale_days, overlong_lines)
@@ -714,18 +685,15 @@ class Memory:
     def _doctor(self, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int) -> dict:
         from storage import doctor
 
-        check_counts(overlong_lines=overlong_lines)
-        check_counts(MAX_DAYS, stale_days=stale_days)
         threshold = doctor.DUP_THRESHOLD if dup_threshold is None else dup_threshold
         with self.db.session() as con:
             return doctor.check(con, self.ws, fix=fix, dup_threshold=threshold, stale_days=stale_days,
                                 overlong_lines=overlong_lines)
 
-    def relink(self, target: str, new_target: str, before: str | None = None) -> dict:
+    def relink(self, target: str, new_target: str, before: OptionalText = None) -> dict:
         """Point every link to `target` at `new_target` (aliases, predicates kept; line anchors follow their text)."""
         from storage import graph_edit
 
-        check_text(before=before)
         old, new = self.ws.normalize(target), self._rel(new_target)
         with self.db.session() as con:
             return graph_edit.relink(con, self.ws, old, new, before=before)
@@ -853,8 +821,6 @@ class Memory:
         from storage.markdown import file_kind
 
         rel = self._file(path, creating=True)
-        check_text(content=content, name=name, description=description)
-        check_mapping(metadata)
         ignored = []
         if file_kind(rel) == "markdown":
             compose = self._with_frontmatter(rel, content, name, description, metadata)

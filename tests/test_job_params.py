@@ -1,31 +1,49 @@
-"""A job's parameters are read from its function's source (engine/job_params.py) and exposed from its one
-declaration (engine/jobs.py): what the surfaces show is what the function declares, with its defaults."""
+"""A job's parameters are its request model (engine/jobs.py), the same as its function's real signature: what
+the surfaces show is what the function takes, with its defaults."""
 
 import importlib
 import inspect
 import json
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
 from deployments.serve import DEPLOYMENTS
-from engine.job_params import REQUIRED, job_defaults, job_params
 from engine.jobs import JOBS, TURN
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("job", [*JOBS.values(), TURN], ids=lambda job: job.name)
-def test_what_is_read_from_the_source_equals_the_real_functions_signature(job):
+def _function(job):
     fn = getattr(importlib.import_module(job.module), job.name)
-    signature = inspect.signature(getattr(fn, "fn", fn))
-    read = job_params(job.module, job.name)
-    positional = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    assert list(read) == [p.name for p in positional]
-    for param in positional:
-        assert read[param.name].default == (REQUIRED if param.default is inspect.Parameter.empty else param.default)
-        assert read[param.name].annotation == param.annotation  # `from __future__ import annotations`
+    return getattr(fn, "fn", fn)
+
+
+def job_defaults(job) -> dict:
+    """`{name: default}` of the job function's parameters that have one, from its real signature."""
+    return {p.name: p.default for p in inspect.signature(_function(job)).parameters.values()
+            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY}
+
+
+def _base(hint):
+    """`Annotated[int, Ge(0), ...]` -> int: the type a constraint narrows."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+
+
+@pytest.mark.parametrize("job", [*JOBS.values(), TURN], ids=lambda job: job.name)
+def test_the_request_model_equals_the_real_functions_signature(job):
+    fn = _function(job)
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn)
+    positional = [p for p in signature.parameters.values()
+                  if p.kind is not inspect.Parameter.KEYWORD_ONLY and p.name != "workspace"]
+    declared = job.parameters()
+    assert [p.name for p in declared] == [p.name for p in positional]
+    for param, model in zip(positional, declared):
+        assert model.default == param.default, (job.name, param.name)
+        assert _base(model.annotation) == hints[param.name], (job.name, param.name)
 
 
 def test_every_deployment_is_a_declared_job_and_every_parameter_has_help():
@@ -45,7 +63,7 @@ def test_every_surface_offers_the_functions_defaults():
 
     for job in JOBS.values():
         command = cli.get_command(None, job.command)
-        defaults = {k: v for k, v in job_defaults(job.module, job.name).items() if k != "workspace"}
+        defaults = {k: v for k, v in job_defaults(job).items() if k != "workspace"}
         options = {p.name: p.default for p in command.params if not isinstance(p, Argument)}
         assert {k: options[k] for k in options if k in defaults} == \
             {k: v for k, v in defaults.items() if k in options}, job.name
@@ -69,11 +87,6 @@ def test_prefect_yaml_declares_the_deployments_as_serve_does():
         {(d.entrypoint, name.split("/")[1]) for d in DEPLOYMENTS.values() for name in d.full_names}
 
 
-def test_a_missing_function_is_a_clear_error():
-    with pytest.raises(LookupError, match="no function nope"):
-        job_params("flows.governance", "nope")
-
-
 def test_the_doctors_thresholds_are_written_once():
     """stale_days and overlong_lines default to the constants of storage/arguments.py on every layer: the flows
     (read through the name they import), Memory.doctor (the operation) and the storage report."""
@@ -88,12 +101,3 @@ def test_the_doctors_thresholds_are_written_once():
         assert {k: defaults[k] for k in expected if k in defaults} == {k: v for k, v in expected.items()
                                                                        if k in defaults}
     assert JOBS["doctor"].defaults()["stale_days"] == 180
-
-
-def test_a_default_that_is_no_imported_constant_is_a_clear_error(tmp_path, monkeypatch):
-    from engine import job_params as module
-
-    (tmp_path / "jobs_here.py").write_text("def job(days: int = UNKNOWN): ...\n")
-    monkeypatch.setattr(module, "ROOT", tmp_path)
-    with pytest.raises(LookupError, match="UNKNOWN is no constant"):
-        module.job_params("jobs_here", "job")

@@ -64,9 +64,9 @@ DOCTOR = JOBS["doctor"]
 doctor = job_command(DOCTOR, _doctor, help=f"{DOCTOR.summary} Exit code 0 when healthy, 1 when something needs "
                      "attention.")
 doctor_fix = job_command(
-    dataclasses.replace(DOCTOR, command="doctor-fix", hidden={"cli": ("fix",)}),
+    dataclasses.replace(DOCTOR, command="doctor-fix"),
     lambda obj, params, **flags: _doctor(obj, {"fix": True, **params}, **flags),
-    help="Repair what is safe to repair mechanically, then check: the same as `doctor --fix`.")
+    help="Repair what is safe to repair mechanically, then check: the same as `doctor --fix`.", without=("fix",))
 link_mine, split, archive = (job_command(JOBS[name], functools.partial(_run_items, job=name))
                              for name in ("link_mine", "split", "archive"))
 merge = job_command(JOBS["merge"], _merge, params=(click.Argument(["survivor"], required=False),

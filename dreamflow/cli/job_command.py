@@ -20,18 +20,21 @@ import click
 
 from dreamflow.cli.common import fail
 from dreamflow.cli.job_runs import COUNT, no_wait_option
-from engine.jobs import Count, Job
+from engine.jobs import Job
+from storage.arguments import Count
 from storage.errors import InvalidInput
 
 
 def job_command(job: Job, run: Callable[..., None], *, params: tuple[click.Parameter, ...] = (),
-                help: str | None = None, no_wait: bool = True, stdin: bool = False) -> click.Command:
+                help: str | None = None, no_wait: bool = True, stdin: bool = False,
+                without: tuple[str, ...] = ()) -> click.Command:
     """The click command `job.command`: `params` (the command's own, e.g. doctor's --fix) first, then the
     job's, --json and (with `no_wait`) --no-wait. `run(obj, parameters, as_json=..., no_wait=...)` does the work;
     `help` is the command's help (default: the job's summary). `stdin`: without the body option, a piped
-    stdin is the body."""
+    stdin is the body. `without`: parameters `run` sets itself (doctor-fix's `fix`), not offered."""
+    offered = [p for p in job.parameters("cli") if p.name not in without]
     declared = []
-    for p in job.parameters("cli"):
+    for p in offered:
         declared.append(_click_param(job, p))
         if p.name == job.body:
             declared.append(click.Option(["--file", "body_file"], type=click.File("r", encoding="utf-8"),
@@ -48,7 +51,7 @@ def job_command(job: Job, run: Callable[..., None], *, params: tuple[click.Param
             kwargs[job.body] = _body(job.body, kwargs[job.body], body_file, stdin, as_json)
         run(obj, kwargs, **flags)
 
-    epilog = "\b\n" + "\n".join(f"{p.name.upper()}: {p.help}" for p in job.parameters("cli") if p.name in job.args)
+    epilog = "\b\n" + "\n".join(f"{p.name.upper()}: {p.help}" for p in offered if p.name in job.args)
     command = click.Command(job.command, params=[*params, *declared], callback=callback,
                             help=help or job.summary, epilog=epilog if job.args else None)
     return no_wait_option(command) if no_wait else command

@@ -25,7 +25,6 @@ status and health.
 """
 
 import base64
-import inspect
 import os
 import typing
 from typing import Any
@@ -306,8 +305,9 @@ def _response_type(op: ops.Op) -> Any:
 
 def _add_op_route(app: FastAPI, catalog, op: ops.Op, on_write=None) -> None:
     model = _strict(ops.request_model(op))
+    body = Body(...) if _required(op) else Body(default_factory=model)
 
-    def endpoint(http_request: Request, request: model = Body(default_factory=model)):  # type: ignore[valid-type]
+    def endpoint(http_request: Request, request: model = body):  # type: ignore[valid-type]
         grant = grant_of(http_request)
         name = workspace_of(http_request) or scoped.default_for(catalog, grant)
         result = scoped.call(catalog, grant, name, op, request.model_dump(exclude_unset=True))
@@ -315,14 +315,8 @@ def _add_op_route(app: FastAPI, catalog, op: ops.Op, on_write=None) -> None:
             on_write(name)
         return result
 
-    endpoint.__name__ = op.name
-    endpoint.__signature__ = inspect.Signature([
-        inspect.Parameter("http_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=model,
-                          default=Body(default_factory=model) if not _required(op) else Body(...)),
-    ])
     app.add_api_route(
-        f"/ops/{op.name}", endpoint, methods=["POST"], response_model=_response_type(op),
+        f"/ops/{op.name}", endpoint, methods=["POST"], response_model=_response_type(op), name=op.name,
         summary=op.summary, description=op.help, tags=["memory: writes" if op.writes else "memory: reads"],
     )
 
@@ -451,7 +445,7 @@ def _add_service_routes(app: FastAPI, service) -> None:
 
 
 def _add_flow_route(app: FastAPI, service, flow: str, deployment) -> None:
-    """`POST /flows/<flow>`: its request model from the job's declaration, without `workspace` (a run started
+    """`POST /flows/<flow>`: its request model is the job's (engine/jobs.py), without `workspace` (a run started
     over the API works on the caller's workspace, never on a folder the caller names)."""
     model = _strict(ops.params_model(f"{flow}_parameters", deployment.description, JOBS[flow].parameters("http")))
 
@@ -459,13 +453,7 @@ def _add_flow_route(app: FastAPI, service, flow: str, deployment) -> None:
         name, _ = _open(service.hosts, request, writes=True)
         return service.jobs.launch(flow, parameters.model_dump(exclude_unset=True, mode="json"), workspace=name)
 
-    launch.__name__ = f"launch_{flow}"
-    launch.__signature__ = inspect.Signature([
-        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-        inspect.Parameter("parameters", inspect.Parameter.KEYWORD_ONLY, annotation=model,
-                          default=Body(default_factory=model)),
-    ])
     app.add_api_route(
-        f"/flows/{flow}", launch, methods=["POST"], response_model=FlowRun, tags=["flows"],
+        f"/flows/{flow}", launch, methods=["POST"], response_model=FlowRun, tags=["flows"], name=f"launch_{flow}",
         summary=f"Run {deployment.launch_name}", description=deployment.description,
     )
