@@ -274,6 +274,7 @@ CLAUSE = re.compile(r"(?<!\bMr)(?<!\bMs)(?<!\bDr)(?<!\bMrs)[.;!?](?=\s|$)")
 PIECE = re.compile(r"^\[[^\]\s]+:\d+(?:-\d+)?\]", re.M)  # a recall or hook piece starts with its citation
 LABEL = re.compile(r"\[[^\]\s]+\] (?:superseded|expired)\b(?: \S*\.\.(\d{4}-\d\d-\d\d))?")  # storage/validity.label
 UNTIL = re.compile(r"\(until:: (\d{4}-\d\d-\d\d)\)")
+CITATION = re.compile(r"\((?:source|replaced_by):: [^()]*\)")  # where a line comes from, no claim ("spanish-course.md")
 
 
 def state(clause: str, fact: Fact) -> str | None:
@@ -290,7 +291,8 @@ def state(clause: str, fact: Fact) -> str | None:
 def states(piece: str, fact: Fact, day: str) -> set[str]:
     """The values of `fact` the piece of text says hold on `day`: its clauses', none when its citation says it
     no longer held then (`[path:lines] superseded 2026-11-02..2026-11-04`), those of lines whose `until` has
-    passed left out (a node's history: what held before)."""
+    passed left out (a node's history: what held before); a line's `(source:: [[...]])` names where it comes
+    from, not what holds (a card's file name `quarry-renaming.md`)."""
     ended = LABEL.match(piece)
     if ended and (ended.group(1) is None or ended.group(1) <= day):
         return set()
@@ -299,7 +301,7 @@ def states(piece: str, fact: Fact, day: str) -> set[str]:
         until = UNTIL.search(line)
         if until and until.group(1) <= day:
             continue
-        found |= {state(c, fact) for c in CLAUSE.split(line)} - {None}
+        found |= {state(c, fact) for c in CLAUSE.split(CITATION.sub("", line))} - {None}
     return found
 
 

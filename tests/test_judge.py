@@ -114,3 +114,21 @@ DECIDE = [
 def test_decide(llm, incident, text, since, expected):
     listed = shown("My meeting with Jonas is on Thursday.", since=since)
     assert outcome(run(decide, llm, text, listed, ("replaces", 1)), listed) == expected
+
+
+NEAR = [
+    # (incident, new fact, facts shown, their cosines to it, `still_true` answer, expected)
+    ("the real 1.5B said `Priya moved to the Berlin office` ended `Priya Nair approved my time off`: with an "
+     "embedder a fact far in sense (ASKED_NEAR) is not asked about", "Priya moved to the Berlin office.",
+     ("Priya Nair approved my time off for December.", "I train at the gym."), (0.19, 0.1), None, ("new", None)),
+    ("a fact near enough in sense is asked about", "Dorota moved to Wroclaw for her new job.",
+     ("My sister Dorota lives in Gdansk.", "I train at the gym."), (0.41, 0.1), False, ("replaces", 1)),
+]
+
+
+@pytest.mark.parametrize("incident, text, facts, near, still, expected", NEAR, ids=[r[0] for r in NEAR])
+def test_judge_with_an_embedder_asks_only_about_a_fact_near_in_sense(llm, incident, text, facts, near, still,
+                                                                       expected):
+    listed = shown(*facts, near=near)
+    assert outcome(run(judge, llm, text, listed, ("new", 0), still), listed) == expected
+    assert asked(llm, STILL) == int(still is not None)

@@ -25,7 +25,7 @@ from engine.embedders import EmbedderError
 from engine.llm import LLM, response_schema
 from engine.memory.cards import fact_key, unwrap_link
 from engine.memory.objects import Candidate, CardFact, Decision, Unit
-from engine.memory.thresholds import (CANDIDATES, KEPT_WORDS, MAX_BACK, MAX_CHAIN, MEANT, MEANT_MARGIN,
+from engine.memory.thresholds import (ASKED_NEAR, CANDIDATES, KEPT_WORDS, MAX_BACK, MAX_CHAIN, MEANT, MEANT_MARGIN,
                                       SEARCHED, SHARED_WORDS, SIMILAR)
 from engine.prompts import load_prompt
 from engine.toolbox import read_text
@@ -154,12 +154,15 @@ def decide(llm: LLM, ref: CardFact, shown: list[Candidate]) -> Decision:
 def judge(llm: LLM, ref: CardFact, shown: list[Candidate]) -> Decision:
     """`weigh`'s decision, except that a change (`CHANGE`) it finds `new` while a listed fact shares a word with
     it besides its subject's name, a number or a change word is asked about once more: the model is asked of
-    that one fact alone whether it still holds (`still_holds`); if not, `ref` replaces it."""
+    that one fact alone whether it still holds (`still_holds`); if not, `ref` replaces it. With an embedder,
+    only a fact `ASKED_NEAR` close in sense is asked about (`Priya moved to the Berlin office` is not asked
+    about `Priya Nair approved my time off`)."""
     decision = weigh(llm, ref, shown)
     if decision.relation != "new" or not shown or not CHANGE.search(ref.text):
         return decision
     said = {t for t in fact_key(ref.text) - CHANGE_WORDS - set(terms(ref.about or "")) if not t.isdigit()}
-    tied = [c for c in shown if fact_key(c.fact.text) & said]
+    embedded = any(c.near for c in shown)  # cosines to tell by, with an embedder
+    tied = [c for c in shown if fact_key(c.fact.text) & said and (c.near >= ASKED_NEAR or not embedded)]
     if not tied:
         return Decision("new")
     closest = max(tied, key=lambda c: (len(fact_key(c.fact.text) & said), c.near))

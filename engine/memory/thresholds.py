@@ -31,5 +31,6 @@ KEPT_WORDS = 0.67            # share of a listed fact's words a `same` or `refin
 SHARED_WORDS = 2             # words shared with a listed fact that make a low-overlap `refines` a replacement
 MEANT = 0.5                  # cosine from which a listed fact is the one a change means, though it shares one word
 MEANT_MARGIN = 0.1           # ... when no other listed fact comes this close
+ASKED_NEAR = 0.3             # cosine from which a fact sharing a name with a change is asked about alone
 MAX_BACK = timedelta(days=3653)  # how far before the day it was said a fact's own date may reach
 MAX_CHAIN = 20               # superseded_by hops followed to a node's current successor
