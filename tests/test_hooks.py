@@ -169,6 +169,7 @@ def test_the_hook_never_fails_the_host(tmp_path):
         assert other.returncode == 0 and dialog(ws) == [] and "Error" not in other.stderr, (event, other.stderr)
 
 
+@pytest.mark.e2e
 def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_server, tmp_path):
     svc, session = dreamflow_service, "7d3e9b10-2c4f-4e55-a1b2-c3d4e5f6a7b8"
     transcript = tmp_path / f"{session}.jsonl"

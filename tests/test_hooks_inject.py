@@ -324,6 +324,7 @@ def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
 PATIENT = {**ANY_MATCH, "DREAMFLOW_INJECT_TIMEOUT": "30"}
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
 def test_a_prompt_through_the_running_service(dreamflow_service):
     svc = dreamflow_service

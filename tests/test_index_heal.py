@@ -175,6 +175,7 @@ def test_a_clean_close_leaves_no_log_so_no_check_runs(tmp_path):
     assert _damaged_sets(mem.ws.root) == []
 
 
+@pytest.mark.e2e
 def test_the_running_service_heals_without_a_restart(recorded, dreamflow_service, tmp_path):
     from service_harness import RunningService
 

@@ -419,6 +419,7 @@ def test_two_stdio_servers_and_the_cli_write_one_workspace_at_once_and_lose_noth
 
 # ---- streamable HTTP on the real service --------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
     svc = dreamflow_service
 
@@ -451,6 +452,7 @@ def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
     assert svc.memory.status()["turns"]["sessions"]["mcp-http"]["turns"] == 1
 
 
+@pytest.mark.e2e
 def test_stdio_forwards_to_the_running_service(dreamflow_service):
     svc = dreamflow_service
 
@@ -474,6 +476,7 @@ def test_stdio_forwards_to_the_running_service(dreamflow_service):
     assert not turn.is_error and svc.memory.status()["turns"]["sessions"]["mcp-stdio"]["turns"] == 1
 
 
+@pytest.mark.e2e
 def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(dreamflow_service, llm_server):
     svc, day, card = dreamflow_service, "2023-02-14", "daily/2023-02-14/bakery.md"
     svc.memory.write("digest/personal/ana.md", content="# Ana\n\n## Facts\n\n- Ana runs a bakery in Lisbon. ^f1\n",

@@ -53,6 +53,7 @@ def ping(url: str, session_id: str) -> int:
     return httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers, timeout=20).status_code
 
 
+@pytest.mark.e2e
 def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
     server = MountServer(tmp_path / "ws", max_sessions=4)
     try:

@@ -75,6 +75,7 @@ def prefect_cli(*args, env: dict, timeout: float = 180) -> str:
     return done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads who holds the index lock from /proc/locks")
 def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(tmp_path, llm_server, monkeypatch):

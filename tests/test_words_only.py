@@ -129,6 +129,7 @@ def test_status_says_the_dream_compares_by_words(ws, blocked_env):
     assert not [w for w in json.loads(fine.stdout)["warnings"] if "local" in w]
 
 
+@pytest.mark.e2e
 def test_the_service_says_it_at_start_and_in_status(tmp_path, dreamflow_service, blocked_env):
     env = {"PYTHONPATH": blocked_env["PYTHONPATH"], "DREAMFLOW_EMBEDDER": "local"}
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, env=env)
