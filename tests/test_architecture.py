@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import pytest
 from functools import cache
 from pathlib import Path
 
@@ -148,6 +149,7 @@ print(json.dumps({"environment changed": changed, "settings read": len(read), "l
 """
 
 
+@pytest.mark.e2e
 def test_importing_flows_and_tasks_configures_nothing(tmp_path):
     """No work at import: Prefect's environment is configured by what runs flows (engine.prefect_env), and
     Dreamflow's settings are read when a run starts, never when a flow or task module is imported."""

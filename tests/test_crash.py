@@ -27,6 +27,7 @@ def template(tmp_path_factory):
     return build_template(tmp_path_factory.mktemp("template") / "ws", linking=LINKING)
 
 
+@pytest.mark.e2e
 def test_killed_moves_leave_no_link_to_a_missing_file(template, tmp_path):
     rng = random.Random(11)
     points = [n * LINKING // TRIALS for n in range(TRIALS)]  # killed after 0, 30, ... 270 of 300 notes rewritten
@@ -44,12 +45,14 @@ def test_killed_moves_leave_no_link_to_a_missing_file(template, tmp_path):
     assert not (root / SRC).exists() and dangling(root) == 0
 
 
+@pytest.mark.e2e
 def test_next_command_through_the_cli_finishes_an_interrupted_move(template, tmp_path):
     result = trial(template, tmp_path, 0, 0, random.Random(0), via="cli", at_rewrite=LINKING // 2)
     assert result["mid_move"]  # the CLI found half the links still naming the old path
     assert (result["dangling_after"], result["temps_after"], result["moved"]) == (0, 0, True)
 
 
+@pytest.mark.e2e
 def test_moves_killed_while_the_index_closes_leave_every_next_command_working(template, tmp_path):
     rng = random.Random(21)
     for n in range(3):
@@ -125,6 +128,7 @@ def _files(root) -> dict:
             if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_constructing_a_memory_touches_no_file_until_the_workspace_is_opened_for_writing(tmp_path, monkeypatch):
     mem = _half_relinked(tmp_path, monkeypatch)
     pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -177,6 +181,7 @@ def test_a_move_killed_before_the_rename_is_rolled_back(tmp_path, monkeypatch):
     assert dangling(mem.ws.root) == 0 and journal.entries(mem.ws) == []
 
 
+@pytest.mark.e2e
 def test_a_live_process_entry_is_left_alone(tmp_path):
     import subprocess
     import sys
@@ -222,6 +227,7 @@ def _flip_a_bit_in_a_planned_hash(entry, root):
     entry.write_bytes(bytes(data))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("damage", ["truncated", "bit-flipped", "garbage"])
 def test_a_damaged_entry_of_a_killed_move_still_leads_to_a_repaired_graph(small_template, tmp_path, caplog,
                                                                           damage):

@@ -4,6 +4,7 @@ match it, the way sqlite-utils keeps its CLI docs true with cog."""
 import os
 import subprocess
 import sys
+import pytest
 
 from dreamflow import docs_gen
 from dreamflow.mcp.server import tools
@@ -33,6 +34,7 @@ def test_the_references_cover_every_operation_command_and_tool():
     assert "## `dreamflow start`" in docs["docs/cli.md"] and "### `dreamflow hook claude-code`" in docs["docs/cli.md"]
 
 
+@pytest.mark.e2e
 def test_check_names_stale_files_and_output_does_not_depend_on_the_environment(tmp_path, monkeypatch):
     env = {**os.environ, "COLUMNS": "40", "DREAMFLOW_WORKSPACE": str(tmp_path), "DREAMFLOW_MCP_TOOLS": "all",
            "DREAMFLOW_TURNS_PER_SUMMARY": "3", "TZ": "Asia/Tokyo"}

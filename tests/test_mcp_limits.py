@@ -87,6 +87,7 @@ def test_the_session_cap_comes_from_the_setting_and_must_be_positive(tmp_path, m
 
 # ---- stdio: every request gets an answer --------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_stdio_request_with_a_lone_surrogate_gets_an_error_with_its_id(tmp_path):
     proc = subprocess.Popen([DREAMFLOW, "--workspace", str(tmp_path / "ws"), "mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

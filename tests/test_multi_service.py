@@ -210,6 +210,7 @@ def test_a_deployment_run_naming_no_workspace_is_refused_not_given_the_workers_f
     assert workspace_root(None) == str(tmp_path / "alpha")  # the registry's default
 
 
+@pytest.mark.e2e
 def test_a_service_of_another_machine_sharing_the_folder_is_found_by_its_service_file(tmp_path):
     import json
     import socket
