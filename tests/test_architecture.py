@@ -9,9 +9,10 @@ import os
 import re
 import subprocess
 import sys
-import pytest
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["dreamflow", "deployments", "flows", "tasks", "engine", "storage"]  # each imports only those below it

@@ -4,6 +4,7 @@ match it, the way sqlite-utils keeps its CLI docs true with cog."""
 import os
 import subprocess
 import sys
+
 import pytest
 
 from dreamflow import docs_gen

@@ -3,6 +3,7 @@ running are waited for."""
 
 import subprocess
 import sys
+
 import pytest
 
 PRELUDE = "import atexit, sys, threading, time\natexit.register(lambda: print('atexit ran', flush=True))\n"

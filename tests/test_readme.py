@@ -10,9 +10,9 @@ import shlex
 import subprocess
 import sys
 import time
-import pytest
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from dreamflow.cli import cli

@@ -7,8 +7,9 @@ import os
 import re
 import subprocess
 import sys
-import pytest
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
