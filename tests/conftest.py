@@ -42,19 +42,16 @@ prefect_env.configure()
 
 
 @pytest.fixture(scope="session")
-def prefect_harness(dreamflow_service):
-    """A Prefect API for flows run in this process, with in-process-run settings (no flow heartbeat): the shared
-    service's Prefect server, so the session runs one Prefect server, not two. Request it in any test that runs
-    flows in-process; their runs have no deployment and their workspaces are not the service's."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+def prefect_harness():
+    """A Prefect API for flows run in this process, no service: Prefect's own test harness (a temporary SQLite
+    database and a Prefect server subprocess, once per session and xdist worker) with in-process-run settings (no
+    flow heartbeat). Request it in any test that runs flows in-process; it gives the folder of that database (a
+    test can check what reached Prefect's server)."""
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL
+    from prefect.testing.utilities import prefect_test_harness
 
-    with temporary_settings({PREFECT_API_URL: dreamflow_service.prefect_api}), prefect_env.interactive_runs():
-        yield
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=10)  # before the service (and its Prefect server) stops
-        EventsWorker.drain_all(timeout=10)
+    with prefect_test_harness(server_startup_timeout=None), prefect_env.interactive_runs():
+        yield Path(PREFECT_SERVER_DATABASE_CONNECTION_URL.value().split(":///", 1)[1]).parent
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +124,10 @@ def dreamflow_service(tmp_path_factory, llm_server):
 GROUPS_FILE = pytest.StashKey[Path]()
 # Tests that need the shared service run on one worker, which starts it once (each worker would start its own).
 SERVICE_GROUP = "service"
+# Flows run in this process (Prefect's test harness, one Prefect server per worker that has any): one worker too.
+HARNESS_GROUP = "prefect-harness"
+# Fixtures only a test marked `e2e` may request: the fast tier (`-m "not e2e"`) never starts a service or a browser.
+E2E_FIXTURES = {"dreamflow_service", "browser"}
 # Modules that load the packaged MiniLM (torch and the model, once per process): one worker loads it.
 LOCAL_MODEL_GROUP, LOCAL_MODEL_MODULES = "local-model", {"test_embeddings", "test_vectors"}
 
@@ -180,19 +181,27 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Groups: the shared service's tests, in file order (test_service.py's last test replaces the served
-    deployments), the local model's, and each module's tests that share a module-scoped fixture (built once). On an
+    """Checks that every test needing the service or the browser is marked `e2e`. Groups: the shared service's
+    tests, in file order (test_service.py's last test replaces the served deployments), the in-process flows' (the
+    Prefect test harness), the local model's, and each module's tests that share a module-scoped fixture (built once). On an
     xdist worker the other modules with slow tests come first, so none is left running alone at the end."""
+    unmarked = [item.nodeid for item in items if E2E_FIXTURES & set(item.fixturenames)
+                and not item.get_closest_marker("e2e")]
+    if unmarked:
+        raise pytest.UsageError(f"tests needing {' or '.join(sorted(E2E_FIXTURES))} must be marked "
+                                f"@pytest.mark.e2e: {', '.join(unmarked)}")
     groups = getattr(config, "workerinput", {}).get("dreamflow_groups")
     if groups is None:
         return
     shared, others, group_of = [], [], {}
     for item in items:
-        if {"dreamflow_service", "prefect_harness"} & set(item.fixturenames):
+        if "dreamflow_service" in item.fixturenames:
             group_of[item.nodeid] = SERVICE_GROUP
             shared.append(item)
             continue
-        if item.module.__name__ in LOCAL_MODEL_MODULES:
+        if "prefect_harness" in item.fixturenames:
+            group_of[item.nodeid] = HARNESS_GROUP
+        elif item.module.__name__ in LOCAL_MODEL_MODULES:
             group_of[item.nodeid] = LOCAL_MODEL_GROUP
         elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
             group_of[item.nodeid] = item.module.__name__

@@ -12,6 +12,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["dreamflow", "deployments", "flows", "tasks", "engine", "storage"]  # each imports only those below it
 SAME_LAYER = {"deployments": "flows"}  # the deployments declare the flows they run: one layer in the docs' picture
@@ -148,6 +150,7 @@ print(json.dumps({"environment changed": changed, "settings read": len(read), "l
 """
 
 
+@pytest.mark.e2e
 def test_importing_flows_and_tasks_configures_nothing(tmp_path):
     """No work at import: Prefect's environment is configured by what runs flows (engine.prefect_env), and
     Dreamflow's settings are read when a run starts, never when a flow or task module is imported."""

@@ -198,6 +198,7 @@ def test_the_service_cache_answers_chains_as_sql(ws):
         db.close()
 
 
+@pytest.mark.e2e
 def test_both_hooks_give_what_holds_now(tmp_path):
     from test_hooks_inject import ANY_MATCH, hook, injected, prompt, start
 

@@ -72,6 +72,7 @@ def ws(tmp_path):
     return tmp_path / "ws"
 
 
+@pytest.mark.e2e
 def test_write_search_read_round_trip(ws):
     """In real processes: `python -m dreamflow` as a user types it."""
     written = as_json(ws, "write", "digest/wiki/boats", "--name", "Boats", "--description", "Sailing notes",
@@ -90,6 +91,7 @@ def test_write_search_read_round_trip(ws):
     assert as_json(ws, "read", "digest/wiki/boats.md")["total_lines"] == 7
 
 
+@pytest.mark.e2e
 def test_content_from_file_and_stdin(ws, tmp_path):
     body = tmp_path / "body.md"
     body.write_text("from a file: [[digest/wiki/x.md]]\n")
@@ -216,6 +218,7 @@ def test_reindex_shows_progress(ws):
     assert "reindex" in proc.stderr and "3/3" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_memory_commands_do_not_import_heavy_libraries(ws):
     """The fast path: write, read and search (JSON and rich output) never load prefect/openai/torch/pydantic."""
     ok(ws, "write", "notes/fast.md", "--content", "quick brown fox")
@@ -236,6 +239,7 @@ NOT_ON_THE_FAST_PATH = ("mcp", "prefect", "rich", "dreamflow.mcp", "engine.jobs"
                         "dreamflow.cli.service_commands", "dreamflow.cli.workspace_commands")
 
 
+@pytest.mark.e2e
 def test_search_loads_neither_the_mcp_server_nor_the_job_commands_nor_rich(ws):
     """The console script's imports, not a timing (targets live in benchmarks/cli_search.py)."""
     ok(ws, "write", "notes/fast.md", "--content", "quick brown fox")

@@ -1,6 +1,7 @@
-"""Crash safety of multi-file rewrites: a `move` SIGKILLed at random points (over hundreds of linking notes)
-leaves no link to a missing file and no temp file once the next command has run (see tests/crash_harness.py;
-benchmarks/crash_move.py runs more trials). A journal entry that is damaged, invalid or keeps failing is set
+"""Crash safety of multi-file rewrites: a `move` SIGKILLed in the middle of its rewrite (over hundreds of linking
+notes; at a kill point the child announces, so every kill lands there on any machine) leaves no link to a missing
+file and no temp file once the next command has run (see tests/crash_harness.py; benchmarks/crash_move.py runs
+more trials at random points). A journal entry that is damaged, invalid or keeps failing is set
 aside once and the graph repaired from the files instead (benchmarks/hostile_battery.py `journal_damage`)."""
 
 import json
@@ -11,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from crash_harness import DST, SRC, build_template, calibrate, dangling, kill_during_close, trial
+from crash_harness import DST, SRC, build_template, dangling, kill_at_rewrite, kill_during_close, trial
 
 from storage import journal
 from storage.memory import Memory, recover
@@ -26,15 +27,17 @@ def template(tmp_path_factory):
     return build_template(tmp_path_factory.mktemp("template") / "ws", linking=LINKING)
 
 
+@pytest.mark.e2e
 def test_killed_moves_leave_no_link_to_a_missing_file(template, tmp_path):
-    window = calibrate(template, tmp_path)
     rng = random.Random(11)
-    results = [trial(template, tmp_path, n, window, rng, keep=True) for n in range(TRIALS)]
+    points = [n * LINKING // TRIALS for n in range(TRIALS)]  # killed after 0, 30, ... 270 of 300 notes rewritten
+    results = [trial(template, tmp_path, n, 0, rng, keep=True, at_rewrite=at) for n, at in enumerate(points)]
     assert [r["dangling_after"] for r in results] == [0] * TRIALS
     assert [r["temps_after"] for r in results] == [0] * TRIALS
     assert all(r["moved"] for r in results)
     interrupted = [n for n, r in enumerate(results) if r["mid_move"]]
     assert len(interrupted) >= 2, "too few kills landed in the middle of a move"
+    assert interrupted == list(range(TRIALS))  # every kill point is mid-move: links to the old path were left
     root = tmp_path / f"trial-{interrupted[0]}"
     mem = Memory(root)  # the recovered move is indexed too
     assert mem.doctor()["broken_links"] == []
@@ -42,11 +45,14 @@ def test_killed_moves_leave_no_link_to_a_missing_file(template, tmp_path):
     assert not (root / SRC).exists() and dangling(root) == 0
 
 
+@pytest.mark.e2e
 def test_next_command_through_the_cli_finishes_an_interrupted_move(template, tmp_path):
-    result = trial(template, tmp_path, 0, 0.05, random.Random(0), via="cli")
+    result = trial(template, tmp_path, 0, 0, random.Random(0), via="cli", at_rewrite=LINKING // 2)
+    assert result["mid_move"]  # the CLI found half the links still naming the old path
     assert (result["dangling_after"], result["temps_after"], result["moved"]) == (0, 0, True)
 
 
+@pytest.mark.e2e
 def test_moves_killed_while_the_index_closes_leave_every_next_command_working(template, tmp_path):
     rng = random.Random(21)
     for n in range(3):
@@ -122,6 +128,7 @@ def _files(root) -> dict:
             if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_constructing_a_memory_touches_no_file_until_the_workspace_is_opened_for_writing(tmp_path, monkeypatch):
     mem = _half_relinked(tmp_path, monkeypatch)
     pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -174,6 +181,7 @@ def test_a_move_killed_before_the_rename_is_rolled_back(tmp_path, monkeypatch):
     assert dangling(mem.ws.root) == 0 and journal.entries(mem.ws) == []
 
 
+@pytest.mark.e2e
 def test_a_live_process_entry_is_left_alone(tmp_path):
     import subprocess
     import sys
@@ -201,16 +209,12 @@ def small_template(tmp_path_factory):
 
 
 def _killed_mid_move(template, root):
-    """A copy of the template whose move was SIGKILLed just after the rename (links to SRC left on disk)."""
-    from crash_harness import kill_mid_move
-
-    for attempt in range(5):
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(template, root)
-        kill_mid_move(root, 0.03, random.Random(attempt))
-        if dangling(root) and len(list((root / journal.JOURNAL).glob("*.json"))) == 1:
-            return next((root / journal.JOURNAL).glob("*.json"))
-    pytest.skip("no kill landed in the middle of the move")
+    """A copy of the template whose move was SIGKILLed half way through its rewrite (links to SRC left on disk)."""
+    shutil.copytree(template, root)
+    kill_at_rewrite(root, SMALL // 2)
+    entries = list((root / journal.JOURNAL).glob("*.json"))
+    assert dangling(root) and len(entries) == 1, "the kill point is after the rename, before the last rewrite"
+    return entries[0]
 
 
 def _flip_a_bit_in_a_planned_hash(entry, root):
@@ -223,6 +227,7 @@ def _flip_a_bit_in_a_planned_hash(entry, root):
     entry.write_bytes(bytes(data))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("damage", ["truncated", "bit-flipped", "garbage"])
 def test_a_damaged_entry_of_a_killed_move_still_leads_to_a_repaired_graph(small_template, tmp_path, caplog,
                                                                           damage):

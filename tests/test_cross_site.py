@@ -123,6 +123,7 @@ def _reindex_runs(svc) -> int:
     return len(svc.flow_runs("reindex/manual"))
 
 
+@pytest.mark.e2e
 def test_a_foreign_page_cannot_write_upload_start_flows_or_call_mcp_on_the_service(dreamflow_service):
     svc = dreamflow_service
     port = svc.port
@@ -175,6 +176,7 @@ def test_a_foreign_page_cannot_write_upload_start_flows_or_call_mcp_on_the_servi
     assert not read.is_error and "fine" in read.content[0].text  # the page's text is in the text block only
 
 
+@pytest.mark.e2e
 def test_only_its_own_ui_may_script_the_prefect_server_the_service_starts(dreamflow_service):
     import httpx
 

@@ -187,6 +187,7 @@ class Visit:
         self.context.close()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser, guarded):
     svc, secrets = guarded
@@ -279,6 +280,7 @@ def test_overview_search_a_hit_a_wikilink_history_graph_day_and_sessions(browser
         assert "/ui/login" in page.url
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_a_node_shows_its_facts_their_history_and_where_each_comes_from(browser, guarded):
     svc, secrets = guarded
@@ -342,6 +344,7 @@ def was_id(svc) -> str:
     return next(f.id for f in facts.parse(svc.memory.read(USER, numbered=False)["content"]) if f.text == LISBON)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
     svc, secrets = guarded
@@ -374,6 +377,7 @@ def test_an_edit_is_saved_through_write_and_found_by_search(browser, guarded):
         assert visit.foreign() == []
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
     svc, secrets = guarded
@@ -396,6 +400,7 @@ def test_a_read_only_token_reads_but_every_change_is_refused(browser, guarded):
         assert svc.memory.read(NEW)["content"] == before
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_a_token_for_one_workspace_never_sees_the_others(browser, guarded):
     svc, secrets = guarded
@@ -437,6 +442,7 @@ DOG, CAT, WHY = "The user has a dog named Rex.", "The user has a cat named Rex."
 SHOTS = Path("/tmp/web-shots")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_this_is_wrong_on_a_fact_retracts_it_with_its_card_fact_and_writes_the_correction(browser, guarded):
     import datetime as dt
@@ -520,6 +526,7 @@ def test_this_is_wrong_on_a_fact_retracts_it_with_its_card_fact_and_writes_the_c
         assert visit.foreign() == []
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_a_cross_site_post_is_refused(browser, guarded):
     svc, secrets = guarded
@@ -591,6 +598,7 @@ def test_status_names_the_dashboard():
     assert "Dashboard   http://127.0.0.1:8420/ui/" in shown
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a browser, a service
 def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-09-03"
@@ -743,6 +751,7 @@ def plain(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.e2e
 def test_the_graph_page_draws_every_label_apart_at_full_size(browser, plain):
     memory, server = plain
     with Visit(browser, server.url, None) as visit:
@@ -767,6 +776,7 @@ def test_the_graph_page_draws_every_label_apart_at_full_size(browser, plain):
         assert visit.foreign() == []
 
 
+@pytest.mark.e2e
 def test_a_conversation_reads_as_messages_each_at_its_line(browser, plain):
     memory, server = plain
     with Visit(browser, server.url, None) as visit:
@@ -802,6 +812,7 @@ def test_a_conversation_reads_as_messages_each_at_its_line(browser, plain):
         assert visit.foreign() == []
 
 
+@pytest.mark.e2e
 def test_every_day_says_whether_it_has_a_day_page_and_offers_to_write_it(browser, plain):
     memory, server = plain
     with Visit(browser, server.url, None) as visit:

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dreamflow import docs_gen
 from dreamflow.mcp.server import tools
 from engine.ops import OPS
@@ -33,6 +35,7 @@ def test_the_references_cover_every_operation_command_and_tool():
     assert "## `dreamflow start`" in docs["docs/cli.md"] and "### `dreamflow hook claude-code`" in docs["docs/cli.md"]
 
 
+@pytest.mark.e2e
 def test_check_names_stale_files_and_output_does_not_depend_on_the_environment(tmp_path, monkeypatch):
     env = {**os.environ, "COLUMNS": "40", "DREAMFLOW_WORKSPACE": str(tmp_path), "DREAMFLOW_MCP_TOOLS": "all",
            "DREAMFLOW_TURNS_PER_SUMMARY": "3", "TZ": "Asia/Tokyo"}

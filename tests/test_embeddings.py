@@ -46,6 +46,7 @@ def test_local_model_loads_once_per_process():
     assert LocalEmbedder().embed([]).shape[0] == 0
 
 
+@pytest.mark.e2e
 def test_importing_embedders_and_vectors_does_not_import_torch_or_openai():
     code = ("import sys, engine.embedders, storage.vectors; "
             "print(sorted(m for m in ('torch', 'sentence_transformers', 'openai') if m in sys.modules))")

@@ -4,6 +4,8 @@ running are waited for."""
 import subprocess
 import sys
 
+import pytest
+
 PRELUDE = "import atexit, sys, threading, time\natexit.register(lambda: print('atexit ran', flush=True))\n"
 
 
@@ -12,6 +14,7 @@ def run_entry(args: list[str], before: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.e2e
 def test_output_codes_and_atexit_survive_the_exit(tmp_path):
     ws = str(tmp_path / "ws")
     done = run_entry(["--workspace", ws, "write", "notes/a.md", "--content", "Bees on the roof"])
@@ -22,6 +25,7 @@ def test_output_codes_and_atexit_survive_the_exit(tmp_path):
     assert missing.returncode == 3 and "no such file" in missing.stderr and "atexit ran" in missing.stdout
 
 
+@pytest.mark.e2e
 def test_a_thread_still_running_is_waited_for():
     late = ("def late():  # still running when the command is done\n"
             "    while threading.main_thread().is_alive():\n        time.sleep(0.01)\n"

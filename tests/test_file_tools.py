@@ -429,6 +429,7 @@ def test_import_reme_skips_and_reports_what_the_tools_refuse(root, tmp_path):
     assert "Traceback" not in text
 
 
+@pytest.mark.e2e
 def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
     """The import's copy step streams: a 96 MiB file under a raised cap grows the process by far less (the
     old copy read it whole). The index then reads files whole, which the default 32 MiB cap bounds."""

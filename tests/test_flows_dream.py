@@ -357,8 +357,7 @@ def test_no_llm_fails_at_once_and_checkpoints_nothing(prefect_harness, no_llm, m
     assert checkpoints.load(ws, "dream") == {}
 
 
-def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflow_service, llm, tmp_path,
-                                                        monkeypatch):
+def test_persisted_results_stay_in_their_own_workspace(prefect_harness, llm, tmp_path, monkeypatch):
     """Everything a dream persists (the gathering, each unit, the run's summary) lands in its workspace's
     metadata/, never in Prefect's or Dreamflow's home; two workspaces keep their own; the summary reads back."""
     monkeypatch.setenv("DREAMFLOW_EMBEDDER", "none")
@@ -373,7 +372,7 @@ def test_persisted_results_stay_in_their_own_workspace(prefect_harness, dreamflo
 
     homes = [os.environ["PREFECT_HOME"], os.environ["DREAMFLOW_HOME"]]  # this process's: results only
     for name, (ws, secret, run_id, path) in secrets.items():
-        for home in [*homes, dreamflow_service.home]:  # also the Prefect server's database (runs, logs, artifacts)
+        for home in [*homes, prefect_harness]:  # also the Prefect server's database (runs, logs, artifacts)
             assert holding(home, secret) == [], f"{name}'s memory text outside its workspace"
         for home in homes:
             assert holding(home, f"Bees {name}") == [], f"{name}'s results outside its workspace"

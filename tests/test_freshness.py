@@ -37,6 +37,7 @@ def found(ws, query: str, env: dict | None = None) -> list[str]:
     return sorted(hit["path"] for hit in json.loads(done.stdout))
 
 
+@pytest.mark.e2e
 def test_the_cli_finds_what_an_editor_added_changed_and_deleted(tmp_path):
     ws = tmp_path / "ws"
     for path, text in (("notes/mill.md", "The heron nests by the old mill."),
@@ -56,6 +57,7 @@ def test_the_cli_finds_what_an_editor_added_changed_and_deleted(tmp_path):
     assert stats["files"] == 3 and "index_behind" not in stats
 
 
+@pytest.mark.e2e
 def test_stdio_mcp_and_the_prompt_hook_find_an_outside_edit(tmp_path):
     ws = tmp_path / "ws"
     assert cli(ws, "write", "notes/mill.md", "--content", "The heron nests by the old mill.").returncode == 0
@@ -74,6 +76,7 @@ def test_stdio_mcp_and_the_prompt_hook_find_an_outside_edit(tmp_path):
     assert context is not None and "leaves at dawn" in context and "[the index" not in context
 
 
+@pytest.mark.e2e
 def test_a_read_over_its_budget_says_the_index_is_behind_and_how_to_catch_up_on_every_surface(tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     assert cli(ws, "write", "notes/mill.md", "--content", "A pelican rests by the old mill.").returncode == 0
@@ -137,6 +140,7 @@ def test_the_service_memory_never_looks_and_reconcile_agrees_with_the_catch_up(t
     assert (counts["added"], counts["modified"], counts["deleted"]) == (0, 0, 0)
 
 
+@pytest.mark.e2e
 def test_a_read_waits_for_a_writer_holding_the_index_then_catches_up(tmp_path):
     mem = Memory(tmp_path / "ws")
     mem.write("notes/mill.md", "The heron nests by the old mill.")
@@ -195,6 +199,7 @@ def read_only_runner(tmp_path):
     return run
 
 
+@pytest.mark.e2e
 def test_a_read_only_workspace_answers_reads_and_says_what_it_cannot_index(tmp_path):
     run = read_only_runner(tmp_path)
     if run is None:

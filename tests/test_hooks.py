@@ -169,6 +169,7 @@ def test_the_hook_never_fails_the_host(tmp_path):
         assert other.returncode == 0 and dialog(ws) == [] and "Error" not in other.stderr, (event, other.stderr)
 
 
+@pytest.mark.e2e
 def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_server, tmp_path):
     svc, session = dreamflow_service, "7d3e9b10-2c4f-4e55-a1b2-c3d4e5f6a7b8"
     transcript = tmp_path / f"{session}.jsonl"
@@ -189,6 +190,7 @@ def test_precompact_summarises_now_through_the_service(dreamflow_service, llm_se
     assert "Ana is vegetarian and hates early flights." in card and "The hotel budget is 150 EUR a night." in card
 
 
+@pytest.mark.e2e
 def test_the_hook_imports_no_prefect_openai_or_torch(tmp_path):
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("".join(fixture_lines()))
@@ -247,6 +249,7 @@ def test_a_record_nested_2000_deep_is_skipped_and_capture_goes_on(tmp_path):
     assert texts(ws)[-1] == "prompt 2: what about day 2?" and counted(ws)["turns"] == 3
 
 
+@pytest.mark.e2e
 def test_a_huge_transcript_goes_in_bounded_deliveries_without_duplicates(tmp_path):
     """20 prompts among 60,000 tiny records (3.3 MB): each delivery reads at most 1 MB or 6 turns, its memory
     stays flat, and the deliveries together take every turn once."""
@@ -299,6 +302,7 @@ def test_a_delivery_killed_between_recording_and_its_checkpoint_duplicates_nothi
     assert counted(ws)["turns"] == 2
 
 
+@pytest.mark.e2e
 def test_deliveries_sigkilled_mid_way_duplicate_and_lose_nothing(tmp_path):
     ws, transcript = tmp_path / "ws", tmp_path / f"{SESSION}.jsonl"
     transcript.write_text("".join(exchange(i) for i in range(30)))

@@ -103,6 +103,7 @@ def trip(trip_template, tmp_path):
     return Path(shutil.copytree(trip_template, tmp_path / "ws"))
 
 
+@pytest.mark.e2e
 def test_a_prompt_gets_cited_recall_once_per_session(trip):
     first = injected(hook(prompt("Which hotel did Ana book in Alfama, and for how much?"), trip), "UserPromptSubmit")
     assert first is not None and "Casa do Largo" in first and "150 EUR" in first
@@ -116,6 +117,7 @@ def test_a_prompt_gets_cited_recall_once_per_session(trip):
     assert other is not None and "Casa do Largo" in other  # another session was given nothing yet
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("text", ["thanks, looks good", "Run the test suite and fix the failing lint errors",
                                   "What is the capital of Peru?", "   "])
 def test_a_prompt_memory_has_nothing_on_injects_nothing(trip, text):
@@ -139,6 +141,7 @@ def memory_of(root: Path, notes: dict[str, str]) -> Path:
     return ws.root
 
 
+@pytest.mark.e2e
 def test_a_two_note_memory_gets_its_match_and_nothing_for_small_talk(tmp_path):
     ws = memory_of(tmp_path / "ws", {  # BM25 over 2 notes weighs a word in one of them 0.69: no match reached 4
         "digest/personal/allergy.md": note("Peanut allergy", "Food the user must avoid", ALLERGY),
@@ -161,6 +164,7 @@ def large(tmp_path_factory):
     return memory_of(tmp_path_factory.mktemp("large") / "ws", notes)
 
 
+@pytest.mark.e2e
 def test_a_large_memory_gets_the_same_match_and_nothing_for_one_shared_word(large):
     text = injected(hook(prompt(SNACK), large), "UserPromptSubmit")
     assert text is not None and "[digest/personal/allergy.md:" in text and "avoid peanut butter" in text
@@ -168,6 +172,7 @@ def test_a_large_memory_gets_the_same_match_and_nothing_for_one_shared_word(larg
         assert injected(hook(prompt(talk, session=f"talk-{n}"), large), "UserPromptSubmit") is None, talk
 
 
+@pytest.mark.e2e
 def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip):
     text = injected(hook(start(), trip), "SessionStart")
     assert text is not None
@@ -187,6 +192,7 @@ def test_session_start_digest_cites_nodes_personal_first_then_recent_cards(trip)
     assert injected(off, "UserPromptSubmit") is None
 
 
+@pytest.mark.e2e
 def test_session_start_digest_shows_the_digest_folders_of_your_own_after_the_standard_ones(trip):
     ws = Workspace(trip)
     ws.write_text("digest/project/build.md", "# Build\n\n`npm run build` writes dist/.\n")  # no frontmatter
@@ -203,6 +209,7 @@ def test_session_start_digest_shows_the_digest_folders_of_your_own_after_the_sta
     assert "digest/archive/" not in text
 
 
+@pytest.mark.e2e
 def test_session_start_leaves_out_what_no_longer_holds(trip):
     ws = Workspace(trip)
     ws.write_text("digest/personal/ana-s-flat.md", note("Ana's flat", "Where Ana lived", "Ana rented in Graça.\n")
@@ -214,6 +221,7 @@ def test_session_start_leaves_out_what_no_longer_holds(trip):
     assert "digest/personal/ana.md" in text and "ana-s-flat" not in text and "visa.md" not in text
 
 
+@pytest.mark.e2e
 def test_session_start_on_an_empty_workspace_says_nothing(tmp_path):
     done = hook(start(), tmp_path / "empty")
     assert injected(done, "SessionStart") is None and done.stderr == ""
@@ -229,6 +237,7 @@ def silent_server() -> tuple[socket.socket, int]:
     return server, server.getsockname()[1]
 
 
+@pytest.mark.e2e
 def test_a_service_that_does_not_answer_injects_nothing_and_never_blocks(trip):
     server, port = silent_server()
     closed = socket.socket()
@@ -250,6 +259,7 @@ def test_a_service_that_does_not_answer_injects_nothing_and_never_blocks(trip):
     assert "Casa do Largo" in injected(hook(prompt("Which hotel did Ana book in Alfama?"), trip), "UserPromptSubmit")
 
 
+@pytest.mark.e2e
 def test_a_routed_session_gets_its_workspace_and_what_it_reads(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DREAMFLOW_WORKSPACE", "DREAMFLOW_API_TOKEN")}
     env.update(DREAMFLOW_HOME=str(tmp_path / "home"), DREAMFLOW_EMBEDDER="none")
@@ -273,6 +283,7 @@ def test_a_routed_session_gets_its_workspace_and_what_it_reads(tmp_path):
     assert not (folders["api"] / "metadata/recall").exists()
 
 
+@pytest.mark.e2e
 def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
     done = hook(prompt("Which hotel did Ana book in Alfama?"), trip, probe=True)
     lines = done.stdout.strip()
@@ -280,6 +291,7 @@ def test_the_prompt_hook_imports_no_prefect_openai_or_torch(trip):
     assert not imported(done) & set(HEAVY)  # without a service: the storage layer and duckdb, not the CLI
 
 
+@pytest.mark.e2e
 def test_the_console_script_takes_the_hook_straight_and_all_else_to_the_cli(trip):
     from dreamflow.entry import hook_call
 
@@ -305,6 +317,7 @@ def test_the_console_script_takes_the_hook_straight_and_all_else_to_the_cli(trip
     assert any("Book Alfama" in p.read_text() for p in (trip / "session").rglob("*") if p.is_file())
 
 
+@pytest.mark.e2e
 def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
     asked = "Does Ana prefer window seats and early flights?"
     fresh = injected(hook(prompt(asked, session="no-start"), trip, env=ANY_MATCH), "UserPromptSubmit")
@@ -324,6 +337,7 @@ def test_what_session_start_gave_is_not_given_again_by_a_prompt(trip):
 PATIENT = {**ANY_MATCH, "DREAMFLOW_INJECT_TIMEOUT": "30"}
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(400)  # the service starts once per session (~20 s, minutes on a loaded machine)
 def test_a_prompt_through_the_running_service(dreamflow_service):
     svc = dreamflow_service

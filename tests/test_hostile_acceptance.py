@@ -160,6 +160,7 @@ def test_every_listing_skips_and_reports_a_name_that_is_not_utf8(tmp_path):
     assert status == 200 and shown in answer["skipped"], answer
 
 
+@pytest.mark.e2e
 def test_the_mcp_server_lists_tools_and_resources_past_a_name_that_is_not_utf8(tmp_path):
     from test_mcp import stdio
 
@@ -180,6 +181,7 @@ def test_the_mcp_server_lists_tools_and_resources_past_a_name_that_is_not_utf8(t
     assert {"path": "digest/wiki/caf\ufffd.md", "kind": NOT_UTF8} in listed.structured_content["skipped"]
 
 
+@pytest.mark.e2e
 def test_a_path_with_a_lone_surrogate_is_a_path_error_on_every_path_argument(tmp_path):
     ws = tmp_path / "ws"
     mem = Memory(ws)

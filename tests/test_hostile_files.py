@@ -133,6 +133,7 @@ def dreamflow(ws, *args):
     return proc
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(120)
 def test_reindex_search_and_doctor_get_through_a_bomb(ws):
     ws.write_text("digest/wiki/bomb.md", BOMB_NOTE)

@@ -118,6 +118,7 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(server, path):
     assert status == 200 and (answer["path"] == "digest/wiki/c.md" if path == "/ops/write" else answer == 44)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_server):
     from service_harness import DREAMFLOW, RunningService, wait_for

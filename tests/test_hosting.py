@@ -228,6 +228,7 @@ def test_jobs_that_need_an_llm_are_not_started_without_one_and_that_is_said_once
     assert [line for line in said if "auto-resource not started: no LLM configured" in line] == [said[0]], said
 
 
+@pytest.mark.e2e
 def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(serve, tmp_path):
     import subprocess
     import sys

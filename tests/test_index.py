@@ -229,6 +229,7 @@ WRITER = """
 """
 
 
+@pytest.mark.e2e
 def test_two_processes_contend_without_lock_errors(ws):
     procs = [_run(WRITER.format(tag=tag), ws) for tag in ("p1", "p2")]
     for p in procs:
@@ -240,6 +241,7 @@ def test_two_processes_contend_without_lock_errors(ws):
         assert len(paths_found(con, "capybara", limit=100)) == 30
 
 
+@pytest.mark.e2e
 def test_a_held_lock_gives_index_busy_with_a_clear_message(ws, monkeypatch):
     holder = _run("""
         import sys, time
@@ -262,6 +264,7 @@ def test_a_held_lock_gives_index_busy_with_a_clear_message(ws, monkeypatch):
         assert index.stats(con)["files"] == 0
 
 
+@pytest.mark.e2e
 def test_crash_in_the_middle_of_rebuild_then_reconcile_is_consistent(ws):
     for i in range(40):
         write_note(ws, f"daily/2024-02-{1 + i % 28:02d}/n{i}.md", f"n{i}", f"gecko entry {i}")

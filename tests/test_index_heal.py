@@ -58,6 +58,7 @@ def _damaged_sets(root: Path) -> list[Path]:
     return sorted(folder.iterdir()) if folder.exists() else []
 
 
+@pytest.mark.e2e
 def test_the_recorded_kill_no_longer_breaks_reindex_move_or_doctor(recorded, tmp_path):
     root = _copy(recorded, tmp_path)
     for args in (["index-stats"], ["reindex"], ["move", HUB, "digest/wiki/hub15.md"], ["doctor", "--fix"]):
@@ -69,6 +70,7 @@ def test_the_recorded_kill_no_longer_breaks_reindex_move_or_doctor(recorded, tmp
     assert mem.doctor()["broken_links"] == []
 
 
+@pytest.mark.e2e
 def test_an_index_broken_for_good_is_set_aside_and_rebuilt_by_the_next_command(recorded, tmp_path):
     root = _copy(recorded, tmp_path, checkpointed=True)
     done = cli(root, "move", HUB, "digest/wiki/hub15.md")
@@ -151,6 +153,7 @@ os._exit(0)  # no close, no checkpoint: the log is left as a crash leaves it
 """
 
 
+@pytest.mark.e2e
 def test_after_a_crash_an_index_breaking_its_invariants_is_rebuilt(tmp_path):
     mem = _indexed(tmp_path)
     subprocess.run([sys.executable, "-c", _ORPHAN_AND_DIE, str(mem.db.path)], check=True)
@@ -175,6 +178,7 @@ def test_a_clean_close_leaves_no_log_so_no_check_runs(tmp_path):
     assert _damaged_sets(mem.ws.root) == []
 
 
+@pytest.mark.e2e
 def test_the_running_service_heals_without_a_restart(recorded, dreamflow_service, tmp_path):
     from service_harness import RunningService
 

@@ -59,6 +59,7 @@ def test_neutralise_leaves_the_data_of_a_line_and_marks_the_instruction():
     assert instructions.neutralise("Run the tests before pushing.", "x:1") == ("Run the tests before pushing.", False)
 
 
+@pytest.mark.e2e
 def test_the_deploy_note_is_not_injected_as_it_stands_and_its_procedures_are(ws):
     Memory(ws.root).write("notes/deploys.md", DEPLOYS)
     text = injected(hook(prompt("How do deploys work, which branch and what tests before a deploy?"), ws.root,
@@ -97,6 +98,7 @@ def test_recall_is_framed_within_its_budget_and_flags_what_it_left_out(ws):
     assert plain["text"].startswith(FRAME) and all(item["flags"] == [] for item in plain["items"])
 
 
+@pytest.mark.e2e
 def test_the_session_start_digest_is_framed_and_leaves_the_instruction_out(ws):
     memory = Memory(ws.root)
     memory.write("digest/procedure/deploys.md", "---\nname: Deploys\ndescription: How we deploy\n---\n\n"

@@ -16,7 +16,7 @@ from service_harness import RunningService, register
 from engine import ops
 from engine.grants import UNKNOWN_WORKSPACE
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ADMIN = "admin-secret-for-isolation"
 NAMES = ("wsalpha1", "wsbeta2", "wsgamma3")

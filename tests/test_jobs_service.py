@@ -57,6 +57,7 @@ def fact_card(svc, path: str, about: str, text: str) -> None:
                                    "(source:: [[session/dialog/s.jsonl#L1]]) ^f1\n")
 
 
+@pytest.mark.e2e
 def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_unit(dreamflow_service, llm_server):
     svc, day = dreamflow_service, "2024-07-01"
     svc.memory.write("digest/personal/ana.md", content="# Ana\n\n## Facts\n\n- Ana lives in Bergen. "
@@ -102,6 +103,7 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert holding(svc.home, "Ana lives in Oslo now.") == [] and holding(svc.home / "prefect/storage", "kayak") == []
 
 
+@pytest.mark.e2e
 def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, llm_server):
     svc = dreamflow_service
     for name in ("tea", "green-tea", "stove", "old-stove"):
@@ -132,6 +134,7 @@ def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, ll
     assert summary["failed"] == [] and len(summary["outcomes"]) == 2
 
 
+@pytest.mark.e2e
 def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service):
     svc = dreamflow_service
     started = cli(svc, "reindex", "--no-wait")
@@ -149,6 +152,7 @@ def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service
     assert httpx.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000", timeout=60).status_code == 404
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow_service):
     svc = dreamflow_service
@@ -181,6 +185,7 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
         assert "counts" in status["summary"] if flow == "doctor" else status["summary"]["failed"] == [], status
     assert svc.prefect("GET", f"/flow_runs/{runs['doctor']}")["parameters"]["fix"] is True
 
+@pytest.mark.e2e
 def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_service, llm_server):
     """The same failure exits the same way through the service as in-process: a bad path 2, the LLM 7 (not 1)."""
     svc, day = dreamflow_service, "2024-07-20"
@@ -203,6 +208,7 @@ def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_ser
     assert "model down" in down.stderr and "Traceback" not in down.stderr
 
 
+@pytest.mark.e2e
 def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_service, tmp_path):
     svc, elsewhere = dreamflow_service, tmp_path / "not-the-workspace"
     elsewhere.mkdir()
@@ -217,6 +223,7 @@ def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_se
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_service):
     svc = dreamflow_service
     plain = cli(svc, "status")

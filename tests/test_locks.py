@@ -25,6 +25,7 @@ def holder(path, seconds: float) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.e2e
 def test_another_process_holds_it_until_it_exits(tmp_path):
     path = tmp_path / "meta" / "x.lock"  # its folder is made on first use
     proc = holder(path, 60)
@@ -43,6 +44,7 @@ def test_another_process_holds_it_until_it_exits(tmp_path):
     assert not lock.is_locked and path.exists()
 
 
+@pytest.mark.e2e
 def test_a_waiter_gets_it_when_the_holder_lets_go(tmp_path):
     path = tmp_path / "x.lock"
     proc = holder(path, 0.5)

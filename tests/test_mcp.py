@@ -53,6 +53,7 @@ async def call(client: Client, tool: str, **arguments):
 
 # ---- tools and their declarations ---------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_the_short_and_the_full_tool_sets_carry_the_shared_descriptions_and_annotations(tmp_path):
     async def listing(*args):
         async with stdio(tmp_path / "ws", *args) as client:
@@ -141,6 +142,7 @@ def test_search_text_shows_what_the_cli_prints_of_a_hit_address_flags_evidence_a
 
 # ---- stdio, no service: in-process with short index sessions ----------------------------------------------
 
+@pytest.mark.e2e
 def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path):
     ws = tmp_path / "ws"
     outside = tmp_path / "outside.md"
@@ -205,6 +207,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
         assert "Traceback" not in tb.content[0].text
 
 
+@pytest.mark.e2e
 def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
     from dreamflow.mcp.server import RESOURCE_CHARS, RESOURCE_LIMIT
     from storage.text_view import READ_CHARS
@@ -265,6 +268,7 @@ def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_an
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
 
 
+@pytest.mark.e2e
 def test_resources_have_percent_encoded_uris_binary_files_are_blobs_and_unknown_tools_are_tool_errors(tmp_path):
     ws = tmp_path / "ws"
     (ws / "notes").mkdir(parents=True)
@@ -297,6 +301,7 @@ def test_resources_have_percent_encoded_uris_binary_files_are_blobs_and_unknown_
     assert "unknown tool 'forget_everything'" in unknown.content[0].text and "search" in unknown.content[0].text
 
 
+@pytest.mark.e2e
 def test_stdio_server_survives_lines_that_are_not_json_rpc(tmp_path):
     proc = subprocess.Popen([DREAMFLOW, "--workspace", str(tmp_path / "ws"), "mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -326,6 +331,7 @@ def test_stdio_server_survives_lines_that_are_not_json_rpc(tmp_path):
     assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.e2e
 def test_stdio_works_here_when_the_service_named_in_service_json_refuses_connections(tmp_path):
     """A service shutting down (its API gone, service.json not yet), or a stale file whose pid was reused."""
     from service_harness import free_port
@@ -350,6 +356,7 @@ def test_stdio_works_here_when_the_service_named_in_service_json_refuses_connect
     assert dream.is_error and dream.structured_content["error"]["type"] == "ServiceNeeded"
 
 
+@pytest.mark.e2e
 def test_older_protocol_clients_get_lists_as_an_object(tmp_path):
     async def session():
         async with Client(StdioServerParameters(command=DREAMFLOW, args=["--workspace", str(tmp_path / "ws"), "mcp"],
@@ -362,6 +369,7 @@ def test_older_protocol_clients_get_lists_as_an_object(tmp_path):
     assert result.structured_content["results"][0]["path"] == "a.md"
 
 
+@pytest.mark.e2e
 def test_stdio_start_to_first_answer_imports_no_prefect_openai_or_torch(tmp_path):
     errlog = open(tmp_path / "stderr.txt", "w+")
     params = StdioServerParameters(command=sys.executable, args=["-c", PROBE, "--workspace", str(tmp_path / "ws"), "mcp"],
@@ -380,6 +388,7 @@ def test_stdio_start_to_first_answer_imports_no_prefect_openai_or_torch(tmp_path
     assert not [m for m in modules if m.split(".")[0] in HEAVY]
 
 
+@pytest.mark.e2e
 def test_two_stdio_servers_and_the_cli_write_one_workspace_at_once_and_lose_nothing(tmp_path):
     ws, n, cli_n = tmp_path / "ws", 25, 8
     errors: list = []
@@ -419,6 +428,7 @@ def test_two_stdio_servers_and_the_cli_write_one_workspace_at_once_and_lose_noth
 
 # ---- streamable HTTP on the real service --------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
     svc = dreamflow_service
 
@@ -451,6 +461,7 @@ def test_http_mcp_round_trip_errors_and_turns_on_the_service(dreamflow_service):
     assert svc.memory.status()["turns"]["sessions"]["mcp-http"]["turns"] == 1
 
 
+@pytest.mark.e2e
 def test_stdio_forwards_to_the_running_service(dreamflow_service):
     svc = dreamflow_service
 
@@ -474,6 +485,7 @@ def test_stdio_forwards_to_the_running_service(dreamflow_service):
     assert not turn.is_error and svc.memory.status()["turns"]["sessions"]["mcp-stdio"]["turns"] == 1
 
 
+@pytest.mark.e2e
 def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(dreamflow_service, llm_server):
     svc, day, card = dreamflow_service, "2023-02-14", "daily/2023-02-14/bakery.md"
     svc.memory.write("digest/personal/ana.md", content="# Ana\n\n## Facts\n\n- Ana runs a bakery in Lisbon. ^f1\n",
@@ -528,6 +540,7 @@ def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeyp
         HttpMount(WorkspaceTarget(tmp_path / "ws"), "everything")
 
 
+@pytest.mark.e2e
 def test_the_documented_host_configs_parse_and_the_stdio_entry_starts_a_working_server(tmp_path):
     import re
     import tomllib

@@ -53,6 +53,7 @@ def ping(url: str, session_id: str) -> int:
     return httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers, timeout=20).status_code
 
 
+@pytest.mark.e2e
 def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
     server = MountServer(tmp_path / "ws", max_sessions=4)
     try:
@@ -86,6 +87,7 @@ def test_the_session_cap_comes_from_the_setting_and_must_be_positive(tmp_path, m
 
 # ---- stdio: every request gets an answer --------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_stdio_request_with_a_lone_surrogate_gets_an_error_with_its_id(tmp_path):
     proc = subprocess.Popen([DREAMFLOW, "--workspace", str(tmp_path / "ws"), "mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

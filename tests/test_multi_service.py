@@ -75,6 +75,7 @@ def prefect_cli(*args, env: dict, timeout: float = 180) -> str:
     return done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads who holds the index lock from /proc/locks")
 def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(tmp_path, llm_server, monkeypatch):
@@ -209,6 +210,7 @@ def test_a_deployment_run_naming_no_workspace_is_refused_not_given_the_workers_f
     assert workspace_root(None) == str(tmp_path / "alpha")  # the registry's default
 
 
+@pytest.mark.e2e
 def test_a_service_of_another_machine_sharing_the_folder_is_found_by_its_service_file(tmp_path):
     import json
     import socket

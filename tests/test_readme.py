@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from dreamflow.cli import cli
@@ -25,6 +26,7 @@ def walkthrough() -> str:
     return "\n".join(re.findall(r"```bash\n(.*?)```", section, flags=re.S))
 
 
+@pytest.mark.e2e
 def test_the_walkthrough_runs_as_pasted_and_the_doctor_finds_nothing(tmp_path):
     script = walkthrough().replace("/tmp/", f"{tmp_path}/")  # its own workspace and files, same commands
     assert "dreamflow doctor" in script and "upload" in script
@@ -230,6 +232,7 @@ def wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ())
         whl.writestr(f"{info}/RECORD", "")
 
 
+@pytest.mark.e2e
 def test_the_torch_line_gives_up_in_seconds_when_its_indexes_are_unreachable(tmp_path):
     """An offline machine (PyTorch's index and the configured one unresolvable): one retry per index, then the
     error every pip prints (what it says of the lookup differs: pip 23.2, a fresh Python 3.11 venv's, does not
@@ -242,6 +245,7 @@ def test_the_torch_line_gives_up_in_seconds_when_its_indexes_are_unreachable(tmp
     assert done.stderr.count("Retrying") <= 2 and elapsed < 30, (elapsed, done.stderr)
 
 
+@pytest.mark.e2e
 def test_the_torch_line_takes_torch_from_find_links_and_its_dependencies_from_the_configured_index(tmp_path):
     """pip configured with an index and a find-links folder holding torch's CPU wheel, PyTorch's index out of
     reach: the line installs torch from find-links and its dependency from the index (`--index-url` would have

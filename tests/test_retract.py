@@ -124,6 +124,7 @@ def test_a_crash_between_the_node_and_the_card_is_finished_by_the_next_process(m
 
 # ---- the surfaces: CLI, HTTP, MCP (the same operation, the same answer and errors) -----------------------------
 
+@pytest.mark.e2e
 def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes(mem):
     from service_harness import DREAMFLOW
 
@@ -159,6 +160,7 @@ def test_http_retract_is_the_same_operation(mem):
     assert facts.by_id(text(mem, NODE))["f1"].retracted == TODAY
 
 
+@pytest.mark.e2e
 def test_mcp_retract_tool(mem):
     import anyio
 

@@ -265,6 +265,7 @@ def test_edit_rereads_a_file_changed_between_read_and_replace(mem, monkeypatch):
 
 # ---- item 9: modes are kept, new files follow the umask, writes are durable ---------------------------
 
+@pytest.mark.e2e
 def test_rewrites_keep_the_mode_and_new_files_follow_the_umask(tmp_path):
     root = tmp_path / "ws"
     note = root / "digest" / "wiki" / "a.md"

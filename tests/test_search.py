@@ -323,6 +323,7 @@ def test_node_search_keeps_one_bucket_your_own_folders_too(tmp_path):
     assert [h["path"] for h in _json.loads(result.output)] == ["digest/project/build.md"]
 
 
+@pytest.mark.e2e
 def test_search_from_the_cli_leaves_the_markdown_parser_unloaded(ws):
     """`dreamflow search` reads the index: the chunker and its Markdown parser (marko) are the writes' alone."""
     import json

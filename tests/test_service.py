@@ -26,7 +26,7 @@ from engine.client import connect
 from dreamflow.service.children import Child
 from dreamflow.service.supervisor import Options, Service, ServiceError
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 

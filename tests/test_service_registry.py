@@ -15,7 +15,7 @@ import httpx
 import pytest
 from service_harness import DREAMFLOW, RunningService, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def cli(svc, *args, check=True):

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A path only one machine has: a sibling of the checkout, the development machine's folders, someone's home or
@@ -35,6 +37,7 @@ def tracked_files() -> list[Path]:
     return [ROOT / n for n in names if not n.startswith("tests/")]
 
 
+@pytest.mark.e2e
 def test_no_tracked_file_outside_tests_names_a_machine_path():
     files = tracked_files()
     assert ROOT / "README.md" in files and ROOT / "benchmarks/locomo.py" in files and len(files) > 100
@@ -70,6 +73,7 @@ def run_benchmark(script: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.e2e
 def test_every_locomo_benchmark_without_data_says_where_to_get_it():
     running = {script: run_benchmark(script) for script in LOCOMO_BENCHMARKS}
     for script, proc in running.items():
@@ -92,6 +96,7 @@ def conversation(speakers: tuple[str, str], topic: str, day: int) -> dict:
     return conv
 
 
+@pytest.mark.e2e
 def test_the_locomo_benchmark_reads_the_public_release_and_a_folder_of_conversations_alike(tmp_path):
     convs = {"conv-1": conversation(("Ann", "Bo"), "pottery", 1), "conv-2": conversation(("Cy", "Di"), "sailing", 5)}
     public = tmp_path / "locomo" / "data" / "locomo10.json"  # a clone of the public repository

@@ -51,6 +51,7 @@ def superseded_pair(memory):
     return old, new
 
 
+@pytest.mark.e2e
 def test_time_on_every_surface_http_cli_mcp(ws):
     import anyio
     from test_api import ApiServer

@@ -124,6 +124,7 @@ def test_what_cannot_be_traced_is_a_clear_error(mem):
         mem.trace(NODE, f"{CARD}#^f1")
 
 
+@pytest.mark.e2e
 def test_trace_on_the_cli_http_and_mcp(mem, ws):
     from test_api import ApiServer
     from test_mcp import DREAMFLOW, call, stdio

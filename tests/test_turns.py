@@ -122,6 +122,7 @@ def test_a_turn_sent_again_with_its_turn_id_is_recorded_once(ws):
     assert record(ws.root, "s", [{"role": "user", "content": "Thanks"}])["turns"] == 2  # without ids: as before
 
 
+@pytest.mark.e2e
 def test_the_mcp_turn_tool_and_the_cli_take_turn_id_too(ws):
     """The same retry as above through the MCP target (`dreamflow mcp`, no service) and `dreamflow turn`."""
     import os

@@ -115,6 +115,7 @@ def test_an_embedder_failing_mid_run_compares_by_words_and_says_so_once(prefect_
     assert len([r for r in caplog.records if "compared by their words" in r.getMessage()]) == 1
 
 
+@pytest.mark.e2e
 def test_status_says_the_dream_compares_by_words(ws, blocked_env):
     done = subprocess.run([DREAMFLOW, "--workspace", str(ws.root), "status", "--json"], capture_output=True,
                           text=True, env=blocked_env, timeout=120)
@@ -129,6 +130,7 @@ def test_status_says_the_dream_compares_by_words(ws, blocked_env):
     assert not [w for w in json.loads(fine.stdout)["warnings"] if "local" in w]
 
 
+@pytest.mark.e2e
 def test_the_service_says_it_at_start_and_in_status(tmp_path, dreamflow_service, blocked_env):
     env = {"PYTHONPATH": blocked_env["PYTHONPATH"], "DREAMFLOW_EMBEDDER": "local"}
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False, env=env)

@@ -134,6 +134,7 @@ def dreamflow(cwd, home, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.e2e
 def test_a_repository_commits_its_memory_but_not_the_index_nor_the_conversations(tmp_path):
     repo = tmp_path / "web-app"
     repo.mkdir()
