@@ -41,6 +41,7 @@ def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> s
     from click.testing import CliRunner
 
     from dreamflow.cli import cli
+    from engine import client
 
     before, environ = os.getcwd(), dict(os.environ)
     try:
@@ -51,6 +52,7 @@ def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> s
         os.chdir(before)
         os.environ.clear()  # as a process's would: what the command set (the hook's lock timeout) goes with it
         os.environ.update(environ)
+        client._chosen.clear()  # and the memory it chose (engine/client.py: once per process)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(*result.exc_info))
