@@ -33,6 +33,9 @@ ECHOES = [  # (user line, assistant line, the assistant's fact, what the card ke
     # the real 1.5B model filed the assistant's reply: it repeats three of the user's words and adds two
     ("We booked Osteria Lupa for our anniversary dinner.", "Osteria Lupa sounds lovely for an anniversary.",
      "Osteria Lupa sounds lovely for an anniversary.", "We booked Osteria Lupa for our anniversary dinner."),
+    # the real 1.5B filed the assistant's reply, which says the date back and adds a remark
+    ("I signed up for the Lakeside half marathon on April 12.", "April 12, plenty of time to train.",
+     "April 12, plenty of time to train.", "I signed up for the Lakeside half marathon on April 12."),
 ]
 
 
@@ -129,3 +132,12 @@ def test_a_real_change_or_an_answer_to_a_question_stays(lines, answer):
     out = screened(conversation(*lines), answer)
 
     assert [f.text for f in out.kept] == [answer[0]] and out.restated == 0
+
+
+def test_a_reply_that_opens_with_small_talk_keeps_its_own_fact():
+    items = conversation(("user", "Yes, book the table."), ("assistant", "Yes, done: the table at Casa Nube is at 8."))
+    fact = card_fact("Yes, done: the table at Casa Nube is at 8.", items[1])
+
+    out, taken = extraction.from_user([fact], items, "")
+
+    assert taken == 0 and out == [fact]

@@ -381,7 +381,7 @@ def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
     `ECHO_SHARE` of its content words, or the user message it replies to when it only echoes that one (repeats
     some of its words and adds no more than a reply that echoes a line, storage/chunking.ECHO_NEW_WORDS or as many
     as it repeats: "Osteria Lupa sounds lovely for an anniversary." after "We booked Osteria Lupa for our
-    anniversary dinner.")."""
+    anniversary dinner.", or opens by saying its value back: `_opens_with`)."""
     wanted = _content(text)
     first = min(items.index(c) for c in cited)
     replied = True  # the first user message before it: the one it replies to
@@ -389,11 +389,18 @@ def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
         if item.speaker != "user" or not wanted:
             continue
         shared = wanted & set(terms(item.text))
-        if len(shared) >= ECHO_SHARE * len(wanted) or (
-                replied and shared and len(wanted - shared) <= max(ECHO_NEW_WORDS, len(shared))):
+        if len(shared) >= ECHO_SHARE * len(wanted) or (replied and (
+                (shared and len(wanted - shared) <= max(ECHO_NEW_WORDS, len(shared))) or _opens_with(text, item))):
             return item
         replied = False
     return None
+
+
+def _opens_with(text: str, item: Item) -> bool:
+    """Whether `text` opens with a clause made only of words of `item` (`April 12, plenty of time to train.`
+    after `I signed up for the Lakeside half marathon on April 12.`): a reply that acknowledges the value."""
+    opening = set(terms(re.split(r"[,.;:!?]|\s[-–—]\s", text, maxsplit=1)[0])) - FRAMING - SMALL_TALK
+    return bool(opening) and opening <= set(terms(item.text))
 
 
 def _kept(fact: ExtractedFact, checked: _Checked) -> facts.Fact:
