@@ -330,14 +330,22 @@ def current_of(memory, path: str) -> str | None:
     return None
 
 
-_writing = threading.Lock()  # units run in threads: read-change-write of a node must not interleave
+_node_locks: dict[tuple[int, str], threading.Lock] = {}  # (memory, node path) -> its lock
+_node_locks_guard = threading.Lock()
+
+
+def _node_lock(memory, node: str) -> threading.Lock:
+    """The lock of one node of one memory: units run in threads, and the read-change-write of a node must not
+    interleave; other nodes and other workspaces are written meanwhile."""
+    with _node_locks_guard:
+        return _node_locks.setdefault((id(memory), node), threading.Lock())
 
 
 def land(memory, unit: Unit, ref: CardFact, decision: Decision, date: str) -> dict:
     """Write `ref` into its node as decided; returns what was done: `{fact, source, action, node, replaced}`."""
     relation, target = decision
-    with _writing:
-        node = target.node if target else node_for(memory, unit)
+    node = target.node if target else node_for(memory, unit)
+    with _node_lock(memory, node):
         before = read_text(memory, node)
         body = split_frontmatter(before).body if before is not None else f"# {facts.plain_text(unit.about)}\n"
         label = ref.day
