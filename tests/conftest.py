@@ -108,10 +108,7 @@ def dreamflow_service(tmp_path_factory, llm_server):
     from service_harness import SERVICE_TURNS, RunningService
 
     service = RunningService.start(
-        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS,
-        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",  # the nightly run gets scheduled at once
-             "PREFECT_RUNNER_POLL_FREQUENCY": "1"},  # a launched run starts within ~1 s (the service's default: 2)
-    )
+        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS)  # service_harness.FAST_POLLS
     yield service
     code = service.stop()
     assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"

@@ -23,6 +23,10 @@ import httpx
 from engine.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
+# Polls of the Prefect server and runner a service starts, made short so tests wait seconds, not a minute: a
+# deployment made after the server's start gets its nightly run scheduled within 5 s (Prefect's default: 60 s),
+# a launched run starts within ~1 s (the service's default: 2 s). A test's own `env` may say otherwise.
+FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
 
 
@@ -114,7 +118,7 @@ class RunningService:
               serve: tuple[str, ...] = ()) -> RunningService:
         extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
         env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
-                   DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1")
+                   DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1", **FAST_POLLS)
         env.pop("DREAMFLOW_API_TOKEN", None)
         if token:
             env["DREAMFLOW_API_TOKEN"] = token
