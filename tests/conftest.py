@@ -39,6 +39,11 @@ if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], True)
 prefect_env.configure()
+# An empty migrated Prefect database the services tests start copy (service_harness.seed_prefect_home): made
+# at most once per session, shared by the xdist workers (they inherit this variable from the controller).
+if "DREAMFLOW_TEST_PREFECT_TEMPLATE" not in os.environ:
+    os.environ["DREAMFLOW_TEST_PREFECT_TEMPLATE"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-template-")
+    atexit.register(shutil.rmtree, os.environ["DREAMFLOW_TEST_PREFECT_TEMPLATE"], True)
 
 
 @pytest.fixture(scope="session")
@@ -108,10 +113,7 @@ def dreamflow_service(tmp_path_factory, llm_server):
     from service_harness import SERVICE_TURNS, RunningService
 
     service = RunningService.start(
-        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS,
-        env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",  # the nightly run gets scheduled at once
-             "PREFECT_RUNNER_POLL_FREQUENCY": "1"},  # a launched run starts within ~1 s (the service's default: 2)
-    )
+        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS)  # service_harness.FAST_POLLS
     yield service
     code = service.stop()
     assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"

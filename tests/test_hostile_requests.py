@@ -125,8 +125,7 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
     from llm_server import answer_each_item
     from test_service import finished
 
-    svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret",
-                               env={"PREFECT_RUNNER_POLL_FREQUENCY": "1"})  # its three runs start sooner
+    svc = RunningService.start(tmp_path, llm=llm_server, token="s3cret")
     try:
         assert svc.prefect_auth == ("dreamflow", "s3cret")
         for auth in (None, ("dreamflow", "wrong"), ("s3cret", "")):
