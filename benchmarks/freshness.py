@@ -1,4 +1,4 @@
-"""What a read without the service pays to catch the index up with the files first (storage/freshness.py).
+"""What a read without the service pays to catch the index up with the files first (storage/index/freshness.py).
 
     python benchmarks/freshness.py [--sizes 272 10000 100000] [--root DIR [--reuse]] [--data PATH
                                    [--conversations IDS]] [--queries 20]
@@ -40,9 +40,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 from cli_search import dreamflow_command, summary, wall  # noqa: E402
 from locomo import add_data_options, build_workspace, load, questions  # noqa: E402
 
-from storage import freshness, index  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from storage.index import freshness, indexer as index  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 PER_FOLDER = 20
 ROUNDS = 7

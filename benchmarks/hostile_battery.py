@@ -253,7 +253,7 @@ def _notes_and_index_wrong(root: Path, mem: Memory) -> tuple[bool, bool]:
     """Whether the 300 notes or the index still disagree with a finished move of SRC to DST."""
     from crash_harness import DST, SRC
 
-    from storage import index
+    from storage.index import indexer as index
 
     notes = [(root / f"digest/wiki/note-{i:04d}.md").read_text() for i in range(300)]
     with mem.db.session() as con:
@@ -264,7 +264,7 @@ def _notes_and_index_wrong(root: Path, mem: Memory) -> tuple[bool, bool]:
 def crash_trials(trials: int, seed: int) -> dict:
     from crash_harness import dangling, temp_files
 
-    from storage import journal
+    from storage.files import journal
 
     rng = random.Random(seed)
     out = {"trials": trials, "mid_move": 0, "recoveries_killed": 0, "dangling_after": 0, "temps_after": 0,
@@ -312,8 +312,8 @@ def journal_damage(trials: int, seed: int) -> dict:
 
     from crash_harness import SRC, dangling
 
-    from storage import journal
-    from storage.workspace import Workspace
+    from storage.files import journal
+    from storage.files.workspace import Workspace
 
     class Lines(logging.Handler):
         def __init__(self):
@@ -457,8 +457,8 @@ def import_hostile(gb: float) -> dict:
         out = {"exit": status, "peak_rss_mb": rss, "time": took, "copied": result.get("copied"),
                "skipped": {r["path"]: r["reason"][:40] for r in result.get("skipped", [])},
                "index_finds_it": bool(found), "workspace_disk_mb": ws_mb}
-        script = ("import sys; from pathlib import Path; from storage.workspace import Workspace\n"
-                  "from engine.reme_import import copy_file\n"
+        script = ("import sys; from pathlib import Path; from storage.files.workspace import Workspace\n"
+                  "from engine.memory.reme_import import copy_file\n"
                   "print(copy_file(Path(sys.argv[2]), Workspace(sys.argv[1]), 'resource/huge.bin', True, 1 << 40))")
         status, rss, took, answer = _peak_rss_mb([sys.executable, "-c", script, str(ws),
                                                    str(src / "resource/huge.bin")])

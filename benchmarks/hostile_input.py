@@ -23,7 +23,7 @@ def rss_mb() -> int:
 def bomb(memory_root: str) -> None:
     from test_hostile_files import BOMB_NOTE
 
-    from storage.markdown import parse_file
+    from storage.text.markdown import parse_file
     from storage.memory import Memory
 
     started = time.perf_counter()
@@ -43,7 +43,7 @@ def bodies(count: int, memory_root: str) -> None:
     from test_api import ApiServer
     from test_hostile_requests import http
 
-    from engine.settings import Settings
+    from engine.config.settings import Settings
     from storage.memory import Memory
 
     server = ApiServer(Memory(memory_root))

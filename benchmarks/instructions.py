@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from dreamflow.hooks.context import context
-from storage import instructions
+from storage.text import instructions
 from storage.memory import Memory
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "instructions.json"

@@ -18,7 +18,7 @@ def endpoint(prefix: str, responder: Callable | None = None, model: str = "scrip
     home = Path(tempfile.mkdtemp(prefix=prefix))
     os.environ["PREFECT_HOME"] = str(home / "prefect")
     os.environ.setdefault("DREAMFLOW_EMBEDDER", "none")
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     prefect_env.configure()
     server = None
@@ -29,7 +29,7 @@ def endpoint(prefix: str, responder: Callable | None = None, model: str = "scrip
         server.responder = responder
         os.environ.update(DREAMFLOW_LLM_BASE_URL=server.base_url, DREAMFLOW_LLM_MODEL=model,
                           DREAMFLOW_LLM_MAX_RETRIES="0")
-    from engine.settings import Settings
+    from engine.config.settings import Settings
 
     settings = Settings()
     if not settings.llm_configured:

@@ -94,7 +94,7 @@ def build_workspace(root: Path):
 
 def rows(usage: dict) -> list[str]:
     """The per-kind table of one job's usage, and what the content checks refused."""
-    from engine.usage_log import gates_line
+    from engine.models.usage_log import gates_line
 
     lines = [f"  {'kind':<10} {'calls':>5} {'valid 1st':>9} {'repairs':>7} {'failures':>8} {'prompt tok':>10} "
              f"{'compl. tok':>10} {'seconds':>8}"]
@@ -126,10 +126,10 @@ def main() -> None:
 
 
 def run(args, home: Path, settings) -> None:
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     prefect_env.configure()  # before the flows import prefect
-    from engine.llm import learned
+    from engine.models.llm import learned
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
 

@@ -22,7 +22,7 @@ an evidence session; turn hit@k = some top-k chunk's line range holds an evidenc
 recall@k = the same share among the first k distinct sessions of the ranking (what a one-document-per-session
 index measures); recall@5 (and recall@1) by group = per question category and for questions with one or
 several evidence sessions. `--mode vector|hybrid` runs through benchmarks/locomo_hybrid.py, which embeds the workspace
-and supplies `make_vectors` (an object with `.candidates(con, query, k, ...)`, see storage/vectors.py).
+and supplies `make_vectors` (an object with `.candidates(con, query, k, ...)`, see storage/index/vectors.py).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from storage import index  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.search import PER_FILE, search  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from storage.index import indexer as index  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.search.search import PER_FILE, search  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 SOURCE = "https://github.com/snap-research/locomo"
 PUBLIC_FILE = "locomo10.json"  # the release's data/locomo10.json: a list of {sample_id, conversation, qa, ...}

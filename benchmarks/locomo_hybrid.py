@@ -4,7 +4,7 @@ Builds the same workspace (one daily note per session, all conversations in one 
 searched over all of them; `--per-conversation` filters by the conversation's tag instead), fills the vectors
 with the configured embedder (`DREAMFLOW_EMBEDDER`, default the packaged local MiniLM; `openai` measures any
 OpenAI-compatible endpoint set by `DREAMFLOW_EMBED_BASE_URL` / `DREAMFLOW_EMBED_MODEL`) through
-`storage.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in each mode. Embeddings of pieces and
+`storage.index.vectors.backfill`, then runs benchmarks/locomo.py's evaluation in each mode. Embeddings of pieces and
 questions are cached by text, one file per model under benchmarks/out/ (gitignored), so a rerun costs seconds
 instead of minutes on 2 cores.
 
@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
-from engine.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
-from storage import vectors  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage import search as search_module  # noqa: E402
-from storage.search import search  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from engine.models.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
+from storage.index import vectors  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.search import search as search_module  # noqa: E402
+from storage.search.search import search  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -7,7 +7,7 @@ on the questions of the TUNE conversations (conv-26, conv-30; settings chosen by
 inside tune) and reported once on the HELD-OUT ones (conv-41, conv-42, conv-43).
 
 1. A numpy copy of the product ranking (BM25 over the postings, the date boost, best-piece cosine, RRF with
-   weights (1, 0.2) and k 10, first chunk per file) is checked against `storage.search.search` on every
+   weights (1, 0.2) and k 10, first chunk per file) is checked against `storage.search.search.search` on every
    question, keyword and hybrid, before anything is compared.
 2. Query adapter: q' = normalise(q + U V^T q) (rank r, U V^T regularised towards 0, i.e. W = I + low rank),
    trained with a softmax over the tune conversations' chunks (chunk score = best piece cosine, temperature
@@ -36,14 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
 import locomo_hybrid  # noqa: E402
 
-from engine.embedders import make_embedder  # noqa: E402
-from storage import search as S  # noqa: E402
-from storage import timeref, vectors  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.tokenize import terms  # noqa: E402
+from engine.models.embedders import make_embedder  # noqa: E402
+from storage.search import search as S  # noqa: E402
+from storage.search import timeref
+from storage.index import vectors  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.index.tokenize import terms  # noqa: E402
 
 TUNE = ("conv-26", "conv-30")
-HYBRID = ((1.0, 0.2), 10)  # the product's fusion for the local MiniLM (storage/vectors.VectorIndex)
+HYBRID = ((1.0, 0.2), 10)  # the product's fusion for the local MiniLM (storage/index/vectors.VectorIndex)
 POOL = 150  # candidates per list, as search(limit=50) takes them
 
 

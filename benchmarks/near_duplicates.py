@@ -2,7 +2,7 @@
 descriptions: 53 nodes in 17 topics, 17 labelled duplicate pairs (paraphrased titles, reordered words, plural
 vs singular, Chinese), the rest hard negatives (same person or tool, another aspect: "Ana lives in Lisbon" vs
 "Ana's bakery job"). Prints precision, recall and F1 over all 1,378 pairs per threshold, for the measure the
-doctor uses (`storage.doctor.similarity`) and two simpler ones, and checks that the prefix-filtering join
+doctor uses (`storage.index.doctor.similarity`) and two simpler ones, and checks that the prefix-filtering join
 finds exactly the pairs a brute-force comparison finds.
 
     python benchmarks/near_duplicates.py
@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from storage.doctor import DUP_THRESHOLD, features, similar_pairs, similarity  # noqa: E402
-from storage.tokenize import terms  # noqa: E402
+from storage.index.doctor import DUP_THRESHOLD, features, similar_pairs, similarity  # noqa: E402
+from storage.index.tokenize import terms  # noqa: E402
 
 # (id, name, description); ids sharing a letter are about the same subject
 NODES = [

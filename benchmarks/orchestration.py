@@ -48,7 +48,7 @@ def main() -> None:
 
     home = tempfile.mkdtemp(prefix="dreamflow-bench-")
     os.environ["PREFECT_HOME"] = str(Path(home) / "prefect")
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     prefect_env.configure()
     from llm_server import LLMServer
@@ -69,7 +69,7 @@ def main() -> None:
 
     def write_day(day: str) -> None:
         """A card of one fact per subject; from the second day each replaces the day before's (one question)."""
-        from storage import facts
+        from storage.text import facts
 
         body = "# Notes\n"
         for i in range(args.units):

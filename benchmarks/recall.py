@@ -2,7 +2,7 @@
 
 The workspace and protocol of benchmarks/locomo.py (one daily note per conversation session, every question
 of categories 1-4 asked over the whole workspace, keyword search only, no embedder). For each question and a
-budget of 1,000 / 2,000 / 4,000 tokens (storage.recall.tokens, the estimate recall itself uses):
+budget of 1,000 / 2,000 / 4,000 tokens (storage.search.recall.tokens, the estimate recall itself uses):
 
 - search: the top-k hits (`search`, default one passage per file) cut to the budget: hits in rank order,
   each rendered as recall renders a piece (`[path:start-end] date` + the chunk's text), as many as fit;
@@ -32,11 +32,11 @@ from benchmarks.locomo import (  # noqa: E402
     questions,
     session_of,
 )
-from storage import index  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.recall import recall, tokens  # noqa: E402
-from storage.search import search  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from storage.index import indexer as index  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.search.recall import recall, tokens  # noqa: E402
+from storage.search.search import search  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 BUDGETS = (1000, 2000, 4000)
 POOL = 50  # search hits fetched per question (more than any budget holds)

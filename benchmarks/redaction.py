@@ -1,4 +1,4 @@
-"""What is kept out of memory (storage/redact.py), measured on tests/fixtures/secrets_corpus.py: secrets in the
+"""What is kept out of memory (storage/text/redact.py), measured on tests/fixtures/secrets_corpus.py: secrets in the
 providers' real formats (several of each kind) and near misses (commit SHAs, UUIDs, sha256 hashes, base64 that
 is no key, long identifiers in code, hex colours, versions, prose, URLs without a password). Prints the catch
 rate per kind (the secret's value is gone from the text) and the false positives per near-miss kind (a line
@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fixtures")]
 
 from secrets_corpus import NEAR_MISSES, SECRETS  # noqa: E402
 
-from storage.redact import redact  # noqa: E402
+from storage.text.redact import redact  # noqa: E402
 
 
 def entropy_flags(line: str) -> bool:

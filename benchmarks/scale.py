@@ -4,7 +4,7 @@ For each size: write the workspace (Markdown notes of 10 sections of ~150 words 
 vocabulary of 30k words whose most frequent ranks are English stopwords, as in real text, and the rest
 pseudo-words; one wikilink per section), time a full reindex (chunks/s), the warm search latency
 (p50/p95 over random 2-4 word queries, link expansion on) in SQL, as a one-shot process searches, then as
-the service searches (the index held open: storage/search_cache.py, with its load time, size and the
+the service searches (the index held open: storage/search/cache.py, with its load time, size and the
 process's RSS), and a single-file update (edit one note and re-index it; then also until a search finds
 the edit; p50/p95). `--root DIR --reuse --keep-index` opens the index an earlier run left there instead of
 rebuilding it: a fresh process, as a service starting on an existing index (its RSS without a reindex's).
@@ -32,11 +32,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from storage import index, search_cache  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.search import search  # noqa: E402
-from storage.tokenize import STOPWORDS  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from storage.index import indexer as index
+from storage.search import cache as search_cache  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.search.search import search  # noqa: E402
+from storage.index.tokenize import STOPWORDS  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 SECTIONS_PER_FILE = 10
 WORDS_PER_SECTION = 150

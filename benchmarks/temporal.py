@@ -221,7 +221,7 @@ def careful_model(story: Story):
 
 def card_facts(memory) -> list[tuple[str, object]]:
     """(card path, fact) of every card of the story."""
-    from storage import facts
+    from storage.text import facts
 
     out = []
     for entry in memory.list("daily", recursive=True, limit=10_000)["entries"]:
@@ -242,7 +242,7 @@ def cited_text(memory, source: str) -> str:
 def unsupported(memory, fact) -> set[str]:
     """The fact's words its cited lines do not have (besides framing words and the date code wrote)."""
     from engine.memory.extraction import FRAMING
-    from storage.tokenize import terms
+    from storage.index.tokenize import terms
 
     said = set()
     for source in fact.sources:
@@ -272,7 +272,7 @@ ENDED = re.compile(r"\b(?:not|no longer|any ?more|never|left|quit|sold|broke up|
 # clauses: sentences and `;`-joined parts (a day's index line joins a card's facts), titles' dots kept
 CLAUSE = re.compile(r"(?<!\bMr)(?<!\bMs)(?<!\bDr)(?<!\bMrs)[.;!?](?=\s|$)")
 PIECE = re.compile(r"^\[[^\]\s]+:\d+(?:-\d+)?\]", re.M)  # a recall or hook piece starts with its citation
-LABEL = re.compile(r"\[[^\]\s]+\] (?:superseded|expired)\b(?: \S*\.\.(\d{4}-\d\d-\d\d))?")  # storage/validity.label
+LABEL = re.compile(r"\[[^\]\s]+\] (?:superseded|expired)\b(?: \S*\.\.(\d{4}-\d\d-\d\d))?")  # storage/text/validity.label
 UNTIL = re.compile(r"\(until:: (\d{4}-\d\d-\d\d)\)")
 CITATION = re.compile(r"\((?:source|replaced_by):: [^()]*\)")  # where a line comes from, no claim ("spanish-course.md")
 
@@ -332,17 +332,17 @@ def judge(got: list[str], fact: Fact, day: str, want: str, alone: bool) -> tuple
 def asked(memory, fact: Fact, how: str, as_of: str | None = None) -> list[str]:
     """The pieces an agent gets for the fact's question: `how` "hit" (search, the CLI's defaults), "recall"
     (`--budget 400`, no session) or "hook" (UserPromptSubmit, a fresh session)."""
-    if how == "hit":  # each hit cited as recall cites it, with its time (storage/validity.label), then its text
-        from storage.validity import label
+    if how == "hit":  # each hit cited as recall cites it, with its time (storage/text/validity.label), then its text
+        from storage.text.validity import label
 
         return [f"[{h['path']}:{h['start_line']}-{h['end_line']}] {label(h) or ''}\n{h['text']}"
                 for h in memory.search(fact.query, as_of=as_of)]
     if how == "recall":
         return pieces(memory.recall(fact.query, budget=RECALL_BUDGET, as_of=as_of)["text"])
     from dreamflow.hooks.context import inject, question
-    from engine.grants import ADMIN
-    from engine.scoped import LocalCatalog
-    from engine.settings import Settings
+    from engine.config.grants import ADMIN
+    from engine.access.scoped import LocalCatalog
+    from engine.config.settings import Settings
 
     payload = {"hook_event_name": "UserPromptSubmit", "session_id": f"temporal-{uuid.uuid4().hex}",
                "prompt": fact.query}
@@ -365,7 +365,7 @@ def check(memory, story: Story, days: int) -> list[dict]:
     """Per fact changed within the first `days` days: each measure's verdict (`judge`) and the piece behind a
     miss, asked now and as of the day before the change, and whether a current digest fact still says the
     old value holds."""
-    from storage import facts
+    from storage.text import facts
 
     today = date.today().isoformat()
     current = []
@@ -411,9 +411,9 @@ def print_answers(rows: list[dict]) -> None:
 def searching(ws: Path):
     """The workspace's `Memory` searching with vectors as the service does (its chunks embedded first), when an
     embedder is configured (`DREAMFLOW_EMBEDDER`); else keyword only."""
-    from engine.embedders import make_embedder
-    from engine.semantic import vector_index
-    from storage import vectors
+    from engine.models.embedders import make_embedder
+    from engine.models.semantic import vector_index
+    from storage.index import vectors
     from storage.memory import Memory
 
     embedder = make_embedder()
@@ -460,11 +460,11 @@ def main() -> None:
 
 
 def run(args, story: Story, home: Path, settings) -> None:
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     prefect_env.configure()  # before the flows import prefect
-    from engine.usage import Usage
-    from engine.usage_log import gates_line
+    from engine.models.usage import Usage
+    from engine.models.usage_log import gates_line
     from flows.auto_dream import auto_dream
     from flows.auto_memory import auto_memory
     from storage.memory import Memory

@@ -1,10 +1,10 @@
 """Vector costs on this machine: local embedding throughput, and hybrid search latency at 10k and 100k chunks.
 
-1. Throughput: embeds LoCoMo chunk texts (chunked by the index, split into pieces as `storage.vectors` does)
+1. Throughput: embeds LoCoMo chunk texts (chunked by the index, split into pieces as `storage.index.vectors` does)
    with the packaged MiniLM on the CPU: chunks/s, pieces/s, and the time to embed one query.
 2. Latency: benchmarks/scale.py's generated workspace of N chunks, with precomputed vectors, random but
    clustered (cluster centre + noise, normalised; as many pieces per chunk as `pieces()` gives its text), stored
-   through `storage.vectors.store`. Reports the store and reload time, vector candidates p50/p95 and hybrid
+   through `storage.index.vectors.store`. Reports the store and reload time, vector candidates p50/p95 and hybrid
    `search` p50/p95 next to keyword-only on the same queries (query vectors precomputed too: add the query
    embedding time from part 1 for a cold query).
 
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
 import scale  # noqa: E402
-from storage import vectors  # noqa: E402
-from storage.db import IndexDB  # noqa: E402
-from storage.search import search  # noqa: E402
-from storage.workspace import Workspace  # noqa: E402
+from storage.index import vectors  # noqa: E402
+from storage.index.db import IndexDB  # noqa: E402
+from storage.search.search import search  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 
 DIM = 384
 CLUSTERS = 256
@@ -45,7 +45,7 @@ def percentiles(samples: list[float]) -> str:
 
 
 def throughput(n_chunks: int, root: Path, convs: dict[str, dict]) -> None:
-    from engine.embedders import LocalEmbedder
+    from engine.models.embedders import LocalEmbedder
 
     ws = Workspace(root / "throughput")
     conv_id = next(iter(convs))

@@ -48,9 +48,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from benchmarks.scale import make_vocabulary, zipf_words  # noqa: E402
 from benchmarks.service import line, pct, rss_mb  # noqa: E402
-from engine.client import RemoteMemory  # noqa: E402
+from engine.access.client import RemoteMemory  # noqa: E402
 from service_harness import RunningService  # noqa: E402
-from storage.tokenize import STOPWORDS  # noqa: E402
+from storage.index.tokenize import STOPWORDS  # noqa: E402
 
 SHARED_EVERY = 3  # one vocabulary rank in 3 is a word every workspace shares; the others are the workspace's own
 KINDS = ("people", "projects", "topics")
@@ -125,7 +125,7 @@ def queries(i: int, count: int, seed: int) -> list[str]:
 def prepare(base: Path, n: int, notes: int, jobs: int, reuse: bool) -> dict[str, Path]:
     """Write, index and register the N workspaces (w00 at multi/ws, the service's default) and copy w01 to
     single/ws; returns name -> folder."""
-    from engine.registry import FILE, Registry
+    from engine.config.registry import FILE, Registry
 
     folders = {name_of(i): base / "multi" / ("ws" if i == 0 else f"spaces/{name_of(i)}") for i in range(n)}
     manifest = base / "manifest.json"
@@ -253,7 +253,7 @@ def main() -> None:
         args.max_open = args.max_open or 3
     if args.workspaces < 4:
         parser.error("--workspaces must be at least 4 (w00 is the default; w01-w03 are searched together)")
-    from engine.settings import Settings
+    from engine.config.settings import Settings
 
     cap = args.max_open or Settings().max_open_indexes
     env = {"DREAMFLOW_EMBEDDER": args.embedder, "DREAMFLOW_MAX_OPEN_INDEXES": str(cap)}

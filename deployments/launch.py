@@ -1,6 +1,6 @@
 """Talking to the Prefect API about Dreamflow's deployments: start runs, emit file events, read run history.
 
-Used by the service, which imports prefect lazily, after `engine.prefect_env.configure()` and with
+Used by the service, which imports prefect lazily, after `engine.config.prefect_env.configure()` and with
 `PREFECT_API_URL` pointing at its server. Deployment and event names are declared in `deployments/serve.py`.
 """
 

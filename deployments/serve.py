@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.jobs import JOBS, Job
-from engine.settings import Settings
+from engine.config.settings import Settings
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."
@@ -195,7 +195,7 @@ def build(settings: Settings | None = None, served: dict[str, str] | None = None
     from prefect.schedules import Cron
     from prefect.types.entrypoint import EntrypointType
 
-    from engine.registry import Registry
+    from engine.config.registry import Registry
 
     settings = settings or Settings()
     served = served if served is not None else json.loads(os.environ.get("DREAMFLOW_SERVED") or "{}")
@@ -253,7 +253,7 @@ def staggered(cron: str, index: int, step: int = 7) -> str:
 
 def main() -> None:
     """Serve every deployment until SIGTERM/Ctrl-C (the service runs this as its `runner` child)."""
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     prefect_env.configure()
     from prefect import serve

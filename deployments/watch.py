@@ -4,7 +4,7 @@ Every saved memory file is handed to `on_change` after a short quiet window (the
 once, no flow run per keystroke). Files under `resource/` are also handed to `on_resource`, debounced per
 file over a longer window, so the created+modified events of one write become one auto_resource run.
 `metadata/`, dot-folders, editor scratch files and names that are not UTF-8 are ignored
-(`storage.index.is_indexed_path`).
+(`storage.index.indexer.is_indexed_path`).
 A directory moved or deleted as a whole calls `on_change` with `None`: the service then reconciles.
 """
 
@@ -20,8 +20,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from storage.errors import PathError
-from storage.index import is_indexed_path
-from storage.workspace import Workspace
+from storage.index.indexer import is_indexed_path
+from storage.files.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

@@ -221,7 +221,7 @@ JOBS: dict[str, Job] = {job.name: job for job in (
 )}
 
 # The conversation turn: not a flow, but the request every surface takes (`dreamflow turn`, `POST /turn`, the
-# MCP `turn` tool), declared the same way; its function is `engine.turns.record_turn`.
-TURN = Job("record_turn", "engine.turns", "turn",
+# MCP `turn` tool), declared the same way; its function is `engine.access.turns.record_turn`.
+TURN = Job("record_turn", "engine.access.turns", "turn",
            "Record a conversation turn; every N turns (or with compact) auto_memory summarises the session.",
            TurnRequest, tool="turn", body="messages")

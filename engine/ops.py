@@ -36,7 +36,7 @@ class Op:
                                     # answers the same (default: reads yes, writes no)
     bytes_form: str | None = None  # names files on the caller's machine: CLI only. HTTP calls this Memory
                                    # method instead (bytes in or out); MCP never offers it
-    across: bool = False  # may read several workspaces at once (surfaces add `workspaces`, engine/scoped.py)
+    across: bool = False  # may read several workspaces at once (surfaces add `workspaces`, engine/access/scoped.py)
 
     @property
     def host_paths(self) -> bool:
@@ -197,7 +197,7 @@ PARAM_HELP: dict[str, str] = {
     "topic_count": "New topics to pick for the day",
     "topic_diversity_days": "Avoid topics of this many previous days",
     "run_id": "Id of a flow run, as returned when it was started",
-    # workspaces (engine/registry.py, engine/scoped.py)
+    # workspaces (engine/config/registry.py, engine/access/scoped.py)
     "workspace": "Workspace to use, by name (the `workspaces` tool lists them); default: the connection's",
     "workspaces": "Workspaces to search, by name (several allowed; hits merged by score, each naming its "
                   "workspace, another workspace's file as NAME:path, which read, stat and trace take); default: "

@@ -6,10 +6,11 @@ from collections import Counter
 
 from prefect import flow
 
-from engine.days import check_date, today
-from engine.job_workspace import llm_or_skipped, workspace_root
-from engine.usage import Usage
-from storage import dialog, redact
+from engine.config.days import check_date, today
+from engine.access.job_workspace import llm_or_skipped, workspace_root
+from engine.models.usage import Usage
+from storage.files import dialog
+from storage.text import redact
 from storage.errors import InvalidInput
 from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from engine.job_workspace import workspace_root
+from engine.access.job_workspace import workspace_root
 from tasks.maintenance import compact_index, index_stats, rebuild_index, reconcile_index
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from engine.settings import Settings
+from engine.config.settings import Settings
 
 
 class UnitPool(ThreadPoolTaskRunner):

@@ -20,13 +20,13 @@ from typing import Annotated, Any, Callable
 from annotated_types import Ge, Le
 
 from storage.errors import InvalidInput
-from storage.workspace import ARCHIVE, is_utf8
+from storage.files.workspace import ARCHIVE, is_utf8
 
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 BAD_NAME_CHARS = re.compile(r'[<>:"|?*\x00-\x1f\x7f]')
 RESERVED_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 MAX_COUNT = 10**9  # ceiling for limits and depths: far above any workspace, far below overflowing SQL or dates
-# The doctor's thresholds (storage/doctor.py), the defaults of every caller (Memory.doctor, the governance flows):
+# The doctor's thresholds (storage/index/doctor.py), the defaults of every caller (Memory.doctor, the governance flows):
 STALE_DAYS = 180  # a digest node nobody links to, not updated for this many days, is stale
 OVERLONG_LINES = 300  # a digest node longer than this many lines is a split candidate
 

@@ -4,10 +4,10 @@ Each public method is an operation: workspace-relative paths in (checked by `Wor
 dicts/lists out. Methods that change files do so atomically and re-index the changed files inside one
 `IndexDB.session()` before returning, so `write` then `search` finds the new text at once, from any process.
 Methods that answer from the index first index what other programs changed on disk, unless a watcher does
-(storage/freshness.py); what that left behind is their answer's `index_behind`.
+(storage/index/freshness.py); what that left behind is their answer's `index_behind`.
 `engine/ops.py` lists these methods once; the CLI, routes and tool schemas are built from their signatures,
 type hints and docstrings, so keep those accurate. Argument checks live in storage/arguments.py, how `read`
-shows a file in storage/text_view.py, the day page's card list in storage/day_page.py.
+shows a file in storage/files/text_view.py, the day page's card list in storage/files/day_page.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Literal
 
 from storage.arguments import (MAPPING, OVERLONG_LINES, STALE_DAYS, TEXTS, Bucket, Count, OptionalText, OptionalTexts,
                                Query, Text, bucket_name, checked, count, new_path_problem, parse_date, search_date)
-from storage.day_page import day_page
+from storage.files.day_page import day_page
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
-from storage.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
-from storage.workspace import (
+from storage.files.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
+from storage.files.workspace import (
     Workspace,
     check_session_id,
     content_hash,
@@ -39,7 +39,7 @@ from storage.workspace import (
 )
 
 if TYPE_CHECKING:  # duckdb loads on first use, so a CLI call that goes to the service never imports it
-    from storage.db import IndexDB
+    from storage.index.db import IndexDB
 
 # The parser, indexer and doctor (PyYAML, marko, ...) are imported inside the methods that use them, so
 # read-only commands such as `dreamflow search` start ~50 ms faster.
@@ -58,7 +58,7 @@ class Memory:
     """File tools, search and index maintenance over one workspace.
 
     `db` defaults to a short-lived-session `IndexDB` for the workspace; `vectors` (optional, see
-    storage/vectors.py) adds semantic candidates to `search` and `node_search`. `watched`: a watcher keeps the
+    storage/index/vectors.py) adds semantic candidates to `search` and `node_search`. `watched`: a watcher keeps the
     index up to date (the service's), so reads answer from it without looking at the files first. A process
     that writes calls `recover(memory)` first (crash recovery is a step of opening for writing, not of
     construction).
@@ -69,7 +69,7 @@ class Memory:
         self.ws = Workspace(workspace_root)
         self.watched = watched
         if db is None:
-            from storage.db import IndexDB
+            from storage.index.db import IndexDB
 
             db = IndexDB(self.ws)
         self.db = db
@@ -170,7 +170,7 @@ class Memory:
     def delete(self, path: str) -> dict:
         """Delete a file, or a folder with everything in it (never metadata/ or the workspace root); returns the
         links from other files (outside the folder) that now point to a deleted file."""
-        from storage import index
+        from storage.index import indexer as index
 
         rel = self._file(path, folders=True)
         with self.db.session() as con:
@@ -185,7 +185,7 @@ class Memory:
         return {"path": rel, "deleted": True, "type": "file", "inbound": still}
 
     def _delete_folder(self, con, rel: str, target: Path) -> dict:
-        from storage import index
+        from storage.index import indexer as index
 
         inside = rel + "/"
         gone = [r[0] for r in con.execute("SELECT path FROM files WHERE starts_with(path, ?) ORDER BY path",
@@ -202,7 +202,7 @@ class Memory:
     def move(self, src: str, dst: str, overwrite: bool = False) -> dict:
         """Move a file and rewrite `[[src]]` links in every file that has them, keeping anchors and aliases;
         an existing destination file is replaced only with `overwrite`."""
-        from storage import graph_edit
+        from storage.text import graph_edit
 
         old, new = self._file(src), self._rel(dst)
         self._check_new_name(new)
@@ -217,7 +217,7 @@ class Memory:
 
     def frontmatter_update(self, path: str, metadata: Annotated[dict[str, Any], MAPPING], expected_hash: str | None = None) -> dict:
         """Set frontmatter keys (other keys and the body are kept as they are)."""
-        from storage.markdown import render_frontmatter
+        from storage.text.markdown import render_frontmatter
 
         rel = self._markdown(path)
         if not metadata:
@@ -236,7 +236,7 @@ class Memory:
     def frontmatter_delete_keys(self, path: str, keys: Annotated[list[str], TEXTS], expected_hash: str | None = None) -> dict:
         """Remove frontmatter keys (missing keys are reported, not an error; with none present the file is left
         byte for byte as it was)."""
-        from storage.markdown import render_frontmatter
+        from storage.text.markdown import render_frontmatter
 
         rel = self._markdown(path)
         if not keys:
@@ -277,7 +277,7 @@ class Memory:
 
     def upload(self, source: Text, name: str | None = None, date: str | None = None, overwrite: bool = False) -> dict:
         """Copy an outside file into resource/[DATE/] (DATE may be `today`); only the destination is checked."""
-        from storage import outside
+        from storage.files import outside
 
         data, source_name = outside.read_source(source)
         result = self.upload_content(data, name or source_name, date=date, overwrite=overwrite)
@@ -329,8 +329,8 @@ class Memory:
         """Size, dates, kind and MIME type, name/description, tags, frontmatter (Markdown), outgoing links and
         inbound links of one file; of a folder
         (`type: dir`), its counts of files and sub-folders and their total size."""
-        from storage import index
-        from storage.markdown import parse_file
+        from storage.index import indexer as index
+        from storage.text.markdown import parse_file
 
         rel = self._file(path, folders=True)
         if self.ws.resolve(rel).is_dir():
@@ -408,7 +408,7 @@ class Memory:
 
     def frontmatter_get(self, path: str) -> dict:
         """The frontmatter of a Markdown file as a mapping (with the parse error, if the YAML is malformed)."""
-        from storage.markdown import split_frontmatter
+        from storage.text.markdown import split_frontmatter
 
         rel = self._markdown(path)
         fm = split_frontmatter(self._read_text(rel))
@@ -418,7 +418,7 @@ class Memory:
         """Tags with file counts and date range; with `tag`, that tag's files. Tags come from the `tags` and
         `memory_tags` frontmatter keys and are counted normalised (case-folded, spaces as `_`: `New York` and
         `new york` are `new_york`)."""
-        from storage.model import normalize_tag
+        from storage.text.model import normalize_tag
 
         tag = normalize_tag(tag) if tag is not None else None
         with self._reading() as (con, _):
@@ -467,7 +467,7 @@ class Memory:
     def download(self, path: str, dest: Text, overwrite: bool = False) -> dict:
         """Copy a workspace file out to an outside path: an existing folder or a DEST ending with `/` (created
         if missing) keeps the file name; refuses to overwrite, and refuses the workspace's metadata/."""
-        from storage import outside
+        from storage.files import outside
 
         rel = self._file(path)
         _, data = self.download_content(rel)
@@ -504,7 +504,7 @@ class Memory:
         found it: keyword, vector, and date when the query names a date or period ("in June 2023", "last week")
         the hit's file is dated in, which ranks it higher. A date range keeps undated files (digest nodes)
         unless strict_dates; tags match any of them."""
-        from storage import search as _search
+        from storage.search import search as _search
 
         with self._reading() as (con, _):
             return _search.search(
@@ -525,7 +525,7 @@ class Memory:
         `min_relevance` and/or `min_words`, nothing unless something new comes from a keyword match that relevant
         (the same numbers mean the same on a memory of any size). Superseded and expired digest nodes are left out
         unless history; as_of answers what was valid on that day."""
-        from storage import recall as _recall
+        from storage.search import recall as _recall
 
         if session is not None:
             check_session_id(session)
@@ -544,8 +544,8 @@ class Memory:
                  min_words: Annotated[int | None, count(optional=True)] = None, as_of: OptionalText = None,
                  history: bool = False) -> tuple[dict, list]:
         """`recall`'s answer without a session's record: (answer, keys of the lines it gives), leaving out the
-        lines whose key is in `given`. What each workspace gives a recall across workspaces (engine/scoped.py)."""
-        from storage import recall as _recall
+        lines whose key is in `given`. What each workspace gives a recall across workspaces (engine/access/scoped.py)."""
+        from storage.search import recall as _recall
 
         if budget < RECALL_MIN:
             raise InvalidInput(f"budget must be at least {RECALL_MIN} tokens, got {budget}")
@@ -562,7 +562,7 @@ class Memory:
         """Search digest nodes only: one row per node (path, name, description, score, status, valid_from,
         valid_to), no chunk text. Superseded and expired nodes are left out unless history; as_of answers what
         was valid on that day; bucket keeps one folder of digest/ (personal, procedure, wiki or your own)."""
-        from storage import search as _search
+        from storage.search import search as _search
 
         bucket = bucket_name(bucket)
         prefix = f"digest/{bucket}/" if bucket else "digest/"
@@ -581,7 +581,7 @@ class Memory:
         """Walk the link graph from paths: the files reached (name, description, hops away) and the links
         between them (source -> target); forward follows the links a file makes, backward finds the files that
         link to it (`out` and `in` mean the same)."""
-        from storage import search as _search
+        from storage.search import search as _search
 
         rels = [self._node(p) for p in paths]
         with self._reading() as (con, behind):
@@ -596,7 +596,7 @@ class Memory:
         or anchor, a cycle) are steps of type `broken`, also listed in `problems`."""
         import datetime as dt
 
-        from storage import trace as _trace
+        from storage.search import trace as _trace
 
         target, anchor = _trace.start(path, fact)
         rel = self._file(target)
@@ -615,7 +615,8 @@ class Memory:
         Facts written from the retracted one are listed in `review`. Nothing is deleted; journaled like a move."""
         import datetime as dt
 
-        from storage import facts, journal, retraction
+        from storage.text import facts
+        from storage.files import journal, retraction
 
         if correct is not None and not correct.strip():
             raise InvalidInput("`correct` must be the true fact's words")
@@ -659,8 +660,8 @@ class Memory:
     def _described(self, rel: str, before: str, after: str) -> str:
         """`after` with its frontmatter `description` refreshed when the jobs wrote it from the facts of `before`
         (their first current facts): a retracted fact leaves it; a person's own description is kept."""
-        from storage.facts import describe
-        from storage.markdown import render_frontmatter, split_frontmatter
+        from storage.text.facts import describe
+        from storage.text.markdown import render_frontmatter, split_frontmatter
 
         old, new = split_frontmatter(before), split_frontmatter(after)
         if old.error or new.error or new.meta.get("description") != describe(old.body) or not describe(old.body):
@@ -683,7 +684,7 @@ class Memory:
         return self._doctor(True, dup_threshold, stale_days, overlong_lines)
 
     def _doctor(self, fix: bool, dup_threshold: float | None, stale_days: int, overlong_lines: int) -> dict:
-        from storage import doctor
+        from storage.index import doctor
 
         threshold = doctor.DUP_THRESHOLD if dup_threshold is None else dup_threshold
         with self.db.session() as con:
@@ -692,7 +693,7 @@ class Memory:
 
     def relink(self, target: str, new_target: str, before: OptionalText = None) -> dict:
         """Point every link to `target` at `new_target` (aliases, predicates kept; line anchors follow their text)."""
-        from storage import graph_edit
+        from storage.text import graph_edit
 
         old, new = self.ws.normalize(target), self._rel(new_target)
         with self.db.session() as con:
@@ -702,7 +703,7 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> dict:
         """Rebuild the whole index from the files (metadata/ is derived; nothing is lost)."""
-        from storage import index
+        from storage.index import indexer as index
 
         try:
             with self.db.session() as con:
@@ -713,14 +714,14 @@ class Memory:
 
     def reconcile(self, progress: Progress | None = None) -> dict:
         """Bring the index up to date with files changed outside Dreamflow (added, modified, deleted)."""
-        from storage import index
+        from storage.index import indexer as index
 
         with self.db.session() as con:
             return index.reconcile(con, self.ws, progress=progress)
 
     def index_stats(self) -> dict:
         """Counts of indexed files, chunks and links, and other index facts."""
-        from storage import index
+        from storage.index import indexer as index
 
         with self._reading() as (con, behind):
             return _telling(behind, index.stats(con))
@@ -728,7 +729,7 @@ class Memory:
     def optimize(self) -> dict:
         """Compact the search index now (writes do it as they pile up): drop the rows of replaced text and the
         vectors no file uses any more. Never changes memory files."""
-        from storage import index, vectors
+        from storage.index import indexer as index, vectors
 
         with self.db.session() as con:
             compacted = index.compact(con, force=True)
@@ -741,7 +742,7 @@ class Memory:
     def _reading(self) -> Iterator[tuple[Any, dict | None]]:
         """An index session for a read: (connection, what the index is still behind the files: None when
         nothing). Unless `watched`, what changed on disk is indexed first, within `freshness.budget()`."""
-        from storage import freshness
+        from storage.index import freshness
 
         with self.db.session() as con:
             seconds = 0 if self.watched else freshness.budget()
@@ -783,7 +784,7 @@ class Memory:
 
     def _markdown(self, path: str) -> str:
         """`_file`, refusing files that are not Markdown (frontmatter operations)."""
-        from storage.markdown import file_kind
+        from storage.text.markdown import file_kind
 
         rel = self._file(path)
         if file_kind(rel) != "markdown":
@@ -798,7 +799,7 @@ class Memory:
 
     def _reindex(self, con, *rels: str) -> None:
         """Re-index changed files before the write returns (a missing file's rows are removed)."""
-        from storage import index
+        from storage.index import indexer as index
 
         for rel in rels:
             index.index_file(con, self.ws, rel, force=True)
@@ -810,7 +811,7 @@ class Memory:
         return decode(rel, data, errors)
 
     def _meta_and_body(self, rel: str, text: str) -> tuple[dict, str]:
-        from storage.markdown import split_frontmatter
+        from storage.text.markdown import split_frontmatter
 
         fm = split_frontmatter(text)
         if fm.error:
@@ -818,7 +819,7 @@ class Memory:
         return dict(fm.meta), fm.body
 
     def _write(self, path, content, name, description, metadata, create: bool, expected_hash=None) -> dict:
-        from storage.markdown import file_kind
+        from storage.text.markdown import file_kind
 
         rel = self._file(path, creating=True)
         ignored = []
@@ -851,7 +852,7 @@ class Memory:
     def _with_frontmatter(self, rel, content, name, description, metadata) -> Callable[[str | None], str]:
         """How `write` builds a Markdown file from the existing text (None: new file): the given frontmatter
         keys set over the existing ones, the given body."""
-        from storage.markdown import render_frontmatter, split_frontmatter
+        from storage.text.markdown import render_frontmatter, split_frontmatter
 
         given = split_frontmatter(content or "")
         if given.error:
@@ -909,7 +910,7 @@ class Memory:
         return text
 
     def _day_cards(self, day: str, skipped: list[dict] | None = None) -> list[dict]:
-        from storage.markdown import split_frontmatter
+        from storage.text.markdown import split_frontmatter
 
         cards = []
         for rel in self.ws.iter_files(f"daily/{day}", skipped=skipped):
@@ -945,17 +946,17 @@ class Memory:
 
 def recover(memory: Memory) -> dict:
     """Open the workspace of `memory` for writing: finish what a killed process left, its journaled moves and
-    relinks (storage/recovery.py) and its temp files; returns what was done (`{}` when nothing: two folder
-    listings). Every process that writes calls it once before its first write (engine.client.local_memory);
+    relinks (storage/files/recovery.py) and its temp files; returns what was done (`{}` when nothing: two folder
+    listings). Every process that writes calls it once before its first write (engine.access.client.local_memory);
     constructing a `Memory` touches no file."""
-    from storage import journal
+    from storage.files import journal
 
     done: dict = {}
     temps = memory.ws.clean_stale_temps()
     if temps:
         done["temp_files_removed"] = temps
     if journal.interrupted(memory.ws):
-        from storage import recovery
+        from storage.files import recovery
 
         try:
             with memory.db.session() as con:
@@ -980,13 +981,13 @@ def _with_newline(text: str) -> str:
 
 
 def _line_count(text: str) -> int:
-    from storage.model import split_lines
+    from storage.text.model import split_lines
 
     return len(split_lines(text))
 
 
 def _mime(rel: str) -> str:
-    from storage.markdown import file_kind
+    from storage.text.markdown import file_kind
 
     if file_kind(rel) == "markdown":
         return "text/markdown"

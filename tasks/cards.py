@@ -6,12 +6,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine import usage_log
-from engine.job_workspace import memory_of, metadata_of
-from engine.llm import LLM
+from engine.models import usage_log
+from engine.access.job_workspace import memory_of, metadata_of
+from engine.models.llm import LLM
 from engine.memory import cards
-from engine.prefect_env import run_logger
-from storage import checkpoints
+from engine.config.prefect_env import run_logger
+from storage.files import checkpoints
 
 
 def check_resource(workspace: str, path: str) -> tuple[str, bool, str | None]:

@@ -13,17 +13,17 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from engine import usage_log
-from engine.embedders import make_embedder, unavailable
-from engine.job_workspace import memory_of, metadata_of
-from engine.llm import LLM
+from engine.models import usage_log
+from engine.models.embedders import make_embedder, unavailable
+from engine.access.job_workspace import memory_of, metadata_of
+from engine.models.llm import LLM
 from engine.memory import dream_run, gathering
 from engine.memory.consolidation import Embed, consolidate_fact, similarity
 from engine.memory.objects import Unit
-from engine.prefect_env import run_logger
-from engine.settings import Settings
-from engine.usage import charged
-from storage import checkpoints, dream_log
+from engine.config.prefect_env import run_logger
+from engine.config.settings import Settings
+from engine.models.usage import charged
+from storage.files import checkpoints, dream_log
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +86,7 @@ def finish(workspace: str, date: str, gathered: dict, outcomes: list[dict], fail
 @task(cache_policy=NO_CACHE)
 def publish_report(workspace: str, summary: dict) -> str:
     """The run's report as a markdown artifact, its entry in the usage log and its record of decisions
-    (storage/dream_log.py)."""
+    (storage/files/dream_log.py)."""
     markdown = dream_run.report(summary)
     usage_log.publish(workspace, "auto-dream", f"dream of {summary['date']}", summary["usage"])
     dream_log.record(metadata_of(workspace), summary, flow_run.id)  # the dashboard's day page reads it back

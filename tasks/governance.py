@@ -1,7 +1,7 @@
 """Graph governance as tasks: the doctor's report, link mining, merge, split and archive.
 
 Each LLM task reads what it needs, asks the model, then writes through memory operations only. The text
-compositions live in storage/graph_edit.py and keep every link by construction; each write is still checked
+compositions live in storage/text/graph_edit.py and keep every link by construction; each write is still checked
 here before it happens (`link_guard` for link mining, the union of both nodes' links for merge,
 the original's links for split) and refused with `WriteRejected` if a link would be lost. Every task returns
 an outcome `{item, status: done|skipped, detail, changed, deleted}`; a failed task leaves its files as they were.
@@ -17,18 +17,19 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine import usage_log
+from engine.models import usage_log
 from engine.memory import quality
-from engine.job_workspace import memory_of, metadata_of
-from engine.llm import LLM, response_schema
-from engine.toolbox import predict, read_text
-from engine.usage import Usage, charged
-from storage import checkpoints, facts
+from engine.access.job_workspace import memory_of, metadata_of
+from engine.models.llm import LLM, response_schema
+from engine.access.toolbox import predict, read_text
+from engine.models.usage import Usage, charged
+from storage.files import checkpoints
+from storage.text import facts
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
-from storage.doctor import describe
+from storage.index.doctor import describe
 from storage.errors import WriteRejected
-from storage.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
-from storage.markdown import render_frontmatter, split_frontmatter
+from storage.text.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
+from storage.text.markdown import render_frontmatter, split_frontmatter
 from engine.memory.cards import slugify, unique_path
 from engine.prompts import load_prompt
 
@@ -185,7 +186,7 @@ def _must_keep(path: str, expected: set[str], after: str) -> None:
 @task(cache_policy=NO_CACHE)
 def doctor_report(workspace: str, fix: bool = False, dup_threshold: float | None = None,
                   stale_days: int = STALE_DAYS, overlong_lines: int = OVERLONG_LINES) -> dict:
-    """The graph health report (see storage/doctor.py), after mechanical repairs with `fix`."""
+    """The graph health report (see storage/index/doctor.py), after mechanical repairs with `fix`."""
     memory = memory_of(workspace)
     check = memory.doctor_fix if fix else memory.doctor
     return check(dup_threshold=dup_threshold, stale_days=stale_days, overlong_lines=overlong_lines)

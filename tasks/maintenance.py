@@ -9,7 +9,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from engine.job_workspace import memory_of
+from engine.access.job_workspace import memory_of
 
 
 class Progress:

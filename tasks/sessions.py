@@ -1,12 +1,12 @@
-"""Tasks around a session's conversation records (the record format in `storage.dialog`)."""
+"""Tasks around a session's conversation records (the record format in `storage.files.dialog`)."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.job_workspace import memory_of, metadata_of
-from storage import checkpoints, dialog
+from engine.access.job_workspace import memory_of, metadata_of
+from storage.files import checkpoints, dialog
 
 
 def session_lock(workspace: str, session_id: str):

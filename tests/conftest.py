@@ -10,7 +10,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
 
-from storage.workspace import Workspace
+from storage.files.workspace import Workspace
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from engine import prefect_env  # noqa: E402
+from engine.config import prefect_env  # noqa: E402
 from llm_server import LLMServer  # noqa: E402
 
 # Dreamflow's own folder (workspace registry, tokens) is a temp folder for the test session, never the user's.
@@ -81,7 +81,7 @@ def inprocess_llm_server():
 def llm(inprocess_llm_server, monkeypatch):
     """A scripted LLM server of its own (not the shared service's), emptied, with DREAMFLOW_LLM_* pointing at it
     (2 s timeout, no retries, tools auto, response_format auto)."""
-    from engine.llm import forget_endpoints
+    from engine.models.llm import forget_endpoints
 
     llm_server = inprocess_llm_server
     llm_server.reset()

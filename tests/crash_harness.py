@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from storage.markdown import parse_links
+from storage.text.markdown import parse_links
 from storage.memory import Memory, recover
 
 SRC, DST = "digest/wiki/target.md", "digest/wiki/moved.md"
@@ -69,7 +69,7 @@ def _move_in_child(root: str, stop_after: int | None = None, announce: int | Non
 def _stop_after_rewrites(count: int, announce: int) -> None:
     """The kill point: once the move has rewritten `count` linking notes, write one byte to the pipe `announce`
     and wait there for the parent's SIGKILL (never returning to the move)."""
-    from storage import graph_edit
+    from storage.text import graph_edit
 
     real, done = graph_edit.write_text, [0]
 
@@ -184,7 +184,7 @@ def kill_during_close(root: Path, rng: random.Random, window: float = 0.05, via:
 
 def _move_announcing_its_finish(root: str, announce: int) -> None:
     """`Memory.move` that writes one byte to the pipe `announce` once its journal entry is dropped."""
-    from storage import journal
+    from storage.files import journal
 
     real = journal.finish
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.client import RemoteMemory
+from engine.access.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
 # Polls of the Prefect server and runner a service starts, made short so tests wait seconds, not a minute: a
@@ -81,8 +81,8 @@ def register(root: Path, admin: str, folders: dict[str, Path], tokens: dict[str,
     and `token create` commands have their own tests."""
     import pytest
 
-    from engine import grants
-    from engine.registry import Registry
+    from engine.config import grants
+    from engine.config.registry import Registry
 
     secrets = {"admin": admin}
     with pytest.MonkeyPatch.context() as env:
@@ -247,7 +247,7 @@ class PrefectServer:
     Prefect server that several services (`--prefect-api`) and workers share."""
 
     def __init__(self, root: Path):
-        from engine.prefect_env import DEFAULTS
+        from engine.config.prefect_env import DEFAULTS
 
         self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/api"

@@ -10,7 +10,7 @@ import pytest
 from service_harness import ThreadedServer
 
 from dreamflow.http.api import create_app
-from engine.client import RemoteMemory
+from engine.access.client import RemoteMemory
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.memory import Memory
 

@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from dreamflow.http.api import create_app
-from engine.settings import Settings
+from engine.config.settings import Settings
 from storage.memory import Memory
 
 # Built at import: schemathesis parametrizes from a schema object (its fixture-based loader fails on pytest 9).

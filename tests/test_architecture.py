@@ -136,7 +136,7 @@ def test_tasks_holds_prefect_tasks_only_and_no_sql():
 
 IMPORT_ONLY = """
 import json, logging, os, sys
-from engine import settings
+from engine.config import settings
 
 read = []
 real = settings.Settings.__init__
@@ -152,7 +152,7 @@ print(json.dumps({"environment changed": changed, "settings read": len(read), "l
 
 @pytest.mark.e2e
 def test_importing_flows_and_tasks_configures_nothing(tmp_path):
-    """No work at import: Prefect's environment is configured by what runs flows (engine.prefect_env), and
+    """No work at import: Prefect's environment is configured by what runs flows (engine.config.prefect_env), and
     Dreamflow's settings are read when a run starts, never when a flow or task module is imported."""
     modules = sorted(m for m in imports() if m.split(".")[0] in ("flows", "tasks"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "DO_NOT_TRACK"}
@@ -225,13 +225,13 @@ def test_every_error_class_and_the_error_envelope_live_in_storage_errors():
 
 
 def test_the_memories_surfaces_talk_to_have_the_declared_interface(tmp_path):
-    """`storage.memory.Memory` and `engine.client.RemoteMemory` have what `engine.scoped.SurfaceMemory` declares
+    """`storage.memory.Memory` and `engine.access.client.RemoteMemory` have what `engine.access.scoped.SurfaceMemory` declares
     and one method per operation, with the `Memory` method's parameters (the remote one's built from them)."""
     import inspect
 
     from engine import ops
-    from engine.client import RemoteMemory
-    from engine.scoped import SurfaceMemory
+    from engine.access.client import RemoteMemory
+    from engine.access.scoped import SurfaceMemory
     from storage.memory import Memory
 
     def parameters(fn) -> list[str]:
@@ -249,13 +249,13 @@ def test_the_memories_surfaces_talk_to_have_the_declared_interface(tmp_path):
 
 
 def test_every_catalog_has_the_declared_interface():
-    """The classes that serve workspaces by name have what `engine.scoped.Catalog` declares, with its parameters."""
+    """The classes that serve workspaces by name have what `engine.access.scoped.Catalog` declares, with its parameters."""
     import inspect
 
     from dreamflow.http.api import SingleWorkspace
     from dreamflow.mcp.targets import ServiceTarget, WorkspaceTarget
     from dreamflow.service.hosting import Hosts
-    from engine.scoped import Catalog, LocalCatalog
+    from engine.access.scoped import Catalog, LocalCatalog
 
     declared = {name: list(inspect.signature(getattr(Catalog, name)).parameters)
                 for name in ("names", "serves", "reads", "root", "memory")}

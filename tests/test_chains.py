@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from storage import facts, search_cache
-from storage.db import IndexDB
+from storage.text import facts
+from storage.search import cache as search_cache
+from storage.index.db import IndexDB
 from storage.memory import Memory
-from storage.search import search
+from storage.search.search import search
 
 NODE = "digest/personal/user.md"
 OLD_CARD, NEW_CARD, FRESH_CARD = ("daily/2026-11-02/gym.md", "daily/2026-11-05/schedule.md",
@@ -223,7 +224,7 @@ def test_both_hooks_give_what_holds_now(tmp_path):
     ("What time do you usually wake up?", False),  # shares no word
 ])
 def test_a_reply_that_only_echoes_a_cited_line_is_covered_by_its_fact(reply, echo):
-    from storage.chunking import echoes
+    from storage.index.chunking import echoes
 
     records = [(1, "user", "I'll go to the gym on Mondays and Thursdays before work."), (2, "assistant", reply)]
     assert (2 in echoes(records, {1})) is echo

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from storage.chunking import MAX_CHARS, chunk_jsonl, chunk_markdown, chunk_text, split_lines
-from storage.markdown import parse_file
-from storage.outline import _scan_fast, parse_blocks
+from storage.index.chunking import MAX_CHARS, chunk_jsonl, chunk_markdown, chunk_text, split_lines
+from storage.text.markdown import parse_file
+from storage.text.outline import _scan_fast, parse_blocks
 
 PART = re.compile(r"\n\[Part (\d+)/(\d+)\]$")
 WIKILINK = re.compile(r"\[\[[^\[\]\n]+?\]\]")
@@ -297,7 +297,7 @@ def test_random_documents_stay_faithful_at_any_size(max_chars):
 
 def test_a_heading_longer_than_two_chunks_is_cut_like_any_long_line():
     """Hypothesis found it: a heading of one 3,200-character word was one chunk of 3,202 characters."""
-    from storage.markdown import parse_file
+    from storage.text.markdown import parse_file
 
     for text in ("# " + "long" * 800, "# T\n\n## " + "long" * 800 + "\ntext\n"):
         chunks = parse_file("digest/wiki/a.md", text.encode()).chunks

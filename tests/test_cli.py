@@ -41,7 +41,7 @@ def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> s
     from click.testing import CliRunner
 
     from dreamflow.cli import cli
-    from engine import client
+    from engine.access import client
 
     before, environ = os.getcwd(), dict(os.environ)
     try:
@@ -52,7 +52,7 @@ def invoke(argv, input: str | None = "", env: dict | None = None, cwd=None) -> s
         os.chdir(before)
         os.environ.clear()  # as a process's would: what the command set (the hook's lock timeout) goes with it
         os.environ.update(environ)
-        client._chosen.clear()  # and the memory it chose (engine/client.py: once per process)
+        client._chosen.clear()  # and the memory it chose (engine/access/client.py: once per process)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(*result.exc_info))
@@ -315,7 +315,7 @@ def test_operation_schemas_are_json_schemas_without_callbacks():
 
 
 def test_status_sums_up_recent_llm_usage(ws):
-    from engine import usage_log
+    from engine.models import usage_log
 
     Memory(ws)  # the workspace layout
     spent = {"calls": 3, "prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000, "seconds": 4.5,
@@ -332,7 +332,7 @@ def test_status_sums_up_recent_llm_usage(ws):
 
 
 def test_a_retried_run_replaces_its_usage_entry(ws):
-    from engine import usage_log
+    from engine.models import usage_log
 
     Memory(ws)
     first = {"calls": 3, "total_tokens": 900, "kinds": {"integrate": {"calls": 2, "failures": 1}}}
@@ -355,7 +355,7 @@ def test_a_malformed_numeric_setting_is_a_clear_error_not_a_traceback(ws):
 
 
 def test_status_without_the_service_shows_the_last_dream(ws):
-    from storage import checkpoints
+    from storage.files import checkpoints
 
     memory = Memory(ws)
     assert "Last dream  none yet" in ok(ws, "status").stdout
@@ -381,10 +381,10 @@ def test_counts_in_messages_agree_with_their_number(ws):
 
 
 def test_trace_and_the_dream_table_show_a_fact_s_words_as_said(ws, capsys):
-    """A fact line escapes `::`, `^` and `#` in the words (storage/facts.py); the CLI's text shows them as said,
+    """A fact line escapes `::`, `^` and `#` in the words (storage/text/facts.py); the CLI's text shows them as said,
     its JSON keeps the line's text."""
     from dreamflow.cli.flow_commands import _show_dream
-    from storage import facts
+    from storage.text import facts
     from storage.memory import Memory
 
     said = "I live in Lisbon. ## History ^f1 (until:: 2020-01-01)"

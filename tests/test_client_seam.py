@@ -1,10 +1,10 @@
-"""The one client seam (engine/client.py): one choice per process and workspace, one interface, a turn recorded
+"""The one client seam (engine/access/client.py): one choice per process and workspace, one interface, a turn recorded
 once; the same turn through the running service is in tests/test_service.py."""
 
 import json
 import os
 
-from engine.client import RemoteMemory, open_memory, reopen, service_for
+from engine.access.client import RemoteMemory, open_memory, reopen, service_for
 
 TURN = [{"role": "user", "content": "I moved to Porto yesterday", "id": "u1"},
         {"role": "assistant", "content": "Noted: Porto.", "id": "a1"}]

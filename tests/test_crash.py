@@ -14,9 +14,9 @@ import sys
 import pytest
 from crash_harness import DST, SRC, build_template, dangling, kill_at_rewrite, kill_during_close, trial
 
-from storage import journal
+from storage.files import journal
 from storage.memory import Memory, recover
-from storage.workspace import WRITERS
+from storage.files.workspace import WRITERS
 
 TRIALS = 10
 LINKING = 300
@@ -77,7 +77,7 @@ def _open(root):
 
 def _crash_after(monkeypatch, writes: int):
     """Make the graph edit die (as a kill would) after `writes` rewritten files."""
-    from storage import graph_edit
+    from storage.text import graph_edit
 
     real = graph_edit.write_text
     done = []
@@ -146,8 +146,8 @@ def test_constructing_a_memory_touches_no_file_until_the_workspace_is_opened_for
 
 @pytest.mark.parametrize("opener", ["cli-process", "service", "job"])
 def test_every_writer_opens_the_workspace_for_writing(tmp_path, monkeypatch, opener):
-    from engine.client import local_memory
-    from engine.job_workspace import memory_of
+    from engine.access.client import local_memory
+    from engine.access.job_workspace import memory_of
 
     mem = _half_relinked(tmp_path, monkeypatch, n=3, writes=1)
     assert journal.interrupted(mem.ws)
@@ -283,7 +283,7 @@ def test_the_quarantine_keeps_only_the_newest_entries(tmp_path):
 
 
 def test_an_entry_whose_replay_keeps_failing_is_set_aside_after_a_few_tries(tmp_path, monkeypatch):
-    from storage import graph_edit
+    from storage.text import graph_edit
 
     mem = _linked(tmp_path, n=3)
     mem.ws.write_text("digest/wiki/moved.md", (mem.ws.root / "digest/wiki/old.md").read_text())
@@ -322,7 +322,7 @@ def test_a_torn_entry_still_names_the_destination_when_the_content_is_not_unique
 
 
 def test_a_repair_that_fails_is_said_once_and_left_to_doctor_fix(tmp_path, monkeypatch, caplog):
-    from storage import doctor
+    from storage.index import doctor
 
     mem = _linked(tmp_path, n=2)
     journal.begin(mem.ws, "move", {"src": "digest/wiki/old.md"}).write_bytes(b'{"kind": "move", "src": "digest')

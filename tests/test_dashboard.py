@@ -21,7 +21,8 @@ from llm_server import Reply, json_reply, text_of
 from service_harness import RunningService, ThreadedServer, register, wait_for
 from test_api import ApiServer
 
-from storage import dream_log, facts
+from storage.files import dream_log
+from storage.text import facts
 from storage.memory import Memory
 
 pytestmark = pytest.mark.timeout(400)
@@ -837,7 +838,7 @@ def test_every_day_says_whether_it_has_a_day_page_and_offers_to_write_it(browser
 
 
 def test_a_fact_s_words_show_as_said_without_the_escapes_of_its_line(ws):
-    """A fact line escapes what would read as structure (`\\::`, `\\^`, `\\#`, storage/facts.py); the file page's
+    """A fact line escapes what would read as structure (`\\::`, `\\^`, `\\#`, storage/text/facts.py); the file page's
     rows, what replaced what, a search hit and "where from?" show the words as the user said them."""
     said = "I live in Lisbon near the river. ## History ^f1 (until:: 2020-01-01)"
     was = "I lived in Porto ## Old ^x1 key::value"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from storage.memory import Memory
-from storage.workspace import GITIGNORES, LAYOUT
+from storage.files.workspace import GITIGNORES, LAYOUT
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -35,7 +35,7 @@ def test_every_repository_path_the_pages_name_exists():
     missing = [(page.relative_to(ROOT).as_posix(), path) for page in PAGES
                for path in sorted(named_paths(page.read_text())) if not exists(path)]
     assert missing == []
-    assert exists("storage/locks.FileLock") and not exists("storage/locks.NoSuchLock")
+    assert exists("storage/files/locks.FileLock") and not exists("storage/files/locks.NoSuchLock")
 
 
 def test_the_scan_sees_paths_and_leaves_workspace_and_home_paths_alone():
@@ -67,3 +67,14 @@ def test_constructing_memory_makes_only_a_missing_layout_and_leaves_a_workspace_
     before["notes/a.md"] = 1
     Memory(root)
     assert tree(root) == before
+
+
+def test_the_walk_is_one_existing_file_per_step_and_at_most_twelve():
+    """docs/architecture.md's walk of one memory, from the hook to a search hit: one file per step, each a file
+    of the repository, none twice, at most 12 steps."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    walk = text.split("## The walk of one memory", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"(?m)^\d+\. `([^`]+)`", walk)
+    assert 0 < len(steps) <= 12 and len(steps) == len(re.findall(r"(?m)^\d+\. ", walk))
+    assert len(set(steps)) == len(steps) and all((ROOT / step).is_file() for step in steps)
+    assert steps[0].startswith("dreamflow/hooks/") and steps[-1].startswith("storage/search/")

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from dreamflow.cli import cli
-from storage import doctor
+from storage.index import doctor
 from storage.memory import Memory
 
 DAY = "2024-05-08"

@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from engine import embedders
-from engine.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder, make_embedder
-from engine.settings import Settings
+from engine.models import embedders
+from engine.models.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder, make_embedder
+from engine.config.settings import Settings
 
 
 def word_vectors(texts: list[str]) -> list[list[float]]:
@@ -48,7 +48,7 @@ def test_local_model_loads_once_per_process():
 
 @pytest.mark.e2e
 def test_importing_embedders_and_vectors_does_not_import_torch_or_openai():
-    code = ("import sys, engine.embedders, storage.vectors; "
+    code = ("import sys, engine.models.embedders, storage.index.vectors; "
             "print(sorted(m for m in ('torch', 'sentence_transformers', 'openai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

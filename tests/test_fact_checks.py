@@ -7,7 +7,7 @@ import pytest
 
 from engine.memory import extraction
 from engine.memory.extraction import ExtractedFact, FactList, Item
-from storage import facts
+from storage.text import facts
 
 DAY = dt.date(2026, 11, 5)
 

@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from storage import doctor, facts
+from storage.index import doctor
+from storage.text import facts
 from storage.memory import Memory
 
 NODE = "digest/people/ana.md"

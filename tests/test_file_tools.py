@@ -12,7 +12,7 @@ import pytest
 from test_api import ApiServer
 from test_cli import as_json, ok, run
 
-from engine.client import RemoteMemory
+from engine.access.client import RemoteMemory
 from storage.errors import InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
@@ -362,7 +362,7 @@ def test_import_reme_on_the_cli(root, tmp_path):
 
 
 def test_imported_workspace_works_over_http_and_resumes_sessions(tmp_path):
-    from storage import dialog
+    from storage.files import dialog
 
     reme = tmp_path / "reme"
     _reme_workspace(reme)
@@ -439,8 +439,8 @@ def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
         fh.truncate(96 << 20)
         fh.seek(50 << 20)
         fh.write(b"middle")
-    script = ("import resource, sys; from pathlib import Path; from storage.workspace import Workspace\n"
-              "from engine.reme_import import copy_file\n"
+    script = ("import resource, sys; from pathlib import Path; from storage.files.workspace import Workspace\n"
+              "from engine.memory.reme_import import copy_file\n"
               "ws = Workspace(sys.argv[1]); before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "assert copy_file(Path(sys.argv[2]), ws, 'resource/big.bin', False, 100 << 20) == 'copied'\n"
               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)")
@@ -456,7 +456,7 @@ def test_import_reme_copies_large_files_in_bounded_memory(root, tmp_path):
 
 
 def test_a_chunked_write_that_fails_midway_leaves_the_old_file_and_no_temp(root):
-    from storage.workspace import Workspace
+    from storage.files.workspace import Workspace
 
     ws = Workspace(root)
     ws.write_bytes("resource/a.bin", b"old")

@@ -8,15 +8,17 @@ import logging
 import numpy as np
 import pytest
 
-from engine import usage_log
-from engine.llm import AnswerRefused, LLMError
+from engine.models import usage_log
+from engine.models.llm import AnswerRefused, LLMError
 from flows.auto_memory import auto_memory
 from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
 from llm_server import Reply, answer_by_message, fact, json_reply, misbehave
-from storage import checkpoints, facts, vectors
-from storage.db import IndexDB
+from storage.files import checkpoints
+from storage.text import facts
+from storage.index import vectors
+from storage.index.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory
 
@@ -133,7 +135,7 @@ def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, w
 
 def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, memory, ws):
     # The service appends turns as they happen, then runs auto_memory with the session id only.
-    from storage import dialog
+    from storage.files import dialog
 
     dialog.append_messages(memory, "chat-7", [msg("I adopted a cat named Miso", 8), msg("Lovely!", 9, "assistant")])
     llm.on(FACTS, Reply(content="not json"), Reply(content="still not json"))
@@ -157,7 +159,7 @@ def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, me
 
 
 def test_a_long_conversation_is_read_in_runs_a_small_model_takes(prefect_harness, llm, memory, ws, monkeypatch):
-    from storage import dialog
+    from storage.files import dialog
 
     monkeypatch.setattr(dialog, "MAX_PROMPT_CHARS", 300)
     messages = [msg(f"Fact number {n}: the user owns {n} plants of kind {n}.", n) for n in range(1, 9)]

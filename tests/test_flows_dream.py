@@ -10,16 +10,17 @@ import re
 import pytest
 
 from deployments.launch import run_status
-from engine.job_workspace import RESULTS
-from engine.llm import LLMNotConfigured
+from engine.access.job_workspace import RESULTS
+from engine.models.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
-from storage import checkpoints, dream_log, facts
+from storage.files import checkpoints, dream_log
+from storage.text import facts
 from storage.errors import UnitsFailed
-from storage.markdown import split_frontmatter
+from storage.text.markdown import split_frontmatter
 from storage.memory import Memory
-from storage.workspace import Workspace
+from storage.files.workspace import Workspace
 
 COMPARE = "You keep a memory of facts up to date"
 FACTS = "list the facts worth remembering"

@@ -1,4 +1,4 @@
-"""Reads without the service catch the index up with what changed on disk first (storage/freshness.py): the CLI,
+"""Reads without the service catch the index up with what changed on disk first (storage/index/freshness.py): the CLI,
 `dreamflow mcp` over stdio and the Claude Code hook find what an editor added, changed or deleted; a read over
 its time budget, or on a read-only workspace, answers from the index as it is and says it is behind and how to
 catch up. The service's own memory never looks (its watcher does that: tests/test_watch.py)."""
@@ -16,8 +16,8 @@ from service_harness import DREAMFLOW
 from test_hooks_inject import ANY_MATCH, hook, injected, prompt
 from test_mcp import call, stdio
 
-from storage import freshness
-from storage.db import IndexDB
+from storage.index import freshness
+from storage.index.db import IndexDB
 from storage.errors import InvalidInput
 from storage.memory import Memory
 
@@ -145,7 +145,7 @@ def test_a_read_waits_for_a_writer_holding_the_index_then_catches_up(tmp_path):
     mem = Memory(tmp_path / "ws")
     mem.write("notes/mill.md", "The heron nests by the old mill.")
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom storage.locks import FileLock\n"
+        "import sys, time\nfrom storage.files.locks import FileLock\n"
         "with FileLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(1.5)\n"),
         str(mem.ws.metadata / "index.lock")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

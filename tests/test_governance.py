@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from dreamflow.cli import cli
 from flows.governance import archive, doctor, link_mine, merge, split
 from llm_server import Reply, json_reply, misbehave, text_of
-from engine import usage_log
-from storage.markdown import parse_links, split_frontmatter
+from engine.models import usage_log
+from storage.text.markdown import parse_links, split_frontmatter
 from storage.memory import Memory
 
 BAKE, BEN = "daily/2024-05-08/bake.md", "daily/2024-05-09/ben.md"
@@ -375,7 +375,7 @@ def test_split_never_writes_the_repair_turns_example(prefect_harness, llm, mem, 
 
 def test_merge_and_split_leave_a_node_of_facts_to_the_dream(prefect_harness, llm, mem, ws):
     """A prose rewrite would lose each fact's validity and history: both skip without asking the model."""
-    from storage import facts
+    from storage.text import facts
     nodes = []
     for name, text in [("user", "The user lives in Porto."), ("the-user", "The user drives a Tesla.")]:
         body = facts.add(f"# {name}\n", facts.Fact(text, id="f1", since="2026-11-02",

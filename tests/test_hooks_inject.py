@@ -18,9 +18,10 @@ from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
-from storage import index, recall
-from storage.db import IndexDB
-from storage.workspace import Workspace
+from storage.index import indexer as index
+from storage.search import recall
+from storage.index.db import IndexDB
+from storage.files.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -362,4 +363,4 @@ def test_a_prompt_through_the_running_service(dreamflow_service):
     after = injected(done, "UserPromptSubmit")
     assert after is None or ("09:40" not in after and "porto-ferry.md" not in after), after
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
-    assert not imported(done) & {*HEAVY, "duckdb"} and not modules & {"storage.memory", "storage.db", "engine.ops"}
+    assert not imported(done) & {*HEAVY, "duckdb"} and not modules & {"storage.memory", "storage.index.db", "engine.ops"}

@@ -16,10 +16,10 @@ from test_api import ApiServer
 from test_cli import as_json, run, run_process
 
 from deployments.watch import WorkspaceWatcher
-from storage import index
+from storage.index import indexer as index
 from storage.errors import InvalidInput, PathError
 from storage.memory import Memory, recover
-from storage.workspace import NOT_UTF8
+from storage.files.workspace import NOT_UTF8
 
 BAD_NAME = b"caf\xe9.md"  # "café.md" in Latin-1
 
@@ -115,7 +115,8 @@ def test_a_move_next_to_a_file_whose_name_is_not_utf8_completes(tmp_path):
 
 
 def test_a_journal_entry_that_cannot_be_finished_never_stops_the_next_command(tmp_path, monkeypatch):
-    from storage import graph_edit, journal
+    from storage.text import graph_edit
+    from storage.files import journal
 
     mem = Memory(tmp_path / "ws")
     journal.begin(mem.ws, "move", {"src": "digest/wiki/a.md", "dst": "digest/wiki/b.md", "files": {}})
@@ -233,7 +234,7 @@ def test_arguments_of_the_wrong_type_are_invalid_input_not_a_crash(tmp_path, bad
     lambda mem, rel: mem.frontmatter_update(rel, {"n": 1}),
 ])
 def test_a_line_appended_between_the_check_and_the_rename_is_carried_over(tmp_path, monkeypatch, rewrite):
-    from storage import workspace
+    from storage.files import workspace
 
     mem = Memory(tmp_path / "ws")
     rel = "digest/wiki/log.md"

@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from storage.errors import InvalidInput
-from storage.markdown import parse_file, split_frontmatter
+from storage.text.markdown import parse_file, split_frontmatter
 from storage.memory import Memory
-from storage.yaml_load import ALIAS_BUDGET, AliasBombError, load
+from storage.text.yaml_load import ALIAS_BUDGET, AliasBombError, load
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:
@@ -114,7 +114,7 @@ def test_memory_reads_and_edits_a_note_with_a_bad_value(ws):
 
 
 def test_an_alias_bomb_in_interests_yaml_is_a_clear_error(ws):
-    from engine.interests import load as load_interests
+    from engine.memory.interests import load as load_interests
 
     ws.write_text("daily/2024-05-08/interests.yaml", "topics: &t [x]\n" + alias_bomb().replace("a: &a", "z: &a"))
     with pytest.raises(InvalidInput, match="not readable YAML"):

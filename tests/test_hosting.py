@@ -7,10 +7,10 @@ import time
 import pytest
 
 from dreamflow.service.hosting import Hosts, WorkspaceOwned
-from engine.registry import Registry
-from engine.settings import Settings
-from storage.db import IndexDB
-from storage.workspace import Workspace
+from engine.config.registry import Registry
+from engine.config.settings import Settings
+from storage.index.db import IndexDB
+from storage.files.workspace import Workspace
 
 
 @pytest.fixture
@@ -199,11 +199,11 @@ def test_a_folder_deleted_under_the_service_is_noticed_never_re_created_and_serv
         hosts.memory("w3").write("digest/wiki/again.md", "x")
     time.sleep(1)  # the watcher, the vectors and the index write nothing into the deleted folder
     assert not (tmp_path / "w3").exists()
-    from engine.grants import ADMIN
+    from engine.config.grants import ADMIN
 
     assert any("workspace w3: its folder was deleted" in p for p in hosts.problems(ADMIN))
     # the CLI's way in refuses it too: no second index the service never sees
-    from engine.registry import resolve
+    from engine.config.registry import resolve
 
     with pytest.raises(NotFound, match="does not exist"):
         resolve("w3")
@@ -246,8 +246,8 @@ def test_the_service_cleans_the_temp_file_a_killed_job_left_in_metadata(serve, t
 def test_a_job_on_a_workspace_deleted_under_it_stops_instead_of_going_on_from_nothing(registry, tmp_path):
     import shutil
 
-    from engine.client import local_memory
-    from engine.job_memory import JobMemory
+    from engine.access.client import local_memory
+    from engine.access.job_memory import JobMemory
     from storage.errors import NotFound, WorkspaceGone
 
     memory = JobMemory(local_memory(tmp_path / "w1"))

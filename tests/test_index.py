@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from storage import index
-from storage.db import IndexDB
+from storage.index import indexer as index
+from storage.index.db import IndexDB
 from storage.errors import IndexBusy
-from storage.search import search, traverse
+from storage.search.search import search, traverse
 
 NOTE = "---\nname: {name}\ndescription: {desc}\n---\n# {name}\n\n{body}\n"
 
@@ -214,9 +214,10 @@ def _run(code, ws, **env):
 
 WRITER = """
     import sys
-    from storage.workspace import Workspace
-    from storage.db import IndexDB
-    from storage import index, search
+    from storage.files.workspace import Workspace
+    from storage.index.db import IndexDB
+    from storage.index import indexer as index
+    from storage.search import search
     ws = Workspace(sys.argv[1])
     tag = "{tag}"
     for i in range(15):
@@ -245,8 +246,8 @@ def test_two_processes_contend_without_lock_errors(ws):
 def test_a_held_lock_gives_index_busy_with_a_clear_message(ws, monkeypatch):
     holder = _run("""
         import sys, time
-        from storage.workspace import Workspace
-        from storage.db import IndexDB
+        from storage.files.workspace import Workspace
+        from storage.index.db import IndexDB
         with IndexDB(Workspace(sys.argv[1])).session():
             print("holding", flush=True)
             time.sleep(30)
@@ -278,9 +279,9 @@ def test_crash_in_the_middle_of_rebuild_then_reconcile_is_consistent(ws):
         (ws.root / f"daily/2024-02-{1 + i % 28:02d}/n{i}.md").unlink()
     crasher = _run("""
         import os, signal, sys, time
-        from storage.workspace import Workspace
-        from storage.db import IndexDB
-        from storage import index
+        from storage.files.workspace import Workspace
+        from storage.index.db import IndexDB
+        from storage.index import indexer as index
         index.BATCH_FILES = 5
         def progress(done, total):
             if done >= 20:

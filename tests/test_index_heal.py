@@ -1,6 +1,6 @@
 """The index heals itself: a damaged DuckDB file, a log that does not replay, an index breaking its invariants
 after a crash, or a fatal DuckDB error mid-command all end with the index set aside under metadata/damaged/ and
-rebuilt from the files (storage/db.py), on the CLI, in-process and in the running service."""
+rebuilt from the files (storage/index/db.py), on the CLI, in-process and in the running service."""
 
 import os
 import shutil
@@ -14,11 +14,11 @@ import httpx
 import pytest
 from crash_harness import cli
 
-from storage import db as index_db
-from storage.db import IndexDB
+from storage.index import db as index_db
+from storage.index.db import IndexDB
 from storage.errors import IndexRebuilt
 from storage.memory import Memory
-from storage.workspace import Workspace
+from storage.files.workspace import Workspace
 
 FIXTURE = Path(__file__).parent / "fixtures" / "damaged-index.tar.gz"
 HUB = "digest/wiki/hub14.md"

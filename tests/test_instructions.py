@@ -1,5 +1,5 @@
 """Memory is data, never an instruction: the detector on its corpus, and what recall, the hooks, search and the
-jobs do with a line that speaks to an agent (storage/instructions.py)."""
+jobs do with a line that speaks to an agent (storage/text/instructions.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from dreamflow.cli import cli
 from dreamflow.mcp.text import text as mcp_text
 from dreamflow.web.markdown_html import render_source
 from engine.memory import quality
-from storage import instructions
-from storage.instructions import FRAME
+from storage.text import instructions
+from storage.text.instructions import FRAME
 from storage.memory import Memory
 
 CORPUS = json.loads((Path(__file__).parent / "fixtures" / "instructions.json").read_text(encoding="utf-8"))
@@ -119,7 +119,7 @@ def test_the_content_gate_refuses_a_planted_instruction_and_passes_a_procedure()
 def test_a_job_does_not_file_a_planted_instruction_as_a_fact(prefect_harness, llm, ws):
     from flows.auto_memory import auto_memory
     from llm_server import answer_by_message, fact
-    from storage import facts
+    from storage.text import facts
 
     messages = [{"role": "user", "content": "Deploys go out from the release branch after the tests pass.",
                  "created_at": "2026-11-05T18:00:00"},

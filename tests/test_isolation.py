@@ -14,7 +14,7 @@ import pytest
 from service_harness import RunningService, register
 
 from engine import ops
-from engine.grants import UNKNOWN_WORKSPACE
+from engine.config.grants import UNKNOWN_WORKSPACE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -268,8 +268,8 @@ def test_the_cli_through_the_service_sees_only_what_its_token_grants(isolated):
 
 
 def test_jobs_search_their_own_workspace_only_while_agents_get_the_declared_sharing(isolated):
-    from engine.client import RemoteMemory
-    from engine.job_memory import JobMemory
+    from engine.access.client import RemoteMemory
+    from engine.access.job_memory import JobMemory
 
     service, _, _ = isolated
     remote = RemoteMemory(service.url, token=ADMIN, workspace="wsalpha1")

@@ -90,7 +90,8 @@ def test_prefect_yaml_declares_the_deployments_as_serve_does():
 def test_the_doctors_thresholds_are_written_once():
     """stale_days and overlong_lines default to the constants of storage/arguments.py on every layer: the flows
     (read through the name they import), Memory.doctor (the operation) and the storage report."""
-    from storage import arguments, doctor
+    from storage import arguments
+    from storage.index import doctor
     from storage.memory import Memory
 
     expected = {"stale_days": arguments.STALE_DAYS, "overlong_lines": arguments.OVERLONG_LINES}

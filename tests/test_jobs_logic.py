@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from engine import interests
+from engine.memory import interests
 from engine.memory import extraction, relative_dates
-from engine.toolbox import predict
-from storage import checkpoints, dialog, facts
+from engine.access.toolbox import predict
+from storage.files import checkpoints, dialog
+from storage.text import facts
 from storage.errors import InvalidInput, WriteRejected
 from storage.memory import Memory
 from engine.memory.cards import add_facts, find_card, slugify, unique_path

@@ -16,7 +16,7 @@ from results_scan import holding
 from service_harness import DREAMFLOW, wait_for
 
 from deployments.serve import DEPLOYMENTS
-from engine.job_workspace import RESULTS
+from engine.access.job_workspace import RESULTS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -240,8 +240,8 @@ def test_status_shows_what_a_user_needs_and_verbose_the_internals(dreamflow_serv
 
 def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_path, no_llm):
     from dreamflow.service.supervisor import Options, Service
-    from engine.llm import LLMNotConfigured
-    from engine.settings import Settings
+    from engine.models.llm import LLMNotConfigured
+    from engine.config.settings import Settings
 
     service = Service(Options(tmp_path / "ws", settings=Settings()), say=lambda text: None)
     with pytest.raises(LLMNotConfigured, match="the service has no LLM configured") as refused:
@@ -251,7 +251,7 @@ def test_a_service_without_an_llm_refuses_llm_jobs_before_creating_a_run(tmp_pat
 
 def test_the_doctor_is_scheduled_only_when_asked(monkeypatch):
     from deployments.serve import crons
-    from engine.settings import Settings
+    from engine.config.settings import Settings
 
     monkeypatch.delenv("DREAMFLOW_DOCTOR_CRON", raising=False)
     assert "doctor" not in crons(Settings())

@@ -1,16 +1,16 @@
 """`weigh`, `judge` and `decide` (engine/memory/consolidation.py) case by case, one row per model incident
 docs/dream.md tells: the candidates built directly, the model played by the scripted server through the real
-client (`engine.llm.LLM`), no flow run. Each row: the new fact, the facts shown, what the model answers to the
+client (`engine.models.llm.LLM`), no flow run. Each row: the new fact, the facts shown, what the model answers to the
 list (`compare`) and to the one-fact question (`still_true`), the decision expected (relation, index of the
 target in the facts shown) and whether the model is asked at all."""
 
 import pytest
 
-from engine.llm import LLM
+from engine.models.llm import LLM
 from engine.memory.consolidation import decide, judge, weigh
 from engine.memory.objects import Candidate, CardFact, Decision
 from llm_server import json_reply, text_of
-from storage.facts import Fact
+from storage.text.facts import Fact
 
 COMPARE = "You keep a memory of facts up to date"
 STILL = "You check whether a remembered fact still holds"

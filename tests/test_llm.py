@@ -6,9 +6,9 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from engine.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, extract_json, is_strict, learned,
+from engine.models.llm import (LLM, LLMError, Usage, LLMNotConfigured, concurrency, extract_json, is_strict, learned,
                         parse_model, response_format, response_schema, text_tool_call)
-from engine.settings import Settings
+from engine.config.settings import Settings
 from llm_server import format_type
 from engine.prompts import load_prompt
 

@@ -1,4 +1,4 @@
-"""storage/locks.py: exclusive file locks between processes and threads, re-entrant, with timeouts."""
+"""storage/files/locks.py: exclusive file locks between processes and threads, re-entrant, with timeouts."""
 
 import subprocess
 import sys
@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from storage.locks import FileLock, LockTimeout
+from storage.files.locks import FileLock, LockTimeout
 
 HOLD = """
 import sys, time
-from storage.locks import FileLock
+from storage.files.locks import FileLock
 lock = FileLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -105,7 +105,7 @@ def _try(lock: FileLock, timeout: float) -> bool:
 
 
 def test_a_checkpoint_lock_is_one_object_per_path_so_it_nests(ws):
-    from storage import checkpoints
+    from storage.files import checkpoints
 
     with checkpoints.lock(ws, "x", timeout=1):
         with checkpoints.lock(ws, "x", timeout=1):  # the same thread again: no deadlock

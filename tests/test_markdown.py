@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from storage.markdown import (
+from storage.text.markdown import (
     parse_file,
     parse_links,
     render_frontmatter,
@@ -14,7 +14,7 @@ from storage.markdown import (
     split_frontmatter,
     split_lines,
 )
-from storage.model import Link
+from storage.text.model import Link
 
 
 def parse(ws, rel, text):
@@ -374,8 +374,8 @@ def test_parse_file_never_raises_on_garbage(ws):
 def test_python_frontmatter_splits_with_the_bounded_loader():
     import frontmatter
 
-    from storage.markdown import FRONTMATTER
-    from storage.yaml_load import AliasBombError
+    from storage.text.markdown import FRONTMATTER
+    from storage.text.yaml_load import AliasBombError
 
     post = frontmatter.loads("---\nname: A\nx_custom: {k: 1}\n---\nbody\n", handler=FRONTMATTER)
     assert post.metadata == {"name": "A", "x_custom": {"k": 1}} and post.content == "body"

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from service_harness import DREAMFLOW
 
 from dreamflow.mcp.server import DEFAULT_TOOLS
-from storage.instructions import FRAME
+from storage.text.instructions import FRAME
 from engine import ops
 
 pytestmark = pytest.mark.timeout(240)
@@ -210,7 +210,7 @@ def test_stdio_round_trip_errors_resources_and_jobs_without_the_service(tmp_path
 @pytest.mark.e2e
 def test_a_5_mb_note_is_bounded_and_pages_to_the_end_as_a_tool_and_a_resource_and_resources_page_too(tmp_path):
     from dreamflow.mcp.server import RESOURCE_CHARS, RESOURCE_LIMIT
-    from storage.text_view import READ_CHARS
+    from storage.files.text_view import READ_CHARS
 
     ws = tmp_path / "ws"
     (ws / "notes").mkdir(parents=True)
@@ -525,7 +525,7 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
 def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):
     from dreamflow.mcp.server import HttpMount
     from dreamflow.mcp.targets import WorkspaceTarget
-    from engine.settings import Settings
+    from engine.config.settings import Settings
     from storage.errors import InvalidInput
 
     monkeypatch.setenv("DREAMFLOW_MCP_TOOLS", "all")

@@ -32,7 +32,7 @@ class MountServer(ThreadedServer):
         from dreamflow.http.access import Access
         from dreamflow.mcp.server import HttpMount
         from dreamflow.mcp.targets import WorkspaceTarget
-        from engine.grants import Tokens
+        from engine.config.grants import Tokens
 
         self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
         app = Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],

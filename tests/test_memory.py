@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from storage.day_page import CARDS_END, CARDS_START
+from storage.files.day_page import CARDS_END, CARDS_START
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
@@ -157,7 +157,7 @@ def test_read_line_ranges_are_numbered(mem):
 
 
 def test_a_long_read_is_bounded_and_pages_to_the_end(mem):
-    from storage.text_view import READ_CHARS
+    from storage.files.text_view import READ_CHARS
 
     lines = [f"line {i} " + "x" * (i % 70) for i in range(1, 3001)]
     mem.ws.write_text("notes/long.md", "\n".join(lines) + "\n")
@@ -177,7 +177,7 @@ def test_a_long_read_is_bounded_and_pages_to_the_end(mem):
     cut = mem.read("notes/one-line.md", numbered=False, max_chars=1_000)
     assert cut["content"] == "y" * 999 + "\n" and cut["cut_line"] == {"line": 1, "shown_chars": 999, "chars": 50_000}
     assert cut["next_start_line"] == 2 and mem.read("notes/one-line.md", start_line=2)["content"] == "     2\tafter\n"
-    from storage.text_view import read_all
+    from storage.files.text_view import read_all
 
     assert read_all(mem, "notes/one-line.md") == "y" * 50_000 + "\nafter\n"  # jobs read whole files
     assert read_all(mem, "notes/long.md") == "\n".join(lines) + "\n"

@@ -84,8 +84,8 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
     prefect = PrefectServer(tmp_path)
     monkeypatch.setenv("DREAMFLOW_HOME", str(home))
     monkeypatch.setenv("DREAMFLOW_API_TOKEN", "admin-of-alpha")  # token create: no admin-token file made
-    from engine import grants
-    from engine.registry import Registry
+    from engine.config import grants
+    from engine.config.registry import Registry
 
     registry = Registry.load()
     for name in PLAN:
@@ -186,8 +186,8 @@ def test_two_services_share_a_prefect_server_and_a_worker_runs_dreams_for_both(t
 
 
 def test_a_deployment_run_naming_no_workspace_is_refused_not_given_the_workers_folder(tmp_path, monkeypatch):
-    from engine.job_workspace import workspace_root
-    from engine.registry import Registry
+    from engine.access.job_workspace import workspace_root
+    from engine.config.registry import Registry
     from storage.errors import InvalidInput
 
     monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "home"))
@@ -216,7 +216,7 @@ def test_a_service_of_another_machine_sharing_the_folder_is_found_by_its_service
     import socket
 
     from dreamflow.service.supervisor import advertised_host
-    from engine.client import service_info
+    from engine.access.client import service_info
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid no process of this machine has

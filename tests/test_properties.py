@@ -5,9 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.chunking import MAX_CHARS
+from storage.index.chunking import MAX_CHARS
 from storage.errors import InvalidInput
-from storage.markdown import headings, parse_file
+from storage.text.markdown import headings, parse_file
 from storage.memory import Memory
 
 # Markdown and YAML fragments that open, close or confuse blocks, glued in random order with random text.

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from dreamflow.cli import cli
-from engine.torch_check import CPU_INSTALL
+from engine.models.torch_check import CPU_INSTALL
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -120,10 +120,10 @@ def named_in_pages() -> list[tuple[str, str, list[str]]]:
 
 
 def test_every_module_and_name_the_pages_give_exists():
-    """What a reader copies (`from engine.turns import record_turn`) imports: no page names a function
+    """What a reader copies (`from engine.access.turns import record_turn`) imports: no page names a function
     that has moved."""
     found = named_in_pages()
-    assert any(module == "engine.turns" for _, module, _ in found)  # the scan sees the pages' code
+    assert any(module == "engine.access.turns" for _, module, _ in found)  # the scan sees the pages' code
     for page, module, names in found:
         loaded = importlib.import_module(module)
         for name in names:

@@ -8,13 +8,13 @@ from click.testing import CliRunner
 from test_api import ApiServer
 
 from dreamflow.cli import cli
-from engine.client import RemoteMemory
-from storage import recall as recall_module
+from engine.access.client import RemoteMemory
+from storage.search import recall as recall_module
 from storage.errors import InvalidInput
-from storage.instructions import FRAME
+from storage.text.instructions import FRAME
 from storage.memory import Memory
-from storage.recall import tokens
-from storage.text_view import read_all
+from storage.search.recall import tokens
+from storage.files.text_view import read_all
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Named workspaces without the service: the registry and its commands, `--workspace NAME`, declared sharing in
 search, tokens, the Claude Code hook picking the workspace by the session's folder, and Dreamflow's own folder
-never being a workspace (engine/registry.py, engine/scoped.py, engine/grants.py)."""
+never being a workspace (engine/config/registry.py, engine/access/scoped.py, engine/config/grants.py)."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 from test_cli import invoke
 from test_hooks import FIXTURE, SESSION, dialog
 
-from engine.registry import HEADER, Registry, resolve
+from engine.config.registry import HEADER, Registry, resolve
 from storage.errors import InvalidInput
 
 
@@ -340,8 +340,8 @@ def test_dreamflow_home_and_a_workspace_never_share_a_folder(tmp_path, home, mon
 
 
 def test_status_without_the_service_shows_every_registered_workspace(tmp_path, home):
-    from storage import checkpoints
-    from storage.workspace import Workspace
+    from storage.files import checkpoints
+    from storage.files.workspace import Workspace
 
     folders = registered(tmp_path, home)
     checkpoints.save(Workspace(folders["web"]), "dream", {"last_run": {
@@ -363,8 +363,8 @@ def test_status_without_the_service_shows_every_registered_workspace(tmp_path, h
 
 
 def test_a_running_service_takes_the_admin_token_the_first_token_create_makes(tmp_path, home, monkeypatch):
-    from engine import grants
-    from engine.grants import ADMIN, Tokens
+    from engine.config import grants
+    from engine.config.grants import ADMIN, Tokens
 
     monkeypatch.delenv("DREAMFLOW_API_TOKEN", raising=False)
     monkeypatch.setenv("DREAMFLOW_HOME", home["DREAMFLOW_HOME"])

@@ -1,4 +1,4 @@
-"""`retract`: a wrong node fact retracted everywhere it came from (storage/retraction.py), on every surface."""
+"""`retract`: a wrong node fact retracted everywhere it came from (storage/files/retraction.py), on every surface."""
 
 import datetime as dt
 import json
@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from storage import facts, journal, retraction
+from storage.text import facts
+from storage.files import journal, retraction
 from storage.errors import Conflict, InvalidInput, NotFound
-from storage.markdown import split_frontmatter
+from storage.text.markdown import split_frontmatter
 from storage.memory import Memory, recover
 
 DAY = "2026-11-02"
@@ -145,7 +146,7 @@ def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes
 def test_http_retract_is_the_same_operation(mem):
     from test_api import ApiServer
 
-    from engine.client import RemoteMemory
+    from engine.access.client import RemoteMemory
 
     server = ApiServer(mem)
     try:

@@ -8,7 +8,7 @@ import pytest
 from flows.auto_dream import auto_dream
 from flows.auto_memory import auto_memory
 from llm_server import answer_by_message, fact
-from storage import facts
+from storage.text import facts
 from storage.memory import Memory
 
 DAY, NEXT = "2026-11-05", "2026-11-06"

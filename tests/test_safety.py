@@ -12,10 +12,10 @@ import pytest
 from test_api import ApiServer
 from test_cli import as_json, run
 
-from engine.client import RemoteMemory
+from engine.access.client import RemoteMemory
 from storage.errors import Conflict, InvalidInput, PathError
 from storage.memory import Memory
-from storage.workspace import Workspace
+from storage.files.workspace import Workspace
 
 
 @pytest.fixture
@@ -373,7 +373,7 @@ def test_list_refuses_paths_outside_the_workspace(tmp_path, served):
 
 
 def test_jobs_write_at_most_the_cap_into_a_card(mem, monkeypatch):
-    from engine.job_workspace import memory_of
+    from engine.access.job_workspace import memory_of
     from storage.errors import TooLarge
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "1000")
@@ -390,7 +390,7 @@ def test_jobs_write_at_most_the_cap_into_a_card(mem, monkeypatch):
 
 
 def test_the_cap_counts_everything_a_call_writes_however_the_path_is_spelt(mem, monkeypatch):
-    from engine.job_workspace import memory_of
+    from engine.access.job_workspace import memory_of
 
     monkeypatch.setenv("DREAMFLOW_MAX_WRITE_CHARS", "1000")
     job = memory_of(str(mem.ws.root))
@@ -427,6 +427,6 @@ def test_a_runaway_llm_card_fails_the_run_and_writes_nothing(prefect_harness, ll
     with pytest.raises(Exception, match="at most 5,000 characters"):
         auto_memory(session_id="s1", workspace=str(mem.ws.root), messages=messages)
     assert not list((mem.ws.root / "daily").rglob("*.md"))
-    from storage import checkpoints
+    from storage.files import checkpoints
 
     assert not checkpoints.load(mem.ws, "sessions/s1").get("records")

@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from storage import index
-from storage.db import IndexDB
-from storage.search import fuse, node_search, search, traverse
+from storage.index import indexer as index
+from storage.index.db import IndexDB
+from storage.search.search import fuse, node_search, search, traverse
 
 
 def note(name, body, desc=None, **meta):
@@ -266,7 +266,7 @@ def test_per_file_caps_hits_of_one_file_and_lists_its_other_matches(con, ws):
 
 
 def test_limit_means_that_many_distinct_files_when_one_large_file_holds_all_top_candidates(con, ws):
-    from storage.search import CANDIDATES
+    from storage.search.search import CANDIDATES
 
     # 400 chunks that each say "ferry schedule" three times outrank every other file's single mention
     sections = "\n\n".join(f"## Day {n}\n\nFerry schedule, ferry schedule, ferry schedule {n}." + " pad" * 300
@@ -285,7 +285,7 @@ def test_limit_means_that_many_distinct_files_when_one_large_file_holds_all_top_
 
 
 def test_node_search_finds_limit_nodes_when_one_long_node_holds_all_top_candidates(con, ws):
-    from storage.search import CANDIDATES
+    from storage.search.search import CANDIDATES
 
     sections = "\n\n".join(f"## Part {n}\n\nLighthouse keeper, lighthouse keeper {n}." + " pad" * 300
                            for n in range(6 * CANDIDATES))
@@ -340,4 +340,4 @@ def test_search_from_the_cli_leaves_the_markdown_parser_unloaded(ws):
     assert proc.returncode == 0, proc.stderr
     assert "fast.md" in proc.stdout  # the search really ran
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    assert not [m for m in modules if m.split(".")[0] == "marko" or m in ("storage.chunking", "storage.outline")]
+    assert not [m for m in modules if m.split(".")[0] == "marko" or m in ("storage.index.chunking", "storage.text.outline")]

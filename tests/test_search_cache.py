@@ -1,4 +1,4 @@
-"""The service's in-memory search cache (storage/search_cache.py, storage/search_arrays.py) answers exactly as the SQL path does, on a
+"""The service's in-memory search cache (storage/search/cache.py, storage/search/arrays.py) answers exactly as the SQL path does, on a
 real DuckDB file, through writes, deletes, moves, a rolled-back write, compaction, a reindex and a heal."""
 
 import random
@@ -8,13 +8,14 @@ from contextlib import contextmanager
 import duckdb
 import pytest
 
-from storage import index, search_arrays, search_cache
-from storage.db import IndexDB
+from storage.index import indexer as index
+from storage.search import arrays as search_arrays, cache as search_cache
+from storage.index.db import IndexDB
 from storage.errors import IndexRebuilt
 from storage.memory import Memory
-from storage.search import bm25, node_search, search, terms, traverse
-from storage.tokenize import term_hash
-from storage.workspace import Workspace
+from storage.search.search import bm25, node_search, search, terms, traverse
+from storage.index.tokenize import term_hash
+from storage.files.workspace import Workspace
 
 WORDS = ("lisbon porto ridge trail boots risotto mushroom harbour ferry lighthouse museum tram pastry bakery "
          "market violin concert garden river bridge castle hiking dinner sailing storm winter").split()
@@ -163,9 +164,9 @@ def test_a_healed_index_gets_a_new_cache(ws):
 
 
 def test_postings_are_keyed_by_dreamflows_own_term_hash(ws):
-    """The index writes, and both search paths look up, storage.tokenize.term_hash: a stable value of its own
+    """The index writes, and both search paths look up, storage.index.tokenize.term_hash: a stable value of its own
     (not DuckDB's internal hash(), which may change with DuckDB)."""
-    assert term_hash("bm25") == 5979009506379108665  # the index layout depends on it (storage/db.py SCHEMA_VERSION)
+    assert term_hash("bm25") == 5979009506379108665  # the index layout depends on it (storage/index/db.py SCHEMA_VERSION)
     ws.write_text("a.md", "Lisbon ridge, lisbon harbour\n")
     with IndexDB(ws).session() as con:
         rows = con.execute("SELECT term, tf FROM postings").fetchall()

@@ -1,4 +1,4 @@
-"""What is kept out of memory (storage/redact.py): secrets replaced by a marker and `<private>` spans dropped
+"""What is kept out of memory (storage/text/redact.py): secrets replaced by a marker and `<private>` spans dropped
 before anything is written, on every capture path, in the cards and in the index; counted in status."""
 
 import json
@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from secrets_corpus import NEAR_MISSES, SECRETS  # noqa: E402
 
 from llm_server import fact, json_reply  # noqa: E402
-from storage import dialog, redact  # noqa: E402
+from storage.files import dialog
+from storage.text import redact  # noqa: E402
 from storage.memory import Memory  # noqa: E402
 from test_cli import run  # noqa: E402
 
@@ -56,7 +57,7 @@ def test_private_spans_across_lines_and_unclosed_are_dropped():
 
 
 def test_a_turn_writes_no_secret_and_counts_them(ws):
-    from engine.turns import record_turn
+    from engine.access.turns import record_turn
 
     out = record_turn(ws.root, "s1", MESSAGES)
     assert out["redacted"] == {"openai-key": 1, "aws-access-key": 1, "github-token": 1, "url-password": 1}
@@ -102,7 +103,7 @@ def test_a_resource_keeps_its_key_on_disk_but_the_index_never_shows_it(ws):
 
 
 def test_workspace_patterns_from_redact_yaml(ws):
-    from engine.turns import record_turn
+    from engine.access.turns import record_turn
 
     (ws.root / "redact.yaml").write_text('patterns:\n  employee-id: "EMP-[0-9]{6}"\n')
     out = record_turn(ws.root, "s3", [{"role": "user", "content": "my badge is EMP-123456"}])
@@ -114,8 +115,8 @@ def test_workspace_patterns_from_redact_yaml(ws):
 
 
 def test_import_reme_redacts_its_dialogs(ws, tmp_path):
-    from engine.client import local_memory
-    from engine.reme_import import import_reme
+    from engine.access.client import local_memory
+    from engine.memory.reme_import import import_reme
 
     reme = tmp_path / "reme"
     (reme / "session/dialog").mkdir(parents=True)

@@ -22,7 +22,7 @@ from llm_server import answer_each_item, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
-from engine.client import connect
+from engine.access.client import connect
 from dreamflow.service.children import Child
 from dreamflow.service.supervisor import Options, Service, ServiceError
 
@@ -123,7 +123,7 @@ def test_the_cli_goes_through_the_running_service(dreamflow_service):
     proc, modules = run_cli(svc.workspace, "search", "quokka", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["path"] == "digest/wiki/quokka.md"
-    assert not modules & {"duckdb", "torch", "prefect", "openai", "storage.search", "storage.db"}
+    assert not modules & {"duckdb", "torch", "prefect", "openai", "storage.search.search", "storage.index.db"}
     status = cli("status", "--json", workspace=svc.workspace)
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
@@ -457,9 +457,9 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
 
 
 def test_a_turn_through_the_service_is_recorded_once(dreamflow_service):
-    """With the service running, another process's memory is the service (engine/client.py) and a turn is
+    """With the service running, another process's memory is the service (engine/access/client.py) and a turn is
     recorded once there: its records in the dialog once, the counter one turn on, however often it is sent."""
-    from engine.client import RemoteMemory, open_memory
+    from engine.access.client import RemoteMemory, open_memory
 
     svc, session = dreamflow_service, "seam-once"
     memory = open_memory(svc.workspace)

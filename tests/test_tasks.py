@@ -5,10 +5,11 @@ test harness, tests/test_flows_*.py and test_governance.py)."""
 import numpy as np
 import pytest
 
-from engine.job_workspace import metadata_of
-from storage import checkpoints, vectors
-from storage.db import IndexDB
-from storage.markdown import split_frontmatter
+from engine.access.job_workspace import metadata_of
+from storage.files import checkpoints
+from storage.index import vectors
+from storage.index.db import IndexDB
+from storage.text.markdown import split_frontmatter
 from storage.memory import Memory
 from tasks.governance import CHECKPOINT, archive_node, doctor_report, mining_queue
 from tasks.maintenance import compact_index, index_stats, reconcile_index

@@ -57,7 +57,7 @@ def test_time_on_every_surface_http_cli_mcp(ws):
     from test_api import ApiServer
     from test_mcp import call, cli_json, stdio
 
-    from engine.client import RemoteMemory
+    from engine.access.client import RemoteMemory
 
     memory = Memory(ws.root)
     old, new = superseded_pair(memory)
@@ -105,7 +105,7 @@ def test_doctor_reports_broken_chains(ws):
 
 def test_a_card_day_outside_its_messages_days_is_refused(prefect_harness, llm, ws):
     from flows.auto_memory import auto_memory
-    from storage import dialog
+    from storage.files import dialog
     from storage.errors import InvalidInput
 
     said = [{"role": "user", "content": "Ana moved to Porto.", "created_at": "2024-06-20T09:00:00"}]

@@ -1,8 +1,8 @@
-"""The dates and periods a query names (storage/timeref.py)."""
+"""The dates and periods a query names (storage/search/timeref.py)."""
 
 import datetime as dt
 
-from storage.timeref import periods
+from storage.search.timeref import periods
 
 D = dt.date
 TODAY = D(2026, 12, 2)

@@ -1,6 +1,6 @@
 """BM25 terms: English stems and stopwords, numbers, CJK bigrams; one function for documents and queries."""
 
-from storage.tokenize import terms
+from storage.index.tokenize import terms
 
 
 def test_english_is_lowercased_stemmed_and_stopwords_dropped():

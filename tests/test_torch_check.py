@@ -1,6 +1,6 @@
 """The service's warning for a CUDA build of torch on a machine without a GPU (read from package metadata)."""
 
-from engine.torch_check import cuda_build_warning, torch_warning
+from engine.models.torch_check import cuda_build_warning, torch_warning
 
 CUDA_REQUIRES = ["filelock", "nvidia-cublas-cu12==12.8.4.1; platform_system == \"Linux\"",
                  "nvidia-cudnn-cu12==9.10.2.21; platform_system == \"Linux\""]

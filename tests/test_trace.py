@@ -8,7 +8,7 @@ import subprocess
 import anyio
 import pytest
 
-from storage import facts
+from storage.text import facts
 from storage.errors import InvalidInput, NotFound, PathError
 from storage.memory import Memory
 
@@ -129,7 +129,7 @@ def test_trace_on_the_cli_http_and_mcp(mem, ws):
     from test_api import ApiServer
     from test_mcp import DREAMFLOW, call, stdio
 
-    from engine.client import RemoteMemory
+    from engine.access.client import RemoteMemory
 
     proc = subprocess.run([DREAMFLOW, "--workspace", str(ws.root), "trace", NODE, "f2"], capture_output=True,
                           text=True, timeout=60, input="")
@@ -162,7 +162,7 @@ def test_trace_on_the_cli_http_and_mcp(mem, ws):
 
 
 def test_a_long_chain_stops_at_its_bounds(ws):
-    from storage import trace
+    from storage.search import trace
 
     mem = Memory(ws.root)
     for i in range(trace.MAX_DEPTH + 3):  # each node fact cites the next node's fact

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.turns import TurnCounter, check_session_id, record_turn
+from engine.access.turns import TurnCounter, check_session_id, record_turn
 from storage.errors import InvalidInput
 
 
@@ -12,7 +12,7 @@ class Sessions:
     """Records turns as the service does (its open memory and counter, `launch`) and the launches made."""
 
     def __init__(self, ws):
-        from engine.client import local_memory
+        from engine.access.client import local_memory
 
         self.ws = ws
         self.memory = local_memory(ws.root)

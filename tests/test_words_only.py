@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from engine import embedders
+from engine.models import embedders
 from flows.auto_dream import auto_dream
 from llm_server import json_reply
 from service_harness import DREAMFLOW, RunningService
-from storage import facts
+from storage.text import facts
 from storage.memory import Memory
 
 COMPARE = "You keep a memory of facts up to date"

@@ -11,7 +11,7 @@ import pytest
 from cli_probe import ENTRY
 from storage.errors import NotFound, PathError
 from storage.memory import Memory
-from storage.workspace import GITIGNORES, LAYOUT, Workspace
+from storage.files.workspace import GITIGNORES, LAYOUT, Workspace
 
 
 def test_layout_created_on_first_use(tmp_path):

@@ -21,7 +21,7 @@ import click
 
 from dreamflow import __version__
 from engine import ops
-from engine.client import open_memory
+from engine.access.client import open_memory
 from dreamflow.cli.common import fail
 from storage.errors import DreamflowError, from_os_error
 
@@ -91,14 +91,14 @@ class CliContext:
     """What every command receives as `ctx.obj` (`@click.pass_obj`): the workspace and a way to open it.
 
     `workspace_arg` is what `--workspace` said (a registered name or a folder; None: the default);
-    `workspace` its folder and `name` its name, resolved on first use (engine.registry.resolve)."""
+    `workspace` its folder and `name` its name, resolved on first use (engine.config.registry.resolve)."""
 
     workspace_arg: str | None
     _resolved: tuple[str, Path] | None = None
 
     def _resolve(self) -> tuple[str, Path]:
         if self._resolved is None:
-            from engine.registry import resolve
+            from engine.config.registry import resolve
 
             try:
                 self._resolved = resolve(self.workspace_arg)
@@ -116,20 +116,20 @@ class CliContext:
         return self._resolve()[0]
 
     def memory(self):
-        """Through the running service when there is one, else in this process (engine.client)."""
+        """Through the running service when there is one, else in this process (engine.access.client)."""
         return open_memory(self.workspace)
 
     def across(self, op: ops.Op, kwargs: dict[str, Any]):
         """Run an operation that reads across workspaces (this one and those it reads, or `workspaces`) or names
-        a file of another (`NAME:path`, engine/scoped.py): the running service decides what the caller's token
+        a file of another (`NAME:path`, engine/access/scoped.py): the running service decides what the caller's token
         may read; without one, this machine's registry."""
-        from engine.client import service_for
+        from engine.access.client import service_for
 
         remote = service_for(self.workspace)
         if remote is not None:  # the service resolves the rest
             return getattr(remote, op.method_name)(**kwargs)
-        from engine import scoped
-        from engine.grants import ADMIN
+        from engine.access import scoped
+        from engine.config.grants import ADMIN
 
         return scoped.call(scoped.LocalCatalog(self.name, self.workspace), ADMIN, self.name, op, kwargs)
 
@@ -307,7 +307,7 @@ def _strip_none(hint: Any) -> Any:
 
 
 def _names_workspace(kwargs: dict[str, Any]) -> bool:
-    """Whether a path argument may name a file of another workspace (`NAME:path`): engine/scoped.py decides."""
+    """Whether a path argument may name a file of another workspace (`NAME:path`): engine/access/scoped.py decides."""
     values = [kwargs.get(key) for key in ("path", "paths", "src", "dst", "prefix", "target", "new_target")]
     return any(":" in v for value in values for v in (value if isinstance(value, list) else [value])
                if isinstance(v, str))

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from engine.semantic import status
-from engine.settings import Settings
+from engine.models.semantic import status
+from engine.config.settings import Settings
 
 
 @click.command("embed")
@@ -21,9 +21,9 @@ def embed(obj, show_status: bool, batch: int, as_json: bool) -> None:
     The running service does this in the background after every change; use this without the service,
     after switching DREAMFLOW_EMBEDDER, or to see how far vectors lag the keyword index.
     """
-    from engine.client import open_memory, service_for
-    from engine.embedders import EmbedderError, make_embedder
-    from storage import vectors as _vectors
+    from engine.access.client import open_memory, service_for
+    from engine.models.embedders import EmbedderError, make_embedder
+    from storage.index import vectors as _vectors
 
     remote = service_for(obj.workspace)
     if remote is not None:
@@ -62,8 +62,8 @@ def _print(data: dict, as_json: bool, note: str | None = None) -> None:
 
 
 def _run_backfill(memory, embedder, batch: int, quiet: bool) -> dict:
-    """`storage.vectors.backfill` under a rich progress bar (none when `quiet`)."""
-    from storage import vectors as _vectors
+    """`storage.index.vectors.backfill` under a rich progress bar (none when `quiet`)."""
+    from storage.index import vectors as _vectors
 
     if quiet:
         return _vectors.backfill(memory.db, embedder, batch=batch)

@@ -32,9 +32,9 @@ def _run_flow(obj, params: dict, as_json: bool, no_wait: bool, job: str) -> None
 
 def _proactive(obj, params: dict, as_json: bool, no_wait: bool) -> None:
     """A run of the proactive deployment on the service, else the plain read in this process (no Prefect)."""
-    from engine.client import open_memory, service_for
-    from engine.days import check_date, today
-    from engine.interests import proactive_topics
+    from engine.access.client import open_memory, service_for
+    from engine.config.days import check_date, today
+    from engine.memory.interests import proactive_topics
 
     if service_for(obj.workspace) is not None:
         _run(obj.workspace, "proactive", params, as_json, no_wait)
@@ -62,7 +62,7 @@ def as_job(command: click.Command, flow: str, shown=lambda result: result) -> cl
 
     @click.pass_context
     def callback(ctx: click.Context, no_wait: bool, as_json: bool, **kwargs: Any) -> None:
-        from engine.client import service_for
+        from engine.access.client import service_for
 
         if service_for(ctx.obj.workspace) is None:
             if no_wait:
@@ -129,7 +129,7 @@ def _show_dream(summary: dict) -> None:
     from rich.text import Text
 
     from dreamflow.cli.render import counted, out
-    from storage.facts import said
+    from storage.text.facts import said
 
     if not summary["actions"] and not summary["failed"]:
         out.print(Text(f"dream of {summary['date']}: {counted(summary['scanned'], 'file')} scanned, none changed since the "

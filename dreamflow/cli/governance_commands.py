@@ -26,7 +26,7 @@ from storage.errors import DreamflowError
 
 
 def _doctor(obj, params: dict, as_json: bool, no_wait: bool) -> None:
-    from engine.client import service_for
+    from engine.access.client import service_for
 
     fix = params["fix"]
     try:
@@ -104,7 +104,7 @@ def _show_report(report: dict) -> None:
     from rich.text import Text
 
     from dreamflow.cli.render import out
-    from storage.doctor import PROBLEMS, describe
+    from storage.index.doctor import PROBLEMS, describe
 
     state = Text("healthy", style="bold green") if report["ok"] else Text("needs attention", style="bold yellow")
     out.print(Text("Memory graph: ") + state + Text(

@@ -1,4 +1,4 @@
-"""`dreamflow import-reme DIR`: bring a ReMe workspace over (engine/reme_import.py). CLI only: DIR is a folder
+"""`dreamflow import-reme DIR`: bring a ReMe workspace over (engine/memory/reme_import.py). CLI only: DIR is a folder
 on this machine, so no HTTP route or agent tool offers it."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def import_reme(obj, source: str, overwrite: bool, max_file_bytes: int | None, a
     card names are marked as summarised. A workspace file with other content is a conflict: listed and kept
     unless --overwrite.
     """
-    from engine.reme_import import import_reme as run_import
+    from engine.memory.reme_import import import_reme as run_import
     from storage.errors import DreamflowError
-    from storage.workspace import Workspace
+    from storage.files.workspace import Workspace
 
     try:
         result = run_import(obj.memory(), Workspace(obj.workspace), source, overwrite=overwrite,

@@ -56,7 +56,7 @@ def run_job(workspace: Path, flow: str, params: dict[str, Any], quiet: bool,
     """Run `flow` (a key of `deployments.serve.DEPLOYMENTS`) and return `(summary, units_failed)`, or None
     after `--no-wait` (the started run is printed). `quiet` (with --json) keeps progress off stderr."""
     from deployments.serve import DEPLOYMENTS
-    from engine.client import service_for
+    from engine.access.client import service_for
 
     params = {k: v for k, v in params.items() if v is not None}
     remote = service_for(workspace)
@@ -69,7 +69,7 @@ def run_job(workspace: Path, flow: str, params: dict[str, Any], quiet: bool,
     if no_wait:
         refuse_no_wait()
     if DEPLOYMENTS[flow].needs_llm:
-        from engine.llm import require_llm
+        from engine.models.llm import require_llm
 
         require_llm()  # fail before paying for Prefect's start
     return _call_flow(workspace, flow, params, quiet)
@@ -128,7 +128,7 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
         raise DreamflowError(f"{label} run {status['name']} completed but its result could not be read ({where})")
     message = f"{label} run {status['name']} ended {status['state']}: {status['message'] or 'no message'} ({where})"
     if status.get("error"):  # the error it failed with: its class and exit code, as in-process
-        from engine.client import error_from_detail
+        from engine.access.client import error_from_detail
 
         raise error_from_detail({**status["error"], "message": message})
     raise DreamflowError(message)
@@ -175,7 +175,7 @@ def _call_flow(workspace: Path, name: str, params: dict, quiet: bool) -> tuple[d
     import os
 
     from deployments.serve import load_flow
-    from engine import prefect_env
+    from engine.config import prefect_env
 
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")  # the table says it all
     prefect_env.configure()

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from storage import validity
+from storage.text import validity
 
 SNIPPET_LINES = 8
 CONTROL = dict.fromkeys((7, 8, 11, 12, 13, 27))  # BEL, BS, VT, FF, CR (rich's), and ESC

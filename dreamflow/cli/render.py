@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from storage import validity
+from storage.text import validity
 
 out = Console(highlight=False, soft_wrap=True)  # long lines are not cut: grep and copy keep working
 err = Console(stderr=True, highlight=False)
@@ -198,7 +198,7 @@ def show_daily_reindex(result: dict) -> None:
 def show_index_stats(result: dict) -> None:
     """The counts in plain words; the keyword index's internals as one line saying what compaction will do
     (`--json` has every count under its key)."""
-    from storage.index import EXPLAINED
+    from storage.index.indexer import EXPLAINED
 
     table = _table("", "", header=False)
     for key in ("files", "chunks", "links"):

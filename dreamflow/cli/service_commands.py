@@ -1,7 +1,7 @@
 """`dreamflow start`, `status` and `turn`: the commands around the service (dreamflow/service/).
 
 `current_status` works with or without a running service (through it when it runs); `turn` records through
-the workspace's memory (`engine.client`: `turn` runs `engine.turns.record_turn` here, or the service does), as
+the workspace's memory (`engine.access.client`: `turn` runs `engine.access.turns.record_turn` here, or the service does), as
 the stdio MCP server and the Claude Code hook do.
 """
 
@@ -18,7 +18,7 @@ from deployments.serve import llm_warning
 from dreamflow.cli.common import fail
 from dreamflow.cli.job_command import job_command
 from engine.jobs import TURN
-from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
+from engine.config.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError
 
 
@@ -89,11 +89,11 @@ def current_status(workspace: Path) -> dict:
     """The running service's status, or what can be known without it (index, turn counters, last dream, and
     the same for every registered workspace)."""
     from dreamflow.service.workspace_status import recorded_dream
-    from engine import usage_log
-    from engine.client import open_memory, service_for
-    from engine.semantic import words_only
-    from engine.turns import TurnCounter
-    from storage import redaction_log
+    from engine.models import usage_log
+    from engine.access.client import open_memory, service_for
+    from engine.models.semantic import words_only
+    from engine.access.turns import TurnCounter
+    from storage.files import redaction_log
 
     remote = service_for(workspace)
     if remote is not None:
@@ -120,9 +120,9 @@ def _registered(root: Path, index: dict) -> list[dict]:
     counts of an index that exists (through the service that serves it, if one does; a workspace never used
     stays untouched), the last dream its folder recorded."""
     from dreamflow.service.workspace_status import recorded_dream, row
-    from engine.client import open_memory
-    from engine.registry import UNREGISTERED, Registry
-    from storage.workspace import Workspace
+    from engine.access.client import open_memory
+    from engine.config.registry import UNREGISTERED, Registry
+    from storage.files.workspace import Workspace
 
     registry = Registry.load()
     folders = {e.name: e.path for e in registry.entries.values()}

@@ -1,6 +1,6 @@
 """`dreamflow workspace add | list | remove | default` and `dreamflow token create | list | revoke`.
 
-Both edit files under `$DREAMFLOW_HOME` (engine/registry.py, engine/grants.py); a running service picks the
+Both edit files under `$DREAMFLOW_HOME` (engine/config/registry.py, engine/config/grants.py); a running service picks the
 changes up without a restart. Nothing here deletes a workspace's files.
 """
 
@@ -11,9 +11,9 @@ import json
 import click
 
 from dreamflow.cli.common import fail
-from engine import grants
-from engine.registry import Registry
-from engine.settings import admin_token
+from engine.config import grants
+from engine.config.registry import Registry
+from engine.config.settings import admin_token
 from storage.errors import DreamflowError
 
 

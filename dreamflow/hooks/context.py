@@ -1,23 +1,23 @@
 """`dreamflow hook claude-code` on `SessionStart` and `UserPromptSubmit`: memory put before the agent unasked.
 
-`UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/recall.py) within
+`UserPromptSubmit` (input: `session_id`, `cwd`, `prompt`): `recall` for the prompt (storage/search/recall.py) within
 `inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
 something new in it comes from a keyword match holding `inject_min_words` distinct words of the prompt and
 scoring at least `inject_min_score` and `inject_min_relevance` times the prompt's term weight, numbers that
-mean the same on a memory of 2 files or 200,000 (storage/relevance.py): nothing relevant enough, nothing
+mean the same on a memory of 2 files or 200,000 (storage/search/relevance.py): nothing relevant enough, nothing
 injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure, wiki and the folders of your own under digest/ by name, then notes
-right in digest/, newest first in each: storage/workspace.digest_buckets) and the cards of the latest days,
+right in digest/, newest first in each: storage/files/workspace.digest_buckets) and the cards of the latest days,
 each as its name, description and first lines, within `inject_start_tokens`; the lines it shows are
 recorded as given to the session, so its prompts' recall does not repeat them. Every item is cited
 `[path:start-end]` (the lines `read` shows) so the agent can read on.
-Both put memory before the agent as quoted data: under a frame line saying so (storage/instructions.FRAME,
+Both put memory before the agent as quoted data: under a frame line saying so (storage/text/instructions.FRAME,
 paid from the budget), with a line that reads as an instruction to the agent given as `[instruction left
 out: path:line]`.
 
 Both read what the session's workspace's searches read: itself and the workspaces its registry entry `reads`
-(engine/scoped.py), in one budget; an item of another workspace is cited `[NAME:path:start-end]`, which `read`
+(engine/access/scoped.py), in one budget; an item of another workspace is cited `[NAME:path:start-end]`, which `read`
 takes as it is; the session's record stays in its own workspace.
 
 Both answer on stdout as Claude Code reads it: `{"hookSpecificOutput": {"hookEventName": EVENT,
@@ -48,20 +48,20 @@ def context(workspace: tuple[str, Path], payload: dict) -> str | None:
     """The text to inject for the hook `payload` (None: nothing), from workspace (name, folder) and those it
     reads: asked of its running service in one request (`POST /inject`, answered by `inject` there), else
     worked out here."""
-    from engine.settings import Settings
+    from engine.config.settings import Settings
 
     settings = Settings()
     asked = question(payload, settings)
     if asked is None:
         return None
     name, root = workspace
-    from engine.client import RemoteMemory, open_memory
+    from engine.access.client import RemoteMemory, open_memory
 
     memory = open_memory(root, timeout=settings.inject_timeout, check=False)
     if isinstance(memory, RemoteMemory):
         return memory.request("POST", f"{memory.scope}/inject", asked)["text"]
-    from engine import scoped
-    from engine.grants import ADMIN
+    from engine.access import scoped
+    from engine.config.grants import ADMIN
 
     _wait_at_most(settings.inject_timeout)
     return inject(scoped.LocalCatalog(name, root), ADMIN, name, **asked)
@@ -87,7 +87,7 @@ def question(payload: dict, settings) -> dict | None:
 def inject(catalog, grant, name: str, event: str, session: str | None, budget: int, prompt: str | None = None,
            min_score: float | None = None, min_relevance: float | None = None,
            min_words: int | None = None) -> str | None:
-    """The text for `event` from workspace `name` of `catalog` (engine/scoped.py: in the hook's process or in
+    """The text for `event` from workspace `name` of `catalog` (engine/access/scoped.py: in the hook's process or in
     the service) and the workspaces it reads that `grant` covers; None: nothing."""
     if event == "UserPromptSubmit":
         return prompt_context(catalog, grant, name, prompt or "", session, budget, min_score, min_relevance,
@@ -103,9 +103,9 @@ def answer(event: str, text: str) -> dict:
 def prompt_context(catalog, grant, name: str, prompt: str, session: str | None, budget: int,
                    min_score: float | None, min_relevance: float | None, min_words: int | None = None) -> str | None:
     """Recall for the prompt under the session's id, across what the workspace reads: the cited evidence under
-    recall's frame line (quoted memory, not instructions; storage/instructions.py), or None."""
+    recall's frame line (quoted memory, not instructions; storage/text/instructions.py), or None."""
     from dreamflow.mcp.text import behind_note
-    from engine import scoped
+    from engine.access import scoped
 
     if not prompt.strip():
         return None
@@ -121,11 +121,11 @@ def prompt_context(catalog, grant, name: str, prompt: str, session: str | None, 
 def start_context(catalog, grant, name: str, budget: int, session: str | None = None) -> str | None:
     """The session-start digest of workspace `name` and those it reads: digest nodes (its own first), then the
     latest days' cards, as many as fit `budget`; with `session`, the lines it shows are recorded as given to it
-    (storage/recall.py, in the workspace's own record), so recall for its prompts does not repeat them."""
-    from engine import scoped
-    from storage.instructions import FRAME
-    from storage.recall import FRAMED
-    from storage.tokenize import tokens
+    (storage/search/recall.py, in the workspace's own record), so recall for its prompts does not repeat them."""
+    from engine.access import scoped
+    from storage.text.instructions import FRAME
+    from storage.search.recall import FRAMED
+    from storage.index.tokenize import tokens
 
     name, names = scoped.reading(catalog, grant, name, None)
     memories = {other: catalog.memory(other) for other in names}
@@ -154,7 +154,7 @@ def start_context(catalog, grant, name: str, budget: int, session: str | None = 
         return None
     own = memories[name]
     if session and hasattr(own, "ws") and not own.db.read_only:
-        from storage.recall import remember
+        from storage.search.recall import remember
 
         remember(own.ws, session, given, kind="session-start", items=cited)  # as recall records what it gives
     parts = [FRAME]
@@ -169,7 +169,7 @@ def _fit(budget: int) -> int:
 
 
 def _nodes(memory) -> list[str]:
-    from storage.workspace import digest_buckets
+    from storage.files.workspace import digest_buckets
 
     top = memory.list("digest", recursive=False, limit=1000)["entries"]
     paths = []
@@ -191,14 +191,14 @@ def _cards(memory) -> list[str]:
 def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | None]:
     """`[where:start-end] name: description` (`where`: the path as the session's workspace names it) and the
     first body lines of a node or card (None: nothing in it,
-    or a superseded or expired node), the keys (storage.recall.line_key) of the lines it shows (those and the
+    or a superseded or expired node), the keys (storage.search.recall.line_key) of the lines it shows (those and the
     name and description lines) and its citation (`{path, start_line, end_line}`)."""
     from datetime import date
 
-    from storage import facts, validity
-    from storage.instructions import neutralise
-    from storage.markdown import split_frontmatter
-    from storage.recall import line_key
+    from storage.text import facts, validity
+    from storage.text.instructions import neutralise
+    from storage.text.markdown import split_frontmatter
+    from storage.search.recall import line_key
 
     page = memory.read(path, numbered=False, max_chars=READ_CHARS)
     lines = page["content"].removesuffix("\n").split("\n")
@@ -231,7 +231,7 @@ def _item(memory, path: str, where: str) -> tuple[str | None, list[str], dict | 
 
 
 def _consumed(memory, card: str) -> set[str]:
-    """Block ids of the card's facts that digest node facts cite (storage/index.py: the chain's node fact is what
+    """Block ids of the card's facts that digest node facts cite (storage/index/indexer.py: the chain's node fact is what
     holds, or held)."""
     return {link["anchor"][1:] for link in memory.stat(card)["links_in"]
             if link["source"].startswith("digest/") and (link.get("anchor") or "").startswith("^")}
@@ -241,6 +241,6 @@ def _wait_at_most(timeout: float) -> None:
     """In this hook process, the index locks waited for at most `timeout` seconds."""
     import os
 
-    from storage.db import lock_timeout
+    from storage.index.db import lock_timeout
 
     os.environ["DREAMFLOW_LOCK_TIMEOUT"] = str(min(timeout, lock_timeout()))  # this hook process only

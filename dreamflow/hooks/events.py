@@ -15,7 +15,7 @@ Which workspace: `--workspace` when given, else the registered workspace whose `
 repository gets its own memory (`session_workspace`).
 
 What is kept: the main conversation's user prompts (a slash command as `/name args`) and assistant text (and
-tool calls, their long arguments cut). Dropped: tool results, thinking, base64 images (storage/dialog.py filters
+tool calls, their long arguments cut). Dropped: tool results, thinking, base64 images (storage/files/dialog.py filters
 as for every turn), sidechains (subagents), meta records (a slash command's expanded body), local-command
 output and caveats, `<system-reminder>` blocks, Claude Code's own compaction summaries and the answers it
 writes itself (model `<synthetic>`), summary/system/snapshot records. A partly written last line waits for
@@ -24,7 +24,7 @@ the next delivery.
 Bounded, whatever the transcript: lines are read one at a time up to `hook_max_line_bytes` (a longer line is
 skipped and reported), a record that is not JSON or nests too deep for the parser is skipped and reported,
 content nested deeper than `MAX_DEPTH` is cut, a turn is recorded in parts of at most `MAX_TURN_BYTES`, and a
-delivery stops after `hook_max_turns` turns, `hook_max_bytes` read or `hook_max_seconds` (engine/settings.py,
+delivery stops after `hook_max_turns` turns, `hook_max_bytes` read or `hook_max_seconds` (engine/config/settings.py,
 `DREAMFLOW_HOOK_*`): the next delivery goes on from there.
 
 Exactly once: a per-session checkpoint `metadata/checkpoints/claude-code/<session_id>.json` holds the byte
@@ -32,7 +32,7 @@ offset read so far and the uuids of the latest records taken, under a lock, save
 transcript delivered twice (PreCompact may fire several times per compaction) adds nothing. A delivery killed
 after recording a turn but before saving its checkpoint sends that turn again: it goes with a `turn_id` (the
 uuid of its first record) and its messages with their record uuids as `id`, so the receiving side
-(engine/turns.py) neither appends nor counts it twice. A hook must never break the host: any error is one
+(engine/access/turns.py) neither appends nor counts it twice. A hook must never break the host: any error is one
 line on stderr and exit status 0 (Claude Code would otherwise show a hook failure in the session, or block
 on Stop).
 """
@@ -144,7 +144,7 @@ def _stamp(value: Any) -> str | int | float | None:
 
 
 def _content(content: Any) -> Any:
-    from storage.dialog import DROP_BLOCKS  # tool results: a user record of only these is no prompt
+    from storage.files.dialog import DROP_BLOCKS  # tool results: a user record of only these is no prompt
 
     if isinstance(content, str):
         text = _text(content)
@@ -162,7 +162,7 @@ def _content(content: Any) -> Any:
         elif block.get("type") == "tool_use":
             kept.append({"type": "tool_use", "name": _cut(block.get("name")), "input": _cut(block.get("input"))})
         else:
-            kept.append(_cut(block))  # images and the like: storage/dialog.py drops base64 payloads
+            kept.append(_cut(block))  # images and the like: storage/files/dialog.py drops base64 payloads
     return kept or None
 
 
@@ -221,7 +221,7 @@ def _blocks(content: Any) -> list:
 
 @dataclass
 class Limits:
-    """What one delivery may do before it leaves the rest to the next (engine/settings.py `hook_*`)."""
+    """What one delivery may do before it leaves the rest to the next (engine/config/settings.py `hook_*`)."""
 
     seconds: float
     turns: int
@@ -230,7 +230,7 @@ class Limits:
 
     @classmethod
     def from_settings(cls) -> Limits:
-        from engine.settings import Settings
+        from engine.config.settings import Settings
 
         s = Settings()
         return cls(s.hook_max_seconds, s.hook_max_turns, s.hook_max_bytes, s.hook_max_line_bytes)
@@ -249,7 +249,7 @@ class Delivery:
         self.refused: list[str] = []
 
     def read(self, path: Path) -> None:
-        from storage import checkpoints
+        from storage.files import checkpoints
 
         state = checkpoints.load(self.ws, self.name)
         uuids = state.get("uuids") if isinstance(state.get("uuids"), list) else []
@@ -298,7 +298,7 @@ class Delivery:
     def record(self, turn: Turn, end: int) -> None:
         """Record the turn (idempotent: ids as in the module docstring), then checkpoint the transcript up
         to `end`. A turn the receiving side refuses as invalid is reported and passed over, not retried forever."""
-        from engine.client import open_memory
+        from engine.access.client import open_memory
         from storage.errors import InvalidInput
 
         messages = [{"role": m["role"], "content": m["content"], "created_at": m["created_at"], "id": m["uuid"]}
@@ -318,7 +318,7 @@ class Delivery:
         self.save(end, False)
 
     def save(self, offset: int, skipping: bool) -> None:
-        from storage import checkpoints
+        from storage.files import checkpoints
 
         checkpoints.save(self.ws, self.name, {"transcript": self.path, "offset": offset, "skipping": skipping,
                                               "uuids": list(self.seen)})
@@ -328,11 +328,11 @@ def capture(workspace: Path, payload: dict, limits: Limits | None = None) -> dic
     """Record the new turns of the payload's transcript: `{session_id, event, appended, turns, results,
     unreadable, too_long, refused, left}` (`results`: what each record_turn call answered; `left`: transcript
     bytes left for the next delivery)."""
-    from engine.client import open_memory
-    from engine.turns import check_session_id
-    from storage import checkpoints
+    from engine.access.client import open_memory
+    from engine.access.turns import check_session_id
+    from storage.files import checkpoints
     from storage.errors import InvalidInput
-    from storage.workspace import Workspace
+    from storage.files.workspace import Workspace
 
     event = payload.get("hook_event_name")
     session_id = check_session_id(payload.get("session_id"))
@@ -368,8 +368,8 @@ def session_workspace(given: str | None, payload: dict) -> Path:
 def session_target(given: str | None, payload: dict) -> tuple[str, Path]:
     """(name, folder) of the workspace a session's turns go to: `--workspace` or `DREAMFLOW_WORKSPACE` when
     given, else the registered workspace whose `folders` hold the session's `cwd` (one memory per repository),
-    else the registry's default (engine.registry.resolve)."""
-    from engine.registry import resolve
+    else the registry's default (engine.config.registry.resolve)."""
+    from engine.config.registry import resolve
 
     cwd = payload.get("cwd")
     return resolve(given, cwd=cwd if isinstance(cwd, str) and cwd else None)
@@ -380,7 +380,7 @@ def _index_held(memory):
     once per turn: a first delivery of a long session is hundreds of turns. Through the service: nothing."""
     from contextlib import nullcontext
 
-    db = getattr(memory, "db", None)  # an in-process memory's index (engine/client.py)
+    db = getattr(memory, "db", None)  # an in-process memory's index (engine/access/client.py)
     return nullcontext() if db is None else db.session()
 
 
@@ -395,7 +395,7 @@ def _unsummarised(results: list[dict]) -> bool:
 
 
 def _pending(ws, session_id: str) -> bool:
-    from engine.turns import TurnCounter
+    from engine.access.turns import TurnCounter
 
     return TurnCounter(ws, 1).sessions().get(session_id, {}).get("pending", 0) > 0
 

@@ -2,7 +2,7 @@
 
 - Every route also lives under `/workspaces/<name>/` (`/workspaces/web-app/ops/search`, `.../turn`, `.../mcp`):
   the prefix is taken off and the name kept in the request scope; unscoped routes mean the default workspace.
-- The bearer token becomes the request's `Grant` (engine/grants.py): the admin token, a token from
+- The bearer token becomes the request's `Grant` (engine/config/grants.py): the admin token, a token from
   `dreamflow token create`, or, while no token is configured at all, everyone (a loopback service as before).
   A missing or unknown token gets 401 once any token is configured, except on the dashboard (`/ui`), which
   signs browsers in with its own session cookie (dreamflow/web/sessions.py): there a request without an
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from urllib.parse import unquote
 
-from engine.grants import Grant, Tokens
+from engine.config.grants import Grant, Tokens
 from storage.errors import envelope
 
 GRANT = "dreamflow.grant"          # request scope keys

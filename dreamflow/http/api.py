@@ -15,7 +15,7 @@ status and health.
 - Errors: `{"error": {"type", "message", "exit_code"}}` (the CLI's `--json` error shape) with the error class's
   `http_status` (400 bad input/path, 404 missing, 409 conflict, 422 malformed request, 502/503 LLM or index
   trouble), documented on every route (`ERROR_RESPONSES`).
-- Workspaces (dreamflow/http/access.py, engine/scoped.py): every route also lives under `/workspaces/<name>/`;
+- Workspaces (dreamflow/http/access.py, engine/access/scoped.py): every route also lives under `/workspaces/<name>/`;
   unscoped routes mean the service's default workspace; `GET /workspaces` lists those the caller may use.
   Once a token is configured (`DREAMFLOW_API_TOKEN`, `dreamflow token create`), every route, docs included,
   requires `Authorization: Bearer`; a workspace the token does not grant answers as if it did not exist.
@@ -41,10 +41,11 @@ from dreamflow import __version__
 from dreamflow.http.access import Access, grant_of, workspace_of
 from dreamflow.http.http_guard import RequestGuard, allowed_hosts
 from dreamflow import web
-from engine import ops, scoped
+from engine import ops
+from engine.access import scoped
 from engine.jobs import JOBS, TURN
-from engine.grants import UNKNOWN_WORKSPACE, Tokens
-from engine.settings import Settings
+from engine.config.grants import UNKNOWN_WORKSPACE, Tokens
+from engine.config.settings import Settings
 from storage.errors import DreamflowError, InvalidInput, NotFound, NotWritable, envelope, from_os_error
 
 
@@ -147,7 +148,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class SingleWorkspace:
-    """A catalog (engine/scoped.py) of one memory, for an API without the service."""
+    """A catalog (engine/access/scoped.py) of one memory, for an API without the service."""
 
     default_name = "default"
 
@@ -215,8 +216,8 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
                   body: ProactiveRequest = Body(default_factory=ProactiveRequest)) -> dict[str, Any]:
         """The topics to bring up proactively on a day, from the dream's `daily/<date>/interests.yaml`
         (`skipped` when the day has none). `POST /flows/proactive` runs the same as a Prefect flow."""
-        from engine.days import check_date, today
-        from engine.interests import proactive_topics
+        from engine.config.days import check_date, today
+        from engine.memory.interests import proactive_topics
 
         _, memory = _open(catalog, request, writes=False)
         day = check_date(body.date) if body.date else today()

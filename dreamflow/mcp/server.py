@@ -48,7 +48,7 @@ from dreamflow import __version__
 from dreamflow.mcp import text as mcp_text
 from dreamflow.mcp.targets import JOB_HINTS, JOB_TOOLS, Target, call_retrying
 from engine import ops
-from engine.grants import ADMIN, Grant
+from engine.config.grants import ADMIN, Grant
 from engine.jobs import JOBS, TURN
 from storage.errors import DreamflowError, InvalidInput, NotFound, from_os_error
 
@@ -172,8 +172,8 @@ class Dispatcher:
              workspace: str | None = None) -> tuple[Any, DreamflowError | None, list[dict]]:
         """(result, None, behind) or (None, the Dreamflow error to report as a tool error, behind) of a call by
         `grant` (None: an unauthenticated caller, refused) in the connection's default `workspace`; `behind`: what
-        its reads found of the index lagging the files (storage/freshness.py). Runs in a worker thread."""
-        from storage import freshness
+        its reads found of the index lagging the files (storage/index/freshness.py). Runs in a worker thread."""
+        from storage.index import freshness
 
         with freshness.noticed() as behind:
             result, error = self._call(name, arguments, grant, workspace)
@@ -496,7 +496,7 @@ class HttpMount:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from dreamflow.mcp.sessions import EvictingSessionManager
-        from engine.settings import Settings
+        from engine.config.settings import Settings
 
         max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
         if max_sessions < 1:

@@ -3,13 +3,13 @@
 The job tools' parameters come from the jobs' declarations (engine/jobs.py: `turn` from `TURN`, `dream` and
 `auto_memory` from their flows), as the operations' come from `engine.ops`; `job_status` and `workspaces` are
 methods of `Target` whose signatures and docstrings are their schemas. A call runs on `target.scoped(grant, workspace)`: the caller's grant
-(engine/grants.py) and the workspace it names (None: the connection's default). A concrete target is a catalog
-of workspaces (engine/scoped.py) plus the job primitives:
+(engine/config/grants.py) and the workspace it names (None: the connection's default). A concrete target is a catalog
+of workspaces (engine/access/scoped.py) plus the job primitives:
 
 - `ServiceTarget`: inside `dreamflow start` (the `/mcp` mount): the service's workspaces, turn counters and
   Prefect launches; the grant comes from the request's bearer token.
 - `WorkspaceTarget`: the stdio server (`dreamflow mcp --workspace NAME`), run by the local user (every
-  registered workspace), each reached as engine/client.py decides for this process: through the workspace's
+  registered workspace), each reached as engine/access/client.py decides for this process: through the workspace's
   running service (decided again when its service.json changes, so a service started later takes over at
   once and the server never fights it for the DuckDB file), else here with short index sessions. Without a
   service turns are recorded and counted (their auto_memory run starts when the service does), while dream,
@@ -22,8 +22,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from engine import scoped
-from engine.grants import ADMIN, Grant
+from engine.access import scoped
+from engine.config.grants import ADMIN, Grant
 from engine.jobs import TURN
 from storage.errors import IndexBusy, ServiceNeeded, ServiceUnavailable
 
@@ -53,7 +53,7 @@ class Target:
 
     def launch(self, job: str, params: dict) -> dict:
         """Start a run of `job` (a key of engine.jobs.JOBS) with `params`; returns at once with the run id."""
-        from engine.turns import check_session_id
+        from engine.access.turns import check_session_id
 
         _check_date(params.get("date"))
         if "session_id" in params:
@@ -109,7 +109,7 @@ class Target:
 def _check_date(date: str | None) -> None:
     """Refuse a malformed date now, as a tool error, rather than in a run that fails later."""
     if date:
-        from engine.days import check_date
+        from engine.config.days import check_date
 
         check_date(date)  # `today` stays as given: the run resolves it in the service's timezone
 
@@ -166,11 +166,11 @@ class ServiceTarget(Target):
 
 
 class WorkspaceTarget(Target, scoped.LocalCatalog):
-    """Calls from a stdio server: the registered workspaces (`LocalCatalog`), each reached as engine/client.py
+    """Calls from a stdio server: the registered workspaces (`LocalCatalog`), each reached as engine/access/client.py
     decides for this process (through its running service, else here)."""
 
     def __init__(self, default: str | Path | None = None):
-        from engine.registry import Registry, resolve
+        from engine.config.registry import Registry, resolve
 
         registry = Registry.load()
         name, root = resolve(str(default) if default is not None else None, registry=registry)
@@ -178,7 +178,7 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
 
     def remote(self, name: str | None = None):
         """The `RemoteMemory` of the workspace's running service, or None when this process works in it."""
-        from engine.client import service_for
+        from engine.access.client import service_for
 
         return service_for(self.root(name or self.workspace or self.default_name))
 
@@ -197,14 +197,14 @@ class WorkspaceTarget(Target, scoped.LocalCatalog):
     def retry_here(self, call):
         # service.json names a live pid whose port refuses connections: a service shutting down (its API
         # stops before the file goes) or a stale file whose pid was reused. The request never reached a
-        # server, so running it again where engine.client now decides cannot do anything twice; the index
+        # server, so running it again where engine.access.client now decides cannot do anything twice; the index
         # lock waits for a stopping service.
         self._reopened()
         return call()
 
     def _reopened(self):
-        """Decide again where the call's workspace is (engine.client.reopen): its `RemoteMemory` or None."""
-        from engine.client import RemoteMemory, reopen
+        """Decide again where the call's workspace is (engine.access.client.reopen): its `RemoteMemory` or None."""
+        from engine.access.client import RemoteMemory, reopen
 
         memory = reopen(self.root(self.workspace or self.default_name))
         return memory if isinstance(memory, RemoteMemory) else None

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storage import validity
-from storage.facts import said
-from storage.instructions import neutralise
+from storage.text import validity
+from storage.text.facts import said
+from storage.text.instructions import neutralise
 
 
 def text(tool: str, result: Any) -> str:
@@ -75,7 +75,7 @@ def _search(hits: list[dict]) -> str:
 
 
 def _quoted(hit: dict) -> str:
-    """A hit's text as a model may read it: a line that reads as an instruction neutralised (storage/instructions.py;
+    """A hit's text as a model may read it: a line that reads as an instruction neutralised (storage/text/instructions.py;
     the JSON keeps the text and its `flags`)."""
     if not hit.get("flags"):
         return hit.get("text") or ""
@@ -97,7 +97,7 @@ def recall_note(r: dict) -> str:
 
 
 def behind_note(report: dict) -> str:
-    """The line under an answer read from an index behind the files (storage/freshness.py): what and what to do."""
+    """The line under an answer read from an index behind the files (storage/index/freshness.py): what and what to do."""
     return f"[{report['message']}]"
 
 

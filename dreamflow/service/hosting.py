@@ -1,7 +1,7 @@
 """The workspaces one `dreamflow start` serves: each with its own index, watcher, turn counter and vectors.
 
-`Hosts` is the service's catalog (engine/scoped.py): the default workspace (`--workspace NAME|DIR`) plus every
-registered one (engine/registry.py), re-read when the registry file changes, so `dreamflow workspace add`
+`Hosts` is the service's catalog (engine/access/scoped.py): the default workspace (`--workspace NAME|DIR`) plus every
+registered one (engine/config/registry.py), re-read when the registry file changes, so `dreamflow workspace add`
 takes effect without a restart. A workspace another running service owns (its `metadata/service.lock` is
 taken) is skipped with a warning: one owner per workspace. At most `DREAMFLOW_MAX_OPEN_INDEXES` indexes stay
 open between calls (least recently used closed; the next call reopens it), so 100 workspaces do not mean
@@ -17,12 +17,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.client import SERVICE_FILE, release, service_info
-from engine.grants import UNKNOWN_WORKSPACE
-from engine.registry import Entry, Registry
-from engine.settings import Settings
+from engine.access.client import SERVICE_FILE, release, service_info
+from engine.config.grants import UNKNOWN_WORKSPACE
+from engine.config.registry import Entry, Registry
+from engine.config.settings import Settings
 from storage.errors import NotFound, WorkspaceGone, WorkspaceOwned
-from storage.workspace import Workspace
+from storage.files.workspace import Workspace
 
 BULK_CHANGES = 200  # more changed files than this in one batch (a git checkout, an unzip): reconcile instead
 
@@ -45,7 +45,7 @@ class Hosted:
 
     def claim(self) -> bool:
         """Take the workspace's service lock; False when another service owns it."""
-        from storage.locks import FileLock, LockTimeout
+        from storage.files.locks import FileLock, LockTimeout
 
         self._lock = FileLock(self.ws.metadata / "service.lock", per_thread=False)
         try:
@@ -57,9 +57,9 @@ class Hosted:
 
     def open(self, observer, on_resources: Callable[[str, list[str]], None]) -> None:
         from deployments.watch import WorkspaceWatcher
-        from engine import semantic
-        from engine.client import local_memory
-        from engine.turns import TurnCounter
+        from engine.models import semantic
+        from engine.access.client import local_memory
+        from engine.access.turns import TurnCounter
 
         self.memory = local_memory(self.ws.root, keep_open=True)
         self.backfiller = semantic.attach(self.memory, long_running=True, settings=self.settings)
@@ -75,7 +75,7 @@ class Hosted:
     def index_changes(self, paths: list[str | None]) -> None:
         """Watcher callback: re-index changed files; a `None` (folder moved or deleted) or a bulk change
         reconciles the whole index in one batched transaction instead."""
-        from storage import index
+        from storage.index import indexer as index
 
         with self.memory.db.session() as con:
             if None in paths or len(paths) > BULK_CHANGES:
@@ -99,7 +99,7 @@ class Hosted:
             self.backfiller.stop()
         if self.memory is not None:
             self.memory.db.close()
-            release(self.memory)  # this process no longer owns the workspace (engine/client.py)
+            release(self.memory)  # this process no longer owns the workspace (engine/access/client.py)
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
 
@@ -115,17 +115,17 @@ class Hosted:
             self.backfiller = None
         if self.memory is not None:
             self.memory.db.close()
-            release(self.memory)  # this process no longer owns the workspace (engine/client.py)
+            release(self.memory)  # this process no longer owns the workspace (engine/access/client.py)
         if self._lock is not None and self._lock.is_locked:
             self._lock.release()
 
 
 class Hosts:
-    """Every workspace the service serves, by name (the catalog `engine.scoped` and the API use)."""
+    """Every workspace the service serves, by name (the catalog `engine.access.scoped` and the API use)."""
 
     def __init__(self, default: str | Path, settings: Settings, say: Callable[[str], None],
                  only: list[str] | None = None, follow_default: bool = False):
-        from engine.registry import resolve
+        from engine.config.registry import resolve
 
         self.settings, self.say, self.only = settings, say, list(only or [])
         self.registry = Registry.load()

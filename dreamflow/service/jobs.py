@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.grants import Grant
-from engine.settings import Settings
+from engine.config.grants import Grant
+from engine.config.settings import Settings
 from storage.errors import DreamflowError, LLMNotConfigured, ServiceError
-from storage.text_view import read_all
+from storage.files.text_view import read_all
 
 PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", "120"))
 
@@ -58,7 +58,7 @@ class Jobs:
         from deployments.serve import DEPLOYMENTS
 
         if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.runner:
-            from engine.llm import require_llm
+            from engine.models.llm import require_llm
 
             try:  # our runner runs it with our settings: say so now, not in a Failed run
                 require_llm(self.settings)
@@ -72,7 +72,7 @@ class Jobs:
 
     def job_workspace(self, name: str) -> str:
         """How a run names a served workspace: a registered one by name; the unregistered default by its folder,
-        which a run accepts only while a service serves it (engine.job_workspace.workspace_root), so a runner or worker
+        which a run accepts only while a service serves it (engine.access.job_workspace.workspace_root), so a runner or worker
         shared by several services finds its owner."""
         return name if name in self.hosts.registry.entries else str(self.hosts.root(name))
 
@@ -129,11 +129,11 @@ class Jobs:
             raise ServiceError("the Prefect API is not ready yet")
 
     def turn(self, *args: Any, workspace: str | None = None, **kwargs: Any) -> dict:
-        """`engine.turns.record_turn` (its arguments: `engine.jobs.TURN`) in a served workspace, launching
+        """`engine.access.turns.record_turn` (its arguments: `engine.jobs.TURN`) in a served workspace, launching
         auto_memory when due (with the run's UI link, as the other job commands print)."""
         from deployments.launch import run_url
         from engine.jobs import TURN
-        from engine.turns import record_turn
+        from engine.access.turns import record_turn
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         result = record_turn(hosted.ws.root, **TURN.bind(*args, **kwargs),
@@ -160,7 +160,7 @@ class Jobs:
     def catch_up_resources(self, hosted) -> None:
         """Emit events for text resources added, changed or deleted while no service watched them (compared
         with auto_resource's checkpoint of what each card was made from)."""
-        from storage import checkpoints
+        from storage.files import checkpoints
 
         if self.held_back("auto_resource"):
             return

@@ -4,10 +4,10 @@
                    turn counter, vector backfill; one HTTP API for all of them (uvicorn thread)
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
                    (skipped when --prefect-api / PREFECT_API_URL names a running server); with
-                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.prefect_env);
+                   DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.config.prefect_env);
                    CORS only for its own UI's origins, so no other site's page can script its API
     child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
-                   memory through this service's API (`engine.client.open_memory` reads service.json); runs
+                   memory through this service's API (`engine.access.client.open_memory` reads service.json); runs
                    take the workspace's name and are tagged `workspace:NAME`
 
 Children die with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from dreamflow.service.children import RESTART_WINDOW, RESTARTS_ALLOWED, Child, http_ok, port_free
 from dreamflow.service.jobs import PREFECT_START_TIMEOUT, Jobs
-from engine.grants import ADMIN, Grant
-from engine.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
+from engine.config.grants import ADMIN, Grant
+from engine.config.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
 from storage.errors import DreamflowError, ServiceError
 
 
@@ -131,7 +131,7 @@ class Service:
         self.stopping.set()
 
     def start(self) -> None:
-        from engine import prefect_env
+        from engine.config import prefect_env
 
         prefect_env.configure()  # before anything imports prefect; children inherit the environment
         opts = self.options
@@ -166,8 +166,8 @@ class Service:
         """Warn about a set-up that starts but fails later (no LLM for the jobs that need one) or wastes the
         machine (a CUDA torch without a GPU)."""
         from deployments.serve import llm_warning
-        from engine.semantic import words_only
-        from engine.torch_check import torch_warning
+        from engine.models.semantic import words_only
+        from engine.models.torch_check import torch_warning
 
         for warning in (llm_warning(self.settings, "where `dreamflow start` runs, then restart it"),
                         torch_warning(), words_only(self.settings)):
@@ -333,7 +333,7 @@ class Service:
         self.ui_url = f"http://127.0.0.1:{opts.prefect_port}"
         os.environ["PREFECT_API_URL"] = self.prefect_api
         if self.settings.api_token:  # the token protects Prefect's API too; this process and children send it
-            from engine.prefect_env import auth_string
+            from engine.config.prefect_env import auth_string
 
             self.prefect_auth = auth_string(self.settings.api_token)
             os.environ["PREFECT_API_AUTH_STRING"] = self.prefect_auth
@@ -422,9 +422,9 @@ class Service:
 
         from dreamflow.http.api import create_app
 
-        from engine.settings import admin_token
+        from engine.config.settings import admin_token
 
-        # the machine's admin token is followed live (engine.grants.Tokens): the first `token create` makes one
+        # the machine's admin token is followed live (engine.config.grants.Tokens): the first `token create` makes one
         own = self.settings.api_token if self.settings.api_token != admin_token() else None
         app = create_app(None, token=own, service=self, host=self.options.host,
                          settings=self.settings)
@@ -462,7 +462,7 @@ class Service:
         return {
             "url": self.url,
             "pid": os.getpid(),
-            "host": socket.gethostname(),  # the pid is checked only on this machine (engine.client.service_info)
+            "host": socket.gethostname(),  # the pid is checked only on this machine (engine.access.client.service_info)
             "token_required": bool(self.settings.api_token),  # at start; `token create` may add one later
             "prefect_api": self.prefect_api,
             "prefect_auth": bool(self.prefect_auth),
@@ -476,8 +476,8 @@ class Service:
         and folders."""
         from deployments import launch
         from dreamflow.service import workspace_status
-        from engine import usage_log
-        from storage import redaction_log
+        from engine.models import usage_log
+        from storage.files import redaction_log
 
         hosted = self.hosts.get(workspace or self.hosts.default_name)
         memory = self.hosts.memory(hosted.name)
@@ -500,7 +500,7 @@ class Service:
             ]
             status["logs"] = str(self.home / "logs")
         if hosted.backfiller is not None:
-            from engine import semantic
+            from engine.models import semantic
 
             status["vectors"] = {**semantic.status(memory, self.settings), "error": hosted.backfiller.last_error}
         shown = [h for h in list(self.hosts.hosted.values()) if grant.sees(h.name)]

@@ -26,7 +26,7 @@ def row(name: str, folder: Path | None, stats: dict, default: bool, last_dream: 
 
 def recorded_dream(ws) -> dict | None:
     """What the workspace's last dream recorded (any process, with or without the service): when, and what."""
-    from storage import checkpoints
+    from storage.files import checkpoints
 
     dream = checkpoints.load(ws, "dream").get("last_run")
     return dream and {"start_time": dream.get("at"), "state": (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 def mount(app, catalog, service, tokens) -> None:
     """Serve the dashboard at `/ui` on `app` (a FastAPI app) over `catalog` (the service's workspaces, or one
-    memory), with the service's jobs when `service` is given; `tokens` (`engine.grants.Tokens`) as the API checks
+    memory), with the service's jobs when `service` is given; `tokens` (`engine.config.grants.Tokens`) as the API checks
     them."""
     from fastapi import FastAPI
     from fastapi.staticfiles import StaticFiles

@@ -1,7 +1,7 @@
 """What the dashboard's pages share: who is visiting (`Visitor`), how a page is answered (templates, security
 headers, the session cookie), how errors show, and the pages' URLs.
 
-Every page reads and changes memory through the operations every surface uses: `engine.scoped.open_scoped`
+Every page reads and changes memory through the operations every surface uses: `engine.access.scoped.open_scoped`
 (the grant check: a workspace outside the token's grant answers as one that does not exist, a change with a
 read-only token is refused) then the `Memory` method; jobs go through the service (`Service.launch`,
 `run_status`, `retry`, `job_runs`) as the API's flow routes do.
@@ -27,11 +27,11 @@ from dreamflow.http.access import DASHBOARD, grant_of
 from dreamflow.web.graph_layout import kind_of
 from dreamflow.web.markdown_html import compact, line_range
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
-from engine import scoped
-from engine.grants import Grant
-from storage import facts
+from engine.access import scoped
+from engine.config.grants import Grant
+from storage.text import facts
 from storage.errors import DreamflowError, InvalidInput
-from storage.index import EXPLAINED
+from storage.index.indexer import EXPLAINED
 
 # The page may load only its own scripts, styles and images; it can be framed by nobody.
 SECURITY_HEADERS = {
@@ -41,7 +41,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",  # pages hold memory text
 }
-# A dream's decision per fact, as people say it (storage/dream_log.py actions)
+# A dream's decision per fact, as people say it (storage/files/dream_log.py actions)
 DECIDED = {"created": "new node", "added": "added", "same": "known already", "refined": "refined",
            "replaced": "replaced", "FAILED": "failed"}
 HEALTH_SECONDS = 300  # a workspace's doctor report is reused this long (it reads every file)

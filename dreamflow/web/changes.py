@@ -16,7 +16,7 @@ from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, check_form, clear_cookie, set_cookie, visitor
 from dreamflow.web.markdown_html import block_id, line_range
 from storage.errors import Changed, InvalidInput
-from storage.markdown import render_frontmatter, split_frontmatter
+from storage.text.markdown import render_frontmatter, split_frontmatter
 
 router = APIRouter()
 

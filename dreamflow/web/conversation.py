@@ -1,4 +1,4 @@
-"""A conversation file (`session/dialog/<id>.jsonl`, one message a line, storage/dialog.py) shown as a
+"""A conversation file (`session/dialog/<id>.jsonl`, one message a line, storage/files/dialog.py) shown as a
 conversation: who said what, when, each message at its line's anchor (`#L3`), so a trace's link to
 `session/dialog/x.jsonl#L3` lands on that message. A line that is not a message record is shown as it is."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from storage.dialog import content_text, message_time
-from storage.model import split_lines
-from storage.tokenize import terms
+from storage.files.dialog import content_text, message_time
+from storage.text.model import split_lines
+from storage.index.tokenize import terms
 
 from dreamflow.web.markdown_html import mark
 

@@ -1,4 +1,4 @@
-"""A file's facts as the file page shows them (storage/facts.py): each fact line a row with its sentence, kind,
+"""A file's facts as the file page shows them (storage/text/facts.py): each fact line a row with its sentence, kind,
 subject, validity window and status, what it replaced and what replaced it, its sources, and its "where
 from?" (the `trace` operation).
 
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dreamflow.web.markdown_html import LinkTo, block_id, render_inline
-from storage import facts, validity
+from storage.text import facts, validity
 
 REPLACED, ENDED = "replaced", "ended"  # a node fact no longer current: with a successor, or its `until` came
-RETRACTED = "retracted"  # a fact a person said is wrong (storage/retraction.py): on a node or a card
+RETRACTED = "retracted"  # a fact a person said is wrong (storage/files/retraction.py): on a node or a card
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import PurePosixPath
 
-from storage.workspace import ARCHIVE, BUCKETS
+from storage.files.workspace import ARCHIVE, BUCKETS
 
 LINE_CHARS = 20  # of a label line; a label has at most two
 CHAR_WIDTH = 6.8  # px, a generous estimate of a 12px sans-serif character (the template's font size)

@@ -1,10 +1,10 @@
 """A memory file's Markdown as safe HTML for the dashboard: one `<div class="block">` per top-level block with
 the lines it comes from, working wikilinks, and the query's words marked.
 
-- Blocks: storage/outline.parse_blocks cuts the body (the same cut the index's chunks follow), lists into their
+- Blocks: storage/text/outline.parse_blocks cuts the body (the same cut the index's chunks follow), lists into their
   items; each is rendered alone by marko (GFM) as a `Segment` with the file lines it comes from (the file page
   wraps it with `id="L<first line>"`, `data-start` and `data-end`), so a search hit opens the file at its lines
-  and a line's "where from?" names it. A fact line (storage/facts.py) is left to the page, which shows it as a
+  and a line's "where from?" names it. A fact line (storage/text/facts.py) is left to the page, which shows it as a
   fact (dreamflow/web/fact_rows.py); its sentence is rendered by `render_inline`.
 - Wikilinks `[[target#anchor|alias]]` become links to the target's file page (`#L9-L10` opens it at those
   lines, `#^f2` at that fact); a target that does not exist is marked `missing`. Typed links (`uses:: [[x]]`)
@@ -28,11 +28,11 @@ from marko.ext.gfm import GFM
 from marko.helpers import MarkoExtension
 from marko.html_renderer import HTMLRenderer
 
-from storage.instructions import is_instruction
-from storage.markdown import heading_slug
-from storage.model import split_lines
-from storage.outline import parse_blocks
-from storage.tokenize import terms
+from storage.text.instructions import is_instruction
+from storage.text.markdown import heading_slug
+from storage.text.model import split_lines
+from storage.text.outline import parse_blocks
+from storage.index.tokenize import terms
 
 SAFE_SCHEMES = ("http", "https", "mailto")
 _WORD = re.compile(r"\w+")
@@ -167,7 +167,7 @@ def instruction_lines(text: str, first_line: int = 1) -> list[int]:
 def render_source(text: str, first_line: int = 1, query: str = "", lines: tuple[int, int] | None = None,
                   instructions: Collection[int] | None = None) -> str:
     """Plain text as numbered lines (`id="L<n>"`), the query's words marked, `lines` highlighted, a line that
-    reads as an instruction to an agent marked (`instruction`, storage/instructions.py; `instructions`: those
+    reads as an instruction to an agent marked (`instruction`, storage/text/instructions.py; `instructions`: those
     lines' numbers when the caller has `instruction_lines` already, the detector being ~0.5 ms a line)."""
     marked = frozenset(terms(query)) if query else frozenset()
     flagged = set(instruction_lines(text, first_line) if instructions is None else instructions)
@@ -187,7 +187,7 @@ def compact(text: str) -> str:
 
 
 def mark(text: str, marked: frozenset[str] | set[str]) -> str:
-    """`text` HTML-escaped, each word whose search term (storage/tokenize.py) is in `marked` in `<mark>`."""
+    """`text` HTML-escaped, each word whose search term (storage/index/tokenize.py) is in `marked` in `<mark>`."""
     if not marked:
         return html.escape(text)
     out, at = [], 0

@@ -17,13 +17,16 @@ from dreamflow.web.app import URLS, Visitor, number, visitor
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import (block_id, compact, instruction_lines, line_range, mark, render_body,
                                          render_source)
-from engine import scoped
-from storage import doctor, dream_log, facts, recall, redaction_log, validity
+from engine.access import scoped
+from storage.index import doctor
+from storage.files import dream_log, redaction_log
+from storage.text import facts, validity
+from storage.search import recall
 from storage.arguments import parse_date
 from storage.errors import DreamflowError, InvalidInput
-from storage.markdown import split_frontmatter
-from storage.outline import parse_blocks
-from storage.tokenize import terms
+from storage.text.markdown import split_frontmatter
+from storage.text.outline import parse_blocks
+from storage.index.tokenize import terms
 
 router = APIRouter()
 

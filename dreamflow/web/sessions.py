@@ -3,7 +3,7 @@
 The sign-in form posts the token (the API's: the admin token or one from `dreamflow token create`); the
 service keeps it in memory under a random session id, and the browser gets only that id, in an HttpOnly,
 SameSite=Strict cookie scoped to `/ui` and named after the service's port (services on other ports of one
-host do not overwrite each other's). Every request asks the token file again (`engine.grants.Tokens`), so a
+host do not overwrite each other's). Every request asks the token file again (`engine.config.grants.Tokens`), so a
 revoked token signs its sessions out. Each session has a CSRF token that every form of the dashboard sends
 back. Without any token configured, everyone is the admin (as on the API) and a session is made at the first
 visit, for its CSRF token only.
@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from engine.grants import Grant, Tokens
+from engine.config.grants import Grant, Tokens
 
 MAX_SESSIONS = 1_000
 IDLE_SECONDS = 7 * 24 * 3600

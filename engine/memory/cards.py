@@ -1,6 +1,6 @@
 """Cards: `daily/<date>/<name>.md`, one per conversation per day or per resource.
 
-A card is a list of facts (storage/facts.py) grouped by kind, each citing the messages or resource lines it
+A card is a list of facts (storage/text/facts.py) grouped by kind, each citing the messages or resource lines it
 comes from. The model only lists facts (engine/memory/extraction.py); code checks each one and writes the card:
 a card is found again by an identity key in its frontmatter (`session_id` or `source_resource`), new facts are
 added to it with new block ids (a fact it already states is not added twice), and nothing else in it is
@@ -16,17 +16,18 @@ import unicodedata
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from engine.llm import LLM, AnswerRefused
+from engine.models.llm import LLM, AnswerRefused
 from engine.memory import extraction, quality
 from engine.memory.thresholds import MAX_CALL_CHARS, MAX_RESOURCE_CHARS, TITLE_WORDS
 from engine.prompts import load_prompt
-from engine.toolbox import read_text
-from engine.usage import charged
-from storage import checkpoints, dialog, facts, redact, retraction
+from engine.access.toolbox import read_text
+from engine.models.usage import charged
+from storage.files import checkpoints, dialog, retraction
+from storage.text import facts, redact
 from storage.errors import Conflict, InvalidInput, NotFound
-from storage.markdown import split_frontmatter
-from storage.text_view import read_all
-from storage.tokenize import terms
+from storage.text.markdown import split_frontmatter
+from storage.files.text_view import read_all
+from storage.index.tokenize import terms
 
 GENERIC_TITLE = frozenset(terms("conversation chat session messages message notes note summary facts day user"))
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}
@@ -272,7 +273,7 @@ def summarise_session(memory, llm: LLM, session_id: str, records: list[dict], li
 
 def summarise_resource(memory, root, seen: dict, path: str, date: str) -> dict:
     """Write or update the card of resource `path` in `daily/<date>/` from its facts, each citing the lines it
-    comes from, redacted with the patterns of the workspace at `root` (storage/redact.py) before the model
+    comes from, redacted with the patterns of the workspace at `root` (storage/text/redact.py) before the model
     reads it; content whose hash the checkpoint's `seen` record holds is skipped, no model asked. An updated resource's card is rewritten from its
     current facts. `{path, action: unchanged|none|created|updated, hash, ..., usage}`."""
     raw = read_all(memory, path)

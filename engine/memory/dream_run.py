@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from engine import usage_log
-from engine.toolbox import read_text
-from engine.usage import Usage
-from storage import checkpoints
+from engine.models import usage_log
+from engine.access.toolbox import read_text
+from engine.models.usage import Usage
+from storage.files import checkpoints
 
 
 def finish(memory, ws, date: str, gathered: dict, outcomes: list[dict], failures: list[dict], topics: dict,

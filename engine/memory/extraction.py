@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field, field_validator
 
-from engine.llm import response_schema
+from engine.models.llm import response_schema
 from engine.memory import quality, relative_dates
 from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
                                      MIN_FACT_TERMS)
-from storage import facts
-from storage.chunking import ECHO_NEW_WORDS
-from storage.tokenize import SMALL_TALK, terms
+from storage.text import facts
+from storage.index.chunking import ECHO_NEW_WORDS
+from storage.index.tokenize import SMALL_TALK, terms
 
 
 RESTATED = ("ungrounded", "question", "copy", "long", "same_change", "joined")  # refusals of a fact's wording:
@@ -379,7 +379,7 @@ def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> t
 def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
     """The user message an assistant's fact repeats (see `from_user`), or None: the nearest one holding
     `ECHO_SHARE` of its content words, or the user message it replies to when it only echoes that one (repeats
-    some of its words and adds no more than a reply that echoes a line, storage/chunking.ECHO_NEW_WORDS or as many
+    some of its words and adds no more than a reply that echoes a line, storage/index/chunking.ECHO_NEW_WORDS or as many
     as it repeats: "Osteria Lupa sounds lovely for an anniversary." after "We booked Osteria Lupa for our
     anniversary dinner.", or opens by saying its value back: `_opens_with`)."""
     wanted = _content(text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from storage.facts import Fact
+from storage.text.facts import Fact
 
 RelationName = Literal["new", "same", "refines", "replaces"]
 

@@ -1,6 +1,6 @@
 """Content checks on what a model writes (cards, digest nodes, merged and split nodes): pure functions, one
 per rule, each returning `(rule, message)` when the text breaks it, else None. The jobs run `check` on every
-answer before anything is written; a refused answer gets one repair turn naming the rule (engine/llm.py),
+answer before anything is written; a refused answer gets one repair turn naming the rule (engine/models/llm.py),
 then the unit fails and its input stays unconsumed.
 
 Thresholds (chosen so that no good answer of the test suite is refused; docs/jobs.md "Quality gates"):
@@ -15,7 +15,7 @@ Thresholds (chosen so that no good answer of the test suite is refused; docs/job
   is not the transcript;
 - a text echoes the `instructions` when at least `ECHO_SHARE` of its word runs (at least 2) come from the
   request's own text (system prompt, repair turn) and not from the material;
-- a line that reads as an instruction to an agent (storage/instructions.py: override earlier instructions,
+- a line that reads as an instruction to an agent (storage/text/instructions.py: override earlier instructions,
   run or fetch something, reveal secrets, change role) breaks `instructions` too, whatever the material says;
 - a digest node `pasted` a source when at least `PASTED_SHARE` of a cited file's words (its Sources aside; a
   file of `PASTED_MIN_WORDS`+ words) are copied into it: the file whole, in any layout or order, not
@@ -31,13 +31,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine import ops
-from engine.llm import text_tool_call
+from engine.models.llm import text_tool_call
 from engine.memory.thresholds import (COPY_MIN_WORDS, COPY_SHARE, MIN_TERMS, PASTED_MIN_WORDS, PASTED_SHARE,
                                      VERBATIM_RUN)
 from engine.memory.thresholds import INSTRUCTIONS_SHARE as ECHO_SHARE
-from storage import instructions as planted
-from storage.markdown import split_frontmatter
-from storage.tokenize import terms
+from storage.text import instructions as planted
+from storage.text.markdown import split_frontmatter
+from storage.index.tokenize import terms
 
 
 Finding = tuple[str, str]
@@ -151,7 +151,7 @@ def tool(name: str, body: str = "") -> Finding | None:
 
 def instructions(text: str, material: Material) -> Finding | None:
     """Text taken from the request's own instructions rather than from the material, or a line that reads as
-    an instruction to an agent (storage/instructions.py, the detector recall and the hooks use): memory holds
+    an instruction to an agent (storage/text/instructions.py, the detector recall and the hooks use): memory holds
     what was said, never orders to a model, even when the material says them."""
     for line in without_sources(text).splitlines():
         found = planted.kinds(line)
