@@ -222,6 +222,7 @@ def test_both_hooks_give_what_holds_now(tmp_path):
     ("For a Monday and Thursday gym plan, start with compound lifts, keep sessions under an hour and rest "
      "on the days between.", False),  # what the assistant adds is its own
     ("What time do you usually wake up?", False),  # shares no word
+    ("Mondays and Thursdays, plenty of time to recover in between.", True),  # says the value back, then remarks
 ])
 def test_a_reply_that_only_echoes_a_cited_line_is_covered_by_its_fact(reply, echo):
     from storage.index.chunking import echoes

@@ -25,7 +25,7 @@ from engine.memory import quality, relative_dates
 from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
                                      MIN_FACT_TERMS)
 from storage.text import facts
-from storage.index.chunking import ECHO_NEW_WORDS
+from storage.index.chunking import ECHO_NEW_WORDS, says_back
 from storage.index.tokenize import SMALL_TALK, terms
 
 
@@ -381,7 +381,7 @@ def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
     `ECHO_SHARE` of its content words, or the user message it replies to when it only echoes that one (repeats
     some of its words and adds no more than a reply that echoes a line, storage/index/chunking.ECHO_NEW_WORDS or as many
     as it repeats: "Osteria Lupa sounds lovely for an anniversary." after "We booked Osteria Lupa for our
-    anniversary dinner.", or opens by saying its value back: `_opens_with`)."""
+    anniversary dinner.", or opens by saying its value back: storage/index/chunking.says_back)."""
     wanted = _content(text)
     first = min(items.index(c) for c in cited)
     replied = True  # the first user message before it: the one it replies to
@@ -390,17 +390,10 @@ def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:
             continue
         shared = wanted & set(terms(item.text))
         if len(shared) >= ECHO_SHARE * len(wanted) or (replied and (
-                (shared and len(wanted - shared) <= max(ECHO_NEW_WORDS, len(shared))) or _opens_with(text, item))):
+                (shared and len(wanted - shared) <= max(ECHO_NEW_WORDS, len(shared))) or says_back(text, set(terms(item.text)) - SMALL_TALK))):
             return item
         replied = False
     return None
-
-
-def _opens_with(text: str, item: Item) -> bool:
-    """Whether `text` opens with a clause made only of words of `item` (`April 12, plenty of time to train.`
-    after `I signed up for the Lakeside half marathon on April 12.`): a reply that acknowledges the value."""
-    opening = set(terms(re.split(r"[,.;:!?]|\s[-–—]\s", text, maxsplit=1)[0])) - FRAMING - SMALL_TALK
-    return bool(opening) and opening <= set(terms(item.text))
 
 
 def _kept(fact: ExtractedFact, checked: _Checked) -> facts.Fact:

@@ -505,7 +505,8 @@ def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
     """Lines of `records` ((line, speaker, text), in order) that only echo a cited line: a message not the
     user's, right after the user's cited message, repeating some of its words and adding no more than
     ECHO_NEW_WORDS or as many as it repeats ("Noted, gym on Mondays and Thursdays.", "March 14 for Tomasz, I'll
-    keep it in mind."): the fact citing the user's line says what it says. A reply adding more is its own."""
+    keep it in mind."), or saying its value back first (`says_back`): the fact citing the user's line says what
+    it says. A reply adding more is its own."""
     ack = set(terms(ACKNOWLEDGING))
     found, last_user = set(), None
     for line, speaker, text in records:
@@ -514,9 +515,17 @@ def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
             continue
         words = set(terms(text)) - ack
         shared = words & last_user[1] if last_user is not None else set()
-        if shared and len(words - shared) <= max(ECHO_NEW_WORDS, len(shared)):
+        if shared and (len(words - shared) <= max(ECHO_NEW_WORDS, len(shared)) or says_back(text, last_user[1])):
             found.add(line)
     return found
+
+
+def says_back(reply: str, said: set[str]) -> bool:
+    """Whether `reply` opens with a clause made only of the terms `said` holds, acknowledging words aside
+    (`April 12, plenty of time to train.` after `I signed up for the Lakeside half marathon on April 12.`): a
+    reply that says the value back, then remarks on it."""
+    opening = set(terms(re.split(r"[,.;:!?]|\s[-–—]\s", reply, maxsplit=1)[0])) - set(terms(ACKNOWLEDGING))
+    return bool(opening) and opening <= said
 
 
 def chunk_jsonl(text: str, first_line: int = 1, max_chars: int = MAX_CHARS, dialog: bool = False) -> list[Chunk]:
