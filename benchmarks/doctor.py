@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import doctor, indexer as index  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 BUCKETS = ("personal", "procedure", "wiki")
 

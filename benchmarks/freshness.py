@@ -40,9 +40,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 from cli_search import dreamflow_command, summary, wall  # noqa: E402
 from locomo import add_data_options, build_workspace, load, questions  # noqa: E402
 
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import freshness, indexer as index  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 PER_FOLDER = 20
 ROUNDS = 7

@@ -52,10 +52,10 @@ from benchmarks.service import pct  # noqa: E402
 from cli_probe import ENTRY  # noqa: E402  (the console script as pyproject.toml declares it)
 from dreamflow.hooks import context as hook_context  # noqa: E402
 from engine.config.settings import Settings  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import indexer as index  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.search.recall import recall  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 SMALL_TALK = [
     "hi", "thanks!", "ok, go ahead", "looks good to me", "run the tests please", "commit and push",

@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 
 from dreamflow.hooks.context import context
-from storage.text import instructions
 from storage.memory import Memory
+from storage.text import instructions
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "instructions.json"
 

@@ -41,10 +41,10 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import indexer as index  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.search.search import PER_FILE, search  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 SOURCE = "https://github.com/snap-research/locomo"
 PUBLIC_FILE = "locomo10.json"  # the release's data/locomo10.json: a list of {sample_id, conversation, qa, ...}

@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
 from engine.models.embedders import LOCAL_MODEL_ID, make_embedder  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import vectors  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.search import search as search_module  # noqa: E402
 from storage.search.search import search  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -37,11 +37,11 @@ import locomo  # noqa: E402
 import locomo_hybrid  # noqa: E402
 
 from engine.models.embedders import make_embedder  # noqa: E402
-from storage.search import search as S  # noqa: E402
-from storage.search import timeref
 from storage.index import vectors  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.index.tokenize import terms  # noqa: E402
+from storage.search import search as S  # noqa: E402
+from storage.search import timeref
 
 TUNE = ("conv-26", "conv-30")
 HYBRID = ((1.0, 0.2), 10)  # the product's fusion for the local MiniLM (storage/index/vectors.VectorIndex)

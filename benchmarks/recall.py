@@ -32,11 +32,11 @@ from benchmarks.locomo import (  # noqa: E402
     questions,
     session_of,
 )
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import indexer as index  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.search.recall import recall, tokens  # noqa: E402
 from storage.search.search import search  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 BUDGETS = (1000, 2000, 4000)
 POOL = 50  # search hits fetched per question (more than any budget holds)

@@ -32,12 +32,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from storage.index import indexer as index
-from storage.search import cache as search_cache  # noqa: E402
-from storage.index.db import IndexDB  # noqa: E402
-from storage.search.search import search  # noqa: E402
-from storage.index.tokenize import STOPWORDS  # noqa: E402
 from storage.files.workspace import Workspace  # noqa: E402
+from storage.index import indexer as index
+from storage.index.db import IndexDB  # noqa: E402
+from storage.index.tokenize import STOPWORDS  # noqa: E402
+from storage.search import cache as search_cache  # noqa: E402
+from storage.search.search import search  # noqa: E402
 
 SECTIONS_PER_FILE = 10
 WORDS_PER_SECTION = 150

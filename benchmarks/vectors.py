@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo  # noqa: E402
 import scale  # noqa: E402
+from storage.files.workspace import Workspace  # noqa: E402
 from storage.index import vectors  # noqa: E402
 from storage.index.db import IndexDB  # noqa: E402
 from storage.search.search import search  # noqa: E402
-from storage.files.workspace import Workspace  # noqa: E402
 
 DIM = 384
 CLUSTERS = 256

@@ -32,8 +32,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.jobs import JOBS, Job
 from engine.config.settings import Settings
+from engine.jobs import JOBS, Job
 
 RESOURCE_EVENT = "dreamflow.resource.changed"
 RESOURCE_PREFIX = "dreamflow.resource."

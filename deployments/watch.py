@@ -20,8 +20,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from storage.errors import PathError
-from storage.index.indexer import is_indexed_path
 from storage.files.workspace import Workspace
+from storage.index.indexer import is_indexed_path
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.states import Failed
 
-from engine.config.days import check_date, today
 from engine.access.job_workspace import llm_or_skipped, workspace_root
+from engine.config.days import check_date, today
 from flows.unit_pool import UnitPool
 from storage.errors import UnitsFailed
 from tasks.dream import consolidate, finish, gather, publish_report, settle

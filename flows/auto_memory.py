@@ -6,12 +6,12 @@ from collections import Counter
 
 from prefect import flow
 
-from engine.config.days import check_date, today
 from engine.access.job_workspace import llm_or_skipped, workspace_root
+from engine.config.days import check_date, today
 from engine.models.usage import Usage
+from storage.errors import InvalidInput
 from storage.files import dialog
 from storage.text import redact
-from storage.errors import InvalidInput
 from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prefect import flow
 
-from engine.config.days import today
 from engine.access.job_workspace import llm_or_skipped, workspace_root
+from engine.config.days import today
 from storage.text.markdown import path_date
 from tasks.cards import (check_resource, publish_usage, record_resource, refresh_day, remove_resource_card,
                          summarise_resource)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.states import Failed
 
-from engine.config.days import today
 from engine.access.job_workspace import llm_or_skipped, workspace_root
+from engine.config.days import today
 from flows.unit_pool import UnitPool
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
 from storage.errors import UnitsFailed

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prefect import flow
 
-from engine.config.days import check_date, today
 from engine.access.job_workspace import workspace_root
+from engine.config.days import check_date, today
 from tasks.topics import read_topics
 
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Literal
 
 from storage.arguments import (MAPPING, OVERLONG_LINES, STALE_DAYS, TEXTS, Bucket, Count, OptionalText, OptionalTexts,
                                Query, Text, bucket_name, checked, count, new_path_problem, parse_date, search_date)
-from storage.files.day_page import day_page
 from storage.errors import Changed, Conflict, IndexRebuilt, InvalidInput, NotFound, PathError
+from storage.files.day_page import day_page
 from storage.files.text_view import READ_CHARS, READ_CHARS_MAX, decode, page, split_head, text_lines
 from storage.files.workspace import (
     Workspace,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.models import usage_log
 from engine.access.job_workspace import memory_of, metadata_of
-from engine.models.llm import LLM
-from engine.memory import cards
 from engine.config.prefect_env import run_logger
+from engine.memory import cards
+from engine.models import usage_log
+from engine.models.llm import LLM
 from storage.files import checkpoints
 
 

@@ -13,15 +13,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from engine.models import usage_log
-from engine.models.embedders import make_embedder, unavailable
 from engine.access.job_workspace import memory_of, metadata_of
-from engine.models.llm import LLM
+from engine.config.prefect_env import run_logger
+from engine.config.settings import Settings
 from engine.memory import dream_run, gathering
 from engine.memory.consolidation import Embed, consolidate_fact, similarity
 from engine.memory.objects import Unit
-from engine.config.prefect_env import run_logger
-from engine.config.settings import Settings
+from engine.models import usage_log
+from engine.models.embedders import make_embedder, unavailable
+from engine.models.llm import LLM
 from engine.models.usage import charged
 from storage.files import checkpoints, dream_log
 

@@ -17,21 +17,21 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field, field_validator
 
-from engine.models import usage_log
-from engine.memory import quality
 from engine.access.job_workspace import memory_of, metadata_of
-from engine.models.llm import LLM, response_schema
 from engine.access.toolbox import predict, read_text
+from engine.memory import quality
+from engine.memory.cards import slugify, unique_path
+from engine.models import usage_log
+from engine.models.llm import LLM, response_schema
 from engine.models.usage import Usage, charged
-from storage.files import checkpoints
-from storage.text import facts
+from engine.prompts import load_prompt
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
-from storage.index.doctor import describe
 from storage.errors import WriteRejected
+from storage.files import checkpoints
+from storage.index.doctor import describe
+from storage.text import facts
 from storage.text.graph_edit import ARCHIVE, Proposal, link_targets, merge_body, split_bodies, weave
 from storage.text.markdown import render_frontmatter, split_frontmatter
-from engine.memory.cards import slugify, unique_path
-from engine.prompts import load_prompt
 
 MAX_NODE_CHARS = 12_000   # node text shown to the model
 CHECKPOINT = "link-mine"  # metadata/checkpoints/link-mine.json: {files: {path: "size:mtime"}}

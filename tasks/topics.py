@@ -7,11 +7,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from engine.memory import interests
 from engine.access.job_workspace import memory_of
-from engine.models.llm import LLM, LLMError, response_schema
 from engine.config.prefect_env import run_logger
 from engine.config.settings import Settings
+from engine.memory import interests
+from engine.models.llm import LLM, LLMError, response_schema
 from engine.prompts import load_prompt
 
 

@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from storage.text.markdown import parse_links
 from storage.memory import Memory, recover
+from storage.text.markdown import parse_links
 
 SRC, DST = "digest/wiki/target.md", "digest/wiki/moved.md"
 TEMP = re.compile(r"^\..+\.tmp$")

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from storage.text import facts
-from storage.search import cache as search_cache
 from storage.index.db import IndexDB
 from storage.memory import Memory
+from storage.search import cache as search_cache
 from storage.search.search import search
+from storage.text import facts
 
 NODE = "digest/personal/user.md"
 OLD_CARD, NEW_CARD, FRESH_CARD = ("daily/2026-11-02/gym.md", "daily/2026-11-05/schedule.md",

@@ -15,8 +15,8 @@ import pytest
 from crash_harness import DST, SRC, build_template, dangling, kill_at_rewrite, kill_during_close, trial
 
 from storage.files import journal
-from storage.memory import Memory, recover
 from storage.files.workspace import WRITERS
+from storage.memory import Memory, recover
 
 TRIALS = 10
 LINKING = 300

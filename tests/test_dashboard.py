@@ -22,8 +22,8 @@ from service_harness import RunningService, ThreadedServer, register, wait_for
 from test_api import ApiServer
 
 from storage.files import dream_log
-from storage.text import facts
 from storage.memory import Memory
+from storage.text import facts
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -6,8 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from storage.memory import Memory
 from storage.files.workspace import GITIGNORES, LAYOUT
+from storage.memory import Memory
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
+from engine.config.settings import Settings
 from engine.models import embedders
 from engine.models.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder, make_embedder
-from engine.config.settings import Settings
 
 
 def word_vectors(texts: list[str]) -> list[list[float]]:

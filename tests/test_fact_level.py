@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from storage.index import doctor
-from storage.text import facts
 from storage.memory import Memory
+from storage.text import facts
 
 NODE = "digest/people/ana.md"
 OLD, NEW = "daily/2026-03-02/ana-porto.md", "daily/2026-09-14/ana-moves.md"

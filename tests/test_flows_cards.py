@@ -15,12 +15,12 @@ from flows.auto_resource import auto_resource
 from flows.maintenance import optimize, reindex
 from flows.proactive import proactive
 from llm_server import Reply, answer_by_message, fact, json_reply, misbehave
+from storage.errors import InvalidInput
 from storage.files import checkpoints
-from storage.text import facts
 from storage.index import vectors
 from storage.index.db import IndexDB
-from storage.errors import InvalidInput
 from storage.memory import Memory
+from storage.text import facts
 
 FACTS = "list the facts worth remembering"
 DAY = "2026-11-05"

@@ -15,12 +15,12 @@ from engine.models.llm import LLMNotConfigured
 from flows.auto_dream import auto_dream
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
-from storage.files import checkpoints, dream_log
-from storage.text import facts
 from storage.errors import UnitsFailed
-from storage.text.markdown import split_frontmatter
-from storage.memory import Memory
+from storage.files import checkpoints, dream_log
 from storage.files.workspace import Workspace
+from storage.memory import Memory
+from storage.text import facts
+from storage.text.markdown import split_frontmatter
 
 COMPARE = "You keep a memory of facts up to date"
 FACTS = "list the facts worth remembering"

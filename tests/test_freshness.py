@@ -16,9 +16,9 @@ from service_harness import DREAMFLOW
 from test_hooks_inject import ANY_MATCH, hook, injected, prompt
 from test_mcp import call, stdio
 
+from storage.errors import InvalidInput
 from storage.index import freshness
 from storage.index.db import IndexDB
-from storage.errors import InvalidInput
 from storage.memory import Memory
 
 pytestmark = pytest.mark.timeout(240)

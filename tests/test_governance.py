@@ -10,8 +10,8 @@ from dreamflow.cli import cli
 from flows.governance import archive, doctor, link_mine, merge, split
 from llm_server import Reply, json_reply, misbehave, text_of
 from engine.models import usage_log
-from storage.text.markdown import parse_links, split_frontmatter
 from storage.memory import Memory
+from storage.text.markdown import parse_links, split_frontmatter
 
 BAKE, BEN = "daily/2024-05-08/bake.md", "daily/2024-05-09/ben.md"
 

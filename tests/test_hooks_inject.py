@@ -18,10 +18,10 @@ from cli_probe import ENTRY_PROBE as PROBE
 from test_hooks import SESSION
 from test_registry import registered
 
-from storage.index import indexer as index
-from storage.search import recall
-from storage.index.db import IndexDB
 from storage.files.workspace import Workspace
+from storage.index import indexer as index
+from storage.index.db import IndexDB
+from storage.search import recall
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,10 +16,10 @@ from test_api import ApiServer
 from test_cli import as_json, run, run_process
 
 from deployments.watch import WorkspaceWatcher
-from storage.index import indexer as index
 from storage.errors import InvalidInput, PathError
-from storage.memory import Memory, recover
 from storage.files.workspace import NOT_UTF8
+from storage.index import indexer as index
+from storage.memory import Memory, recover
 
 BAD_NAME = b"caf\xe9.md"  # "café.md" in Latin-1
 

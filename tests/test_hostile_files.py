@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from storage.errors import InvalidInput
-from storage.text.markdown import parse_file, split_frontmatter
 from storage.memory import Memory
+from storage.text.markdown import parse_file, split_frontmatter
 from storage.text.yaml_load import ALIAS_BUDGET, AliasBombError, load
 
 

@@ -9,8 +9,8 @@ import pytest
 from dreamflow.service.hosting import Hosts, WorkspaceOwned
 from engine.config.registry import Registry
 from engine.config.settings import Settings
-from storage.index.db import IndexDB
 from storage.files.workspace import Workspace
+from storage.index.db import IndexDB
 
 
 @pytest.fixture

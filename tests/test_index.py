@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from storage.errors import IndexBusy
 from storage.index import indexer as index
 from storage.index.db import IndexDB
-from storage.errors import IndexBusy
 from storage.search.search import search, traverse
 
 NOTE = "---\nname: {name}\ndescription: {desc}\n---\n# {name}\n\n{body}\n"

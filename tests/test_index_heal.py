@@ -14,11 +14,11 @@ import httpx
 import pytest
 from crash_harness import cli
 
+from storage.errors import IndexRebuilt
+from storage.files.workspace import Workspace
 from storage.index import db as index_db
 from storage.index.db import IndexDB
-from storage.errors import IndexRebuilt
 from storage.memory import Memory
-from storage.files.workspace import Workspace
 
 FIXTURE = Path(__file__).parent / "fixtures" / "damaged-index.tar.gz"
 HUB = "digest/wiki/hub14.md"

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from engine.memory import interests
-from engine.memory import extraction, relative_dates
 from engine.access.toolbox import predict
-from storage.files import checkpoints, dialog
-from storage.text import facts
-from storage.errors import InvalidInput, WriteRejected
-from storage.memory import Memory
+from engine.memory import extraction, relative_dates
+from engine.memory import interests
 from engine.memory.cards import add_facts, find_card, slugify, unique_path
 from engine.memory.consolidation import since
 from engine.memory.gathering import changed_files, group, subject, window
 from engine.memory.objects import CardFact, Unit
+from storage.errors import InvalidInput, WriteRejected
+from storage.files import checkpoints, dialog
+from storage.memory import Memory
+from storage.text import facts
 from tasks.governance import link_guard
 
 

@@ -6,9 +6,9 @@ target in the facts shown) and whether the model is asked at all."""
 
 import pytest
 
-from engine.models.llm import LLM
 from engine.memory.consolidation import decide, judge, weigh
 from engine.memory.objects import Candidate, CardFact, Decision
+from engine.models.llm import LLM
 from llm_server import json_reply, text_of
 from storage.text.facts import Fact
 

@@ -21,8 +21,8 @@ from mcp.shared.exceptions import MCPError
 from service_harness import DREAMFLOW
 
 from dreamflow.mcp.server import DEFAULT_TOOLS
-from storage.text.instructions import FRAME
 from engine import ops
+from storage.text.instructions import FRAME
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from storage.files.day_page import CARDS_END, CARDS_START
 from storage.errors import Conflict, InvalidInput, NotFound, PathError
+from storage.files.day_page import CARDS_END, CARDS_START
 from storage.memory import Memory
 
 

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.index.chunking import MAX_CHARS
 from storage.errors import InvalidInput
-from storage.text.markdown import headings, parse_file
+from storage.index.chunking import MAX_CHARS
 from storage.memory import Memory
+from storage.text.markdown import headings, parse_file
 
 # Markdown and YAML fragments that open, close or confuse blocks, glued in random order with random text.
 FRAGMENTS = ["# ", "## ", "---\n", "```\n", "```python\n", "~~~\n", "- ", "1. ", "> ", "| a | b |\n", "|---|---|\n",

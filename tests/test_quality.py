@@ -3,13 +3,13 @@
 import pytest
 from pydantic import BaseModel
 
-from engine.models.llm import LLM, AnswerRefused, shape_of, response_schema
 from engine.config.settings import Settings
+from engine.models.llm import LLM, AnswerRefused, shape_of, response_schema
 from llm_server import copy_shown
 from engine.memory import quality
 from engine.memory.quality import Material, check
-from storage.files.dialog import transcript
 from storage.errors import JobFailed
+from storage.files.dialog import transcript
 
 DIALOG = ("[2024-05-08T09:00:00] user: My sister Ana moved from Lisbon to Porto last week.\n"
           "[2024-05-08T09:01:00] assistant: Nice! Does she still work at the bakery?\n"

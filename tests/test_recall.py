@@ -9,12 +9,12 @@ from test_api import ApiServer
 
 from dreamflow.cli import cli
 from engine.access.client import RemoteMemory
-from storage.search import recall as recall_module
 from storage.errors import InvalidInput
-from storage.text.instructions import FRAME
-from storage.memory import Memory
-from storage.search.recall import tokens
 from storage.files.text_view import read_all
+from storage.memory import Memory
+from storage.search import recall as recall_module
+from storage.search.recall import tokens
+from storage.text.instructions import FRAME
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from storage.text import facts
-from storage.files import journal, retraction
 from storage.errors import Conflict, InvalidInput, NotFound
-from storage.text.markdown import split_frontmatter
+from storage.files import journal, retraction
 from storage.memory import Memory, recover
+from storage.text import facts
+from storage.text.markdown import split_frontmatter
 
 DAY = "2026-11-02"
 CARD = f"daily/{DAY}/new-flat.md"

@@ -8,8 +8,8 @@ import pytest
 from flows.auto_dream import auto_dream
 from flows.auto_memory import auto_memory
 from llm_server import answer_by_message, fact
-from storage.text import facts
 from storage.memory import Memory
+from storage.text import facts
 
 DAY, NEXT = "2026-11-05", "2026-11-06"
 STORY = [{"role": "user", "content": "Big news: I moved to Porto last week.", "created_at": f"{DAY}T18:00:00"},

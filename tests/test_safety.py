@@ -14,8 +14,8 @@ from test_cli import as_json, run
 
 from engine.access.client import RemoteMemory
 from storage.errors import Conflict, InvalidInput, PathError
-from storage.memory import Memory
 from storage.files.workspace import Workspace
+from storage.memory import Memory
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ from contextlib import contextmanager
 import duckdb
 import pytest
 
-from storage.index import indexer as index
-from storage.search import arrays as search_arrays, cache as search_cache
-from storage.index.db import IndexDB
 from storage.errors import IndexRebuilt
-from storage.memory import Memory
-from storage.search.search import bm25, node_search, search, terms, traverse
-from storage.index.tokenize import term_hash
 from storage.files.workspace import Workspace
+from storage.index import indexer as index
+from storage.index.db import IndexDB
+from storage.index.tokenize import term_hash
+from storage.memory import Memory
+from storage.search import arrays as search_arrays, cache as search_cache
+from storage.search.search import bm25, node_search, search, terms, traverse
 
 WORDS = ("lisbon porto ridge trail boots risotto mushroom harbour ferry lighthouse museum tram pastry bakery "
          "market violin concert garden river bridge castle hiking dinner sailing storm winter").split()

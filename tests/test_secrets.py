@@ -12,8 +12,8 @@ from secrets_corpus import NEAR_MISSES, SECRETS  # noqa: E402
 
 from llm_server import fact, json_reply  # noqa: E402
 from storage.files import dialog
-from storage.text import redact  # noqa: E402
 from storage.memory import Memory  # noqa: E402
+from storage.text import redact  # noqa: E402
 from test_cli import run  # noqa: E402
 
 KEY = "sk-proj-Rt5Xq2mW8vLz3KpN7bYc1dHfJ4gTs6aE9uIoPlMnBvCxZ0qWeRtYuIo-AbCdEfGh12"

@@ -22,9 +22,9 @@ from llm_server import answer_each_item, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
-from engine.access.client import connect
 from dreamflow.service.children import Child
 from dreamflow.service.supervisor import Options, Service, ServiceError
+from engine.access.client import connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

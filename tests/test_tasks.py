@@ -9,8 +9,8 @@ from engine.access.job_workspace import metadata_of
 from storage.files import checkpoints
 from storage.index import vectors
 from storage.index.db import IndexDB
-from storage.text.markdown import split_frontmatter
 from storage.memory import Memory
+from storage.text.markdown import split_frontmatter
 from tasks.governance import CHECKPOINT, archive_node, doctor_report, mining_queue
 from tasks.maintenance import compact_index, index_stats, reconcile_index
 

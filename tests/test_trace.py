@@ -8,9 +8,9 @@ import subprocess
 import anyio
 import pytest
 
-from storage.text import facts
 from storage.errors import InvalidInput, NotFound, PathError
 from storage.memory import Memory
+from storage.text import facts
 
 DIALOG = "session/dialog/s1.jsonl"
 CARD = "daily/2026-09-14/ana-moves.md"

@@ -5,13 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from engine.models import semantic
 from engine.access.client import local_memory
+from engine.models import semantic
 from engine.models.embedders import EmbedderError, LocalEmbedder, OpenAIEmbedder
 from storage.index import indexer as index, vectors
 from storage.index.db import IndexDB
-from storage.search.search import node_search, search
 from storage.index.vectors import Backfiller, VectorIndex, backfill, pieces
+from storage.search.search import node_search, search
 
 from test_cli import invoke
 from test_embeddings import word_vectors

@@ -18,8 +18,8 @@ from engine.models import embedders
 from flows.auto_dream import auto_dream
 from llm_server import json_reply
 from service_harness import DREAMFLOW, RunningService
-from storage.text import facts
 from storage.memory import Memory
+from storage.text import facts
 
 COMPARE = "You keep a memory of facts up to date"
 SAID = "facts are compared by their words only: local embeddings need the `local` extra"

@@ -10,8 +10,8 @@ import pytest
 
 from cli_probe import ENTRY
 from storage.errors import NotFound, PathError
-from storage.memory import Memory
 from storage.files.workspace import GITIGNORES, LAYOUT, Workspace
+from storage.memory import Memory
 
 
 def test_layout_created_on_first_use(tmp_path):

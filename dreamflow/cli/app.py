@@ -20,9 +20,9 @@ from typing import Any
 import click
 
 from dreamflow import __version__
+from dreamflow.cli.common import fail
 from engine import ops
 from engine.access.client import open_memory
-from dreamflow.cli.common import fail
 from storage.errors import DreamflowError, from_os_error
 
 # The commands besides the generated ones, in the order help lists them: name -> (its module's loader, attribute).

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from engine.models.semantic import status
 from engine.config.settings import Settings
+from engine.models.semantic import status
 
 
 @click.command("embed")

@@ -17,8 +17,8 @@ import click
 from deployments.serve import llm_warning
 from dreamflow.cli.common import fail
 from dreamflow.cli.job_command import job_command
-from engine.jobs import TURN
 from engine.config.settings import DEFAULT_PORT, DEFAULT_PREFECT_PORT, Settings, dreamflow_home
+from engine.jobs import TURN
 from storage.errors import DreamflowError
 
 

@@ -38,14 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dreamflow import __version__
+from dreamflow import web
 from dreamflow.http.access import Access, grant_of, workspace_of
 from dreamflow.http.http_guard import RequestGuard, allowed_hosts
-from dreamflow import web
 from engine import ops
 from engine.access import scoped
-from engine.jobs import JOBS, TURN
 from engine.config.grants import UNKNOWN_WORKSPACE, Tokens
 from engine.config.settings import Settings
+from engine.jobs import JOBS, TURN
 from storage.errors import DreamflowError, InvalidInput, NotFound, NotWritable, envelope, from_os_error
 
 

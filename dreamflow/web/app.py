@@ -29,9 +29,9 @@ from dreamflow.web.markdown_html import compact, line_range
 from dreamflow.web.sessions import Session, Sessions, cookie_name, csrf_ok
 from engine.access import scoped
 from engine.config.grants import Grant
-from storage.text import facts
 from storage.errors import DreamflowError, InvalidInput
 from storage.index.indexer import EXPLAINED
+from storage.text import facts
 
 # The page may load only its own scripts, styles and images; it can be framed by nobody.
 SECURITY_HEADERS = {

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 
 from storage.files.dialog import content_text, message_time
-from storage.text.model import split_lines
 from storage.index.tokenize import terms
+from storage.text.model import split_lines
 
 from dreamflow.web.markdown_html import mark
 

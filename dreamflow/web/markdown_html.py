@@ -28,11 +28,11 @@ from marko.ext.gfm import GFM
 from marko.helpers import MarkoExtension
 from marko.html_renderer import HTMLRenderer
 
+from storage.index.tokenize import terms
 from storage.text.instructions import is_instruction
 from storage.text.markdown import heading_slug
 from storage.text.model import split_lines
 from storage.text.outline import parse_blocks
-from storage.index.tokenize import terms
 
 SAFE_SCHEMES = ("http", "https", "mailto")
 _WORD = re.compile(r"\w+")

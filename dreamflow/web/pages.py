@@ -11,22 +11,22 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from markupsafe import Markup
 
-import dreamflow.web.fact_rows as fact_rows
 from dreamflow.web import conversation
 from dreamflow.web.app import URLS, Visitor, number, visitor
+import dreamflow.web.fact_rows as fact_rows
 from dreamflow.web.graph_layout import layout
 from dreamflow.web.markdown_html import (block_id, compact, instruction_lines, line_range, mark, render_body,
                                          render_source)
 from engine.access import scoped
-from storage.index import doctor
-from storage.files import dream_log, redaction_log
-from storage.text import facts, validity
-from storage.search import recall
 from storage.arguments import parse_date
 from storage.errors import DreamflowError, InvalidInput
+from storage.files import dream_log, redaction_log
+from storage.index import doctor
+from storage.index.tokenize import terms
+from storage.search import recall
+from storage.text import facts, validity
 from storage.text.markdown import split_frontmatter
 from storage.text.outline import parse_blocks
-from storage.index.tokenize import terms
 
 router = APIRouter()
 

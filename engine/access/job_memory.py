@@ -16,10 +16,10 @@ from collections import Counter
 
 from engine import ops
 from engine.config.settings import Settings
-from storage.text import redact
-from storage.files import redaction_log
 from storage.errors import NotFound, TooLarge, WorkspaceGone
+from storage.files import redaction_log
 from storage.files.text_view import read_all
+from storage.text import redact
 
 CAPPED_FOLDERS = ("daily", "digest")
 # Parameters whose text goes into the file, per operation (frontmatter included: a runaway value is as big).

@@ -6,8 +6,8 @@ jobs' link guard: a write that would drop links is `WriteRejected`).
 from __future__ import annotations
 
 from storage.errors import NotFound
-from storage.text.markdown import render_frontmatter, split_frontmatter
 from storage.files.text_view import read_all, split_head
+from storage.text.markdown import render_frontmatter, split_frontmatter
 
 
 def read_text(memory, path: str) -> str | None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.settings import Settings
-from storage.files.dialog import append_messages
 from storage.errors import InvalidInput
+from storage.files.dialog import append_messages
 from storage.files.locks import FileLock
 from storage.files.workspace import Workspace, check_session_id
 

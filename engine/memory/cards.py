@@ -16,18 +16,18 @@ import unicodedata
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from engine.models.llm import LLM, AnswerRefused
+from engine.access.toolbox import read_text
 from engine.memory import extraction, quality
 from engine.memory.thresholds import MAX_CALL_CHARS, MAX_RESOURCE_CHARS, TITLE_WORDS
-from engine.prompts import load_prompt
-from engine.access.toolbox import read_text
+from engine.models.llm import LLM, AnswerRefused
 from engine.models.usage import charged
-from storage.files import checkpoints, dialog, retraction
-from storage.text import facts, redact
+from engine.prompts import load_prompt
 from storage.errors import Conflict, InvalidInput, NotFound
-from storage.text.markdown import split_frontmatter
+from storage.files import checkpoints, dialog, retraction
 from storage.files.text_view import read_all
 from storage.index.tokenize import terms
+from storage.text import facts, redact
+from storage.text.markdown import split_frontmatter
 
 GENERIC_TITLE = frozenset(terms("conversation chat session messages message notes note summary facts day user"))
 TEXT_RESOURCES = {".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml", ".yml", ".html", ".htm"}

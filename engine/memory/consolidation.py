@@ -21,19 +21,19 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, field_validator
 
-from engine.models.embedders import EmbedderError
-from engine.models.llm import LLM, response_schema
 from engine.memory.cards import fact_key, unwrap_link
 from engine.memory.objects import Candidate, CardFact, Decision, Unit
+from engine.models.embedders import EmbedderError
+from engine.models.llm import LLM, response_schema
 from engine.memory.thresholds import (ASKED_NEAR, CANDIDATES, KEPT_WORDS, MAX_BACK, MAX_CHAIN, MEANT, MEANT_MARGIN,
                                       SEARCHED, SHARED_WORDS, SIMILAR)
-from engine.prompts import load_prompt
 from engine.access.toolbox import read_text
-from storage.text import facts, validity
+from engine.prompts import load_prompt
 from storage.errors import DreamflowError
-from storage.text.markdown import split_frontmatter
-from storage.index.tokenize import terms
 from storage.files.workspace import digest_buckets
+from storage.index.tokenize import terms
+from storage.text import facts, validity
+from storage.text.markdown import split_frontmatter
 
 # a fact that says its value changed (`I moved my gym sessions from Mondays to Thursdays`, `I left Acme`)
 NEGATION = re.compile(r"\b(?:not|no longer|any ?more|instead of|never)\b|n't\b", re.I)  # the old value denied

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from engine.models import usage_log
 from engine.access.toolbox import read_text
+from engine.models import usage_log
 from engine.models.usage import Usage
 from storage.files import checkpoints
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field, field_validator
 
-from engine.models.llm import response_schema
 from engine.memory import quality, relative_dates
+from engine.models.llm import response_schema
 from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
                                      MIN_FACT_TERMS)
-from storage.text import facts
 from storage.index.chunking import ECHO_NEW_WORDS, says_back
 from storage.index.tokenize import SMALL_TALK, terms
+from storage.text import facts
 
 
 RESTATED = ("ungrounded", "question", "copy", "long", "same_change", "joined")  # refusals of a fact's wording:

@@ -8,16 +8,16 @@ import re
 from datetime import date as Date
 from datetime import timedelta
 
-from engine.models.llm import LLM, LLMError
+from engine.access.toolbox import read_text
 from engine.memory import extraction
 from engine.memory.cards import extract_facts, slugify
 from engine.memory.objects import CardFact, Unit
-from engine.access.toolbox import read_text
+from engine.models.llm import LLM, LLMError
 from engine.models.usage import Usage, charged
 from storage.files import checkpoints
+from storage.index.tokenize import terms
 from storage.text import facts
 from storage.text.markdown import split_frontmatter
-from storage.index.tokenize import terms
 
 DAY_PAGE = re.compile(r"^daily/\d{4}-\d{2}-\d{2}\.md$")
 USER_WORDS = {"user", "the user", "me", "i", "myself", "you", "the speaker", "speaker", "person", "the person",

@@ -35,9 +35,9 @@ from engine.models.llm import text_tool_call
 from engine.memory.thresholds import (COPY_MIN_WORDS, COPY_SHARE, MIN_TERMS, PASTED_MIN_WORDS, PASTED_SHARE,
                                      VERBATIM_RUN)
 from engine.memory.thresholds import INSTRUCTIONS_SHARE as ECHO_SHARE
+from storage.index.tokenize import terms
 from storage.text import instructions as planted
 from storage.text.markdown import split_frontmatter
-from storage.index.tokenize import terms
 
 
 Finding = tuple[str, str]

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.config.settings import Settings
-from storage.files import dialog, redaction_log
-from storage.text import redact
 from storage.arguments import new_path_problem
-from storage.files.day_page import REME_NOTES_START
 from storage.errors import DreamflowError, InvalidInput, PathError
-from storage.text.markdown import split_frontmatter
+from storage.files import dialog, redaction_log
+from storage.files.day_page import REME_NOTES_START
 from storage.files.workspace import Workspace, is_scratch_name, open_regular, shown_path, special_kind
+from storage.text import redact
+from storage.text.markdown import split_frontmatter
 
 NOT_MEMORY = ("metadata", "mem_session")  # ReMe's derived indexes and agent runtime state
 REME_FOLDERS = ("daily", "digest", "session", "resource")

@@ -10,8 +10,8 @@ import json
 from datetime import datetime, timezone
 
 from engine.models.usage import Usage
-from storage.files import checkpoints
 from storage.errors import NotFound
+from storage.files import checkpoints
 from storage.files.workspace import Workspace
 
 LOG = "metadata/usage.jsonl"

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from storage.files import checkpoints, redaction_log
-from storage.text import redact
 from storage.errors import NotFound
-from storage.text.model import split_lines
-from storage.search.timeref import local_date
+from storage.files import checkpoints, redaction_log
 from storage.files.text_view import read_all
 from storage.files.workspace import Workspace, check_session_id
+from storage.search.timeref import local_date
+from storage.text import redact
+from storage.text.model import split_lines
 
 TIME_KEYS = ("created_at", "timestamp", "createdAt", "time_created", "timeCreated", "created_time")
 DROP_ROLES = {"tool", "function", "ipython"}

@@ -8,11 +8,11 @@ import logging
 
 import duckdb
 
-from storage.index import doctor
-from storage.text import graph_edit
 from storage.files import journal, retraction
-from storage.index.db import is_damage
 from storage.files.workspace import Workspace, special_kind
+from storage.index import doctor
+from storage.index.db import is_damage
+from storage.text import graph_edit
 
 log = logging.getLogger(__name__)
 

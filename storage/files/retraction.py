@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import duckdb
 
-from storage.text import facts, graph_edit
-from storage.index import indexer as index
 from storage.errors import Conflict, NotFound
 from storage.files.workspace import Workspace, content_hash
+from storage.index import indexer as index
+from storage.text import facts, graph_edit
 
 PERSON = "person"  # a correction's source: the person who made it, and the day
 

@@ -34,11 +34,11 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from storage.index.tokenize import terms
+from storage.search.timeref import local_date
 from storage.text.facts import SOURCES, Fact, parse_line
 from storage.text.model import Chunk, split_lines
 from storage.text.outline import Block, Outline, parse_blocks, trim
-from storage.search.timeref import local_date
-from storage.index.tokenize import terms
 
 MAX_CHARS = 1500  # default chunk size in characters (tuned with the LoCoMo retrieval benchmark)
 TEXT_OVERLAP_LINES = 2  # lines repeated between consecutive chunks of plain text files

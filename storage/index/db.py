@@ -40,10 +40,10 @@ from typing import Iterator
 
 import duckdb
 
-from storage.search import cache as search_cache
 from storage.errors import DreamflowError, IndexBusy, IndexRebuilt
 from storage.files.locks import FileLock, LockTimeout
 from storage.files.workspace import Workspace
+from storage.search import cache as search_cache
 
 # DuckDB's Python client tries `import pandas` for every bound parameter value; when pandas is not
 # installed each failed import walks sys.path (0.2-1 ms per value, most of a small query). Recording the

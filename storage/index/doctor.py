@@ -54,12 +54,12 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage.text import facts, graph_edit, markdown, validity
-from storage.index import indexer as index
 from storage.arguments import OVERLONG_LINES, STALE_DAYS
-from storage.index.tokenize import terms
 from storage.errors import DreamflowError
 from storage.files.workspace import Workspace, content_hash, read_regular
+from storage.index import indexer as index
+from storage.index.tokenize import terms
+from storage.text import facts, graph_edit, markdown, validity
 
 PROBLEMS = ("broken_links", "broken_anchors", "orphans", "missing_sources", "near_duplicates", "same_names",
             "supersession", "facts", "bad_frontmatter", "drift", "special_files")

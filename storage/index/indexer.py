@@ -34,14 +34,14 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 import duckdb
 
-from storage.text import redact
-from storage.files import redaction_log
-from storage.search import cache as search_cache
-from storage.text.model import DIALOG, Chunk, ParsedFile, normalize_tag
-from storage.search.sql import in_list
-from storage.index.tokenize import term_hash, terms
 from storage.errors import DreamflowError
+from storage.files import redaction_log
 from storage.files.workspace import Workspace, content_hash, is_scratch_name, is_utf8, read_regular
+from storage.index.tokenize import term_hash, terms
+from storage.search import cache as search_cache
+from storage.search.sql import in_list
+from storage.text import redact
+from storage.text.model import DIALOG, Chunk, ParsedFile, normalize_tag
 
 Progress = Callable[[int, int], None]
 

@@ -31,16 +31,16 @@ from typing import Any
 
 import duckdb
 
-from storage.text import validity
-from storage.text.instructions import FLAG, FRAME, neutralise
 from storage.errors import IndexBusy, NotFound
-from storage.index.indexer import cited_lines
 from storage.files.locks import FileLock, LockTimeout
-from storage.text.model import DIALOG
+from storage.files.workspace import Workspace, check_session_id
+from storage.index.indexer import cited_lines
+from storage.index.tokenize import terms, tokens
 from storage.search.relevance import QueryTerms, relevant
 from storage.search.search import search
-from storage.index.tokenize import terms, tokens
-from storage.files.workspace import Workspace, check_session_id
+from storage.text import validity
+from storage.text.instructions import FLAG, FRAME, neutralise
+from storage.text.model import DIALOG
 
 PER_FILE = 2  # passages of one file among the candidates
 MAX_POOL = 400  # most search hits one recall looks through

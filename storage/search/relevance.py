@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import duckdb
 
 from storage.index.bm25 import idf, saturation
-from storage.search.sql import in_list, sql_literal
 from storage.index.tokenize import SMALL_TALK, term_hash, terms
+from storage.search.sql import in_list, sql_literal
 
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks

@@ -21,13 +21,13 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import duckdb
 
-from storage.search import cache as search_cache, timeref
-from storage.text import validity
 from storage.index.bm25 import Window, holds, score
+from storage.index.tokenize import term_hash, terms
+from storage.search import cache as search_cache, timeref
+from storage.search.sql import FILE_FACTS, Expr, in_list, sql_literal
+from storage.text import validity
 from storage.text.instructions import flags as instruction_flags
 from storage.text.model import DIALOG, normalize_tag
-from storage.search.sql import FILE_FACTS, Expr, in_list, sql_literal
-from storage.index.tokenize import term_hash, terms
 
 RRF_K = 60
 CANDIDATES = 50  # at least this many candidates from each list go into the fusion

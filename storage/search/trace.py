@@ -26,8 +26,8 @@ import json
 import re
 from typing import Callable
 
-from storage.text import facts, validity
 from storage.errors import DreamflowError, InvalidInput, NotFound
+from storage.text import facts, validity
 from storage.text.graph_edit import line_ranges
 from storage.text.markdown import block_ids, parse_links
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage.index import indexer as index
-from storage.files import journal
 from storage.errors import Conflict, DreamflowError, InvalidInput
+from storage.files import journal
+from storage.files.workspace import Workspace, content_hash, fsync_folder, special_kind
+from storage.index import indexer as index
+from storage.index.tokenize import terms
 from storage.text.markdown import parse_links, rewrite_links, split_frontmatter
 from storage.text.model import Link
-from storage.index.tokenize import terms
-from storage.files.workspace import Workspace, content_hash, fsync_folder, special_kind
 
 RAW_PREFIXES = ("resource/", "session/")  # raw material: never rewritten, its links are not the graph's
 ARCHIVE = "digest/archive/"

@@ -38,8 +38,8 @@ import yaml
 from frontmatter.default_handlers import YAMLHandler
 
 from storage.index.chunking import chunk_jsonl, chunk_markdown, chunk_text
-from storage.text.outline import Outline, parse_blocks
 from storage.text.model import DIALOG, GENERATED_BLOCKS, Link, ParsedFile, split_lines
+from storage.text.outline import Outline, parse_blocks
 from storage.text.yaml_load import load as load_yaml
 
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
