@@ -180,3 +180,20 @@ def test_a_question_of_one_word_needs_that_word_and_small_talk_asks_nothing(ws):
     assert paths("Who is my landlord?") == ["digest/personal/home.md"]
     assert paths("thanks!") == [] and paths("ok thanks") == []
     assert paths("Who is my landlord in Lisbon now?") == []  # two words asked, one held
+
+
+def test_a_chain_counts_once_in_how_rare_a_word_is(ws):
+    """A card fact and the node fact it became are one thing remembered: `landlord`, said once, is as rare as one
+    chunk, so `Who is my landlord?` passes the hook's gate where counting both layers would have kept it out."""
+    memory = Memory(ws.root)
+    for n in range(53):
+        memory.write(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
+    memory.write("daily/2026-11-04/home.md", "# Home\n\n- My landlord is Ms. Costa. (about:: user) "
+                 "(source:: [[session/dialog/s.jsonl#L1|2026-11-04 18:00]]) ^f1\n")
+    gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}
+    items = memory.recall("Who is my landlord?", budget=200, **gate)["items"]
+    assert [item["path"] for item in items] == ["daily/2026-11-04/home.md"]  # a card: 1 chunk in 54
+    memory.write("digest/personal/user.md", "# The user\n\n- My landlord is Ms. Costa. (since:: 2026-11-04) "
+                 "(source:: [[daily/2026-11-04/home.md#^f1|2026-11-04]]) ^f1\n")
+    items = memory.recall("Who is my landlord?", budget=200, **gate)["items"]
+    assert [item["path"] for item in items] == ["digest/personal/user.md"]  # the chain, once (2 chunks in 55 else)

@@ -52,8 +52,9 @@ if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 # The index layout. 7: postings keyed by storage.index.tokenize.term_hash (6: DuckDB's hash(), whose values could
-# change with the DuckDB version; 6 added fact chunks: search_text, valid_from, valid_to).
-SCHEMA_VERSION = "8"
+# change with the DuckDB version; 6 added fact chunks: search_text, valid_from, valid_to). 9: a dialog's replies
+# that say a value back are echoes (storage/index/chunking.says_back): conversations chunked anew.
+SCHEMA_VERSION = "9"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")

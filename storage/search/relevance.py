@@ -26,6 +26,7 @@ from storage.index.bm25 import idf, saturation
 from storage.index.tokenize import SMALL_TALK, term_hash, terms
 from storage.search.sql import in_list, sql_literal
 
+_CHAIN = "coalesce(chunks.became, chunks.id)"  # a card fact a dream consumed counts as the node fact it became
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks
 
@@ -33,7 +34,9 @@ FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word
 @dataclass
 class QueryTerms:
     """What the index holds of a query's distinct terms: `df` {term: live chunks holding it (0: none)}, `n` live
-    chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py)."""
+    chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py), except that a
+    provenance chain counts once: a card fact and the node fact it became are one thing remembered, so a word
+    said once is as rare as one chunk, however many layers repeat it."""
 
     terms: list[str]
     df: dict[str, int]
@@ -43,10 +46,10 @@ class QueryTerms:
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection, query: str) -> QueryTerms:
         qterms = list(dict.fromkeys(terms(query)))
-        n, avgdl = con.execute("SELECT count(*), coalesce(avg(length), 0) FROM chunks").fetchone()
+        n, avgdl = con.execute(f"SELECT count(DISTINCT {_CHAIN}), coalesce(avg(length), 0) FROM chunks").fetchone()
         rows = con.execute(
-            f"SELECT q.t, count(*) FROM {_hashed(qterms)} q "
-            f"JOIN postings p ON p.term = q.h WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
+            f"SELECT q.t, count(DISTINCT {_CHAIN}) FROM {_hashed(qterms)} q JOIN postings p ON p.term = q.h "
+            f"JOIN chunks ON chunks.id = p.chunk_id WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
         ).fetchall() if qterms else []
         return cls(qterms, {t: 0 for t in qterms} | dict(rows), n, float(avgdl))
 
