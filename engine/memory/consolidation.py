@@ -160,13 +160,19 @@ def judge(llm: LLM, ref: CardFact, shown: list[Candidate]) -> Decision:
     decision = weigh(llm, ref, shown)
     if decision.relation != "new" or not shown or not CHANGE.search(ref.text):
         return decision
-    said = {t for t in fact_key(ref.text) - CHANGE_WORDS - set(terms(ref.about or "")) if not t.isdigit()}
+    said = _said(ref) - set(terms(ref.about or ""))
     embedded = any(c.near for c in shown)  # cosines to tell by, with an embedder
     tied = [c for c in shown if fact_key(c.fact.text) & said and (c.near >= ASKED_NEAR or not embedded)]
     if not tied:
         return Decision("new")
     closest = max(tied, key=lambda c: (len(fact_key(c.fact.text) & said), c.near))
     return Decision("new") if still_holds(llm, ref, closest) else Decision("replaces", closest)
+
+
+def _said(ref: CardFact) -> set[str]:
+    """The words of `ref` that can tie it to a listed fact: not a number (a day both name) nor a change word (a
+    change word both use is no shared subject)."""
+    return {t for t in fact_key(ref.text) - CHANGE_WORDS if not t.isdigit()}
 
 
 class Holds(BaseModel):
@@ -203,8 +209,7 @@ def weigh(llm: LLM, ref: CardFact, shown: list[Candidate]) -> Decision:
         if fact_key(candidate.fact.text) == fact_key(ref.text):
             return Decision("same", candidate)
     about = set(terms(ref.about or ""))
-    said = {t for t in fact_key(ref.text) - CHANGE_WORDS if not t.isdigit()}  # a day both name, a change
-    # word both use is no shared subject
+    said = _said(ref)
 
     def shared(candidate: Candidate) -> int:
         return len((fact_key(candidate.fact.text) - about) & said)

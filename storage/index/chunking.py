@@ -498,6 +498,7 @@ def said(record) -> tuple[str, str] | None:
 
 
 ACKNOWLEDGING = "ok okay sure noted note got it great now thanks thank you understood perfect nice cool alright right yes"
+_ACK = frozenset(terms(ACKNOWLEDGING))
 ECHO_NEW_WORDS = 2  # words a reply may add to the line it echoes (acknowledging words aside), or as many as it repeats
 
 
@@ -507,13 +508,12 @@ def echoes(records: list[tuple[int, str, str]], cited: set[int]) -> set[int]:
     ECHO_NEW_WORDS or as many as it repeats ("Noted, gym on Mondays and Thursdays.", "March 14 for Tomasz, I'll
     keep it in mind."), or saying its value back first (`says_back`): the fact citing the user's line says what
     it says. A reply adding more is its own."""
-    ack = set(terms(ACKNOWLEDGING))
     found, last_user = set(), None
     for line, speaker, text in records:
         if speaker == "user":
             last_user = (line, set(terms(text))) if line in cited else None
             continue
-        words = set(terms(text)) - ack
+        words = set(terms(text)) - _ACK
         shared = words & last_user[1] if last_user is not None else set()
         if shared and (len(words - shared) <= max(ECHO_NEW_WORDS, len(shared)) or says_back(text, last_user[1])):
             found.add(line)
@@ -524,7 +524,7 @@ def says_back(reply: str, said: set[str]) -> bool:
     """Whether `reply` opens with a clause made only of the terms `said` holds, acknowledging words aside
     (`April 12, plenty of time to train.` after `I signed up for the Lakeside half marathon on April 12.`): a
     reply that says the value back, then remarks on it."""
-    opening = set(terms(re.split(r"[,.;:!?]|\s[-–—]\s", reply, maxsplit=1)[0])) - set(terms(ACKNOWLEDGING))
+    opening = set(terms(re.split(r"[,.;:!?]|\s[-–—]\s", reply, maxsplit=1)[0])) - _ACK
     return bool(opening) and opening <= said
 
 
