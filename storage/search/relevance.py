@@ -26,7 +26,6 @@ from storage.index.bm25 import idf, saturation
 from storage.index.tokenize import SMALL_TALK, term_hash, terms
 from storage.search.sql import in_list, sql_literal
 
-_CHAIN = "coalesce(chunks.became, chunks.id)"  # a card fact a dream consumed counts as the node fact it became
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks
 
@@ -35,8 +34,10 @@ FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word
 class QueryTerms:
     """What the index holds of a query's distinct terms: `df` {term: live chunks holding it (0: none)}, `n` live
     chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py), except that a
-    provenance chain counts once: a card fact and the node fact it became are one thing remembered, so a word
-    said once is as rare as one chunk, however many layers repeat it."""
+    provenance chain counts once: a card fact a dream consumed is not counted (the node fact it became is:
+    they are one thing remembered), so a word said once is as rare as one chunk, however many layers repeat
+    it. Counted by subtraction (no DISTINCT): at 100k chunks the terms' counts take 18 ms for a query of
+    100k postings, 8 ms without chains, 22 ms with a DISTINCT count; only the hook's gate asks for them."""
 
     terms: list[str]
     df: dict[str, int]
@@ -46,10 +47,11 @@ class QueryTerms:
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection, query: str) -> QueryTerms:
         qterms = list(dict.fromkeys(terms(query)))
-        n, avgdl = con.execute(f"SELECT count(DISTINCT {_CHAIN}), coalesce(avg(length), 0) FROM chunks").fetchone()
+        n, avgdl = con.execute("SELECT count(*) - count(became), coalesce(avg(length), 0) FROM chunks").fetchone()
         rows = con.execute(
-            f"SELECT q.t, count(DISTINCT {_CHAIN}) FROM {_hashed(qterms)} q JOIN postings p ON p.term = q.h "
-            f"JOIN chunks ON chunks.id = p.chunk_id WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
+            f"SELECT q.t, count(*) - count(consumed.id) FROM {_hashed(qterms)} q JOIN postings p ON p.term = q.h "
+            f"LEFT JOIN (SELECT id FROM chunks WHERE became IS NOT NULL) consumed ON consumed.id = p.chunk_id "
+            f"WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
         ).fetchall() if qterms else []
         return cls(qterms, {t: 0 for t in qterms} | dict(rows), n, float(avgdl))
 
