@@ -141,3 +141,16 @@ def test_a_reply_that_opens_with_small_talk_keeps_its_own_fact():
     out, taken = extraction.from_user([fact], items, "")
 
     assert taken == 0 and out == [fact]
+
+
+def test_a_question_the_assistant_asked_is_no_open_question_of_the_users():
+    """The real 1.5B filed the assistant's `Do you plan to visit her?` as the user's open question."""
+    items = conversation(("user", "She started at a bakery in Alfama."), ("assistant", "Do you plan to visit her?"),
+                         ("user", "Should I book the flights now or wait for June?"))
+    out = extraction.screen(FactList(facts=[ExtractedFact(text="Do you plan to visit her?", kind="question",
+                                                          source=[2]),
+                                            ExtractedFact(text="Should I book the flights now or wait for June?",
+                                                          kind="question", source=[3])]), items, "")
+
+    assert [f.text for f in out.kept] == ["Should I book the flights now or wait for June?"]
+    assert [d["rule"] for d in out.dropped] == ["question"]

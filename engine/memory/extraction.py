@@ -259,6 +259,8 @@ def _check(text: str, kind: str, cited: list[Item], items: list[Item], material:
     refused = _refused(text, material)
     if refused is None and kind != "question" and _QUESTION.search(text):
         refused = ("question", "a question asked in the conversation is not a fact (file it as an open question)")
+    if refused is None and kind == "question" and cited and all(c.speaker == "assistant" for c in cited):
+        refused = ("question", "a question the assistant asked is no open question of the user's")
     if refused is None and _same_change(text):
         refused = ("same_change", "it says a change whose old and new value are the same words")
     if refused is not None:
