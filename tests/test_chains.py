@@ -164,6 +164,8 @@ def test_generated_pages_take_no_budget(mem):
     mem.reconcile()
     paths = [h["path"] for h in mem.search("gym plan Mondays", per_file=0, limit=20)]
     assert "daily/2026-11-02.md" not in paths and "daily/2026-11-02/interests.yaml" not in paths
+    index_words = [h["path"] for h in mem.search("name description index of the cards", per_file=0, limit=20)]
+    assert "daily/2026-11-02.md" not in index_words  # its generated frontmatter is not what a person wrote either
     mem.edit("daily/2026-11-02.md", old="# 2026-11-02", new="# 2026-11-02\n\nRainy day, skipped the gym plan.")
     assert "daily/2026-11-02.md" in [h["path"] for h in mem.search("rainy skipped", per_file=0)]  # a person's words
 

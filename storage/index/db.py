@@ -53,8 +53,9 @@ if importlib.util.find_spec("pandas") is None:
 
 # The index layout. 7: postings keyed by storage.index.tokenize.term_hash (6: DuckDB's hash(), whose values could
 # change with the DuckDB version; 6 added fact chunks: search_text, valid_from, valid_to). 9: a dialog's replies
-# that say a value back are echoes (storage/index/chunking.says_back): conversations chunked anew.
-SCHEMA_VERSION = "9"
+# that say a value back are echoes (storage/index/chunking.says_back): conversations chunked anew. 10: a day page
+# whose only text is generated gives no chunk (its frontmatter was one).
+SCHEMA_VERSION = "10"
 
 # Tables derived from files; `embeddings` is a cache keyed by chunk content and survives rebuilds.
 DERIVED_TABLES = ("files", "chunks", "postings", "stale_chunks", "links")

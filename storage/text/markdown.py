@@ -630,7 +630,7 @@ def _parse_markdown(parsed: ParsedFile, text: str) -> None:
     else:
         chunks += chunk_markdown(body, body_line, outline=outline, fact_windows=parsed.path.startswith("digest/"),
                                  path=parsed.path)
-    if not chunks and found is not None:
+    if not chunks and found is not None and not DAY_PAGE.match(parsed.path):  # a day page's is generated
         chunks = chunk_text(found[0], first_line=2)  # frontmatter only: name/description stay searchable
     parsed.chunks = chunks
     parsed.links = links + [m.link for m in _body_matches(body, outline, body_line)]
