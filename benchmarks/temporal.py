@@ -419,6 +419,7 @@ def searching(ws: Path):
     embedder = make_embedder()
     if embedder is None:
         return Memory(ws)
+    os.environ["DREAMFLOW_CLI_VECTORS"] = "1"  # the hook's own memory (its catalog's) too, as in the service
     vectors.backfill(Memory(ws).db, embedder)
     return Memory(ws, vectors=vector_index())
 

@@ -157,7 +157,8 @@ PARAM_HELP: dict[str, str] = {
                      "of the query's total term weight (0-2; about 1 when a match carries the whole query; 0.5 "
                      "answers most questions about this memory and few about something else)",
     "min_words": "Answer nothing unless something new comes from a keyword match holding at least this many "
-                 "distinct words of the query (2: one shared word, such as 'thanks', is not enough)",
+                 "distinct words of the query (2: one shared word, such as 'thanks', is not enough, unless vector "
+                 "search finds its text as close to the query as DREAMFLOW_VECTOR_CLOSE)",
     "start_date": "Dated files from this day on (YYYY-MM-DD); undated files stay in unless strict_dates",
     "end_date": "Dated files up to this day (YYYY-MM-DD); undated files stay in unless strict_dates",
     "tags": "Only files with any of these tags (compared case-folded, spaces as _)",

@@ -341,3 +341,30 @@ def test_embed_command_counts_and_fills_and_cli_search_uses_vectors_only_when_as
     assert json.loads(cli(ws, "search", PARAPHRASE, "--json")) == []  # fast path: keyword only
     hits = json.loads(cli(ws, "search", PARAPHRASE, "--json", DREAMFLOW_CLI_VECTORS="1"))
     assert hits[0]["path"] == "daily/2024-05-01/adoption.md" and hits[0]["vector_rank"] == 1
+
+
+# ---- the hook's gate: meaning for the word a fact does not use -------------------------------------------------
+
+GATE = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}  # the hook's defaults (engine/config/settings.py)
+MOVED = "digest/personal/home.md"
+
+
+def test_a_fact_without_the_question_s_word_passes_the_gate_by_meaning(ws, db, notes):
+    from storage.search.recall import recall
+
+    put(ws, db, MOVED, "# Home\n\n- I live in Porto now, I moved there from Lisbon in May.\n")
+    emb = LocalEmbedder()
+    backfill(db, emb)
+    close = VectorIndex(emb.model_id, query_fn(emb))
+    with db.session() as con:
+        asked = "Which city do I live in?"  # "city": in no note; "live" alone is no rare two-word match
+        assert recall(con, ws, asked, 600, **GATE)[0]["items"] == []  # keyword only: nothing
+        assert [i["path"] for i in recall(con, ws, asked, 600, vectors=close, **GATE)[0]["items"]][:1] == [MOVED]
+        for unrelated in ("Is the live stream working again?", "thanks!", "Which city hosts the next Olympics?"):
+            assert recall(con, ws, unrelated, 600, vectors=close, **GATE)[0]["items"] == [], unrelated
+        cid = search(con, "Porto Lisbon", expand=0)[0]["chunk_id"]
+        near = close.closeness(con, asked, [cid, 10**9])  # an id no chunk has is left out
+        hashes, best = close.scores(con, asked)
+        text_hash = con.execute("SELECT text_hash FROM chunks WHERE id = ?", [cid]).fetchone()[0]
+        assert list(near) == [cid] and near[cid] == pytest.approx(float(best[hashes.index(text_hash)]), abs=1e-6)
+        assert near[cid] >= close.close > close.closeness(con, "Is the live stream working again?", [cid])[cid]

@@ -83,6 +83,8 @@ class Settings:
     # RRF of keyword (weight 1) and vector lists; defaults tuned for local MiniLM on LoCoMo (docs/benchmarks.md)
     vector_weight: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_WEIGHT", "0.2"))
     vector_rrf_k: int = field(default_factory=lambda: _num(int, "DREAMFLOW_VECTOR_RRF_K", "10"))
+    # the cosine at which a text answers a prompt it shares one word with (the hook's gate); tuned likewise
+    vector_close: float = field(default_factory=lambda: _num(float, "DREAMFLOW_VECTOR_CLOSE", "0.4"))
     cli_vectors: bool = field(default_factory=lambda: _env("DREAMFLOW_CLI_VECTORS", "0") in ("1", "true", "yes"))
     # DREAMFLOW_API_TOKEN, else the one `dreamflow token create` kept in $DREAMFLOW_HOME/admin-token
     api_token: str | None = field(default_factory=admin_token)

@@ -37,7 +37,8 @@ def vector_index(settings: Settings | None = None):
     if embedder is None:
         return None
     return _vectors.VectorIndex(embedder.model_id, lambda query: embedder.embed([query])[0],
-                                weight=settings.vector_weight, rrf_k=settings.vector_rrf_k, embedder=embedder)
+                                weight=settings.vector_weight, rrf_k=settings.vector_rrf_k, embedder=embedder,
+                                close=settings.vector_close)
 
 
 def attach(memory, long_running: bool = False, settings: Settings | None = None):

@@ -357,10 +357,11 @@ class VectorIndex:
     """
 
     def __init__(self, model_id: str, embed_query: Callable[[str], np.ndarray], weight: float = 0.2,
-                 rrf_k: int = 10, embedder: EmbedFn | None = None):
+                 rrf_k: int = 10, embedder: EmbedFn | None = None, close: float = 0.4):
         self.model_id = model_id
         self.embed_query = embed_query
         self.weight, self.rrf_k = weight, rrf_k
+        self.close = close  # a cosine this model gives a text that answers a question (storage/search/relevance.py)
         self.embedder = embedder
         self._lock = threading.Lock()
         self._version = -1
@@ -479,6 +480,24 @@ class VectorIndex:
         if q is None or q.shape[0] != matrix.shape[1]:
             return None
         return hashes, np.maximum.reduceat(matrix @ q, starts)
+
+    def closeness(self, con: duckdb.DuckDBPyConnection, query: str, chunk_ids: list[int]) -> dict[int, float]:
+        """{chunk id: the cosine of its text's closest piece to `query`} for the chunks of `chunk_ids` whose text
+        has vectors: a few rows of the matrix, not all of it."""
+        snapshot = self._snapshot(con) if chunk_ids else None
+        q = self._query_vector(query) if snapshot is not None else None
+        if q is None or q.shape[0] != snapshot[0].shape[1]:
+            return {}
+        matrix, starts, _ = snapshot
+        row_of = self._row_of
+        found = {}
+        for cid, text_hash in con.execute(
+                f"SELECT id, text_hash FROM chunks WHERE id IN ({', '.join(str(int(c)) for c in chunk_ids)})").fetchall():
+            row = row_of.get(text_hash)
+            if row is not None and row < len(starts):  # a text added since the snapshot waits for the next one
+                end = starts[row + 1] if row + 1 < len(starts) else len(matrix)
+                found[cid] = float((matrix[starts[row]:end] @ q).max())
+        return found
 
     def candidates(self, con: duckdb.DuckDBPyConnection, query: str, k: int, path_prefix: str | None = None,
                    filters: str = "TRUE", params: dict | None = None) -> list[tuple[int, float]]:

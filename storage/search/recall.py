@@ -96,7 +96,8 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     in `given`. `filters` go to `search` (start_date, end_date, tags, path_prefix). With `min_score`,
     `min_relevance` or `min_words`, the answer is empty unless a piece it gives comes from a hit that reaches
     them (storage/search/relevance.py: a keyword score, a share of the query's weight, distinct words of the query, in
-    numbers that mean the same at any size of the memory): evidence only when there is something that relevant
+    numbers that mean the same at any size of the memory; with `vectors`, one word and a meaning that close):
+    evidence only when there is something that relevant
     not given before (then the budget is filled as without them). When what is left does not fill the budget (a
     session given much already), the search goes deeper, up to MAX_POOL hits."""
     given = given or set()
@@ -117,7 +118,7 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
         pool = min(MAX_POOL, DEEPER * pool)
     if (min_score, min_relevance, min_words) != (None, None, None) and not relevant(
             con, query_terms, list(dict.fromkeys(hits[p.rank]["chunk_id"] for p, _ in chosen)), min_score,
-            min_relevance, min_words):
+            min_relevance, min_words, vectors):
         chosen = []  # nothing new that relevant: what fills the budget would be the weaker matches alone
     answer = framed([text for _, text in chosen])
     items = [{"path": p.path, "start_line": p.start_line, "end_line": p.end_line,

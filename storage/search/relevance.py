@@ -14,11 +14,18 @@ A match must also hold `min_words` distinct words of the query: one shared word 
 nothing, however rare it is in the memory. A query asking fewer words (`Who is my landlord?`: one) needs them
 all; one of small talk only (`thanks!`, `ok`) asks nothing. Measured from one session to 20,000 files: docs/benchmarks.md
 ("The same thresholds at any size of memory").
+
+With an embedder, meaning stands in for the words a fact does not use: a hit holding one word of the query passes
+when its text is as close to the query as the vectors' `close` (a cosine; 0.4 for the local MiniLM): "Which city
+do I live in?" finds "I moved to Porto, I don't live in Lisbon anymore." (0.41), which holds no "city" and is no
+rare match for "live" alone. Measured on LoCoMo and the temporal stories: docs/benchmarks.md ("Meaning for the
+missing word").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
@@ -32,13 +39,14 @@ FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word
 
 @dataclass
 class QueryTerms:
-    """What the index holds of a query's distinct terms: `df` {term: live chunks holding it (0: none)}, `n` live
+    """What the index holds of a query's (`text`) distinct terms: `df` {term: live chunks holding it (0: none)}, `n` live
     chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py), except that a
     provenance chain counts once: a card fact a dream consumed is not counted (the node fact it became is:
     they are one thing remembered), so a word said once is as rare as one chunk, however many layers repeat
     it. Counted by subtraction (no DISTINCT): at 100k chunks the terms' counts take 18 ms for a query of
     100k postings, 8 ms without chains, 22 ms with a DISTINCT count; only the hook's gate asks for them."""
 
+    text: str
     terms: list[str]
     df: dict[str, int]
     n: int
@@ -53,7 +61,7 @@ class QueryTerms:
             f"LEFT JOIN (SELECT id FROM chunks WHERE became IS NOT NULL) consumed ON consumed.id = p.chunk_id "
             f"WHERE p.chunk_id NOT IN (SELECT id FROM stale_chunks) GROUP BY q.t"
         ).fetchall() if qterms else []
-        return cls(qterms, {t: 0 for t in qterms} | dict(rows), n, float(avgdl))
+        return cls(query, qterms, {t: 0 for t in qterms} | dict(rows), n, float(avgdl))
 
     def weights(self) -> dict[str, float]:
         """{term: its BM25 weight over the index as it is}, terms no chunk holds left out: how recall tells a hit's
@@ -67,20 +75,28 @@ class QueryTerms:
 
 
 def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[int], min_score: float | None = None,
-             min_relevance: float | None = None, min_words: int | None = None) -> bool:
+             min_relevance: float | None = None, min_words: int | None = None, vectors: Any = None) -> bool:
     """Whether one of the chunks holds at least `min_words` distinct words of the query with a score (BM25 with the
     weights of `relevance_weights`) of at least `min_score` and of at least `min_relevance` times the query's
-    weight (its words' weights together, what a chunk holding each word once about scores)."""
-    asked = len(set(query.terms) - SMALL_TALK)  # `Who is my landlord?` asks one word, `thanks!` none
-    needed = min(min_words or 0, asked) if asked else (min_words or 0)
+    weight (its words' weights together, what a chunk holding each word once about scores); or, with `vectors`
+    (storage/index/vectors.VectorIndex) and `min_words`, holds one word of the query it asks and is as close to
+    the query in meaning as `vectors.close`."""
+    asked = set(query.terms) - SMALL_TALK  # `Who is my landlord?` asks one word, `thanks!` none
+    needed = min(min_words or 0, len(asked)) if asked else (min_words or 0)
     weights = query.relevance_weights()
     floor = max(min_score or 0.0, (min_relevance or 0.0) * sum(weights.values()))
     held = _held(con, query, chunk_ids)
-    for words in (held.get(cid, []) for cid in chunk_ids):  # a hit found by meaning alone: no words, score 0
+    near: list[int] = []
+    for cid in chunk_ids:
+        words = held.get(cid, [])  # a hit found by meaning alone: no words, score 0
         score = sum(weights[t] * saturation(tf, length, query.avgdl) for t, tf, length in words)
         if len(words) >= needed and score >= floor:
             return True
-    return False
+        if any(t in asked for t, _, _ in words):
+            near.append(cid)
+    if not (near and min_words and vectors is not None and hasattr(vectors, "closeness")):
+        return False
+    return any(cos >= vectors.close for cos in vectors.closeness(con, query.text, near).values())
 
 
 def _held(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[int]) -> dict[int, list[tuple]]:
