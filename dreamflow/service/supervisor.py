@@ -409,8 +409,9 @@ class Service:
 
         from deployments.serve import DEPLOYMENTS
 
+        names = [name for deployment in DEPLOYMENTS.values() for name in deployment.full_names]
         with get_client(sync_client=True) as client:
-            for name in (name for deployment in DEPLOYMENTS.values() for name in deployment.full_names):
+            for name in reversed(names):  # the runner registers them in this order: the last one missing tells at once
                 try:
                     client.read_deployment_by_name(name)
                 except ObjectNotFound:
