@@ -258,7 +258,21 @@ def main() -> None:
     prefect_env.configure()
     from prefect import serve
 
-    serve(*build(), limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")), print_starting_message=False)
+    deployments = build()  # imports the flows: done while the service's Prefect server still starts
+    wait_for_api()
+    serve(*deployments, limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")), print_starting_message=False)
+
+
+def wait_for_api(timeout: float = 120.0) -> None:
+    """Return once the Prefect API answers, or after `timeout` seconds (serving then fails with Prefect's error)."""
+    import time
+
+    from prefect import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while client.api_healthcheck() is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

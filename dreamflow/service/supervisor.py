@@ -152,9 +152,11 @@ class Service:
             if self.stopping.is_set():  # Ctrl-C while many workspaces catch up: stop now
                 raise KeyboardInterrupt
             self._reconcile(hosted)
+        if opts.runner:  # its imports and deployments' build overlap the Prefect server's start
+            self._start_runner()
         self._wait_for_prefect()
         if opts.runner:
-            self._start_runner()
+            self._wait_for_deployments(self._child("runner"))
         for hosted in list(self.hosts.hosted.values()):
             self.jobs.launch_due_turns(hosted)
             self.jobs.catch_up_resources(hosted)
@@ -373,6 +375,7 @@ class Service:
         self.prefect_ready.set()
 
     def _start_runner(self) -> None:
+        """Spawn the runner; it registers the deployments once the Prefect API answers (deployments.serve.main)."""
         self._plan_runner()
         env = self._prefect_env()
         env.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # a launched run starts within ~2 s, not 10
@@ -380,7 +383,6 @@ class Service:
                        self.home / "logs" / "runner.log")
         runner.start()
         self.children.append(runner)
-        self._wait_for_deployments(runner)
 
     def _wait_for_deployments(self, runner: Child) -> None:
         """Block until the runner has registered the deployments, so launches right after start work. It
@@ -407,8 +409,9 @@ class Service:
 
         from deployments.serve import DEPLOYMENTS
 
+        names = [name for deployment in DEPLOYMENTS.values() for name in deployment.full_names]
         with get_client(sync_client=True) as client:
-            for name in (name for deployment in DEPLOYMENTS.values() for name in deployment.full_names):
+            for name in reversed(names):  # the runner registers them in this order: the last one missing tells at once
                 try:
                     client.read_deployment_by_name(name)
                 except ObjectNotFound:

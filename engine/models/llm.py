@@ -25,15 +25,17 @@ import threading
 import time
 from contextlib import nullcontext
 from functools import lru_cache
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from urllib.parse import urlparse
 
-import openai
 from pydantic import BaseModel, ValidationError
 
 from engine.config.settings import Settings
 from engine.models.usage import Usage
 from storage.errors import AnswerRefused, InvalidInput, LLMError, LLMNotConfigured, LLMRejected
+
+if TYPE_CHECKING:  # the SDK (~0.4 s to import) is loaded by the first call: a run that asks no LLM never loads it
+    import openai
 
 T = TypeVar("T", bound=BaseModel)
 Check = Callable[[Any], "tuple[str, str] | None"]  # an answer -> (rule, message) when refused, else None
@@ -206,6 +208,8 @@ class LLM:
         raise AssertionError("unreachable: the last mode raises")
 
     def _complete(self, messages: list[dict], kind: str, response_format: dict | None = None) -> Any:
+        import openai
+
         kwargs = self._request(messages, response_format)
         with self._gate or nullcontext():
             started = time.perf_counter()
@@ -246,6 +250,8 @@ class LLM:
 
 def _what_to_check(exc: Exception) -> str:
     """The setting to look at for a failed call: '' when the error says it all (a 5xx, an answer cut off)."""
+    import openai
+
     if isinstance(exc, openai.APIConnectionError):
         return ("; check that the LLM server runs and that DREAMFLOW_LLM_BASE_URL is its OpenAI-compatible "
                 "address (usually ending in /v1)")
@@ -275,6 +281,8 @@ def _gate(base_url: str, limit: int) -> threading.BoundedSemaphore | None:
 def _client(base_url: str, api_key: str | None, timeout: float, max_retries: int) -> openai.OpenAI:
     """One SDK client (and HTTP connection pool) per endpoint and process: building one costs ~60 ms.
     Local servers ignore the key, but the SDK insists on one."""
+    import openai
+
     return openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout,
                          max_retries=max_retries)
 
