@@ -167,9 +167,9 @@ def test_recall_thresholds_mean_the_same_on_a_two_note_memory_on_every_surface(w
 def test_a_question_of_one_word_needs_that_word_and_small_talk_asks_nothing(ws):
     """`Who is my landlord?` asks one word: with the hook's gate (min_words 2) it finds the landlord note once the
     word is rare; `thanks!` and `ok` ask nothing, however rare their word is."""
+    for n in range(90):  # on disk before the index exists: its first open indexes them in one go
+        ws.write_text(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
     memory = Memory(ws.root)
-    for n in range(90):
-        memory.write(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
     memory.write("digest/personal/home.md", "My landlord is Ms. Costa, she fixes things fast.\n")
     memory.write("digest/wiki/visit.md", "Okay, thanks a lot for the visit tips.\n")
     gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}
@@ -185,9 +185,9 @@ def test_a_question_of_one_word_needs_that_word_and_small_talk_asks_nothing(ws):
 def test_a_chain_counts_once_in_how_rare_a_word_is(ws):
     """A card fact and the node fact it became are one thing remembered: `landlord`, said once, is as rare as one
     chunk, so `Who is my landlord?` passes the hook's gate where counting both layers would have kept it out."""
+    for n in range(53):  # on disk before the index exists: its first open indexes them in one go
+        ws.write_text(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
     memory = Memory(ws.root)
-    for n in range(53):
-        memory.write(f"digest/wiki/street-{n}.md", f"Street {n} has a bakery number {n} and a tram stop.\n")
     memory.write("daily/2026-11-04/home.md", "# Home\n\n- My landlord is Ms. Costa. (about:: user) "
                  "(source:: [[session/dialog/s.jsonl#L1|2026-11-04 18:00]]) ^f1\n")
     gate = {"min_score": 4, "min_relevance": 0.5, "min_words": 2}

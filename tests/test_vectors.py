@@ -217,8 +217,12 @@ def test_candidates_find_a_paraphrase_and_respect_the_path_prefix(db, notes):
 
 def test_candidates_are_exact(db, notes, ws):
     emb = LocalEmbedder()
-    for i in range(30):
-        put(ws, db, f"resource/filler-{i}.md", f"# Filler {i}\n\nNote number {i} about topic {i % 7} and more.\n")
+    fillers = [f"resource/filler-{i}.md" for i in range(30)]
+    for i, rel in enumerate(fillers):
+        ws.write_text(rel, f"# Filler {i}\n\nNote number {i} about topic {i % 7} and more.\n")
+    with db.session() as con:  # put's indexing, in one session
+        for rel in fillers:
+            index.index_file(con, ws, rel, force=True)
     backfill(db, emb)
     idx = VectorIndex(emb.model_id, query_fn(emb))
     q = emb.embed(["a loving home for a child"])[0]

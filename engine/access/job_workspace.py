@@ -106,8 +106,15 @@ def llm_or_skipped():
 
 
 def _deployment_run() -> bool:
+    """Whether this flow run comes from a deployment. A top-level run called in-process (the CLI, tests) says
+    so in its context; Prefect's `runtime.deployment.id` would read the run back over the API to learn it."""
+    from prefect.context import FlowRunContext
     from prefect.runtime import deployment
 
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    if run is not None and run.deployment_id is None and run.parent_task_run_id is None:
+        return False
     return deployment.id is not None
 
 
