@@ -411,6 +411,7 @@ def print_answers(rows: list[dict]) -> None:
 def searching(ws: Path):
     """The workspace's `Memory` searching with vectors as the service does (its chunks embedded first), when an
     embedder is configured (`DREAMFLOW_EMBEDDER`); else keyword only."""
+    from engine.access.client import reopen
     from engine.models.embedders import make_embedder
     from engine.models.semantic import vector_index
     from storage.index import vectors
@@ -420,6 +421,7 @@ def searching(ws: Path):
     if embedder is None:
         return Memory(ws)
     os.environ["DREAMFLOW_CLI_VECTORS"] = "1"  # the hook's own memory (its catalog's) too, as in the service
+    reopen(ws)  # the memory the run's jobs opened in this process has no vectors
     vectors.backfill(Memory(ws).db, embedder)
     return Memory(ws, vectors=vector_index())
 

@@ -372,3 +372,10 @@ def test_a_fact_without_the_question_s_word_passes_the_gate_by_meaning(ws, db, n
         text_hash = con.execute("SELECT text_hash FROM chunks WHERE id = ?", [cid]).fetchone()[0]
         assert list(near) == [cid] and near[cid] == pytest.approx(float(best[hashes.index(text_hash)]), abs=1e-6)
         assert near[cid] >= close.close > close.closeness(con, "Is the live stream working again?", [cid])[cid]
+    for n in range(40):  # "live" in most notes: a common word, however close the fact is, is no match by meaning
+        ws.write_text(f"daily/2024-06-{n % 28 + 1:02d}/gig-{n}.md", f"# Gig {n}\n\nWent to live gig number {n}.\n")
+    with db.session() as con:
+        index.reconcile(con, ws)
+    backfill(db, emb)
+    with db.session() as con:
+        assert recall(con, ws, asked, 600, vectors=close, **GATE)[0]["items"] == []

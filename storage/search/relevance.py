@@ -15,8 +15,9 @@ nothing, however rare it is in the memory. A query asking fewer words (`Who is m
 all; one of small talk only (`thanks!`, `ok`) asks nothing. Measured from one session to 20,000 files: docs/benchmarks.md
 ("The same thresholds at any size of memory").
 
-With an embedder, meaning stands in for the words a fact does not use: a hit holding one word of the query passes
-when its text is as close to the query as the vectors' `close` (a cosine; 0.4 for the local MiniLM): "Which city
+With an embedder, meaning stands in for the words a fact does not use: a hit holding one word of the query (a rare
+one: NEAR_SCORE) passes when its text is as close to the query as the vectors' `close` (a cosine; 0.4 for the
+local MiniLM): "Which city
 do I live in?" finds "I moved to Porto, I don't live in Lisbon anymore." (0.41), which holds no "city" and is no
 rare match for "live" alone. Measured on LoCoMo and the temporal stories: docs/benchmarks.md ("Meaning for the
 missing word").
@@ -33,6 +34,8 @@ from storage.index.bm25 import idf, saturation
 from storage.index.tokenize import SMALL_TALK, term_hash, terms
 from storage.search.sql import in_list, sql_literal
 
+NEAR_SCORE = 2.0  # the least score of a hit that passes by meaning: its word of the query is still rare (as if
+# held by one chunk in seven), so a common word ("work" among thousands of notes) does not let meaning alone decide
 FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word in one of them is 2%); the
 # thresholds were tuned on LoCoMo conversations of 45-86 chunks
 
@@ -79,8 +82,8 @@ def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[
     """Whether one of the chunks holds at least `min_words` distinct words of the query with a score (BM25 with the
     weights of `relevance_weights`) of at least `min_score` and of at least `min_relevance` times the query's
     weight (its words' weights together, what a chunk holding each word once about scores); or, with `vectors`
-    (storage/index/vectors.VectorIndex) and `min_words`, holds one word of the query it asks and is as close to
-    the query in meaning as `vectors.close`."""
+    (storage/index/vectors.VectorIndex) and `min_words`, holds one word of the query it asks, scores at least
+    NEAR_SCORE and is as close to the query in meaning as `vectors.close`."""
     asked = set(query.terms) - SMALL_TALK  # `Who is my landlord?` asks one word, `thanks!` none
     needed = min(min_words or 0, len(asked)) if asked else (min_words or 0)
     weights = query.relevance_weights()
@@ -92,7 +95,7 @@ def relevant(con: duckdb.DuckDBPyConnection, query: QueryTerms, chunk_ids: list[
         score = sum(weights[t] * saturation(tf, length, query.avgdl) for t, tf, length in words)
         if len(words) >= needed and score >= floor:
             return True
-        if any(t in asked for t, _, _ in words):
+        if score >= NEAR_SCORE and any(t in asked for t, _, _ in words):
             near.append(cid)
     if not (near and min_words and vectors is not None and hasattr(vectors, "closeness")):
         return False
