@@ -154,3 +154,30 @@ def test_a_question_the_assistant_asked_is_no_open_question_of_the_users():
 
     assert [f.text for f in out.kept] == ["Should I book the flights now or wait for June?"]
     assert [d["rule"] for d in out.dropped] == ["question"]
+
+
+SPLIT = [  # (the user's line, the model's facts, what the card keeps)
+    # the real 1.5B cut the new vet's name off the sentence that says it is Biscuit's vet
+    ("We took Biscuit to a new vet today, Dr. Moreau on Elm Street, and we're staying with her.",
+     ["We took Biscuit to a new vet today.", "Dr. Moreau on Elm Street, and we're staying with her."],
+     ["We took Biscuit to a new vet on 2026-11-05, Dr. Moreau on Elm Street, and we're staying with her."]),
+    ("We booked the anniversary dinner, Casa Nube on Via Roma.", ["Casa Nube on Via Roma."],
+     ["We booked the anniversary dinner, Casa Nube on Via Roma."]),
+    # a part that starts a clause of its own is a fact of its own
+    ("I moved to Porto, and my sister lives in Gdansk.", ["I moved to Porto.", "My sister lives in Gdansk."],
+     ["I moved to Porto.", "My sister lives in Gdansk."]),
+    ("Priya moved to the Berlin office, so I report to Jonas Weber now.",
+     ["Priya moved to the Berlin office.", "I report to Jonas Weber now."],
+     ["Priya moved to the Berlin office.", "I report to Jonas Weber now."]),
+    # a name starting a clause of its own is joined too: the sentence, both claims in the user's words
+    ("I moved to Porto, Ana stayed in Lisbon.", ["I moved to Porto.", "Ana stayed in Lisbon."],
+     ["I moved to Porto, Ana stayed in Lisbon."]),
+]
+
+
+@pytest.mark.parametrize("line, answer, kept", SPLIT)
+def test_a_sentence_cut_before_a_name_is_one_fact(line, answer, kept):
+    items = conversation(("user", line))
+    out = screened(items, *[(text, [1]) for text in answer])
+    assert [f.text for f in out.kept] == kept
+    assert out.restated == (kept != answer)

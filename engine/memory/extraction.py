@@ -252,7 +252,49 @@ def screen(answer: FactList, items: list[Item], instructions: str) -> Screened:
         seen.add(key)
         out.restated += 1
         out.kept.append(_kept(fact, restated))
+    out.kept, joined = _rejoined(out.kept, items, material)
+    out.restated += joined
     return out
+
+
+def _rejoined(kept: list[facts.Fact], items: list[Item], material: quality.Material) -> tuple[list[facts.Fact], int]:
+    """`kept` with each fact the model cut from a sentence at a comma before a name (`We took Biscuit to a new vet
+    today, Dr. Moreau on Elm Street.`: `Dr. Moreau on Elm Street.` alone names neither Biscuit nor a vet) given
+    the whole sentence, and the facts whose words that sentence holds left out: a name after a comma names what
+    the words before it spoke of. A part that starts a clause of its own (`..., and my sister lives in Gdansk`,
+    `..., so I report to Jonas Weber now`) stays a fact of its own; a name that starts one (`I moved to Porto,
+    Ana stayed in Lisbon.`) is joined too, the sentence holding both claims in the user's words. Returns the
+    facts and how many were joined."""
+    by_anchor = {item.anchor: item for item in items}
+    out, joined = list(kept), 0
+    for fact in kept:
+        cited = [by_anchor.get(s) for s in fact.sources]
+        item = cited[0] if len(cited) == 1 and cited[0] is not None and cited[0].speaker != "assistant" else None
+        sentence = _cut_before_a_name(fact.text, item.text) if item is not None and fact in out else None
+        checked = _check(sentence, fact.kind, [item], items, material) if sentence else None
+        if checked is None or checked.rule:
+            continue
+        whole = _content(checked.text)
+        out = [f for f in out if f is fact or f.sources != fact.sources or not _content(f.text) <= whole]
+        out[out.index(fact)] = replace(fact, text=checked.text, date=checked.day or fact.date)
+        joined += 1
+    return out, joined
+
+
+def _cut_before_a_name(text: str, message: str) -> str | None:
+    """The sentence of `message` whose part after a comma, starting with a capitalised word (not `I`), `text`
+    says from its start (two words at least), or None."""
+    said = re.findall(r"\w+", text.lower())
+    if len(said) < 2:
+        return None
+    for sentence in _SENTENCE.split(message):
+        words = list(re.finditer(r"\w+", sentence))
+        for k, word in enumerate(words):
+            if (k and word.group()[0].isupper() and word.group() != "I"
+                    and sentence[:word.start()].rstrip().endswith(",")
+                    and [w.group().lower() for w in words[k:k + len(said)]] == said):
+                return sentence.strip()
+    return None
 
 
 def _check(text: str, kind: str, cited: list[Item], items: list[Item], material: quality.Material) -> _Checked:
