@@ -8,7 +8,8 @@ is screened on its own (`screen`): a fact whose words are not in the lines it ci
 that holds them; a fact with the prompt's markup, a placeholder, a tool call or the instructions' words is
 refused, and so is a question asked in the conversation filed as anything but an open question. A fact refused
 for how it words its message is kept in the words of the cited sentence that says most of it when that
-sentence passes the checks; the others are dropped and reported with their rule. Relative times are resolved
+sentence passes the checks; the others are dropped and reported with their rule. A sentence the model cut at a
+comma before a name is kept whole (`_rejoined`). Relative times are resolved
 to dates from its message's day (engine/memory/relative_dates.py), and the first day a fact names is its `date`.
 """
 
