@@ -1,6 +1,7 @@
 """Vectors: content-hash keyed embeddings in the real DuckDB index, backfill, exact in-memory search."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -321,6 +322,24 @@ def test_long_running_memory_fills_vectors_in_the_background(tmp_path, monkeypat
         assert semantic.status(memory)["pending"] == 0
         hits = memory.search(PARAPHRASE, limit=1)
         assert hits[0]["path"] == "daily/2024-05-01/adoption.md" and hits[0]["vector_rank"] == 1
+    finally:
+        worker.stop()
+        memory.db.close()
+
+
+def test_the_service_loads_the_local_model_as_it_starts_not_on_the_first_prompt(tmp_path, monkeypatch):
+    """The hook waits 3 s for the service: a first prompt that had to load the model got nothing."""
+    from engine.models import embedders
+
+    monkeypatch.setenv("DREAMFLOW_EMBEDDER", "local")
+    monkeypatch.setattr(embedders, "_local_model", None)  # as in a service that just started
+    memory = local_memory(tmp_path / "ws", keep_open=True)
+    worker = semantic.attach(memory, long_running=True)  # nothing to embed: the backfiller loads nothing
+    try:
+        deadline = time.monotonic() + 60
+        while embedders._local_model is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert embedders._local_model is not None  # loaded with no query and no text to embed
     finally:
         worker.stop()
         memory.db.close()

@@ -84,6 +84,10 @@ class LocalEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         return _model_thread.submit(self._encode, list(texts)).result()
 
+    def warm(self) -> None:
+        """Load the model on its thread without waiting (a failure is raised by the next `embed`)."""
+        _model_thread.submit(_load_local_model)
+
     def _encode(self, texts: list[str]) -> np.ndarray:
         model = _load_local_model()
         try:

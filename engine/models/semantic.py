@@ -2,8 +2,9 @@
 (the `dreamflow embed` command is dreamflow/cli/embed_command.py).
 
 Decision (fast start): torch takes ~6 s to import, the CLI must answer in a fraction of a second. So
-- the long-running service (`attach(memory, long_running=True)`) searches with vectors, loads the model once
-  on the first query that has vectors to search, and fills missing vectors on a background thread;
+- the long-running service (`attach(memory, long_running=True)`) searches with vectors, loads the model on
+  its model thread as it starts (in the background: the first prompt's hook, which waits 3 s, would otherwise
+  spend them loading it) and fills missing vectors on a background thread;
 - CLI commands and flow runs go through that service when it runs, so they get hybrid results too;
 - an in-process memory without the service searches keyword-only unless `DREAMFLOW_CLI_VECTORS=1` (then the
   model loads lazily, only when stored vectors exist for it);
@@ -56,6 +57,9 @@ def attach(memory, long_running: bool = False, settings: Settings | None = None)
     memory.vectors = index
     if not long_running:
         return None
+    warm = getattr(index.embedder, "warm", None)
+    if warm is not None:
+        warm()
     from storage.index.vectors import Backfiller
 
     return Backfiller(memory.db, index.embedder, index=index).start()
