@@ -4,8 +4,9 @@
 `inject_prompt_tokens` under the session's id, so nothing the session was given comes again, and only when
 something new in it comes from a keyword match holding `inject_min_words` distinct words of the prompt and
 scoring at least `inject_min_score` and `inject_min_relevance` times the prompt's term weight, numbers that
-mean the same on a memory of 2 files or 200,000 (storage/search/relevance.py): nothing relevant enough, nothing
-injected.
+mean the same on a memory of 2 files or 200,000 (storage/search/relevance.py), or, where vectors are searched (the
+service), from one holding a rare word of the prompt and as close to it as `DREAMFLOW_VECTOR_CLOSE`: nothing
+relevant enough, nothing injected.
 `SessionStart` (input: `source` startup/resume/clear/compact): a digest read without an LLM: the digest nodes
 (digest/personal first, then procedure, wiki and the folders of your own under digest/ by name, then notes
 right in digest/, newest first in each: storage/files/workspace.digest_buckets) and the cards of the latest days,
