@@ -158,6 +158,26 @@ def test_recall_gives_a_conversation_as_what_was_said_where_no_fact_says_it(mem)
     assert "Wednesdays" not in cited["text"]  # line 3 is a card fact's source: the fact is what is given
 
 
+def test_what_was_said_before_a_later_fact_answering_the_same_words_is_left_to_read_and_as_of(ws):
+    """A statement no card kept ("Biscuit sees Dr. Haines") is given only while no later fact answers the words
+    it answers: after "We took Biscuit to a new vet, Dr. Moreau", recall, and so the hook, give the fact alone;
+    a line the later fact does not answer ("Biscuit is allergic to chicken") and the day before stay given."""
+    m = Memory(ws.root)
+    said = [("Biscuit, our beagle, sees Dr. Haines at the Northgate vet clinic.", "2026-11-16T18:00:00"),
+            ("Biscuit is allergic to chicken, the vet said.", "2026-11-16T18:02:00"),
+            ("We took Biscuit to a new vet today, Dr. Moreau on Elm Street.", "2026-11-22T18:00:00")]
+    m.ws.write_text("session/dialog/day.jsonl", "".join(
+        json.dumps({"role": "user", "content": text, "created_at": at}) + "\n" for text, at in said))
+    m.write("daily/2026-11-22/vet.md", "# Vet\n\n## Events\n\n- We took Biscuit to a new vet today, Dr. Moreau on "
+            "Elm Street. (about:: user) (source:: [[session/dialog/day.jsonl#L3]]) ^f1\n", name="Vet")
+    now = m.recall("Who is Biscuit's vet?", budget=400)["text"]
+    assert "Dr. Moreau" in now and "Dr. Haines" not in now
+    assert "allergic to chicken" in m.recall("Is Biscuit allergic to chicken?", budget=400)["text"]
+    assert "Dr. Haines" in m.recall("Who is Biscuit's vet?", budget=400, as_of="2026-11-20")["text"]
+    assert "Dr. Haines" in m.recall("Who is Biscuit's vet?", budget=400, history=True)["text"]
+    assert "Dr. Haines" in m.recall("Who is Biscuit's vet?", budget=400, path_prefix="session/")["text"]
+
+
 def test_generated_pages_take_no_budget(mem):
     mem.daily_reindex("2026-11-02")
     mem.ws.write_text("daily/2026-11-02/interests.yaml", "- title: Gym plan\n  keywords: [gym, Mondays]\n")

@@ -39,6 +39,7 @@ from storage.index.tokenize import terms, tokens
 from storage.search.relevance import QueryTerms, relevant
 from storage.search.search import search
 from storage.text import validity
+from storage.text.facts import parse_line
 from storage.text.instructions import FLAG, FRAME, neutralise
 from storage.text.model import DIALOG
 
@@ -104,7 +105,7 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     query_terms = QueryTerms.of(con, query)
     weights = query_terms.weights()
     pool = min(MAX_POOL, max(10, budget // 40))
-    candidates = _Candidates(con, ws, weights, given)
+    candidates = _Candidates(con, ws, weights, given, history=bool(filters.get("history")))
     searched = 0  # the limit of the last search
     while True:
         if pool > searched:  # one search for this pool and the next: it costs about the same for 4x the hits
@@ -174,11 +175,14 @@ class _Candidates:
     """The search hits of one recall (`hits`, best first) and the pieces of each, worked out when packing
     first reaches the hit and kept for a deeper pass (each file read once per recall)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, ws: Workspace, weights: dict[str, float], given: set[str]):
-        self.con, self.ws, self.weights, self.given = con, ws, weights, given
+    def __init__(self, con: duckdb.DuckDBPyConnection, ws: Workspace, weights: dict[str, float], given: set[str],
+                 history: bool = False):
+        self.con, self.ws, self.weights, self.given, self.history = con, ws, weights, given, history
         self.hits: list[dict] = []
         self.files: dict[str, list[str]] = {}
         self.done: dict[tuple[int, int], tuple[list[Piece], int]] = {}  # (rank, chunk id) -> pieces, withheld
+        self.answered: dict[int, tuple[str, frozenset[str]]] = {}  # rank -> a fact hit's day and the query words
+        # it holds
 
     def pieces(self, rank: int) -> tuple[list[Piece], int]:
         """(pieces of hit `rank`, best first; lines it left out as given)."""
@@ -189,6 +193,37 @@ class _Candidates:
                 self.files[hit["path"]] = _lines(self.con, self.ws, hit["path"])
             self.done[key] = _pieces(hit, rank, self.weights, self.given, self.files[hit["path"]])
         return self.done[key]
+
+
+    def said_before(self, piece: Piece, n: int) -> bool:
+        """Whether `piece`, lines of a conversation, holds query words that a fact among the first `n` hits, dated
+        after the day they were said, holds all of: what was said before about what the question asks, which a
+        later fact answers (a statement no card kept, "Biscuit sees Dr. Haines", after "We took Biscuit to a new
+        vet, Dr. Moreau"). The fact is what holds; the older words are left to `read`, `--as-of` and `--history`."""
+        day = self.hits[piece.rank].get("date")
+        words = self._words(" ".join(text for _, text in piece.lines))
+        if self.history or not piece.path.startswith(DIALOG) or not day or not words:
+            return False
+        for rank in range(n):
+            if rank not in self.answered:
+                self.answered[rank] = _answers(self.hits[rank], self._words)
+            since, held = self.answered[rank]
+            if since > day and held >= words:
+                return True
+        return False
+
+    def _words(self, text: str) -> frozenset[str]:
+        return frozenset(t for t in terms(text) if self.weights.get(t, 0.0) > 0)
+
+
+def _answers(hit: dict, words) -> tuple[str, frozenset[str]]:
+    """(the day from which hit holds, the query words it holds) of a fact hit that holds now; ("", {}) for any
+    other hit. A fact's words are its sentence and subject, not its fields and links."""
+    fact = parse_line(hit["text"]) if "\n" not in hit["text"].strip() else None
+    since = hit.get("valid_from") or hit.get("date") or ""
+    if fact is None or hit["path"].startswith(DIALOG) or hit.get("status") not in (None, "current"):
+        return "", frozenset()
+    return since, words(" ".join(filter(None, (fact.text, fact.about))))
 
 
 def _lines(con: duckdb.DuckDBPyConnection, ws: Workspace, path: str) -> list[str | None]:
@@ -249,6 +284,7 @@ def _pack(candidates: _Candidates, n: int, budget: int) -> tuple[list[tuple[Piec
             break
         pieces, held = candidates.pieces(rank)
         withheld += held
+        pieces = [p for p in pieces if not candidates.said_before(p, n)]
         if pieces:
             take(pieces[0])
             rests += pieces[1:]
