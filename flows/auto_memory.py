@@ -34,7 +34,8 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     date = check_date(date) if date else None
     if messages:
         record_messages(root, session_id, messages)
-    spent, cards, added, recited, restated, echoes, dropped, first, runs = Usage(), [], 0, 0, 0, 0, [], None, 0
+    spent, cards, dropped, first, runs = Usage(), [], [], None, 0
+    added = recited = restated = echoes = unsaid = 0
     kept_out, private = Counter(), 0
     with session_lock(root, session_id):
         while True:
@@ -67,6 +68,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
             recited += card.get("recited", 0)
             restated += card.get("restated", 0)
             echoes += card.get("echoes", 0)
+            unsaid += card.get("unsaid", 0)
             dropped += card["dropped"]
             mark_summarised(root, session_id, todo["end"], card["path"])
     if not runs:
@@ -74,6 +76,6 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     usage = spent.as_dict()
     publish_usage(root, "auto-memory", f"session {session_id}", usage)
     return {"session_id": session_id, "date": day, "card": cards[-1] if cards else None, "cards": cards,
-            "facts": added, "recited": recited, "restated": restated, "echoes": echoes,
+            "facts": added, "recited": recited, "restated": restated, "echoes": echoes, "unsaid": unsaid,
             "dropped": dropped, "summarised": [first, todo["end"]],
             "redacted": dict(kept_out), "private": private, "usage": usage}

@@ -181,3 +181,35 @@ def test_a_sentence_cut_before_a_name_is_one_fact(line, answer, kept):
     out = screened(items, *[(text, [1]) for text in answer])
     assert [f.text for f in out.kept] == kept
     assert out.restated == (kept != answer)
+
+
+UNSAID = [  # (a user message no kept fact cites, what the card keeps of it in the user's words)
+    # the real 1.5B answered no fact for this turn; the later "new vet" then had nothing to replace
+    ("Biscuit, our beagle, sees Dr. Haines at the Northgate clinic.",
+     ["Biscuit, our beagle, sees Dr. Haines at the Northgate clinic."]),
+    # the real 0.5B kept 1 of a day's 4 statements
+    ("My physiotherapy sessions with Dr. Okafor are on Monday mornings.",
+     ["My physiotherapy sessions with Dr. Okafor are on Monday mornings."]),
+    ("Morning! My sister Dorota lives in Gdansk. We talk every Sunday.",
+     ["My sister Dorota lives in Gdansk.", "We talk every Sunday."]),
+    ("I moved to Porto on 2026-11-04.", ["I moved to Porto on 2026-11-04."]),
+    # nothing of the user's own with a name or number, a request, a question, small talk: nothing kept
+    ("Short one today, I'm tired.", []),
+    ("Thanks for keeping track of all this.", []),
+    ("Please remind me to call Dorota on Sunday.", []),
+    ("Can you check whether Dr. Haines is open on Monday?", []),
+    ("Fix the failing test in parser.py before the 3pm review.", []),
+]
+
+
+@pytest.mark.parametrize("said, kept", UNSAID)
+def test_a_users_statement_no_fact_cites_is_kept_in_their_words(said, kept):
+    items = conversation(("user", said), ("assistant", "Noted."))
+    out = extraction.unsaid([], items, "")
+    assert [(f.text, f.sources, f.about) for f in out] == [(text, (items[0].anchor,), "user") for text in kept]
+
+
+def test_a_statement_a_kept_fact_cites_or_says_gets_no_second_fact():
+    items = conversation(("user", "My sister Dorota lives in Gdansk."), ("user", "Dorota lives in Gdansk now."))
+    cited = card_fact("Dorota, the user's sister, lives in Gdansk.", items[0])
+    assert extraction.unsaid([cited], items, "") == []  # the first is cited, the second says what it says

@@ -88,7 +88,8 @@ def test_a_half_bad_answer_keeps_the_good_facts_and_reports_the_rest(prefect_har
     out = auto_memory(session_id="s2", workspace=str(ws.root), messages=STORY)
 
     _, found = card_of(memory, out)
-    assert [f.text for f in found] == ["Ana works at a bakery in Alfama."]
+    assert [f.text for f in found] == ["Ana works at a bakery in Alfama.", "Big news: I moved to Porto on 2026-11-04."]
+    assert out["unsaid"] == 1  # the move no fact cited: kept in the user's words
     rules = sorted(d["rule"] for d in out["dropped"])
     assert rules == ["duplicate", "markup", "tool", "ungrounded"]
     assert out["usage"]["gates"] == {"duplicate": 1, "markup": 1, "tool": 1, "ungrounded": 1}
@@ -118,7 +119,7 @@ def test_small_talk_writes_no_card_and_moves_on(prefect_harness, llm, memory, ws
 
 def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, ws):
     answer_by_message(llm, "Tea", ("green tea", fact("The user prefers green tea over coffee.", kind="preference")))
-    first = auto_memory(session_id="s5", workspace=str(ws.root), messages=STORY)
+    first = auto_memory(session_id="s5", workspace=str(ws.root), messages=STORY[3:])
     llm.reset()
     llm.on(FACTS, json_reply({"title": "Something else", "facts": [
         fact("The user prefers green tea over coffee.", kind="preference", source=[1]),
@@ -130,7 +131,7 @@ def test_new_messages_add_facts_to_the_same_card(prefect_harness, llm, memory, w
     assert [(f.id, f.kind) for f in found] == [("f1", "preference"), ("f2", "plan")]
     plan = found[1]
     assert plan.text == "The user starts a pottery class on Tuesday 2026-11-10." and plan.date == "2026-11-10"
-    assert plan.sources == ("session/dialog/s5.jsonl#L6",)
+    assert plan.sources == ("session/dialog/s5.jsonl#L3",)
     assert "Something else" not in memory.read(first["card"], numbered=False)["content"]  # the name stays
 
 def test_auto_memory_from_session_jsonl_with_checkpoint(prefect_harness, llm, memory, ws):
@@ -359,8 +360,9 @@ def test_a_turn_whose_facts_are_all_refused_leaves_the_others_standing(prefect_h
     llm.responder = respond
     out = auto_memory(session_id="s7", workspace=str(ws.root), messages=STORY)
     _, found = card_of(memory, out)
-    assert [f.text for f in found] == ["The user moved to Porto on 2026-11-04."]
+    assert [f.text for f in found] == ["The user moved to Porto on 2026-11-04.", "My sister Ana works at a bakery in Alfama."]
     assert [d["rule"] for d in out["dropped"]] == ["ungrounded"]  # as the repaired answer stated it
+    assert found[1].sources == ("session/dialog/s7.jsonl#L3",) and out["unsaid"] == 1  # the user's own words
     assert checkpoints.load(ws, "sessions/s7")["records"] == 5
 
 

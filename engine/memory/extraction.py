@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, field_validator
 from engine.memory import quality, relative_dates
 from engine.models.llm import response_schema
 from engine.memory.thresholds import (ECHO_SHARE, MAX_BLOCK_LINES, MAX_FACT_WORDS, MAX_FACTS, MAX_ITEM_CHARS,
-                                     MIN_FACT_TERMS)
+                                     MAX_UNSAID, MIN_FACT_TERMS)
 from storage.index.chunking import ECHO_NEW_WORDS, says_back
 from storage.index.tokenize import SMALL_TALK, terms
 from storage.text import facts
@@ -62,6 +62,13 @@ _OLD_BEFORE = frozenset({"from", "not", "instead", "longer", "formerly", "anymor
 _FILLER = frozenset({"the", "a", "an", "it", "s", "is", "was", "be", "been", "of", "my", "our", "her", "his"})
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not after `Mr.`, `Dr.`, `Mrs.`
+# a speaker's own words (`unsaid`) and the words that open a request rather than a statement
+_OWN = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Oo]ur|[Ww]e|[Ww]e're|[Ww]e've|[Mm]ine|[Oo]urs)\b")
+_FIRST_PERSON = frozenset({"I", "I'm", "I've", "I'll", "I'd", "I’m", "I’ve", "I’ll", "I’d"})
+_REQUEST = frozenset("please can could would will should shall remind let lets help tell show find fix add make "
+                     "write create run check update remove delete give send explain summarise summarize list "
+                     "do don't does did is are was were what who where when why how which thanks thank "
+                     "hi hello hey ok okay sure yes no".split())
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
                  "questions": "question", "follow-up": "question", "followup": "question", "todo": "question",
@@ -203,6 +210,7 @@ class Screened:
     restated: int = 0   # kept facts code restated: in their message's words (the model's being ungrounded) or
     # with a change's values the way round the message says them (`_direction`)
     echoes: int = 0     # facts of an assistant's echo taken from the user's message (`from_user`)
+    unsaid: int = 0     # user statements no fact cited, kept in their words (`unsaid`)
     title: str = ""     # the answer's title, when the name checks pass it
 
 
@@ -419,6 +427,42 @@ def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> t
         elif not _missing(fact.text, [echoed], set()) and not _said_already(fact.text, others):
             out.append(replace(fact, sources=(echoed.anchor,), labels=(echoed.label,)))
     return out, taken
+
+
+def unsaid(kept: list[facts.Fact], items: list[Item], instructions: str) -> list[facts.Fact]:
+    """Facts in the user's words for the statements no kept fact cites: a sentence of a user message no fact
+    cites that says something of the user's own (`my`, `our`, `I`, `we`) with a name or a number in it
+    (`Biscuit, our beagle, sees Dr. Haines at the Northgate clinic.`), asks nothing and passes every check, at
+    most MAX_UNSAID a message. A small model leaves such a line out of its answer (docs/dream.md): unkept, it
+    stays raw conversation, no dream can replace it and a later change has nothing to retire."""
+    cited = {source for fact in kept for source in fact.sources}
+    material = quality.Material("\n".join(item.text for item in items), "", instructions)
+    out: list[facts.Fact] = []
+    for item in items:
+        if item.speaker != "user" or item.anchor in cited:
+            continue
+        taken = 0
+        for sentence in _SENTENCE.split(item.text):
+            sentence = " ".join(sentence.split())
+            if taken == MAX_UNSAID or not _statement(sentence):
+                continue
+            checked = _check(sentence, "fact", [item], items, material)
+            if checked.rule or _said_already(checked.text, [*kept, *out]):
+                continue
+            out.append(facts.Fact(text=checked.text, about="user", date=checked.day, sources=(item.anchor,),
+                                  labels=(item.label,)))
+            taken += 1
+    return out
+
+
+def _statement(sentence: str) -> bool:
+    """Whether a sentence says something of the speaker's own with a name or number in it, and asks or bids
+    nothing: `My sister Dorota lives in Gdansk.`, not `Short one today, I'm tired.` or `Please remind me
+    about Dorota.`"""
+    words = re.findall(r"[\w'’]+", sentence)
+    if not words or words[0].lower() in _REQUEST or not _OWN.search(sentence):
+        return False
+    return any(w[0].isdigit() or (k and w[0].isupper() and w not in _FIRST_PERSON) for k, w in enumerate(words))
 
 
 def _echoed(text: str, cited: list[Item], items: list[Item]) -> Item | None:

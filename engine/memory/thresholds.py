@@ -7,6 +7,7 @@ from datetime import timedelta
 MAX_FACTS = 30               # facts one answer may list
 MAX_FACT_WORDS = 45          # words of one fact (a fact is one sentence)
 MIN_FACT_TERMS = 2           # content terms a fact needs to say something
+MAX_UNSAID = 2               # sentences of one user message no fact cites kept in its words (extraction.unsaid)
 ECHO_SHARE = 0.67            # share of an assistant fact's content words a user message must hold to be what it echoes
 MAX_ITEM_CHARS = 6_000       # of one numbered message or block shown to the model (the rest of it is not read)
 MAX_BLOCK_LINES = 12         # lines of a resource grouped into one numbered block
