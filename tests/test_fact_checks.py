@@ -199,6 +199,7 @@ UNSAID = [  # (a user message no kept fact cites, what the card keeps of it in t
     ("Please remind me to call Dorota on Sunday.", []),
     ("Can you check whether Dr. Haines is open on Monday?", []),
     ("Fix the failing test in parser.py before the 3pm review.", []),
+    ("I need you to check the Berlin numbers by Friday.", []),
 ]
 
 

@@ -64,6 +64,7 @@ _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not after `Mr.`, `Dr.`, `Mrs.`
 # a speaker's own words (`unsaid`) and the words that open a request rather than a statement
 _OWN = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Oo]ur|[Ww]e|[Ww]e're|[Ww]e've|[Mm]ine|[Oo]urs)\b")
+_YOU = re.compile(r"\b(?:you|your|yours|you're|you've|you'll)\b", re.IGNORECASE)
 _FIRST_PERSON = frozenset({"I", "I'm", "I've", "I'll", "I'd", "I’m", "I’ve", "I’ll", "I’d"})
 _REQUEST = frozenset("please can could would will should shall remind let lets help tell show find fix add make "
                      "write create run check update remove delete give send explain summarise summarize list "
@@ -456,11 +457,11 @@ def unsaid(kept: list[facts.Fact], items: list[Item], instructions: str) -> list
 
 
 def _statement(sentence: str) -> bool:
-    """Whether a sentence says something of the speaker's own with a name or number in it, and asks or bids
-    nothing: `My sister Dorota lives in Gdansk.`, not `Short one today, I'm tired.` or `Please remind me
-    about Dorota.`"""
+    """Whether a sentence says something of the speaker's own with a name or number in it, and asks, bids or
+    tells the assistant nothing: `My sister Dorota lives in Gdansk.`, not `Short one today, I'm tired.`,
+    `Please remind me about Dorota.` or `I need you to check the Berlin numbers.`"""
     words = re.findall(r"[\w'’]+", sentence)
-    if not words or words[0].lower() in _REQUEST or not _OWN.search(sentence):
+    if not words or words[0].lower() in _REQUEST or not _OWN.search(sentence) or _YOU.search(sentence):
         return False
     return any(w[0].isdigit() or (k and w[0].isupper() and w not in _FIRST_PERSON) for k, w in enumerate(words))
 
