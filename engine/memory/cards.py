@@ -104,8 +104,8 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
     given several messages mixed speakers up: docs/dream.md), other material in runs of at most
     `MAX_CALL_CHARS`. A fact that only an assistant's echo of the user cites is taken from the user's message
     (`extraction.from_user`, counted as gate `echo`); a user's statement no kept fact cites is kept in their words
-    (`extraction.unsaid`, counted in `unsaid`). A call whose facts are all dropped gets one repair turn; refused again, its facts count as
-    dropped and the others stand. When no call kept a fact and one was refused, the job fails
+    (`extraction.unsaid`, counted in `unsaid`). A call whose facts are all dropped gets one repair turn; refused
+    again, its facts count as dropped and the others stand. When no call kept a fact and one was refused, the job fails
     (`AnswerRefused`, exit 9): its input stays unconsumed. Any other failed call fails the job at once."""
     system = load_prompt("facts")
     out, refused = extraction.Screened(), None
@@ -271,7 +271,8 @@ def summarise_session(memory, llm: LLM, session_id: str, records: list[dict], li
     identity = {"session_id": session_id, "source_conversation": f"[[{source}]]"}
     card = write_card(memory, folder, current, screened, identity)
     return {**card, "dropped": screened.dropped, "recited": screened.recited,
-            "restated": screened.restated, "echoes": screened.echoes, "unsaid": screened.unsaid, "usage": llm.usage.as_dict()}
+            "restated": screened.restated, "echoes": screened.echoes, "unsaid": screened.unsaid,
+            "usage": llm.usage.as_dict()}
 
 
 def summarise_resource(memory, root, seen: dict, path: str, date: str) -> dict:

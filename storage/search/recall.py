@@ -194,7 +194,6 @@ class _Candidates:
             self.done[key] = _pieces(hit, rank, self.weights, self.given, self.files[hit["path"]])
         return self.done[key]
 
-
     def said_before(self, piece: Piece, n: int) -> bool:
         """Whether `piece`, lines of a conversation, holds query words that a fact among the first `n` hits, dated
         after the day they were said, holds all of: what was said before about what the question asks, which a
