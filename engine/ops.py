@@ -166,7 +166,8 @@ PARAM_HELP: dict[str, str] = {
     "path_prefix": "Only files under this path prefix, e.g. digest/",
     "bucket": "Only nodes in this folder of digest/: personal, procedure, wiki or one of your own (e.g. project)",
     "expand": "Linked neighbours to attach per hit (0 = none)",
-    "per_file": "Hits per file at most (0 = no cap); a file's other matching line ranges are listed in `more`",
+    "per_file": "Hits per file at most (0 = no cap), fact lines aside (each is a hit of its own); a file's other "
+                "matching line ranges are listed in `more`",
     "fact": "The fact: its block id (f2 or ^f2); to trace, also its line number (12 or L12) or path#^f2, or omit "
             "it when the path carries it (digest/people/ana.md#^f2)",
     "paths": "Workspace-relative paths to start from",

@@ -190,6 +190,36 @@ def test_generated_pages_take_no_budget(mem):
     assert "daily/2026-11-02.md" in [h["path"] for h in mem.search("rainy skipped", per_file=0)]  # a person's words
 
 
+def test_every_fact_line_is_a_hit_of_its_own_and_a_document_stays_capped(ws):
+    """One node holds every fact about the user: one hit per file would answer a question with its best-scoring
+    fact and put the answer in `more` (the real 1.5B: "remind me to get him something" for Tomasz's birthday).
+    A document's passages stay one hit per file. The same through the service's cache."""
+    from test_search_cache import _sql_only
+
+    mem = Memory(ws.root)
+    mem.write(NODE, "# User\n\n## Facts\n\n"
+              "- Remind me to get Tomasz something for his birthday. (about:: user) (since:: 2026-11-17) ^f1\n"
+              "- My brother Tomasz's birthday is on March 24. (about:: user) (since:: 2026-11-20) ^f2\n"
+              "- Tomasz lives in Krakow. (about:: Tomasz) (since:: 2026-11-17) ^f3\n", name="User")
+    mem.write("notes/family.md", "# Family\n\n" + "\n\n".join(
+        f"## Visit {n}\n\n" + f"Tomasz came over for a birthday lunch number {n}. " * 40 for n in range(3)))
+    expect = {(NODE, line(mem, f)) for f in ("f1", "f2", "f3")}
+    hits = mem.search("Tomasz birthday")
+    assert expect <= set(where(hits))
+    notes = [h for h in hits if h["path"] == "notes/family.md"]
+    assert len(notes) == 1 and notes[0]["more"]  # its other passages, by line range
+    db = IndexDB(ws, keep_open=True)
+    try:
+        with db.session() as con:
+            assert search_cache.wait(con, 30) is not None
+            held = search(con, "Tomasz birthday", limit=10)
+            with _sql_only(con):
+                sql = search(con, "Tomasz birthday", limit=10)
+            assert where(held) == where(sql) and expect <= set(where(held))
+    finally:
+        db.close()
+
+
 def test_the_service_cache_answers_chains_as_sql(ws):
     from test_search_cache import _sql_only
 

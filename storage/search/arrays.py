@@ -43,7 +43,7 @@ import duckdb
 import numpy as np
 
 from storage.index.bm25 import Window, holds, score
-from storage.search.sql import FILE_FACTS, in_list
+from storage.search.sql import FACT_CHUNK, FILE_FACTS, in_list
 
 TEXT_CHUNKS = 120_000  # chunk texts held in memory up to this many chunks (chunks are <= ~1.5 kB: <= 180 MB)
 SLICES = 16  # the postings load runs in this many term-hash ranges (bounds its transient memory)
@@ -56,7 +56,7 @@ _VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
 _OPEN_FROM, _OPEN_TO = -(2**31), 2**31 - 1  # a fact window's open ends (NULL) in the int32 day arrays
 _EPOCH = dt.date(1970, 1, 1)
-_BECAME = "coalesce(became, -1) AS became"
+_BECAME = f"coalesce(became, -1) AS became, {FACT_CHUNK} AS fact"
 _WINDOW_DAYS = (f"coalesce(valid_from - DATE '1970-01-01', {_OPEN_FROM})::INTEGER AS valid_from, "
                 f"coalesce(valid_to - DATE '1970-01-01', {_OPEN_TO})::INTEGER AS valid_to")
 
@@ -79,6 +79,7 @@ class SearchCache:
         self.lines = np.zeros((0, 2), dtype=np.int64)
         self.windows = np.zeros((0, 2), dtype=np.int32)  # per chunk: valid_from, valid_to (days since 1970)
         self.became = np.zeros(0, dtype=np.int64)  # per chunk: a consumed card fact's node fact chunk, else -1
+        self.fact = np.zeros(0, dtype=bool)  # per chunk: one fact line (storage/search/sql.FACT_CHUNK)
         self.paths: list[str] = []
         self.file_index: dict[str, int] = {}
         self.terms = np.zeros(0, dtype=np.uint64)
@@ -121,6 +122,7 @@ class SearchCache:
         self.lengths = rows["length"].astype(np.float64)
         self.windows = np.stack([rows["valid_from"].astype(np.int32), rows["valid_to"].astype(np.int32)], axis=1)
         self.became = rows["became"].astype(np.int64)
+        self.fact = rows["fact"].astype(bool)
         self.live = np.ones(len(self.ids), dtype=bool)
         self.n_live, self.total_length = len(self.ids), int(rows["length"].astype(np.int64).sum())
         total, top_tf = con.execute("SELECT count(*), coalesce(max(tf), 0) FROM postings").fetchone()
@@ -234,7 +236,7 @@ class SearchCache:
                            f"{', headings, text' * (self.texts is not None)} FROM chunks WHERE id > {held} ORDER BY id"
                            ).fetchall()
         if self.texts is not None:
-            self.texts.update((r[0], r[8:]) for r in rows)
+            self.texts.update((r[0], r[9:]) for r in rows)
         files = []
         for _, path, *_rest in rows:
             if path not in self.file_index:
@@ -250,6 +252,7 @@ class SearchCache:
         self.lengths = np.concatenate([self.lengths, np.array([r[4] for r in rows], dtype=np.float64)])
         self.windows = np.concatenate([self.windows, np.array([r[5:7] for r in rows], dtype=np.int32).reshape(-1, 2)])
         self.became = np.concatenate([self.became, np.array([r[7] for r in rows], dtype=np.int64)])
+        self.fact = np.concatenate([self.fact, np.array([r[8] for r in rows], dtype=bool)])
         self.live = np.concatenate([self.live, np.ones(len(rows), dtype=bool)])
         self.n_live += len(rows)
         self.total_length += sum(int(r[4]) for r in rows)
@@ -309,8 +312,8 @@ class SearchCache:
             order = np.lexsort((ids, -scores))[:limit]
             return [(int(i), float(s)) for i, s in zip(ids[order], scores[order])]
 
-    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]] | None:
-        """{chunk id: (path, start_line, end_line)} of the live chunks among `ids` (None: ask SQL)."""
+    def rows(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int, bool]] | None:
+        """{chunk id: (path, start_line, end_line, is a fact line)} of the live chunks among `ids` (None: ask SQL)."""
         with self._lock:
             if not self.sync(con):
                 return None
@@ -320,7 +323,7 @@ class SearchCache:
             for cid, p in zip(want.tolist(), pos.tolist()):
                 if len(self.ids) and self.ids[p] == cid and self.live[p]:
                     start, end = self.lines[p]
-                    out[cid] = (self.paths[self.file_of[p]], int(start), int(end))
+                    out[cid] = (self.paths[self.file_of[p]], int(start), int(end), bool(self.fact[p]))
             return out
 
     def heads(self, con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, int] | None:
@@ -427,7 +430,7 @@ class SearchCache:
 
     def nbytes(self) -> int:
         """Bytes held in numpy arrays (the term -> hash map, paths and masks not counted)."""
-        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.became,
+        arrays = [self.ids, self.live, self.lengths, self.file_of, self.lines, self.windows, self.became, self.fact,
                   self.terms, self.offsets, self.post_idx, self.post_tf]
         if self.link_table is not None:
             t = self.link_table

@@ -24,7 +24,7 @@ import duckdb
 from storage.index.bm25 import Window, holds, score
 from storage.index.tokenize import term_hash, terms
 from storage.search import cache as search_cache, timeref
-from storage.search.sql import FILE_FACTS, Expr, in_list, sql_literal
+from storage.search.sql import FACT_CHUNK, FILE_FACTS, Expr, in_list, sql_literal
 from storage.text import validity
 from storage.text.instructions import flags as instruction_flags
 from storage.text.model import DIALOG, normalize_tag
@@ -226,9 +226,10 @@ def search(
     by their own `since`/`until`, dated files up to it), `history` (also superseded and expired digest nodes and
     retired facts, left out by default). `weights` are the RRF weights of the (keyword, vector) lists (default: 1
     and the vectors object's `weight`, if it has one); `rrf_k` defaults to the vectors object's `rrf_k`, else RRF_K.
-    `per_file` caps the hits from one file (None: no cap); a file's lower-ranked matching chunks then show up
-    as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its last hit instead of taking
-    result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
+    `per_file` caps the hits from one file (None: no cap), but not its fact lines: each is one thing remembered
+    (a node holding every fact about the user would otherwise answer with one of them); a file's lower-ranked
+    matching chunks then show up as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its
+    last hit instead of taking result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
     holding all the top candidates still leaves room for `limit` distinct files.
     A query naming a date or period ("in June 2023", "last week") ranks chunks of files dated then higher in
     the keyword list (`date_boost`); relative times count from `as_of` when given.
@@ -403,8 +404,8 @@ def _top_hits(
             row = rows.get(cid)
             if row is None:  # deleted since it was ranked
                 continue
-            path, start, end = row
-            if count.get(path, 0) < cap and len(kept) < limit:
+            path, start, end, fact = row
+            if (fact or count.get(path, 0) < cap) and len(kept) < limit:
                 kept.append(({"chunk_id": cid, "path": path, "start_line": start, "end_line": end}, score))
                 count[path] = count.get(path, 0) + 1
                 last[path] = cid
@@ -416,12 +417,12 @@ def _top_hits(
     return kept, more
 
 
-def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int]]:
-    """{chunk id: (path, start_line, end_line)} of the chunks among `ids` that still exist."""
+def _chunk_rows(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, tuple[str, int, int, bool]]:
+    """{chunk id: (path, start_line, end_line, is a fact line)} of the chunks among `ids` that still exist."""
     if (cache := search_cache.of(con)) is not None and (held := cache.rows(con, ids)) is not None:
         return held
     return {r[0]: r[1:] for r in con.execute(
-        f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({in_list(ids)})"
+        f"SELECT id, path, start_line, end_line, {FACT_CHUNK} FROM chunks WHERE id IN ({in_list(ids)})"
     ).fetchall()}
 
 

@@ -33,6 +33,10 @@ def in_list(values: Iterable[Any]) -> str:
     return ", ".join(sql_literal(v) for v in values)
 
 
+# Whether a chunk is one fact line (storage/index/chunking.py: its `search_text` the fact's words; a
+# conversation's chunks have one too, what was said): each is one thing remembered, never capped per file
+FACT_CHUNK = "(search_text IS NOT NULL AND path NOT LIKE 'session/dialog/%')"
+
 # A file's facts as search and its cache (storage/search/arrays.py) read them: name, description,
 # date, and the validity keys of its frontmatter as written
 FILE_FACTS = "name, description, strftime(date, '%Y-%m-%d'), " + ", ".join(
