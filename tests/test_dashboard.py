@@ -329,7 +329,7 @@ def test_a_node_shows_its_facts_their_history_and_where_each_comes_from(browser,
 
         # search: a fact hit carries its own validity
         visit.go("/ui/search?q=lisbon+river&history=true")
-        hit = page.locator("ol.hits .hit", has_text=USER)
+        hit = page.locator("ol.hits .hit", has_text=USER).filter(has_text=LISBON)  # each fact a hit of its own
         assert "replaced" in hit.locator(".hit-head").inner_text()
         assert "2026-11-02 → 2026-11-04" in hit.locator(".hit-head").inner_text()
         assert visit.foreign() == []
