@@ -434,7 +434,7 @@ def unsaid(kept: list[facts.Fact], items: list[Item], instructions: str) -> list
     """Facts in the user's words for the statements no kept fact cites: a sentence of a user message no fact
     cites that says something of the user's own (`my`, `our`, `I`, `we`) with a name or a number in it
     (`Biscuit, our beagle, sees Dr. Haines at the Northgate clinic.`), asks nothing and passes every check, at
-    most MAX_UNSAID a message. A small model leaves such a line out of its answer (docs/dream.md): unkept, it
+    most MAX_UNSAID a message. A small model leaves such a line out of its answer (docs/jobs.md): unkept, it
     stays raw conversation, no dream can replace it and a later change has nothing to retire."""
     cited = {source for fact in kept for source in fact.sources}
     material = quality.Material("\n".join(item.text for item in items), "", instructions)
