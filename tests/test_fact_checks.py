@@ -200,6 +200,12 @@ UNSAID = [  # (a user message no kept fact cites, what the card keeps of it in t
     ("Can you check whether Dr. Haines is open on Monday?", []),
     ("Fix the failing test in parser.py before the 3pm review.", []),
     ("I need you to check the Berlin numbers by Friday.", []),
+    # a coding session's prompts: work on code, left to the model
+    ("I get a KeyError in parser.py on line 42.", []),
+    ("We call load_config() twice in the CLI.", []),
+    ("My TodoWrite list has 3 items.", []),
+    ("Let's move the Berlin import to Monday.", []),
+    ("I keep the notes in src/docs on my laptop since 2024.", []),
 ]
 
 

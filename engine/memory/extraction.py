@@ -65,10 +65,13 @@ _SENTENCE = re.compile(r"(?<![A-Z][a-z]\.)(?<!Mrs\.)(?<=[.!?;])\s+|\n+")  # not 
 # a speaker's own words (`unsaid`) and the words that open a request rather than a statement
 _OWN = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Oo]ur|[Ww]e|[Ww]e're|[Ww]e've|[Mm]ine|[Oo]urs)\b")
 _YOU = re.compile(r"\b(?:you|your|yours|you're|you've|you'll)\b", re.IGNORECASE)
+# work on code (`parser.py`, `src/app`, `load_config()`, `TodoWrite`, backticks): what a coding session says to
+# get something done, left to the model
+_CODE = re.compile(r"[`\\<>{}=]|\w/\w|\b\w+\.(?:[a-z]{1,4})\b(?!\.)|\b[a-z]+_\w+|\w\(|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*")
 _FIRST_PERSON = frozenset({"I", "I'm", "I've", "I'll", "I'd", "I’m", "I’ve", "I’ll", "I’d"})
 _REQUEST = frozenset("please can could would will should shall remind let lets help tell show find fix add make "
                      "write create run check update remove delete give send explain summarise summarize list "
-                     "do don't does did is are was were what who where when why how which thanks thank "
+                     "do don't does did is are was were what who where when why how which thanks thank let's "
                      "hi hello hey ok okay sure yes no".split())
 KIND_SYNONYMS = {"preferences": "preference", "like": "preference", "likes": "preference", "plans": "plan",
                  "goal": "plan", "decisions": "decision", "events": "event", "open question": "question",
@@ -458,10 +461,12 @@ def unsaid(kept: list[facts.Fact], items: list[Item], instructions: str) -> list
 
 def _statement(sentence: str) -> bool:
     """Whether a sentence says something of the speaker's own with a name or number in it, and asks, bids or
-    tells the assistant nothing: `My sister Dorota lives in Gdansk.`, not `Short one today, I'm tired.`,
-    `Please remind me about Dorota.` or `I need you to check the Berlin numbers.`"""
+    tells the assistant nothing and is no work on code: `My sister Dorota lives in Gdansk.`, not `Short one
+    today, I'm tired.`, `Please remind me about Dorota.`, `I need you to check the Berlin numbers.` or `I get a
+    KeyError in parser.py on line 42.`"""
     words = re.findall(r"[\w'’]+", sentence)
-    if not words or words[0].lower() in _REQUEST or not _OWN.search(sentence) or _YOU.search(sentence):
+    if (not words or words[0].lower() in _REQUEST or not _OWN.search(sentence) or _YOU.search(sentence)
+            or _CODE.search(sentence)):
         return False
     return any(w[0].isdigit() or (k and w[0].isupper() and w not in _FIRST_PERSON) for k, w in enumerate(words))
 
