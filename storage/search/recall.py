@@ -181,8 +181,8 @@ class _Candidates:
         self.hits: list[dict] = []
         self.files: dict[str, list[str]] = {}
         self.done: dict[tuple[int, int], tuple[list[Piece], int]] = {}  # (rank, chunk id) -> pieces, withheld
-        self.answered: dict[int, tuple[str, frozenset[str]]] = {}  # rank -> a fact hit's day and the query words
-        # it holds
+        self.answered: dict[int, tuple[str, frozenset[str]]] = {}  # chunk id -> a fact hit's day, the query
+        # words it holds
 
     def pieces(self, rank: int) -> tuple[list[Piece], int]:
         """(pieces of hit `rank`, best first; lines it left out as given)."""
@@ -203,10 +203,10 @@ class _Candidates:
         words = self._words(" ".join(text for _, text in piece.lines))
         if self.history or not piece.path.startswith(DIALOG) or not day or not words:
             return False
-        for rank in range(n):
-            if rank not in self.answered:
-                self.answered[rank] = _answers(self.hits[rank], self._words)
-            since, held = self.answered[rank]
+        for hit in self.hits[:n]:
+            if hit["chunk_id"] not in self.answered:
+                self.answered[hit["chunk_id"]] = _answers(hit, self._words)
+            since, held = self.answered[hit["chunk_id"]]
             if since > day and held >= words:
                 return True
         return False
