@@ -9,6 +9,7 @@ import math
 from typing import Any, Iterable
 
 from storage.text import validity
+from storage.text.model import DIALOG
 
 
 def sql_literal(value: Any) -> str:
@@ -35,7 +36,7 @@ def in_list(values: Iterable[Any]) -> str:
 
 # Whether a chunk is one fact line (storage/index/chunking.py: its `search_text` the fact's words; a
 # conversation's chunks have one too, what was said): each is one thing remembered, never capped per file
-FACT_CHUNK = "(search_text IS NOT NULL AND path NOT LIKE 'session/dialog/%')"
+FACT_CHUNK = f"(search_text IS NOT NULL AND path NOT LIKE '{DIALOG}%')"
 
 # A file's facts as search and its cache (storage/search/arrays.py) read them: name, description,
 # date, and the validity keys of its frontmatter as written
