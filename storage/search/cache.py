@@ -76,6 +76,8 @@ class _Slot:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        # A cursor starts in DuckDB's default database: it is pointed at the index `con` uses.
+        self.database = con.execute("SELECT current_database()").fetchone()[0]
         self.cache: SearchCache | None = None
         self.loaded = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,6 +106,7 @@ class _Slot:
                 if self._closed:
                     return
                 self._cursor = self.con.cursor()
+                self._cursor.execute(f'USE "{self.database}"')
             self._cursor.execute("BEGIN TRANSACTION")  # one snapshot for every table read
             fresh.load(self._cursor, stop=lambda: self._closed)
             self._cursor.execute("COMMIT")
