@@ -17,11 +17,13 @@ from storage.memory import Memory
 LIMIT = 64 * 1024
 
 
-@pytest.fixture
-def server(ws, monkeypatch):
-    monkeypatch.setenv("DREAMFLOW_MAX_BODY_BYTES", str(LIMIT))
-    monkeypatch.setenv("DREAMFLOW_ALLOWED_HOSTS", "memory.lan, Notes.Example.")
-    server = ApiServer(Memory(ws.root))
+def _serve(root) -> ApiServer:
+    """The API over workspace `root`, built with a 64 KB body limit and two configured names, and a mounted
+    ASGI sub-app at /sub that reads the whole body and answers its length."""
+    with pytest.MonkeyPatch.context() as env:  # read when the app is built
+        env.setenv("DREAMFLOW_MAX_BODY_BYTES", str(LIMIT))
+        env.setenv("DREAMFLOW_ALLOWED_HOSTS", "memory.lan, Notes.Example.")
+        server = ApiServer(Memory(root))
     app = server.server.config.app
 
     async def echo(scope, receive, send):  # a mounted ASGI sub-app that reads the whole body
@@ -37,6 +39,21 @@ def server(ws, monkeypatch):
         await send({"type": "http.response.body", "body": answer})
 
     app.mount("/sub", echo)
+    return server
+
+
+@pytest.fixture
+def server(ws):
+    server = _serve(ws.root)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def hosts_server(tmp_path_factory):
+    """One server for the `Host` tests, whose requests are refused or read /health (nothing is written):
+    started once for them (~0.3 s a start and stop)."""
+    server = _serve(tmp_path_factory.mktemp("hosts") / "ws")
     yield server
     server.stop()
 
@@ -81,9 +98,9 @@ def _read_all(sock: socket.socket, into: bytearray) -> None:
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8420", "127.0.0.1.nip.io", "localhost.evil",
                                   "localhost:1@evil.example", "[::1]:80@evil.example", "127.0.0.1:x",
                                   "[::2]:80", "192.168.1.7"])
-def test_a_foreign_host_header_is_refused_on_every_route(server, host):
+def test_a_foreign_host_header_is_refused_on_every_route(hosts_server, host):
     for path, body in (("/health", b""), ("/ops/list", b"{}"), ("/sub/x", b"{}")):
-        status, answer, _ = http(server.port, "POST" if body else "GET", path, host, body)
+        status, answer, _ = http(hosts_server.port, "POST" if body else "GET", path, host, body)
         assert status == 421, (host, path, answer)
         assert answer["error"]["type"] == "MisdirectedRequest"
         assert "DREAMFLOW_ALLOWED_HOSTS" in answer["error"]["message"]
@@ -91,8 +108,8 @@ def test_a_foreign_host_header_is_refused_on_every_route(server, host):
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8420", "localhost", "LOCALHOST:1", "[::1]:8420",
                                   "memory.lan:8420", "notes.example"])
-def test_the_bound_and_configured_names_are_answered(server, host):
-    status, answer, _ = http(server.port, "GET", "/health", host)
+def test_the_bound_and_configured_names_are_answered(hosts_server, host):
+    status, answer, _ = http(hosts_server.port, "GET", "/health", host)
     assert status == 200 and answer["ok"] is True
 
 
