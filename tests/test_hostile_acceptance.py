@@ -60,9 +60,11 @@ def test_the_watcher_and_index_file_leave_such_a_name_alone(tmp_path):
     assert mem.search("catamarans")
 
 
-@pytest.fixture
-def served(tmp_path):
-    mem = Memory(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One server for the requests that must all be refused (each checks that nothing was written): started
+    once for them (~0.3 s a start and stop)."""
+    mem = Memory(tmp_path_factory.mktemp("served") / "ws")
     mem.write("digest/wiki/a.md", "a\n")
     server = ApiServer(mem)
     yield mem, server
