@@ -4,8 +4,9 @@ DuckDB lets one process at a time open a file read-write, and an open connection
 process, readers included. So every use of the index goes through `IndexDB.session()`, which takes the
 file lock `metadata/index.lock` (waiting up to `DREAMFLOW_LOCK_TIMEOUT` seconds, default 30, then
 `IndexBusy`), opens the database, and closes it and releases the lock when the outermost session ends.
-Opening attaches the file to an in-memory DuckDB the process keeps (`ATTACH`, ~0.6 ms) and closing detaches
-it (checkpointed, the file freed for other processes): a new DuckDB instance costs ~7 ms, paid once.
+Opening attaches the file to an in-memory DuckDB (`ATTACH`, ~0.6 ms) and closing detaches it (checkpointed, the
+file freed for other processes); the in-memory DuckDB is kept for the next open, of any index (`KEEP_IDLE`):
+a new one costs ~7 ms.
 Sessions nest; threads of one process take turns through an RLock and share the connection. The long-running
 service passes `keep_open=True` to hold both for its lifetime. A process that may not write metadata/ (a
 read-only file system, no write permission) opens the index read-only: reads answer from it as it is, and it is
@@ -139,8 +140,7 @@ class _Shared:
 
     file_lock: FileLock
     thread_lock: threading.RLock = field(default_factory=threading.RLock)
-    con: duckdb.DuckDBPyConnection | None = None  # `host` while the index is attached (open), else None
-    host: duckdb.DuckDBPyConnection | None = None  # the in-memory DuckDB the index attaches to, kept between opens
+    con: duckdb.DuckDBPyConnection | None = None  # the in-memory DuckDB the index is attached to while open
     depth: int = 0
     keep_open: bool = False
     read_only: bool = False  # the open connection's: metadata/ could not be written when it was opened
@@ -231,7 +231,7 @@ class IndexDB:
         """Set the damaged index aside and rebuild it from the files (the file lock stays held throughout)."""
         state = self._state
         search_cache.disable(state.con)
-        _discard(state)  # an invalidated database may refuse even a detach
+        _discard(state.con)  # an invalidated database may refuse even a detach
         state.con = None
         kept = self._set_aside(exc, announce=False)  # the IndexRebuilt error says it
         try:
@@ -291,7 +291,7 @@ class IndexDB:
         if state.con is not None:
             search_cache.disable(state.con)
             try:
-                _detach(state)
+                _detach(state.con)
             finally:
                 state.con = None
                 state.file_lock.release()
@@ -301,14 +301,14 @@ class IndexDB:
         it is missing, unreadable or of another schema version."""
         how = "run `dreamflow reindex` where the workspace can be written"
         try:
-            con = _attach(self._state, self.path, read_only=True)
+            con = _attach(self.path, read_only=True)
         except duckdb.Error as exc:
             if "could not set lock" in str(exc).lower():
                 raise IndexBusy(f"the index {self.path} is held by another process: {exc}") from exc
             raise DreamflowError(f"the index {self.path} cannot be read, and this workspace cannot be written "
                                  f"(read-only) to rebuild it ({_first_line(exc)}); {how}") from exc
         if _schema_version(con) != SCHEMA_VERSION:
-            _detach(self._state)
+            _detach(con)
             raise DreamflowError(f"the index {self.path} was built by another version of Dreamflow or DuckDB, and "
                                  f"this workspace cannot be written (read-only) to rebuild it; {how}")
         return con
@@ -316,18 +316,18 @@ class IndexDB:
     def _connect(self, unclean: bool) -> duckdb.DuckDBPyConnection:
         """Open the file, ensure the schema, rebuild when it is new; set it aside and rebuild when it cannot be
         opened, its log does not replay, or (after an unclean shutdown) it fails its checks."""
-        state = self._state
+        con = None
         try:
-            con = _attach(state, self.path)
+            con = _attach(self.path)
             version = _schema_version(con)
             if version == SCHEMA_VERSION and unclean:
                 _repair_after_crash(con)
         except duckdb.Error as exc:
             if "could not set lock" in str(exc).lower():
                 raise IndexBusy(f"the index {self.path} is held by another process: {exc}") from exc
-            _discard(state)  # whatever the damage did to the in-memory DuckDB, the rebuild starts on a new one
+            _discard(con)  # whatever the damage did to that in-memory DuckDB, the rebuild starts on another
             self._set_aside(exc)
-            con = _attach(state, self.path)
+            con = _attach(self.path)
             version = None
         if version == SCHEMA_VERSION:
             return con
@@ -341,12 +341,15 @@ class IndexDB:
             # Written last: a crash before this point leaves no version, so the next open rebuilds again.
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
         except BaseException:
-            _discard(state)
+            _discard(con)
             raise
         return con
 
 
 ALIAS = "idx"  # the index's name in the in-memory DuckDB; queries name no database (`USE` makes it the default)
+KEEP_IDLE = 2  # in-memory DuckDBs (~2.6 MB each) kept with nothing attached, for the next opens
+_idle: list[duckdb.DuckDBPyConnection] = []
+_idle_guard = threading.Lock()
 
 
 def _host() -> duckdb.DuckDBPyConnection:
@@ -359,39 +362,48 @@ def _host() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _attach(state: _Shared, path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Attach the index file to the process' in-memory DuckDB (made anew when missing) as its default database."""
-    if state.host is None:
-        state.host = _host()
+def _attach(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """An idle (or new) in-memory DuckDB with the index file attached as its default database."""
+    with _idle_guard:
+        con = _idle.pop() if _idle else None
+    con = con or _host()
     quoted = str(path).replace("'", "''")
-    state.host.execute(f"ATTACH '{quoted}' AS {ALIAS}{' (READ_ONLY)' if read_only else ''}")
-    state.host.execute(f"USE {ALIAS}")
-    return state.host
+    try:
+        con.execute(f"ATTACH '{quoted}' AS {ALIAS}{' (READ_ONLY)' if read_only else ''}")
+        con.execute(f"USE {ALIAS}")
+    except BaseException:
+        _discard(con)
+        raise
+    return con
 
 
-def _detach(state: _Shared) -> None:
-    """Roll back what an interrupted session left open, then detach (checkpoint and free) the index file."""
-    host = state.host
+def _detach(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back what an interrupted session left open, detach (checkpoint and free) the index file, and keep
+    the in-memory DuckDB for the next open."""
     try:
         try:
-            host.execute("ROLLBACK")
+            con.execute("ROLLBACK")
         except duckdb.TransactionException:
             pass  # none open: the usual case
-        host.execute("USE memory")
-        host.execute(f"DETACH {ALIAS}")
+        con.execute("USE memory")
+        con.execute(f"DETACH {ALIAS}")
     except BaseException:
-        _discard(state)  # closing it frees the file all the same
+        _discard(con)  # closing it frees the file all the same
         raise
+    with _idle_guard:
+        if len(_idle) < KEEP_IDLE:
+            _idle.append(con)
+            return
+    con.close()
 
 
-def _discard(state: _Shared) -> None:
-    """Close the in-memory DuckDB (and any index attached to it) without asking anything of it."""
-    if state.host is not None:
+def _discard(con: duckdb.DuckDBPyConnection | None) -> None:
+    """Close an in-memory DuckDB (and the index attached to it) without asking anything of it."""
+    if con is not None:
         try:
-            state.host.close()
+            con.close()
         except duckdb.Error:
             pass
-        state.host = None
 
 
 def _writable(index: Path) -> bool:
