@@ -9,7 +9,8 @@ that holds them; a fact with the prompt's markup, a placeholder, a tool call or 
 refused, and so is a question asked in the conversation filed as anything but an open question. A fact refused
 for how it words its message is kept in the words of the cited sentence that says most of it when that
 sentence passes the checks; the others are dropped and reported with their rule. A sentence the model cut at a
-comma before a name is kept whole (`_rejoined`). Relative times are resolved
+comma before a name is kept whole (`_rejoined`). A user's statement no kept fact cites is kept in their words
+(`unsaid`). Relative times are resolved
 to dates from its message's day (engine/memory/relative_dates.py), and the first day a fact names is its `date`.
 """
 
@@ -67,7 +68,8 @@ _OWN = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Oo]ur|[Ww]e|[Ww]e're|[Ww]e'v
 _YOU = re.compile(r"\b(?:you|your|yours|you're|you've|you'll)\b", re.IGNORECASE)
 # work on code (`parser.py`, `src/app`, `load_config()`, `TodoWrite`, backticks): what a coding session says to
 # get something done, left to the model
-_CODE = re.compile(r"[`\\<>{}=]|\w/\w|\b\w+\.(?:[a-z]{1,4})\b(?!\.)|\b[a-z]+_\w+|\w\(|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*")
+_CODE = re.compile(r"[`\\<>{}=]|\w/\w|\b\w+\.(?:[a-z]{1,4})\b(?!\.)|\b[a-z]+_\w+|\w\("
+                   r"|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*")
 _FIRST_PERSON = frozenset({"I", "I'm", "I've", "I'll", "I'd", "I’m", "I’ve", "I’ll", "I’d"})
 _REQUEST = frozenset("please can could would will should shall remind let lets help tell show find fix add make "
                      "write create run check update remove delete give send explain summarise summarize list "
