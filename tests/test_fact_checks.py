@@ -220,3 +220,16 @@ def test_a_statement_a_kept_fact_cites_or_says_gets_no_second_fact():
     items = conversation(("user", "My sister Dorota lives in Gdansk."), ("user", "Dorota lives in Gdansk now."))
     cited = card_fact("Dorota, the user's sister, lives in Gdansk.", items[0])
     assert extraction.unsaid([cited], items, "") == []  # the first is cited, the second says what it says
+    split = conversation(("user", "Priya moved to the Berlin office, so I report to Jonas Weber now."))
+    parts = [card_fact("Priya moved to the Berlin office.", split[0]),
+             card_fact("I report to Jonas Weber now.", split[0])]
+    assert extraction.unsaid(parts, split, "") == []  # its facts say it between them
+
+
+def test_the_part_of_a_message_its_facts_left_out_is_kept_in_its_words():
+    """The real 1.5B kept `remind me to get him something` of the sentence and dropped the birthday."""
+    items = conversation(("user", "My brother Tomasz's birthday is on March 14, remind me to get him something."))
+    reminder = card_fact("remind me to get him something.", items[0])
+    out = extraction.unsaid([reminder], items, "")
+    assert [(f.text, f.sources) for f in out] == [
+        ("My brother Tomasz's birthday is on March 14, remind me to get him something.", (items[0].anchor,))]

@@ -436,21 +436,24 @@ def from_user(kept: list[facts.Fact], items: list[Item], instructions: str) -> t
 
 
 def unsaid(kept: list[facts.Fact], items: list[Item], instructions: str) -> list[facts.Fact]:
-    """Facts in the user's words for the statements no kept fact cites: a sentence of a user message no fact
-    cites that says something of the user's own (`my`, `our`, `I`, `we`) with a name or a number in it
-    (`Biscuit, our beagle, sees Dr. Haines at the Northgate clinic.`), asks nothing and passes every check, at
-    most MAX_UNSAID a message. A small model leaves such a line out of its answer (docs/jobs.md): unkept, it
-    stays raw conversation, no dream can replace it and a later change has nothing to retire."""
-    cited = {source for fact in kept for source in fact.sources}
+    """Facts in the user's words for the statements no kept fact says: a sentence of a user message that the
+    kept facts citing it hold less than half the content words of (none cite it, or they kept another part:
+    `remind me to get him something` of "My brother Tomasz's birthday is on March 14, remind me to get him
+    something."), that says something of the user's own (`my`, `our`, `I`, `we`) with a name or a number in it,
+    asks nothing and passes every check, at most MAX_UNSAID a message. A small model leaves such a line out of its
+    answer (docs/jobs.md): unkept, it stays raw conversation, no dream can replace it and a later change has
+    nothing to retire."""
     material = quality.Material("\n".join(item.text for item in items), "", instructions)
     out: list[facts.Fact] = []
     for item in items:
-        if item.speaker != "user" or item.anchor in cited:
+        if item.speaker != "user":
             continue
+        said = set().union(*(_content(f.text) for f in kept if item.anchor in f.sources))
         taken = 0
         for sentence in _SENTENCE.split(item.text):
             sentence = " ".join(sentence.split())
-            if taken == MAX_UNSAID or not _statement(sentence):
+            words = _content(sentence)
+            if taken == MAX_UNSAID or len(words & said) >= len(words) / 2 or not _statement(sentence):
                 continue
             checked = _check(sentence, "fact", [item], items, material)
             if checked.rule or _said_already(checked.text, [*kept, *out]):
