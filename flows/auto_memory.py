@@ -15,6 +15,8 @@ from storage.text import redact
 from tasks.cards import publish_usage, refresh_day, summarise_session
 from tasks.sessions import mark_summarised, record_messages, session_lock, unsummarised
 
+COUNTED = ("recited", "restated", "echoes", "unsaid")  # what each card's checks did, summed over its runs
+
 
 @flow(name="auto-memory", persist_result=True)
 def auto_memory(session_id: str, messages: list[dict] | None = None, date: str | None = None,
@@ -34,8 +36,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     date = check_date(date) if date else None
     if messages:
         record_messages(root, session_id, messages)
-    spent, cards, dropped, first, runs = Usage(), [], [], None, 0
-    added = recited = restated = echoes = unsaid = 0
+    spent, cards, dropped, first, runs, added, counted = Usage(), [], [], None, 0, 0, Counter()
     kept_out, private = Counter(), 0
     with session_lock(root, session_id):
         while True:
@@ -65,10 +66,7 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
             if card["path"] and card["path"] not in cards:
                 cards.append(card["path"])
             added += len(card["added"])
-            recited += card.get("recited", 0)
-            restated += card.get("restated", 0)
-            echoes += card.get("echoes", 0)
-            unsaid += card.get("unsaid", 0)
+            counted.update({key: card.get(key, 0) for key in COUNTED})
             dropped += card["dropped"]
             mark_summarised(root, session_id, todo["end"], card["path"])
     if not runs:
@@ -76,6 +74,6 @@ def auto_memory(session_id: str, messages: list[dict] | None = None, date: str |
     usage = spent.as_dict()
     publish_usage(root, "auto-memory", f"session {session_id}", usage)
     return {"session_id": session_id, "date": day, "card": cards[-1] if cards else None, "cards": cards,
-            "facts": added, "recited": recited, "restated": restated, "echoes": echoes, "unsaid": unsaid,
+            "facts": added, **{key: counted[key] for key in COUNTED},
             "dropped": dropped, "summarised": [first, todo["end"]],
             "redacted": dict(kept_out), "private": private, "usage": usage}

@@ -105,8 +105,8 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
     `MAX_CALL_CHARS`. A fact that only an assistant's echo of the user cites is taken from the user's message
     (`extraction.from_user`, counted as gate `echo`); a user's statement no kept fact cites is kept in their words
     (`extraction.unsaid`, counted in `unsaid`). A call whose facts are all dropped gets one repair turn; refused
-    again, its facts count as dropped and the others stand. When no call kept a fact and one was refused, the job fails
-    (`AnswerRefused`, exit 9): its input stays unconsumed. Any other failed call fails the job at once."""
+    again, its facts count as dropped and the others stand. When no call kept a fact and one was refused, the job
+    fails (`AnswerRefused`, exit 9): its input stays unconsumed. Any other failed call fails the job at once."""
     system = load_prompt("facts")
     out, refused = extraction.Screened(), None
     for batch in turns(items) if any(item.speaker for item in items) else _batches(items):
@@ -140,7 +140,7 @@ def extract_facts(llm: LLM, items: list[extraction.Item], header: str, kind: str
     out.kept, out.echoes = extraction.from_user(out.kept, items, system)
     for _ in range(out.echoes):
         llm.usage.gate("echo")
-    unsaid = extraction.unsaid(out.kept, items, system) if any(item.speaker for item in items) else []
+    unsaid = extraction.unsaid(out.kept, items, system)  # conversations only: it reads user messages
     out.kept, out.unsaid = out.kept + unsaid, len(unsaid)
     return out
 
