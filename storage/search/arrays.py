@@ -56,7 +56,8 @@ _VOLATILE = re.compile(r"\b(current_\w+|now|today|random|get_current_\w+)\b", re
 _NO_LINE = -(2**63)  # a link's NULL line in the int64 array
 _OPEN_FROM, _OPEN_TO = -(2**31), 2**31 - 1  # a fact window's open ends (NULL) in the int32 day arrays
 _EPOCH = dt.date(1970, 1, 1)
-_BECAME = f"coalesce(became, -1) AS became, {FACT_CHUNK} AS fact"
+_BECAME = "coalesce(became, -1) AS became"
+_FACT = f"{FACT_CHUNK} AS fact"
 _WINDOW_DAYS = (f"coalesce(valid_from - DATE '1970-01-01', {_OPEN_FROM})::INTEGER AS valid_from, "
                 f"coalesce(valid_to - DATE '1970-01-01', {_OPEN_TO})::INTEGER AS valid_to")
 
@@ -112,7 +113,8 @@ class SearchCache:
         self.paths = [r[0] for r in con.execute("SELECT DISTINCT path FROM chunks ORDER BY path").fetchall()]
         self.file_index = {p: i for i, p in enumerate(self.paths)}
         rows = con.execute(f"""
-            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length, {_WINDOW_DAYS}, {_BECAME} FROM chunks c
+            SELECT c.id, p.i::INTEGER AS i, c.start_line, c.end_line, c.length, {_WINDOW_DAYS}, {_BECAME},
+                   {_FACT} FROM chunks c
             JOIN (SELECT path, (row_number() OVER (ORDER BY path) - 1) AS i FROM (SELECT DISTINCT path FROM chunks)) p
             USING (path) ORDER BY c.id
         """).fetchnumpy()
@@ -232,7 +234,7 @@ class SearchCache:
         self._catch_up_files(con, changed, files)
 
     def _add_chunks(self, con: duckdb.DuckDBPyConnection, held: int) -> set[int]:
-        rows = con.execute(f"SELECT id, path, start_line, end_line, length, {_WINDOW_DAYS}, {_BECAME}"
+        rows = con.execute(f"SELECT id, path, start_line, end_line, length, {_WINDOW_DAYS}, {_BECAME}, {_FACT}"
                            f"{', headings, text' * (self.texts is not None)} FROM chunks WHERE id > {held} ORDER BY id"
                            ).fetchall()
         if self.texts is not None:
