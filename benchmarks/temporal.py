@@ -12,8 +12,7 @@ Each of 7 days is one conversation (messages stamped with that day), run through
 session's turns trigger: the day's card of facts) and the nightly `auto_dream` of that day (the facts into
 subject nodes, what changed kept as history). Printed per day: facts written, re-checked as grounded in the
 messages they cite, restated in their message's words, kept in the user's words where the model filed nothing
-(`unsaid`), dropped by the checks; the dream's actions; seconds and
-prompt tokens. At the end:
+(`unsaid`), dropped by the checks; the dream's actions; seconds and prompt tokens. At the end:
 - the story's statements (each fact's first value and its change): share in a card with a citation that opens
   the message saying it;
 - card facts whose words are not in the lines they cite (dates code resolved and how facts name the user
@@ -480,8 +479,8 @@ def run(args, story: Story, home: Path, settings) -> None:
     print(f"story {story.name}: endpoint {settings.llm_base_url} model {settings.llm_model}; {len(story.facts)} "
           f"facts over {len(days)} days" + (f", the first {args.days} run" if args.days < len(days) else ""),
           flush=True)
-    print(f"{'day':<11} {'card':<44} {'facts':>5} {'grounded':>8} {'restated':>8} {'unsaid':>6} {'dropped':>7} {'dream':<34} {'s':>5} "
-          f"{'prompt tok':>10}", flush=True)
+    print(f"{'day':<11} {'card':<44} {'facts':>5} {'grounded':>8} {'restated':>8} {'unsaid':>6} {'dropped':>7} "
+          f"{'dream':<34} {'s':>5} {'prompt tok':>10}", flush=True)
     with prefect_env.interactive_runs():
         for n, day in enumerate(days[:args.days]):
             t0, day_usage = time.perf_counter(), Usage()
@@ -511,7 +510,8 @@ def run(args, story: Story, home: Path, settings) -> None:
             u = day_usage.as_dict()
             spent.add(u)
             print(f"{day:<11} {'FAILED' if failed_card else str(card.get('card')):<44} {len(new):>5} {grounded:>8} "
-                  f"{restated:>8} {unsaid:>6} {dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} {u['prompt_tokens']:>10}", flush=True)
+                  f"{restated:>8} {unsaid:>6} {dropped:>7} {dream:<34} {time.perf_counter() - t0:>5.0f} "
+                  f"{u['prompt_tokens']:>10}", flush=True)
     asking = searching(ws)
     found = card_facts(memory)
     covered, statements = coverage(story, found)

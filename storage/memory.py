@@ -498,12 +498,12 @@ class Memory:
         history: bool = False,
     ) -> list[dict]:
         """Search memory by keywords and meaning: the best matching passages (path, line range, text), one per
-        file unless per_file allows more (each fact line is one of its own), each with the files it links to and from, and with its status
-        (current, superseded, expired) and validity (valid_from, valid_to). Superseded and expired digest nodes
-        are left out unless history; as_of answers what was valid on that day. Each hit names the signals that
-        found it: keyword, vector, and date when the query names a date or period ("in June 2023", "last week")
-        the hit's file is dated in, which ranks it higher. A date range keeps undated files (digest nodes)
-        unless strict_dates; tags match any of them."""
+        file unless per_file allows more (each fact line is one of its own), each with the files it links to and
+        from, and with its status (current, superseded, expired) and validity (valid_from, valid_to). Superseded
+        and expired digest nodes are left out unless history; as_of answers what was valid on that day. Each hit
+        names the signals that found it: keyword, vector, and date when the query names a date or period ("in June
+        2023", "last week") the hit's file is dated in, which ranks it higher. A date range keeps undated files
+        (digest nodes) unless strict_dates; tags match any of them."""
         from storage.search import search as _search
 
         with self._reading() as (con, _):

@@ -98,9 +98,9 @@ def recall(con: duckdb.DuckDBPyConnection, ws: Workspace, query: str, budget: in
     `min_relevance` or `min_words`, the answer is empty unless a piece it gives comes from a hit that reaches
     them (storage/search/relevance.py: a keyword score, a share of the query's weight, distinct words of the query, in
     numbers that mean the same at any size of the memory; with `vectors`, one word and a meaning that close):
-    evidence only when there is something that relevant
-    not given before (then the budget is filled as without them). When what is left does not fill the budget (a
-    session given much already), the search goes deeper, up to MAX_POOL hits."""
+    evidence only when there is something that relevant not given before (then the budget is filled as without
+    them). When what is left does not fill the budget (a session given much already), the search goes deeper, up
+    to MAX_POOL hits."""
     given = given or set()
     query_terms = QueryTerms.of(con, query)
     weights = query_terms.weights()
@@ -181,8 +181,7 @@ class _Candidates:
         self.hits: list[dict] = []
         self.files: dict[str, list[str]] = {}
         self.done: dict[tuple[int, int], tuple[list[Piece], int]] = {}  # (rank, chunk id) -> pieces, withheld
-        self.answered: dict[int, tuple[str, frozenset[str]]] = {}  # chunk id -> a fact hit's day, the query
-        # words it holds
+        self.answered: dict[int, tuple[str, frozenset[str]]] = {}  # chunk id -> `_answers`
 
     def pieces(self, rank: int) -> tuple[list[Piece], int]:
         """(pieces of hit `rank`, best first; lines it left out as given)."""

@@ -16,11 +16,10 @@ all; one of small talk only (`thanks!`, `ok`) asks nothing. Measured from one se
 ("The same thresholds at any size of memory").
 
 With an embedder, meaning stands in for the words a fact does not use: a hit holding one word of the query (a rare
-one: NEAR_SCORE) passes when its text is as close to the query as the vectors' `close` (a cosine; 0.4 for the
-local MiniLM): "Which city
-do I live in?" finds "I moved to Porto, I don't live in Lisbon anymore." (0.41), which holds no "city" and is no
-rare match for "live" alone. Measured on LoCoMo and the temporal stories: docs/benchmarks.md ("Meaning for the
-missing word").
+one: NEAR_SCORE) passes when its text is as close to the query as the vectors' `close` (a cosine; 0.4 for the local
+MiniLM): "Which city do I live in?" finds "I moved to Porto, I don't live in Lisbon anymore." (0.41), which holds no
+"city" and is no rare match for "live" alone. Measured on LoCoMo and the temporal stories: docs/benchmarks.md
+("Meaning for the missing word").
 """
 
 from __future__ import annotations
@@ -42,12 +41,12 @@ FLOOR = 50  # chunks: a smaller memory is weighed as if it had this many (a word
 
 @dataclass
 class QueryTerms:
-    """What the index holds of a query's (`text`) distinct terms: `df` {term: live chunks holding it (0: none)}, `n` live
-    chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py), except that a
-    provenance chain counts once: a card fact a dream consumed is not counted (the node fact it became is:
-    they are one thing remembered), so a word said once is as rare as one chunk, however many layers repeat
-    it. Counted by subtraction (no DISTINCT): at 100k chunks the terms' counts take 18 ms for a query of
-    100k postings, 8 ms without chains, 22 ms with a DISTINCT count; only the hook's gate asks for them."""
+    """What the index holds of a query's (`text`) distinct terms: `df` {term: live chunks holding it (0: none)},
+    `n` live chunks and `avgdl` their average length, as BM25 counts them (storage/search/search.py), except that
+    a provenance chain counts once: a card fact a dream consumed is not counted (the node fact it became is: they are
+    one thing remembered), so a word said once is as rare as one chunk, however many layers repeat it. Counted by
+    subtraction (no DISTINCT): at 100k chunks the terms' counts take 18 ms for a query of 100k postings, 8 ms
+    without chains, 22 ms with a DISTINCT count; only the hook's gate asks for them."""
 
     text: str
     terms: list[str]

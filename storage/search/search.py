@@ -229,8 +229,8 @@ def search(
     `per_file` caps the hits from one file (None: no cap), but not its fact lines: each is one thing remembered
     (a node holding every fact about the user would otherwise answer with one of them); a file's lower-ranked
     matching chunks then show up as the `more` line ranges ([start, end], best first, at most MORE_RANGES) of its
-    last hit instead of taking result slots. The candidate pool widens until `limit` hits are found or every candidate was seen, so a file
-    holding all the top candidates still leaves room for `limit` distinct files.
+    last hit instead of taking result slots. The candidate pool widens until `limit` hits are found or every
+    candidate was seen, so a file holding all the top candidates still leaves room for `limit` distinct files.
     A query naming a date or period ("in June 2023", "last week") ranks chunks of files dated then higher in
     the keyword list (`date_boost`); relative times count from `as_of` when given.
     A provenance chain (a card fact and the node fact it became, storage/index/indexer.py) is one hit: the node fact, in
