@@ -37,6 +37,9 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray:
         """Return one L2-normalised float32 row per text; raise `EmbedderError` when it cannot."""
 
+    def warm(self) -> None:
+        """Get ready for the first `embed` without waiting (the service calls it as it starts)."""
+
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
@@ -109,6 +112,9 @@ class OpenAIEmbedder:
         self.model_id = f"openai:{model}@{base_url.rstrip('/')}"
         self._api_key, self._timeout, self._max_retries = api_key, timeout, max_retries
         self._client = None
+
+    def warm(self) -> None:
+        """Nothing to load here: the endpoint holds the model."""
 
     def _client_once(self):
         if self._client is None:

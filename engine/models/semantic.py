@@ -57,9 +57,7 @@ def attach(memory, long_running: bool = False, settings: Settings | None = None)
     memory.vectors = index
     if not long_running:
         return None
-    warm = getattr(index.embedder, "warm", None)
-    if warm is not None:
-        warm()
+    index.embedder.warm()
     from storage.index.vectors import Backfiller
 
     return Backfiller(memory.db, index.embedder, index=index).start()
