@@ -1,4 +1,4 @@
-"""Dreamflow's Prefect deployments, declared once, and the runner that serves them (`python -m deployments.serve`).
+"""Dreamflow's Prefect deployments, declared once; the service's runner serves them (deployments/runner.py).
 
 | deployment               | starts when                                                                  |
 |--------------------------|------------------------------------------------------------------------------|
@@ -22,12 +22,11 @@ scheduled flow, so the UI never labels a run started by hand "nightly". Entrypoi
 (`flows.auto_dream.auto_dream`), so they do not depend on the folder the service was started from.
 `prefect.yaml` declares the same deployments for `prefect deploy --all` against a process work pool (docs/service.md,
 "Workers instead of the built-in runner").
-This module imports prefect and the flows only inside functions: the service and API read the declarations.
+This module imports prefect and the flows only inside functions: the API and CLI read the declarations.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,10 +184,10 @@ def resource_trigger():
     )
 
 
-def build(settings: Settings | None = None, served: dict[str, str] | None = None) -> list:
+def build(settings: Settings, served: dict[str, str]) -> list:
     """The RunnerDeployments to serve. Scheduled flows get one deployment per served workspace (`served`: name ->
-    what a run names it by, default `DREAMFLOW_SERVED` as the service sets it, its current default workspace
-    first): `nightly` for the first, `nightly-<name>` for the others (`scheduled_name`), each with that as its
+    what a run names it by, the service's current default workspace first; none: one without a workspace):
+    `nightly` for the first, `nightly-<name>` for the others (`scheduled_name`), each with that as its
     `workspace` parameter (a registered name; the folder of the unregistered one a service serves) and the name
     as tag (`workspace:NAME`), its own cron and timezone from the registry, else the service's cron moved 7
     minutes per workspace."""
@@ -197,8 +196,6 @@ def build(settings: Settings | None = None, served: dict[str, str] | None = None
 
     from engine.config.registry import Registry
 
-    settings = settings or Settings()
-    served = served if served is not None else json.loads(os.environ.get("DREAMFLOW_SERVED") or "{}")
     entries = Registry.load().entries if served else {}
     schedules = crons(settings)
     deployments = []
@@ -249,31 +246,3 @@ def staggered(cron: str, index: int, step: int = 7) -> str:
         return cron
     total = int(parts[1]) * 60 + int(parts[0]) + index * step
     return f"{total % 60} {total // 60 % 24} * * *"
-
-
-def main() -> None:
-    """Serve every deployment until SIGTERM/Ctrl-C (the service runs this as its `runner` child)."""
-    from engine.config import prefect_env
-
-    prefect_env.configure()
-    from prefect import serve
-
-    deployments = build()  # imports the flows: done while the service's Prefect server still starts
-    wait_for_api()
-    serve(*deployments, limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")), print_starting_message=False)
-
-
-def wait_for_api(timeout: float = 120.0) -> None:
-    """Return once the Prefect API answers, or after `timeout` seconds (serving then fails with Prefect's error)."""
-    import time
-
-    from prefect import get_client
-
-    deadline = time.monotonic() + timeout
-    with get_client(sync_client=True) as client:
-        while client.api_healthcheck() is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-
-if __name__ == "__main__":
-    main()

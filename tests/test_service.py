@@ -22,7 +22,7 @@ from llm_server import answer_each_item, text_of
 from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
 
 from deployments.serve import local_timezone
-from dreamflow.service.children import Child
+from dreamflow.service.children import Child, http_ok
 from dreamflow.service.supervisor import Options, Service, ServiceError
 from engine.access.client import connect
 
@@ -128,7 +128,8 @@ def test_the_cli_goes_through_the_running_service(dreamflow_service):
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert data["running"] is True and data["index"]["files"] >= 1
-    assert {c["name"]: c["running"] for c in data["children"]} == {"prefect server": True, "runner": True}
+    assert {c["name"]: c["running"] for c in data["children"]} == {"prefect server": True}
+    assert data["runner"]["running"] is True and data["runner"]["limit"] == 4  # the runner runs in the service
 
 
 def test_a_dropped_resource_runs_auto_resource_exactly_once(dreamflow_service, llm_server):
@@ -229,16 +230,19 @@ def test_nightly_deployments_exist_with_their_schedules(dreamflow_service):
         assert svc.deployment(name)["schedules"] == [], name
 
 
-def test_a_crashed_runner_is_restarted_and_flows_still_run(dreamflow_service):
+def test_a_crashed_prefect_server_is_restarted_and_the_runner_takes_runs_again(dreamflow_service):
+    """The Prefect server is the service's child: killed, it is restarted, and the runner (a thread of the service,
+    deployments/runner.py) takes the runs launched next."""
     svc, memory = dreamflow_service, dreamflow_service.memory
-    runner = next(c for c in memory.status()["children"] if c["name"] == "runner")
-    os.kill(runner["pid"], signal.SIGKILL)
+    server = next(c for c in memory.status()["children"] if c["name"] == "prefect server")
+    os.kill(server["pid"], signal.SIGKILL)
     restarted = wait_for(
         lambda: next((c for c in memory.status()["children"]
-                      if c["name"] == "runner" and c["running"] and c["pid"] != runner["pid"]), None),
-        30, "the service to restart the runner")
-    assert restarted["restarts"] == runner["restarts"] + 1
-    assert "runner exited with code" in svc.log()
+                      if c["name"] == "prefect server" and c["running"] and c["pid"] != server["pid"]), None),
+        30, "the service to restart the Prefect server")
+    assert restarted["restarts"] == server["restarts"] + 1
+    assert "prefect server exited with code" in svc.log()
+    wait_for(lambda: http_ok(f"{svc.prefect_api}/health"), 60, "the restarted Prefect server to answer")
     run = memory.launch("proactive", {"date": "2024-05-02"})
     assert run["deployment"] == "proactive/manual"
     wait_for(lambda: finished(svc, "proactive/manual", 1, date="2024-05-02"), 60, "the launched proactive run")
@@ -440,20 +444,18 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     resource = [a for a in automations if a["trigger"].get("expect") == ["dreamflow.resource.changed"]]
     assert resource and resource[-1]["trigger"]["threshold"] == 1
 
-    # a Prefect worker on the pool runs a deployed flow (pull step, entrypoint, workspace from the job env);
-    # the built-in runner serves the same deployments, so it is paused to leave the run to the worker
-    runner = next(c for c in svc.memory.status()["children"] if c["name"] == "runner")
-    os.kill(runner["pid"], signal.SIGSTOP)
-    try:
-        run = svc.prefect("POST", f"/deployments/{svc.deployment('optimize/nightly')['id']}/create_flow_run", {})
-        worker = subprocess.run([*prefect, "worker", "start", "--pool", "dreamflow", "--run-once"], cwd=root,
-                                env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, capture_output=True, text=True,
-                                timeout=180)
-    finally:
-        os.kill(runner["pid"], signal.SIGCONT)
+    # a Prefect worker on the pool runs a deployed flow (pull step, entrypoint, workspace from the job env); the
+    # built-in runner serves the same deployments but leaves a run of a deployment in a work pool to its workers
+    run = svc.prefect("POST", f"/deployments/{svc.deployment('optimize/nightly')['id']}/create_flow_run", {})
+    time.sleep(3)  # the runner looks for due runs every second here
+    assert svc.prefect("GET", f"/flow_runs/{run['id']}")["state"]["type"] == "SCHEDULED"
+    worker = subprocess.run([*prefect, "worker", "start", "--pool", "dreamflow", "--run-once"], cwd=root,
+                            env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, capture_output=True, text=True,
+                            timeout=180)
     assert worker.returncode == 0, worker.stdout + worker.stderr
-    # --run-once returns when the runs it took have finished; with the runner paused only it could take this one
-    assert svc.prefect("GET", f"/flow_runs/{run['id']}")["state"]["type"] == "COMPLETED", worker.stdout
+    # --run-once returns when the runs it took have finished
+    ran = svc.prefect("GET", f"/flow_runs/{run['id']}")
+    assert ran["state"]["type"] == "COMPLETED" and ran["infrastructure_pid"], worker.stdout
 
 
 def test_a_turn_through_the_service_is_recorded_once(dreamflow_service):

@@ -162,6 +162,10 @@ def format_status(status: dict, verbose: bool = False) -> str:
                 state = "running" if child["running"] else "STOPPED"
                 lines.append(f"  {child['name']:<14} {state}, {child['restarts']} restart(s)"
                              + (f", pid {child['pid']}, log {child['log']}" if verbose or trouble else ""))
+        runner = status.get("runner")
+        if runner and (verbose or not runner["running"] or runner.get("error")):
+            lines.append(f"  {'runner':<14} {'running' if runner['running'] else 'STOPPED'}, {runner['runs']} of "
+                         f"{runner['limit']} runs going" + (f", Prefect: {runner['error']}" if runner.get("error") else ""))
     for warning in status.get("warnings", []):
         lines.append(f"Warning     {warning}")
     if status.get("logs"):

@@ -26,15 +26,17 @@ PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", 
 
 class Jobs:
     """The jobs of the workspaces `hosts` serves (dreamflow/service/hosting.py), run with `settings` by this
-    service's runner when `runner`, else by workers; `say` prints a line of the service's log."""
+    service's runner when `runner`, else by workers; `say` prints a line of the service's log, `launched` is
+    called after each run started here (the runner takes it at once)."""
 
     def __init__(self, hosts, settings: Settings, runner: bool, prefect_ready: threading.Event,
-                 say: Callable[[str], None]):
+                 say: Callable[[str], None], launched: Callable[[], Any] = lambda: None):
         self.hosts = hosts
         self.settings = settings
         self.runner = runner
         self.prefect_ready = prefect_ready
         self.say = say
+        self.launched = launched
         self._held: set[str] = set()  # the jobs said once to be held back for want of an LLM
 
     def held_back(self, flow: str) -> bool:
@@ -67,8 +69,9 @@ class Jobs:
                                        "restart it with them set)") from None
         name = self.hosts.get(workspace or self.hosts.default_name).name
         self._wait_prefect()
-        return launch(flow, {**(parameters or {}), "workspace": self.job_workspace(name)},
-                      tags=[f"workspace:{name}"])
+        run = launch(flow, {**(parameters or {}), "workspace": self.job_workspace(name)}, tags=[f"workspace:{name}"])
+        self.launched()
+        return run
 
     def job_workspace(self, name: str) -> str:
         """How a run names a served workspace: a registered one by name; the unregistered default by its folder,

@@ -1,24 +1,24 @@
 """`dreamflow start`: the one process that owns its workspaces' indexes while it runs, and keeps memory alive.
 
     this process   per served workspace (dreamflow/service/hosting.py): index owner (IndexDB keep_open), watcher,
-                   turn counter, vector backfill; one HTTP API for all of them (uvicorn thread)
+                   turn counter, vector backfill; one HTTP API for all of them (uvicorn thread); the runner
+                   (deployments/runner.py): the deployments served, each run on a thread of this process,
+                   working in the memory it holds; runs take the workspace's name and are tagged
+                   `workspace:NAME` (`--no-runner` when Prefect workers run them)
     child          `prefect server start` on 127.0.0.1, PREFECT_HOME under the Dreamflow home
                    (skipped when --prefect-api / PREFECT_API_URL names a running server); with
                    DREAMFLOW_API_TOKEN its API requires basic auth `dreamflow:<token>` (engine.config.prefect_env);
                    CORS only for its own UI's origins, so no other site's page can script its API
-    child          `python -m deployments.serve`: the runner; each flow run is a subprocess of it that reaches
-                   memory through this service's API (`engine.access.client.open_memory` reads service.json); runs
-                   take the workspace's name and are tagged `workspace:NAME`
 
-Children die with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
+The child dies with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
 minutes) and otherwise the service stops with exit code 8 and the child's last log lines. Ctrl-C/SIGTERM stop
-everything in order: watcher (pending changes indexed), runner, API, Prefect server. Prefect is imported only
+everything in order: watcher (pending changes indexed), runner (its runs finished or marked Crashed), API,
+Prefect server. Prefect is imported only
 inside the running service, never by the CLI commands that merely talk to it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -90,8 +90,10 @@ class Service:
         self.dream_schedules: dict[str, dict] = {}  # name -> {cron, timezone} of the nightly dreams our runner runs
         self._runner_serves: list[tuple[str, str]] = []  # (name, run parameter) the runner's schedules were built for
         self._cleaned = 0.0  # when the temp files of killed jobs were last looked for
-        self._runner_checked = 0.0  # when a runner restart for a changed set of workspaces last looked at the runs
-        self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say)  # what callers ask
+        self._runner_checked = 0.0  # when the runner last followed a changed set of workspaces
+        self.runner = None  # deployments.runner.Runner, when this service runs the deployments' runs
+        self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say,
+                         launched=lambda: self.runner and self.runner.wake())  # what callers ask
 
     @property
     def ws(self):
@@ -152,11 +154,11 @@ class Service:
             if self.stopping.is_set():  # Ctrl-C while many workspaces catch up: stop now
                 raise KeyboardInterrupt
             self._reconcile(hosted)
-        if opts.runner:  # its imports and deployments' build overlap the Prefect server's start
-            self._start_runner()
+        if opts.runner:  # the flows' imports and the deployments' build overlap the Prefect server's start
+            self._make_runner()
         self._wait_for_prefect()
-        if opts.runner:
-            self._wait_for_deployments(self._child("runner"))
+        if self.runner is not None:
+            self._start_runner()
         for hosted in list(self.hosts.hosted.values()):
             self.jobs.launch_due_turns(hosted)
             self.jobs.catch_up_resources(hosted)
@@ -183,6 +185,8 @@ class Service:
         while not self.stopping.wait(0.5):
             if self._api_thread is not None and not self._api_thread.is_alive():
                 raise ServiceError("the HTTP API stopped unexpectedly")
+            if self.runner is not None and not self.runner.alive:
+                raise ServiceError("the runner stopped unexpectedly")
             for hosted in self.hosts.refresh(force=self.hosts.folder_made()):
                 # a workspace just added has nothing "changed while the service was down": no catch-up runs
                 self.say(f"Workspace   {hosted.name}: {hosted.ws.root} (added; its nightly schedules follow as "
@@ -231,37 +235,27 @@ class Service:
             threading.Thread(target=cancel, name=f"dreamflow-cancel-{name}", daemon=True).start()
 
     def _follow_served(self) -> None:
-        """Restart the runner once the served workspaces or the default changed and no job runs, so a workspace
-        added while the service runs gets its nightly schedules, the new default takes `nightly`, and the
-        nightly deployments of a workspace no longer served are deleted (none keeps a `workspace` parameter that no
-        longer resolves), without a restart of the service."""
-        runner = self._child("runner")
-        if runner is None or self._served() == self._runner_serves or time.monotonic() - self._runner_checked < 5:
+        """Once the served workspaces or the default changed, let the runner serve the nightly deployments of the
+        new set: a workspace added while the service runs gets its nightly schedules, the new default takes
+        `nightly`, and the nightly deployments of a workspace no longer served are deleted (none keeps a
+        `workspace` parameter that no longer resolves), without a restart of the service. Runs going on are not
+        disturbed; Prefect unreachable: tried again 5 s later."""
+        if (self.runner is None or self._served() == self._runner_serves
+                or time.monotonic() - self._runner_checked < 5):
             return
         self._runner_checked = time.monotonic()
-        from deployments.launch import active_runs, delete_deployments
-        from deployments.serve import scheduled_deployments
-
-        try:
-            if active_runs(limit=1):
-                return  # a restart would stop it: wait for the runs to end
-        except Exception:
-            return
-        self.say(f"Schedules   the served workspaces changed ({', '.join(self.hosts.names())}; default "
-                 f"{self.hosts.default_name}): restarting the runner")
-        before = [name for name, _ in self._runner_serves]
-        runner.stop()
+        before = self._runner_serves
         self._plan_runner()
         try:
-            stale = delete_deployments(scheduled_deployments(self.settings, before)
-                                       - scheduled_deployments(self.settings, [name for name, _ in self._runner_serves]))
-        except Exception as exc:  # Prefect unreachable: they stay paused (the runner paused them on stopping)
-            self.say(f"WARNING: could not delete the deployments of workspaces no longer served: {exc}")
-        else:
-            if stale:
-                self.say(f"Schedules   deleted {', '.join(stale)} (workspaces no longer served)")
-        runner.env = self._prefect_env()
-        runner.start()
+            stale = self.runner.follow(dict(self._runner_serves))
+        except Exception as exc:
+            self.say(f"WARNING: the nightly schedules could not follow the served workspaces yet: {exc}")
+            self._runner_serves = before
+            return
+        self.say(f"Schedules   the served workspaces changed ({', '.join(self.hosts.names())}; default "
+                 f"{self.hosts.default_name}): nightly schedules follow")
+        if stale:
+            self.say(f"Schedules   deleted {', '.join(stale)} (workspaces no longer served)")
 
     def _served(self) -> list[tuple[str, str]]:
         """(name, what a run names it by) of every served workspace, the current default first: the runner's
@@ -287,9 +281,11 @@ class Service:
             if hosted.watcher is not None:
                 hosted.watcher.stop()  # index what is pending, emit pending resource events
                 hosted.watcher = None
-        runner = self._child("runner")
-        if runner is not None:  # first: it pauses its schedules through the Prefect server
-            runner.stop()
+        if self.runner is not None and self.prefect_ready.is_set():  # first: it reaches the Prefect server
+            try:
+                self.runner.stop()
+            except Exception as exc:  # Prefect already gone: runs left as they were
+                self.say(f"WARNING: the runner could not mark its runs or pause its schedules: {exc}")
         if self.prefect_ready.is_set():
             try:
                 from deployments.launch import flush_events
@@ -309,14 +305,6 @@ class Service:
         return next((c for c in self.children if c.name == name), None)
 
     # -- Prefect server and runner
-
-    def _prefect_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PREFECT_API_URL"] = self.prefect_api or ""
-        env["DREAMFLOW_WORKSPACE"] = str(self.ws.root)
-        # the runner schedules nightly jobs for these, the default first (deployments.serve.build)
-        env["DREAMFLOW_SERVED"] = json.dumps(dict(self._runner_serves or self._served()))
-        return env
 
     def _start_prefect(self) -> None:
         opts = self.options
@@ -339,8 +327,7 @@ class Service:
 
             self.prefect_auth = auth_string(self.settings.api_token)
             os.environ["PREFECT_API_AUTH_STRING"] = self.prefect_auth
-        env = self._prefect_env()
-        env.pop("PREFECT_API_URL")
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
         if self.prefect_auth:
             env["PREFECT_SERVER_API_AUTH_STRING"] = self.prefect_auth
         env["PREFECT_SERVER_LOGGING_LEVEL"] = "WARNING"  # its log file should explain a failed start
@@ -374,49 +361,28 @@ class Service:
                 raise KeyboardInterrupt
         self.prefect_ready.set()
 
-    def _start_runner(self) -> None:
-        """Spawn the runner; it registers the deployments once the Prefect API answers (deployments.serve.main)."""
+    def _make_runner(self) -> None:
+        """The runner, its flows imported and deployments built for the served workspaces (deployments/runner.py)."""
+        from deployments.runner import Runner
+
         self._plan_runner()
-        env = self._prefect_env()
-        env.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # a launched run starts within ~2 s, not 10
-        runner = Child("runner", [sys.executable, "-m", "deployments.serve"], env,
-                       self.home / "logs" / "runner.log")
-        runner.start()
-        self.children.append(runner)
+        self.runner = Runner(self.settings, dict(self._runner_serves), self._default_job_workspace, self.say,
+                             limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")),
+                             poll=float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "2")))
+        self.runner.build()
 
-    def _wait_for_deployments(self, runner: Child) -> None:
-        """Block until the runner has registered the deployments, so launches right after start work. It
-        registers them one by one, each scheduled flow once per served workspace: 90 s, plus 2 s for each
-        deployment of a workspace after the first (50 workspaces took over 90 s on a loaded machine)."""
-        from deployments.serve import crons
+    def _start_runner(self) -> None:
+        """Register the deployments with Prefect, then take their runs."""
+        try:
+            self.runner.register()
+        except Exception as exc:
+            raise ServiceError(f"the deployments could not be registered with Prefect at {self.prefect_api}: "
+                               f"{type(exc).__name__}: {exc}") from None
+        self.runner.start()
 
-        allowed = 90 + 2 * len(crons(self.settings)) * (len(self.hosts.names()) - 1)
-        deadline = time.monotonic() + allowed
-        while not self._deployments_registered():
-            if runner.exit_code() is not None:
-                raise ServiceError(f"the runner exited with code {runner.exit_code()} while starting. "
-                                   f"Last lines of {runner.log_path}:\n{runner.tail()}")
-            if time.monotonic() > deadline:
-                raise ServiceError(f"the runner did not register its deployments within {allowed} s "
-                                   f"(log: {runner.log_path})")
-            if self.stopping.wait(0.5):
-                raise KeyboardInterrupt
-
-    @staticmethod
-    def _deployments_registered() -> bool:
-        from prefect import get_client
-        from prefect.exceptions import ObjectNotFound
-
-        from deployments.serve import DEPLOYMENTS
-
-        names = [name for deployment in DEPLOYMENTS.values() for name in deployment.full_names]
-        with get_client(sync_client=True) as client:
-            for name in reversed(names):  # the runner registers them in this order: the last one missing tells at once
-                try:
-                    client.read_deployment_by_name(name)
-                except ObjectNotFound:
-                    return False
-        return True
+    def _default_job_workspace(self) -> str:
+        """What a run naming no workspace works on: the current default one."""
+        return self.jobs.job_workspace(self.hosts.default_name)
 
     # -- API
 
@@ -501,6 +467,9 @@ class Service:
                  "log": str(c.log_path)}
                 for c in self.children
             ]
+            if self.runner is not None:
+                status["runner"] = {"running": self.runner.alive, "runs": self.runner.running(),
+                                    "limit": self.runner.limit, "error": self.runner.last_error}
             status["logs"] = str(self.home / "logs")
         if hosted.backfiller is not None:
             from engine.models import semantic

@@ -1,0 +1,212 @@
+"""The built-in runner: Dreamflow's deployments served and their runs run inside the service's own process.
+
+`Runner.register()` gives Prefect the deployments `deployments.serve.build` declares (schedules, the resource
+trigger); a deployment a `prefect deploy` had moved to a work pool is taken back, as Prefect's own `serve` does.
+A thread then asks Prefect every `poll` seconds (at once after `wake()`) for their runs that are due (from a
+schedule, a trigger, a launch, the UI's Run or Retry), claims each (Pending: a run another runner claimed first is
+left to it) and runs its flow on a thread of its own with Prefect's engine (`prefect.flow_engine.run_flow`), at
+most `limit` at once. So a run's tasks work in the memory this service holds (`engine.access.client.open_memory`
+gives the service its own), never over HTTP back to it; a run for a workspace another service serves reaches that
+one. A run that names no workspace works on the service's default one (`default_workspace`).
+
+A run cancelled meanwhile (the UI, a removed workspace) is marked Cancelled and stops before its next task
+(Prefect starts no task of a flow run that is not Running). On `stop`, runs still going get `grace` seconds, are
+then marked Crashed (a Retry runs them again, their finished tasks read back from persisted results), and the
+deployments are paused, as Prefect's runner leaves them, so a Prefect server shared with others does not pile up
+runs nobody takes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from engine.config.settings import Settings
+
+CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
+
+
+class Runner:
+    """Serves the deployments `deployments.serve.build` makes for `settings` and the `served` workspaces (name ->
+    run parameter) with Prefect at the process's `PREFECT_API_URL`, at most `limit` runs at once, looking for due
+    runs every `poll` seconds; `say` prints a line of the service's log."""
+
+    def __init__(self, settings: Settings, served: dict[str, str], default_workspace: Callable[[], str],
+                 say: Callable[[str], None], limit: int = 4, poll: float = 2.0):
+        self.settings = settings
+        self.default_workspace = default_workspace
+        self.say = say
+        self.limit = limit
+        self.poll = poll
+        self.served = dict(served)
+        self.deployments: list = []
+        self._flows: dict[Any, Any] = {}  # deployment id -> flow object
+        self._running: dict[Any, threading.Thread] = {}  # flow run id -> the thread running it
+        self._cancelled: set = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    # -- what the service calls
+
+    def build(self) -> None:
+        """Import the flows and build the deployments for `served` (no API call: done while Prefect starts)."""
+        from deployments.serve import build
+
+        self.deployments = build(self.settings, self.served)
+
+    def register(self) -> None:
+        """Create or update every deployment in Prefect (unpausing it) and remember which flow each one runs."""
+        from deployments.serve import DEPLOYMENTS, load_flow
+
+        by_name = {d.flow_name: d.flow for d in DEPLOYMENTS.values()}
+        flows = {}
+        for deployment in self.deployments:
+            deployment.work_pool_name = None  # set after construction so the update clears a pool (Prefect's `serve`)
+            deployment.work_queue_name = None
+            flows[deployment.apply()] = load_flow(by_name[deployment.flow_name])
+        with self._lock:
+            self._flows = flows
+
+    def follow(self, served: dict[str, str]) -> list[str]:
+        """Serve the nightly deployments of `served` (name -> run parameter) instead of the ones built before:
+        register the new ones, delete those of workspaces no longer served; returns the deleted full names."""
+        from deployments.launch import delete_deployments
+        from deployments.serve import scheduled_deployments
+
+        gone = (scheduled_deployments(self.settings, list(self.served))
+                - scheduled_deployments(self.settings, list(served)))
+        self.served = dict(served)
+        self.build()
+        self.register()
+        return delete_deployments(gone)
+
+    def start(self) -> None:
+        """Poll for due runs on a thread until `stop`."""
+        self._thread = threading.Thread(target=self._poll_loop, name="dreamflow-runner", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Look for due runs now (a run was just launched)."""
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Take no more runs; give the runs going `grace` seconds, mark those still going Crashed; pause the
+        deployments."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        deadline = time.monotonic() + grace
+        for thread in list(self._running.values()):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        from prefect import get_client
+        from prefect.states import Crashed
+
+        with get_client(sync_client=True) as client:
+            with self._lock:
+                left = list(self._running)
+            for run_id in left:
+                client.set_flow_run_state(run_id, Crashed(message=CRASHED), force=True)
+            for deployment_id in list(self._flows):
+                client.pause_deployment(deployment_id)
+
+    # -- the poll thread
+
+    def _poll_loop(self) -> None:
+        from prefect import get_client
+
+        with get_client(sync_client=True) as client:
+            while not self._stopping.is_set():
+                try:
+                    self._cancel_stopped(client)
+                    self._take_due(client)
+                    self.last_error = None
+                except Exception as exc:  # Prefect restarting or unreachable: try again next poll
+                    if self.last_error is None:
+                        self.say(f"Runner      could not reach Prefect ({type(exc).__name__}: {exc}); trying again")
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                self._wake.wait(self.poll)
+                self._wake.clear()
+
+    def _take_due(self, client) -> None:
+        """Claim and start the due runs of our deployments, oldest first, while fewer than `limit` run."""
+        from prefect.exceptions import Abort
+        from prefect.states import Pending
+        from prefect.utilities.engine import propose_state_sync
+
+        with self._lock:
+            free, flows, taken = self.limit - len(self._running), dict(self._flows), set(self._running)
+        if free <= 0 or not flows:
+            return
+        due = client.get_scheduled_flow_runs_for_deployments(
+            deployment_ids=list(flows), scheduled_before=datetime.now(timezone.utc) + timedelta(seconds=0.5))
+        for run in sorted(due, key=lambda r: r.next_scheduled_start_time or r.expected_start_time)[:free]:
+            if run.work_pool_name or run.id in taken:  # a worker's run (its deployment is in a pool), or ours already
+                continue
+            try:
+                state = propose_state_sync(client, Pending(), flow_run_id=run.id)
+            except Abort:  # another runner took it
+                continue
+            if not state.is_pending():
+                continue
+            flow_run = client.read_flow_run(run.id)
+            if not (flow_run.parameters or {}).get("workspace"):
+                flow_run = flow_run.model_copy(
+                    update={"parameters": {**(flow_run.parameters or {}), "workspace": self.default_workspace()}})
+            thread = threading.Thread(target=self._run, args=(flows[run.deployment_id], flow_run),
+                                      name=f"dreamflow-run-{flow_run.name}", daemon=True)
+            with self._lock:
+                self._running[run.id] = thread
+            thread.start()
+
+    def _run(self, flow, flow_run) -> None:
+        """Run one claimed flow run to its end with Prefect's engine; a run that ends without a final state (an
+        exception the engine did not catch) is marked Crashed."""
+        from prefect import get_client
+        from prefect.flow_engine import run_flow
+        from prefect.states import Crashed
+
+        try:
+            run_flow(flow, flow_run=flow_run, return_type="state")
+        except BaseException as exc:  # noqa: BLE001 - the engine records what it can; the rest is ours to say
+            try:
+                with get_client(sync_client=True) as client:
+                    if not client.read_flow_run(flow_run.id).state.is_final():
+                        client.set_flow_run_state(flow_run.id, Crashed(message=f"{type(exc).__name__}: {exc}"),
+                                                  force=True)
+            except Exception:
+                pass
+        finally:
+            with self._lock:
+                self._running.pop(flow_run.id, None)
+                self._cancelled.discard(flow_run.id)
+            self._wake.set()  # a slot is free
+
+    def _cancel_stopped(self, client) -> None:
+        """Mark Cancelled the runs going here that were asked to stop (Cancelling): their next task is refused."""
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+        from prefect.states import Cancelled
+
+        with self._lock:
+            ids = [run_id for run_id in self._running if run_id not in self._cancelled]
+        if not ids:
+            return
+        for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))):
+            if run.state is not None and run.state.type.value == "CANCELLING":
+                client.set_flow_run_state(run.id, Cancelled(message=run.state.message), force=True)
+                with self._lock:
+                    self._cancelled.add(run.id)
