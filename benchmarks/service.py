@@ -2,7 +2,7 @@
 
     python benchmarks/service.py --data PATH [--saves 30] [--events 4] [--queries 10] [--chunks 100000]
 
-Starts a real service (own Prefect server, runner, watcher, API) over a LoCoMo-sized workspace in a temp
+Starts a real service (own Prefect server; runner, watcher and API in the service) over a LoCoMo-sized workspace in a temp
 folder, flows answered by the scripted LLM server (instant replies), and prints:
 - save -> searchable: a file written to daily/ as an editor would, until `search` through the API finds it
   (p50/p95/max);

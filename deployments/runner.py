@@ -9,11 +9,11 @@ most `limit` at once. So a run's tasks work in the memory this service holds (`e
 gives the service its own), never over HTTP back to it; a run for a workspace another service serves reaches that
 one. A run that names no workspace works on the service's default one (`default_workspace`).
 
-A run cancelled meanwhile (the UI, a removed workspace) is marked Cancelled and stops before its next task
-(Prefect starts no task of a flow run that is not Running). On `stop`, runs still going get `grace` seconds, are
-then marked Crashed (a Retry runs them again, their finished tasks read back from persisted results), and the
-deployments are paused, as Prefect's runner leaves them, so a Prefect server shared with others does not pile up
-runs nobody takes.
+A run cancelled while it runs (the UI, a removed workspace) is marked Cancelled, and its next memory operation or
+model request raises (engine/access/stopped_runs.py: a thread cannot be ended from outside, as Prefect ends a run's
+process). On `stop`, runs still going get `grace` seconds, then are stopped the same way and marked Crashed (a
+Retry runs them again, their finished tasks read back from persisted results), and the deployments are paused, as
+Prefect's runner leaves them, so a Prefect server shared with others does not pile up runs nobody takes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from engine.access import stopped_runs
 from engine.config.settings import Settings
 
 CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
@@ -45,7 +46,7 @@ class Runner:
         self.deployments: list = []
         self._flows: dict[Any, Any] = {}  # deployment id -> flow object
         self._running: dict[Any, threading.Thread] = {}  # flow run id -> the thread running it
-        self._cancelled: set = set()
+        self._ended: dict[Any, Any] = {}  # flow run id -> the final state it was given while its thread still ran
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -120,7 +121,7 @@ class Runner:
             with self._lock:
                 left = list(self._running)
             for run_id in left:
-                client.set_flow_run_state(run_id, Crashed(message=CRASHED), force=True)
+                self._end(client, run_id, Crashed(message=CRASHED))
             for deployment_id in list(self._flows):
                 client.pause_deployment(deployment_id)
 
@@ -174,39 +175,50 @@ class Runner:
             thread.start()
 
     def _run(self, flow, flow_run) -> None:
-        """Run one claimed flow run to its end with Prefect's engine; a run that ends without a final state (an
-        exception the engine did not catch) is marked Crashed."""
+        """Run one claimed flow run to its end with Prefect's engine. A run given its end meanwhile (Cancelled,
+        Crashed) keeps it, whatever the engine proposed after; one that ends without a final state (an exception
+        the engine did not catch) is marked Crashed."""
         from prefect import get_client
         from prefect.flow_engine import run_flow
         from prefect.states import Crashed
 
+        crash = None
         try:
             run_flow(flow, flow_run=flow_run, return_type="state")
         except BaseException as exc:  # noqa: BLE001 - the engine records what it can; the rest is ours to say
-            try:
-                with get_client(sync_client=True) as client:
-                    if not client.read_flow_run(flow_run.id).state.is_final():
-                        client.set_flow_run_state(flow_run.id, Crashed(message=f"{type(exc).__name__}: {exc}"),
-                                                  force=True)
-            except Exception:
-                pass
+            crash = Crashed(message=f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
+                ended = self._ended.pop(flow_run.id, None)
+            try:
+                with get_client(sync_client=True) as client:
+                    if ended is not None:
+                        client.set_flow_run_state(flow_run.id, ended, force=True)
+                    elif crash is not None and not client.read_flow_run(flow_run.id).state.is_final():
+                        client.set_flow_run_state(flow_run.id, crash, force=True)
+            except Exception:  # Prefect gone (the service stops): the state it has stays
+                pass
+            stopped_runs.forget(flow_run.id)
+            with self._lock:
                 self._running.pop(flow_run.id, None)
-                self._cancelled.discard(flow_run.id)
             self._wake.set()  # a slot is free
 
+    def _end(self, client, run_id, state) -> None:
+        """Give a run going here its final `state` now, and stop it at its next memory operation or model request."""
+        stopped_runs.stop(run_id, state.message or state.name)
+        with self._lock:
+            self._ended[run_id] = state
+        client.set_flow_run_state(run_id, state, force=True)
+
     def _cancel_stopped(self, client) -> None:
-        """Mark Cancelled the runs going here that were asked to stop (Cancelling): their next task is refused."""
+        """End as Cancelled the runs going here that were asked to stop (Cancelling)."""
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
         from prefect.states import Cancelled
 
         with self._lock:
-            ids = [run_id for run_id in self._running if run_id not in self._cancelled]
+            ids = [run_id for run_id in self._running if run_id not in self._ended]
         if not ids:
             return
         for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))):
             if run.state is not None and run.state.type.value == "CANCELLING":
-                client.set_flow_run_state(run.id, Cancelled(message=run.state.message), force=True)
-                with self._lock:
-                    self._cancelled.add(run.id)
+                self._end(client, run.id, Cancelled(message=run.state.message or "cancelled"))

@@ -123,6 +123,14 @@ class WriteRejected(DreamflowError):
     http_status = 409
 
 
+class RunStopped(DreamflowError):
+    """A job run was cancelled (the UI, its workspace removed) or its service stopped while it ran on a thread of
+    the service: it asks the model nothing more and writes nothing more (engine/access/stopped_runs.py)."""
+
+    exit_code = 8
+    http_status = 503
+
+
 class LLMNotConfigured(DreamflowError):
     """No LLM endpoint is configured, so jobs that need one cannot run."""
 

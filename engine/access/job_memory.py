@@ -7,6 +7,8 @@ so a runaway answer cannot leave a 30 MB card. A write over the cap is refused (
 the task fails its unit, whose input is then not checkpointed and is retried on the next run. Only
 LLM-written folders are capped (`daily/`, `digest/`); raw material (session logs, resources) is written as it
 comes. What a job writes into a card or node has its secrets replaced by markers first (storage/text/redact.py).
+A run asked to stop while it runs in this process gets `RunStopped` from its next operation
+(engine/access/stopped_runs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections import Counter
 
 from engine import ops
+from engine.access import stopped_runs
 from engine.config.settings import Settings
 from storage.errors import NotFound, TooLarge, WorkspaceGone
 from storage.files import redaction_log
@@ -44,6 +47,7 @@ class JobMemory:
         return f"JobMemory({self.memory!r}, limit={self.limit})"
 
     def __getattr__(self, name: str):
+        stopped_runs.check()  # a run stopped while it runs on the service's thread goes no further
         attr = self._present(name, getattr(self.memory, name))
         own = getattr(self.memory, "workspace", None)  # a RemoteMemory's workspace name
         if own and name in ops.BY_NAME and ops.BY_NAME[name].across:

@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ValidationError
 
+from engine.access import stopped_runs
 from engine.config.settings import Settings
 from engine.models.usage import Usage
 from storage.errors import AnswerRefused, InvalidInput, LLMError, LLMNotConfigured, LLMRejected
@@ -210,6 +211,7 @@ class LLM:
     def _complete(self, messages: list[dict], kind: str, response_format: dict | None = None) -> Any:
         import openai
 
+        stopped_runs.check()  # a run stopped while it runs on the service's thread asks nothing more
         kwargs = self._request(messages, response_format)
         with self._gate or nullcontext():
             started = time.perf_counter()
