@@ -45,6 +45,7 @@ class Runner:
         self.served = dict(served)
         self.deployments: list = []
         self._flows: dict[Any, Any] = {}  # deployment id -> flow object
+        self._ids: dict[str, Any] = {}  # deployment full name (`flow/name`) -> id
         self._running: dict[Any, threading.Thread] = {}  # flow run id -> the thread running it
         self._ended: dict[Any, Any] = {}  # flow run id -> the final state it was given while its thread still ran
         self._lock = threading.Lock()
@@ -61,22 +62,25 @@ class Runner:
 
         self.deployments = build(self.settings, self.served)
 
-    def register(self) -> None:
-        """Create or update every deployment in Prefect (unpausing it) and remember which flow each one runs."""
+    def register(self, scheduled_only: bool = False) -> None:
+        """Create or update the deployments in Prefect (unpausing them; `scheduled_only`: the nightly ones) and
+        remember which flow each one runs."""
         from deployments.serve import DEPLOYMENTS, load_flow
 
         by_name = {d.flow_name: d.flow for d in DEPLOYMENTS.values()}
-        flows = {}
         for deployment in self.deployments:
+            if scheduled_only and not deployment.schedules:
+                continue
             deployment.work_pool_name = None  # set after construction so the update clears a pool (Prefect's `serve`)
             deployment.work_queue_name = None
-            flows[deployment.apply()] = load_flow(by_name[deployment.flow_name])
-        with self._lock:
-            self._flows = flows
+            deployment_id = deployment.apply()
+            with self._lock:
+                self._ids[deployment.full_name] = deployment_id
+                self._flows[deployment_id] = load_flow(by_name[deployment.flow_name])
 
     def follow(self, served: dict[str, str]) -> list[str]:
         """Serve the nightly deployments of `served` (name -> run parameter) instead of the ones built before:
-        register the new ones, delete those of workspaces no longer served; returns the deleted full names."""
+        register them, delete those of workspaces no longer served; returns the deleted full names."""
         from deployments.launch import delete_deployments
         from deployments.serve import scheduled_deployments
 
@@ -84,8 +88,12 @@ class Runner:
                 - scheduled_deployments(self.settings, list(served)))
         self.served = dict(served)
         self.build()
-        self.register()
-        return delete_deployments(gone)
+        self.register(scheduled_only=True)
+        deleted = delete_deployments(gone)
+        with self._lock:
+            for name in gone:
+                self._flows.pop(self._ids.pop(name, None), None)
+        return deleted
 
     def start(self) -> None:
         """Poll for due runs on a thread until `stop`."""

@@ -8,7 +8,8 @@ retried.
 
 One browser for the module. The token-protected service serves two workspaces and borrows the shared service's
 Prefect server (`--prefect-api`, no runner), so it starts in seconds; its facts are written by real dreams run
-in this process, and the retry runs on the shared service."""
+in this process on that Prefect server too (no second one for this worker), and the retry runs on the shared
+service."""
 
 import json
 import os
@@ -103,8 +104,9 @@ def write_card(memory: Memory, path: str, name: str, *lines: tuple) -> None:
     memory.write(path, body, name=name, description=name, metadata={"session_id": dialog.split("/")[-1][:-6]})
 
 
-def dream_facts(root: Path, llm_server) -> None:
-    """Two days of cards and the real dream of each: the second day's move replaces where the user lives."""
+def dream_facts(root: Path, llm_server, prefect_api: str) -> None:
+    """Two days of cards and the real dream of each, run in this process on the Prefect server at `prefect_api`:
+    the second day's move replaces where the user lives."""
     memory = Memory(root)
     for dialog, said in CONVERSATIONS.items():
         memory.ws.write_text(dialog, "".join(json.dumps({"role": role, "content": text, "created_at": at,
@@ -112,9 +114,13 @@ def dream_facts(root: Path, llm_server) -> None:
                                              for n, (role, at, text) in enumerate(said, 1)))
     write_card(memory, HOME, "Home", ("fact", "user", LISBON, CHAT1, 1),
                ("preference", "user", "The user likes green tea in the morning.", CHAT1, 3))
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from engine.config import prefect_env
     from flows.auto_dream import auto_dream
 
-    with pytest.MonkeyPatch.context() as env:
+    with (pytest.MonkeyPatch.context() as env, temporary_settings({PREFECT_API_URL: prefect_api}),
+          prefect_env.interactive_runs()):
         for key, value in {"DREAMFLOW_LLM_BASE_URL": llm_server.base_url, "DREAMFLOW_LLM_MODEL": llm_server.model,
                            "DREAMFLOW_LLM_API_KEY": "test-key", "DREAMFLOW_LLM_MAX_RETRIES": "0",
                            "DREAMFLOW_EMBEDDER": "none"}.items():
@@ -128,13 +134,13 @@ def dream_facts(root: Path, llm_server) -> None:
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory, dreamflow_service, prefect_harness, inprocess_llm_server):
+def guarded(tmp_path_factory, dreamflow_service, inprocess_llm_server):
     """A token-protected service serving alpha (default) and beta, on the shared service's Prefect server;
     yields (service, {token name: secret})."""
     root = tmp_path_factory.mktemp("dashboard")
     folders = {ALPHA: root / "ws", BETA: root / "beta-store"}
     write_alpha(folders[ALPHA])
-    dream_facts(folders[ALPHA], inprocess_llm_server)
+    dream_facts(folders[ALPHA], inprocess_llm_server, dreamflow_service.prefect_api)
     # a card of alpha whose fact cites beta's conversation by a path out of alpha: its trace must not follow it
     write_card(Memory(folders[ALPHA]), BORROWED, "Borrowed", ("fact", "user", "The user read a note.",
                                                               f"../{folders[BETA].name}/{BETA_DIALOG}", 1))
