@@ -163,6 +163,12 @@ def guarded(tmp_path_factory, dreamflow_service, inprocess_llm_server):
         service.stop()
 
 
+def settled(page) -> None:
+    """Wait until the page's parts loaded after it (the overview's health and jobs) are in."""
+    page.wait_for_load_state("load")
+    page.wait_for_function("() => !document.querySelector('.fragment.loading')")
+
+
 class Visit:
     """A browser context signed in with one token, recording every URL it requests."""
 
@@ -180,7 +186,7 @@ class Visit:
 
     def go(self, path: str):
         response = self.page.goto(self.url + path)
-        self.page.wait_for_load_state("networkidle")
+        settled(self.page)
         return response
 
     def foreign(self) -> list[str]:
@@ -493,7 +499,7 @@ def test_this_is_wrong_on_a_fact_retracts_it_with_its_card_fact_and_writes_the_c
         wrong.screenshot(path=str(SHOTS / "retract-form.png"))
         wrong.locator("button", has_text="Retract this fact").click()
         page.wait_for_selector("h1:has-text('Retracted')")
-        page.wait_for_load_state("networkidle")
+        settled(page)
         page.screenshot(path=str(SHOTS / "retract.png"), full_page=True)
         said = page.locator(".retracted-answer")
         assert DOG in said.locator(".retracted-fact").inner_text() and WHY in said.inner_text()
@@ -503,8 +509,9 @@ def test_this_is_wrong_on_a_fact_retracts_it_with_its_card_fact_and_writes_the_c
         review = said.locator(".review a", has_text="Rex is the user's dog")  # written from the same card fact
         assert review.count() == 1 and review.get_attribute("href").endswith(f"{REX}#f1")
 
-        said.locator("a", has_text=CAT).click()  # the node: the correction current, the old fact retracted
-        page.wait_for_load_state("networkidle")
+        with page.expect_navigation():  # the node: the correction current, the old fact retracted
+            said.locator("a", has_text=CAT).click()
+        settled(page)
         now, was = fact_row(page, CAT), fact_row(page, DOG)
         assert "current" in now.locator(".fact-meta").inner_text() and f"since {today}" in now.inner_text()
         assert DOG in now.locator(".fact-rel", has_text="corrects").inner_text()
