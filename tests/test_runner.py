@@ -2,6 +2,9 @@
 launched run here, in this process's memory; a run cancelled while it runs ends cancelled and writes nothing more, and
 a run still going when the runner stops is marked Crashed. Real Prefect runs, the scripted LLM server."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 from llm_server import Reply, answer_by_message, fact
 from service_harness import wait_for
@@ -17,20 +20,30 @@ STORY = [{"role": "user", "content": "I moved to Porto yesterday.", "created_at"
          {"role": "assistant", "content": "Congratulations!", "created_at": f"{DAY}T18:01:00"}]
 
 
+@pytest.fixture(scope="module")
+def runner(prefect_harness, tmp_path_factory):
+    """One runner for the module, serving workspace `alpha` (registered in a Dreamflow home of its own), polling
+    every 0.2 s; the last test stops it."""
+    root = tmp_path_factory.mktemp("runner")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DREAMFLOW_HOME", str(root / "home"))
+        registry = Registry.load()
+        registry.add("alpha", root / "alpha")
+        registry.save()
+        runner = Runner(Settings(), {"alpha": "alpha"}, lambda: "alpha", lambda line: None, poll=0.2)
+        runner.build()
+        runner.register()
+        runner.start()
+        yield runner
+        runner.stop(grace=5)
+
+
 @pytest.fixture
-def runner(prefect_harness, llm, tmp_path, monkeypatch):
-    """A runner serving workspace `alpha` (registered in a Dreamflow home of its own), polling every 0.2 s."""
-    monkeypatch.setenv("DREAMFLOW_HOME", str(tmp_path / "home"))
-    registry = Registry.load()
-    registry.add("alpha", tmp_path / "alpha")
-    registry.save()
-    said = []
-    runner = Runner(Settings(), {"alpha": "alpha"}, lambda: "alpha", said.append, poll=0.2)
-    runner.build()
-    runner.register()
-    runner.start()
-    yield runner
-    runner.stop(grace=5)
+def alpha(runner, llm) -> Path:
+    """alpha's folder, its conversations' cards cleared; the scripted model answering the runs."""
+    folder = Path(Registry.load().get("alpha").path)
+    shutil.rmtree(folder / "daily", ignore_errors=True)
+    return folder
 
 
 def launched(flow: str, **parameters) -> str:
@@ -42,19 +55,19 @@ def final(run_id: str) -> dict:
                     and s, 60, f"run {run_id} to end")
 
 
-def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runner, llm, tmp_path):
+def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runner, llm, alpha):
     answer_by_message(llm, "Moving to Porto", ("moved to Porto", fact("The user moved to Porto yesterday.")))
     run_id = launched("auto_memory", session_id="s1", messages=STORY)  # no workspace: the runner's default
     runner.wake()
     status = final(run_id)
     assert status["state_type"] == "COMPLETED", status
     assert status["summary"]["card"] == f"daily/{DAY}/moving-to-porto.md"
-    assert (tmp_path / "alpha" / status["summary"]["card"]).is_file()  # written by this process, in alpha
+    assert (alpha / status["summary"]["card"]).is_file()  # written by this process, in alpha
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     assert runner.alive
 
 
-def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(runner, llm, tmp_path):
+def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(runner, llm, alpha):
     llm.on("list the facts worth remembering", Reply(
         '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
     run_id = launched("auto_memory", session_id="s2", messages=STORY, workspace="alpha")
@@ -65,11 +78,13 @@ def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(ru
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     assert run_status(run_id)["state_type"] == "CANCELLED"
     # the model's answer came after the cancel: no card, no day page, the messages still to be summarised
-    assert not list((tmp_path / "alpha" / "daily").rglob("*.md"))
-    assert unsummarised(str(tmp_path / "alpha"), "s2")["records"], "the messages are still to be summarised"
+    assert not list((alpha / "daily").rglob("*.md"))
+    assert unsummarised(str(alpha), "s2")["records"], "the messages are still to be summarised"
 
 
-def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, tmp_path):
+# ---- keep last: stops the module's runner
+
+def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, alpha):
     llm.on("list the facts worth remembering", Reply(
         '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
     run_id = launched("auto_memory", session_id="s3", messages=STORY, workspace="alpha")
@@ -78,7 +93,8 @@ def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, 
     runner.stop(grace=0.1)
     status = run_status(run_id)
     assert status["state_type"] == "CRASHED" and status["message"] == CRASHED
+    assert not runner.alive
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     assert run_status(run_id)["state_type"] == "CRASHED"
-    assert not list((tmp_path / "alpha" / "daily").rglob("*.md"))
-    assert unsummarised(str(tmp_path / "alpha"), "s3")["records"], "a Retry summarises them"
+    assert not list((alpha / "daily").rglob("*.md"))
+    assert unsummarised(str(alpha), "s3")["records"], "a Retry summarises them"
