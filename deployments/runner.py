@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from engine.access import stopped_runs
 from engine.config.settings import Settings
 
+SETTLED_KEPT = 256  # finished runs remembered as settled
 CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
 
 
@@ -48,6 +50,7 @@ class Runner:
         self._ids: dict[str, Any] = {}  # deployment full name (`flow/name`) -> id
         self._running: dict[Any, threading.Thread] = {}  # flow run id -> the thread running it
         self._ended: dict[Any, Any] = {}  # flow run id -> the final state it was given while its thread still ran
+        self._settled: deque[str] = deque(maxlen=SETTLED_KEPT)  # runs whose thread ended, their logs sent
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -111,6 +114,14 @@ class Runner:
     def running(self) -> int:
         with self._lock:
             return len(self._running)
+
+    def settled(self, run_id: str) -> bool | None:
+        """True once run `run_id` ran here to its end (its final state set, its log lines sent to Prefect), False
+        while it runs here, None for a run this runner did not run (lately)."""
+        with self._lock:
+            if str(run_id) in self._settled:
+                return True
+            return False if any(str(r) == str(run_id) for r in self._running) else None
 
     def stop(self, grace: float = 10.0) -> None:
         """Take no more runs; give the runs going `grace` seconds, mark those still going Crashed; pause the
@@ -188,6 +199,7 @@ class Runner:
         the engine did not catch) is marked Crashed."""
         from prefect import get_client
         from prefect.flow_engine import run_flow
+        from prefect.logging.handlers import APILogWorker
         from prefect.states import Crashed
 
         crash = None
@@ -206,9 +218,11 @@ class Runner:
                         client.set_flow_run_state(flow_run.id, crash, force=True)
             except Exception:  # Prefect gone (the service stops): the state it has stays
                 pass
+            APILogWorker.drain_all(timeout=5, at_exit=False)  # its log lines in the API before it counts as settled
             stopped_runs.forget(flow_run.id)
             with self._lock:
                 self._running.pop(flow_run.id, None)
+                self._settled.append(str(flow_run.id))
             self._wake.set()  # a slot is free
 
     def _end(self, client, run_id, state) -> None:

@@ -41,7 +41,7 @@ class _Count(click.ParamType):
 COUNT = _Count()
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-POLL_SECONDS = 1.0
+POLL_SECONDS = (0.1, 1.0)  # a run's state is asked for after 0.1 s, then twice as long each time, up to 1 s
 ENGINE_CHATTER = {"Finished in state Completed()"}  # one per task run, without the task's name: noise here
 
 
@@ -99,7 +99,7 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
     """Wait for a service run, streaming its state changes and log lines to stderr; its summary at the end."""
     from dreamflow.cli.render import err
 
-    label, offset, shown = run["deployment"], 0, None
+    label, offset, shown, pause = run["deployment"], 0, None, POLL_SECONDS[0]
     if not quiet:
         err.print(f"[dim]{label}: run {run['name']} ({run['id']}) on the service: {run.get('ui_url') or ''}[/dim]")
     try:
@@ -110,14 +110,15 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
                 if status["state"] != shown:
                     shown = status["state"]
                     err.print(f"[dim]{label}: {shown}[/dim]")
-            if status["state_type"] in FINAL_STATES:
+            if status["state_type"] in FINAL_STATES and (quiet or status.get("settled") is not False):
                 break
-            time.sleep(POLL_SECONDS)
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_SECONDS[1])
     except KeyboardInterrupt:
         err.print(f"\n{label}: stopped waiting; the run goes on: {run.get('ui_url') or run['id']}")
         sys.exit(130)
     if not quiet:
-        _drain_logs(remote, run["id"], offset)
+        _drain_logs(remote, run["id"], offset, settled=status.get("settled"))
     summary = status["summary"]
     if status["state_type"] == "COMPLETED" and summary is not None:
         return summary, False
@@ -134,9 +135,14 @@ def follow(remote, run: dict, quiet: bool) -> tuple[dict, bool]:
     raise DreamflowError(message)
 
 
-def _drain_logs(remote, run_id: str, offset: int, settle: float = 2.0, limit: float = 6.0) -> None:
-    """Print the log lines that reach the API after the final state (Prefect sends them in batches every ~2 s):
-    until none came for `settle` seconds, at most `limit` seconds."""
+def _drain_logs(remote, run_id: str, offset: int, settled: bool | None, settle: float = 2.0,
+                limit: float = 6.0) -> None:
+    """Print the log lines that reach the API after the final state: all at once for a run the service says is
+    `settled` (its runner sent them); else (a worker's run: Prefect sends them in batches every ~2 s) until none
+    came for `settle` seconds, at most `limit` seconds."""
+    if settled:
+        _print_logs(remote, run_id, offset)
+        return
     started = last = time.monotonic()
     while time.monotonic() - last < settle and time.monotonic() - started < limit:
         time.sleep(0.5)

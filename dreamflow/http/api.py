@@ -118,6 +118,9 @@ class FlowRunStatus(BaseModel):
     error: ErrorDetail | None = Field(
         None, description="The error a run without a summary failed with (its exit code is the CLI's)")
     ui_url: str | None = Field(description="The run's page in the Prefect UI")
+    settled: bool | None = Field(
+        None, description="True once this service's runner ran it to its end and sent its log lines, False while "
+                          "it runs there, None for another's run (a Prefect worker's)")
 
 
 class FlowRunLog(BaseModel):

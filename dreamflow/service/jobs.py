@@ -26,17 +26,16 @@ PREFECT_START_TIMEOUT = float(os.environ.get("DREAMFLOW_PREFECT_START_TIMEOUT", 
 
 class Jobs:
     """The jobs of the workspaces `hosts` serves (dreamflow/service/hosting.py), run with `settings` by this
-    service's runner when `runner`, else by workers; `say` prints a line of the service's log, `launched` is
-    called after each run started here (the runner takes it at once)."""
+    service's `runner` (deployments/runner.py), or by workers when None; `say` prints a line of the service's
+    log."""
 
-    def __init__(self, hosts, settings: Settings, runner: bool, prefect_ready: threading.Event,
-                 say: Callable[[str], None], launched: Callable[[], Any] = lambda: None):
+    def __init__(self, hosts, settings: Settings, runner, prefect_ready: threading.Event,
+                 say: Callable[[str], None]):
         self.hosts = hosts
         self.settings = settings
         self.runner = runner
         self.prefect_ready = prefect_ready
         self.say = say
-        self.launched = launched
         self._held: set[str] = set()  # the jobs said once to be held back for want of an LLM
 
     def held_back(self, flow: str) -> bool:
@@ -44,7 +43,7 @@ class Jobs:
         red with LLMNotConfigured); said once in the log, and `status` warns why (deployments.serve.llm_warning)."""
         from deployments.serve import DEPLOYMENTS
 
-        if not (self.runner and DEPLOYMENTS[flow].needs_llm and not self.settings.llm_configured):
+        if not (self.runner is not None and DEPLOYMENTS[flow].needs_llm and not self.settings.llm_configured):
             return False
         if flow not in self._held:
             self._held.add(flow)
@@ -59,7 +58,7 @@ class Jobs:
         from deployments.launch import launch
         from deployments.serve import DEPLOYMENTS
 
-        if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.runner:
+        if flow in DEPLOYMENTS and DEPLOYMENTS[flow].needs_llm and self.runner is not None:
             from engine.models.llm import require_llm
 
             try:  # our runner runs it with our settings: say so now, not in a Failed run
@@ -70,7 +69,8 @@ class Jobs:
         name = self.hosts.get(workspace or self.hosts.default_name).name
         self._wait_prefect()
         run = launch(flow, {**(parameters or {}), "workspace": self.job_workspace(name)}, tags=[f"workspace:{name}"])
-        self.launched()
+        if self.runner is not None:
+            self.runner.wake()  # it takes the run now, not at its next look
         return run
 
     def job_workspace(self, name: str) -> str:
@@ -80,13 +80,15 @@ class Jobs:
         return name if name in self.hosts.registry.entries else str(self.hosts.root(name))
 
     def run_status(self, run_id: str, visible: Callable[[str], bool] = lambda name: True) -> dict:
-        """A flow run's state and, once finished, its summary (deployments.launch.run_status); a run of a
-        workspace `visible` refuses is reported as not existing."""
+        """A flow run's state and, once finished, its summary (deployments.launch.run_status), and `settled`: True
+        once this service's runner ran it to its end and sent its log lines, False while it runs here, None for
+        another's run (a worker's); a run of a workspace `visible` refuses is reported as not existing."""
         from deployments.launch import run_status
 
         self._wait_prefect()
         status = run_status(run_id)
         self._check_visible(run_id, status.get("parameters"), visible)
+        status["settled"] = self.runner.settled(run_id) if self.runner is not None else None
         return status
 
     def run_logs(self, run_id: str, offset: int = 0, visible: Callable[[str], bool] = lambda name: True) -> list[dict]:

@@ -91,9 +91,8 @@ class Service:
         self._runner_serves: list[tuple[str, str]] = []  # (name, run parameter) the runner's schedules were built for
         self._cleaned = 0.0  # when the temp files of killed jobs were last looked for
         self._runner_checked = 0.0  # when the runner last followed a changed set of workspaces
-        self.runner = None  # deployments.runner.Runner, when this service runs the deployments' runs
-        self.jobs = Jobs(self.hosts, self.settings, options.runner, self.prefect_ready, say,
-                         launched=lambda: self.runner and self.runner.wake())  # what callers ask
+        self.runner = self._runner() if options.runner else None  # it runs the deployments' runs here
+        self.jobs = Jobs(self.hosts, self.settings, self.runner, self.prefect_ready, say)  # what callers ask
 
     @property
     def ws(self):
@@ -154,8 +153,10 @@ class Service:
             if self.stopping.is_set():  # Ctrl-C while many workspaces catch up: stop now
                 raise KeyboardInterrupt
             self._reconcile(hosted)
-        if opts.runner:  # the flows' imports and the deployments' build overlap the Prefect server's start
-            self._make_runner()
+        if self.runner is not None:  # the flows' imports and the deployments' build overlap the Prefect server's start
+            self._plan_runner()
+            self.runner.served = dict(self._runner_serves)
+            self.runner.build()
         self._wait_for_prefect()
         if self.runner is not None:
             self._start_runner()
@@ -361,15 +362,13 @@ class Service:
                 raise KeyboardInterrupt
         self.prefect_ready.set()
 
-    def _make_runner(self) -> None:
-        """The runner, its flows imported and deployments built for the served workspaces (deployments/runner.py)."""
+    def _runner(self):
+        """The runner (deployments/runner.py); its deployments are built for the served workspaces at start."""
         from deployments.runner import Runner
 
-        self._plan_runner()
-        self.runner = Runner(self.settings, dict(self._runner_serves), self._default_job_workspace, self.say,
-                             limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")),
-                             poll=float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "2")))
-        self.runner.build()
+        return Runner(self.settings, {}, self._default_job_workspace, self.say,
+                      limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")),
+                      poll=float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "2")))
 
     def _start_runner(self) -> None:
         """Register the deployments with Prefect, then take their runs."""
