@@ -111,6 +111,11 @@ class Runner:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def failed(self) -> bool:
+        """Started, not stopped, and its poll thread gone."""
+        return self._thread is not None and not self._thread.is_alive() and not self._stopping.is_set()
+
     def running(self) -> int:
         with self._lock:
             return len(self._running)

@@ -186,7 +186,7 @@ class Service:
         while not self.stopping.wait(0.5):
             if self._api_thread is not None and not self._api_thread.is_alive():
                 raise ServiceError("the HTTP API stopped unexpectedly")
-            if self.runner is not None and not self.runner.alive:
+            if self.runner is not None and self.runner.failed:
                 raise ServiceError("the runner stopped unexpectedly")
             for hosted in self.hosts.refresh(force=self.hosts.folder_made()):
                 # a workspace just added has nothing "changed while the service was down": no catch-up runs
