@@ -241,7 +241,7 @@ class Service:
         `nightly`, and the nightly deployments of a workspace no longer served are deleted (none keeps a
         `workspace` parameter that no longer resolves), without a restart of the service. Runs going on are not
         disturbed; Prefect unreachable: tried again 5 s later."""
-        if (self.runner is None or self._served() == self._runner_serves
+        if (self.runner is None or not self.runner.alive or self._served() == self._runner_serves
                 or time.monotonic() - self._runner_checked < 5):
             return
         self._runner_checked = time.monotonic()
