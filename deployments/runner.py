@@ -136,7 +136,9 @@ class Runner:
         if self._thread is not None:
             self._thread.join(timeout=30)
         deadline = time.monotonic() + grace
-        for thread in list(self._running.values()):
+        with self._lock:
+            going = list(self._running.values())
+        for thread in going:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         from prefect import get_client
         from prefect.states import Crashed
@@ -188,20 +190,16 @@ class Runner:
                 continue
             if not state.is_pending():
                 continue
-            flow_run = client.read_flow_run(run.id)
-            if not (flow_run.parameters or {}).get("workspace"):
-                flow_run = flow_run.model_copy(
-                    update={"parameters": {**(flow_run.parameters or {}), "workspace": self.default_workspace()}})
-            thread = threading.Thread(target=self._run, args=(flows[run.deployment_id], flow_run),
-                                      name=f"dreamflow-run-{flow_run.name}", daemon=True)
+            thread = threading.Thread(target=self._run, args=(flows[run.deployment_id], run.id),
+                                      name=f"dreamflow-run-{run.name}", daemon=True)
             with self._lock:
                 self._running[run.id] = thread
             thread.start()
 
-    def _run(self, flow, flow_run) -> None:
-        """Run one claimed flow run to its end with Prefect's engine. A run given its end meanwhile (Cancelled,
-        Crashed) keeps it, whatever the engine proposed after; one that ends without a final state (an exception
-        the engine did not catch) is marked Crashed."""
+    def _run(self, flow, run_id) -> None:
+        """Run one claimed flow run to its end with Prefect's engine (naming no workspace: the default one). A run
+        given its end meanwhile (Cancelled, Crashed) keeps it, whatever the engine proposed after; one that ends
+        without a final state (an exception the engine did not catch) is marked Crashed."""
         from prefect import get_client
         from prefect.flow_engine import run_flow
         from prefect.logging.handlers import APILogWorker
@@ -209,25 +207,31 @@ class Runner:
 
         crash = None
         try:
+            with get_client(sync_client=True) as client:
+                flow_run = client.read_flow_run(run_id)
+            if not (flow_run.parameters or {}).get("workspace"):
+                flow_run = flow_run.model_copy(
+                    update={"parameters": {**(flow_run.parameters or {}), "workspace": self.default_workspace()}})
             run_flow(flow, flow_run=flow_run, return_type="state")
         except BaseException as exc:  # noqa: BLE001 - the engine records what it can; the rest is ours to say
             crash = Crashed(message=f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
-                ended = self._ended.pop(flow_run.id, None)
+                ended = self._ended.pop(run_id, None)
             try:
-                with get_client(sync_client=True) as client:
-                    if ended is not None:
-                        client.set_flow_run_state(flow_run.id, ended, force=True)
-                    elif crash is not None and not client.read_flow_run(flow_run.id).state.is_final():
-                        client.set_flow_run_state(flow_run.id, crash, force=True)
+                if ended is not None or crash is not None:
+                    with get_client(sync_client=True) as client:
+                        if ended is not None:
+                            client.set_flow_run_state(run_id, ended, force=True)
+                        elif not client.read_flow_run(run_id).state.is_final():
+                            client.set_flow_run_state(run_id, crash, force=True)
             except Exception:  # Prefect gone (the service stops): the state it has stays
                 pass
             APILogWorker.drain_all(timeout=5, at_exit=False)  # its log lines in the API before it counts as settled
-            stopped_runs.forget(flow_run.id)
+            stopped_runs.forget(run_id)
             with self._lock:
-                self._running.pop(flow_run.id, None)
-                self._settled.append(str(flow_run.id))
+                self._running.pop(run_id, None)
+                self._settled.append(str(run_id))
             self._wake.set()  # a slot is free
 
     def _end(self, client, run_id, state) -> None:
