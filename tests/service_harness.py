@@ -26,10 +26,10 @@ from engine.access.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
 # Polls of the Prefect server and runner a service starts, made short so tests wait seconds, not a minute: a
-# deployment made after the server's start gets its nightly run scheduled within 5 s (Prefect's default: 60 s),
+# deployment made after the server's start gets its nightly run scheduled within 2 s (Prefect's default: 60 s),
 # a triggered or scheduled run starts within ~1 s (the service's default: 2 s; one the service launches starts at
 # once). A test's own `env` may say otherwise.
-FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5", "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "1",
               # no test reads Prefect's block types: their registration is ~1 s of each server's start
               "PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
