@@ -50,6 +50,16 @@ def launched(flow: str, **parameters) -> str:
     return launch(flow, parameters)["id"]
 
 
+def asking_the_model(runner, llm, session_id: str) -> str:
+    """A run of auto_memory for alpha, taken by the runner, waiting 1 s for the model's answer: its id."""
+    llm.on("list the facts worth remembering", Reply(
+        '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
+    run_id = launched("auto_memory", session_id=session_id, messages=STORY, workspace="alpha")
+    runner.wake()
+    wait_for(lambda: llm.requests, 30, "the run to ask the model")
+    return run_id
+
+
 def final(run_id: str) -> dict:
     return wait_for(lambda: (s := run_status(run_id))["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
                     and s, 60, f"run {run_id} to end")
@@ -68,11 +78,7 @@ def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runne
 
 
 def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(runner, llm, alpha):
-    llm.on("list the facts worth remembering", Reply(
-        '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
-    run_id = launched("auto_memory", session_id="s2", messages=STORY, workspace="alpha")
-    runner.wake()
-    wait_for(lambda: llm.requests, 30, "the run to ask the model")
+    run_id = asking_the_model(runner, llm, "s2")
     assert cancel_runs("alpha", ("alpha",), "a test cancelled it") == [run_id]
     assert final(run_id)["state_type"] == "CANCELLED"
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
@@ -85,11 +91,7 @@ def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(ru
 # ---- keep last: stops the module's runner
 
 def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, alpha):
-    llm.on("list the facts worth remembering", Reply(
-        '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
-    run_id = launched("auto_memory", session_id="s3", messages=STORY, workspace="alpha")
-    runner.wake()
-    wait_for(lambda: llm.requests, 30, "the run to ask the model")
+    run_id = asking_the_model(runner, llm, "s3")
     runner.stop(grace=0.1)
     status = run_status(run_id)
     assert status["state_type"] == "CRASHED" and status["message"] == CRASHED
