@@ -13,8 +13,8 @@
 The child dies with the service (Linux PR_SET_PDEATHSIG), a crashed child is restarted (up to 3 times in 10
 minutes) and otherwise the service stops with exit code 8 and the child's last log lines. Ctrl-C/SIGTERM stop
 everything in order: watcher (pending changes indexed), runner (its runs finished or marked Crashed), API,
-Prefect server. Prefect is imported only
-inside the running service, never by the CLI commands that merely talk to it.
+Prefect server. Prefect is imported only inside the running service, never by the CLI commands that merely talk
+to it.
 """
 
 from __future__ import annotations
