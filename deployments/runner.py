@@ -11,9 +11,10 @@ one. A run that names no workspace works on the service's default one (`default_
 
 A run cancelled while it runs (the UI, a removed workspace) is marked Cancelled, and its next memory operation or
 model request raises (engine/access/stopped_runs.py: a thread cannot be ended from outside, as Prefect ends a run's
-process). On `stop`, runs still going get `grace` seconds, then are stopped the same way and marked Crashed (a
-Retry runs them again, their finished tasks read back from persisted results), and the deployments are paused, as
-Prefect's runner leaves them, so a Prefect server shared with others does not pile up runs nobody takes.
+process); one nothing runs any more (left Running by a service that died) simply ends Cancelled. On `stop`, runs
+still going get `grace` seconds, then are stopped the same way and marked Crashed (a Retry runs them again, their
+finished tasks read back from persisted results), and the deployments are paused, as Prefect's runner leaves them,
+so a Prefect server shared with others does not pile up runs nobody takes.
 """
 
 from __future__ import annotations
@@ -242,14 +243,23 @@ class Runner:
         client.set_flow_run_state(run_id, state, force=True)
 
     def _cancel_stopped(self, client) -> None:
-        """End as Cancelled the runs going here that were asked to stop (Cancelling)."""
-        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+        """End as Cancelled the runs of our deployments asked to stop (Cancelling): one going here stops at its
+        next memory operation or model request; one not started yet (nothing runs it: Prefect's own runner ends
+        those too) simply ends. A run of a deployment in a work pool is its worker's to end."""
+        from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterId, FlowRunFilter,
+                                                    FlowRunFilterState, FlowRunFilterStateType)
         from prefect.states import Cancelled
 
         with self._lock:
-            ids = [run_id for run_id in self._running if run_id not in self._ended]
-        if not ids:
+            deployment_ids, ended, running = list(self._flows), set(self._ended), set(self._running)
+        if not deployment_ids:
             return
-        for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))):
-            if run.state is not None and run.state.type.value == "CANCELLING":
-                self._end(client, run.id, Cancelled(message=run.state.message or "cancelled"))
+        asked = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["CANCELLING"]))),
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=deployment_ids)), limit=50)
+        for run in asked:
+            state = Cancelled(message=run.state.message or "cancelled")
+            if run.id in running and run.id not in ended:
+                self._end(client, run.id, state)
+            elif run.id not in running and not run.work_pool_name:
+                client.set_flow_run_state(run.id, state, force=True)

@@ -88,6 +88,21 @@ def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(ru
     assert unsummarised(str(alpha), "s2")["records"], "the messages are still to be summarised"
 
 
+def test_a_run_nothing_runs_any_more_ends_cancelled_when_asked(runner):
+    """A run of our deployments left Running by a service that died, then cancelled in the UI (Cancelling): nothing
+    runs it, so the runner ends it, as Prefect's own runner does."""
+    from prefect import get_client
+    from prefect.states import Cancelling, Running
+
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("proactive/manual")
+        run = client.create_flow_run_from_deployment(deployment.id, state=Running())
+        client.set_flow_run_state(run.id, Cancelling(message="not wanted after all"), force=True)
+    status = final(str(run.id))
+    assert status["state_type"] == "CANCELLED" and status["message"] == "not wanted after all"
+    assert runner.running() == 0  # ended, never run here
+
+
 # ---- keep last: stops the module's runner
 
 def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, alpha):
