@@ -131,7 +131,9 @@ class Runner:
 
     def stop(self, grace: float = 10.0) -> None:
         """Take no more runs; give the runs going `grace` seconds, mark those still going Crashed; pause the
-        deployments."""
+        deployments. Once: a second call does nothing."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:
