@@ -29,6 +29,7 @@ from typing import Any
 from engine.access import stopped_runs
 from engine.config.settings import Settings
 
+SWEEP_SECONDS = 10.0  # how often runs of our deployments that nothing runs are looked at for Cancelling
 SETTLED_KEPT = 256  # finished runs remembered as settled
 CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
 
@@ -56,6 +57,7 @@ class Runner:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._swept = 0.0  # when runs nothing runs were last looked at for Cancelling
         self.last_error: str | None = None
 
     # -- what the service calls
@@ -246,19 +248,27 @@ class Runner:
 
     def _cancel_stopped(self, client) -> None:
         """End as Cancelled the runs of our deployments asked to stop (Cancelling): one going here stops at its
-        next memory operation or model request; one not started yet (nothing runs it: Prefect's own runner ends
-        those too) simply ends. A run of a deployment in a work pool is its worker's to end."""
+        next memory operation or model request (looked for at every poll while runs go here); one nothing runs
+        (left Running by a service that died; Prefect's own runner ends those too) simply ends (looked for every
+        `SWEEP_SECONDS`). A run of a deployment in a work pool is its worker's to end."""
         from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterId, FlowRunFilter,
-                                                    FlowRunFilterState, FlowRunFilterStateType)
+                                                    FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType)
         from prefect.states import Cancelled
 
         with self._lock:
             deployment_ids, ended, running = list(self._flows), set(self._ended), set(self._running)
-        if not deployment_ids:
+        sweep = time.monotonic() - self._swept >= SWEEP_SECONDS
+        if not deployment_ids or not (running or sweep):
             return
-        asked = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["CANCELLING"]))),
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=deployment_ids)), limit=50)
+        cancelling = FlowRunFilterState(type=FlowRunFilterStateType(any_=["CANCELLING"]))
+        if sweep:
+            self._swept = time.monotonic()
+            ours = DeploymentFilter(id=DeploymentFilterId(any_=deployment_ids))
+            asked = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=cancelling), deployment_filter=ours,
+                                          limit=50)
+        else:
+            asked = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=cancelling,
+                                                                        id=FlowRunFilterId(any_=list(running))))
         for run in asked:
             state = Cancelled(message=run.state.message or "cancelled")
             if run.id in running and run.id not in ended:
