@@ -29,7 +29,6 @@ from typing import Any
 from engine.access import stopped_runs
 from engine.config.settings import Settings
 
-SWEEP_SECONDS = 10.0  # how often runs of our deployments that nothing runs are looked at for Cancelling
 SETTLED_KEPT = 256  # finished runs remembered as settled
 CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
 
@@ -37,15 +36,17 @@ CRASHED = "the service stopped while this run ran: retry it (its finished tasks 
 class Runner:
     """Serves the deployments `deployments.serve.build` makes for `settings` and the `served` workspaces (name ->
     run parameter) with Prefect at the process's `PREFECT_API_URL`, at most `limit` runs at once, looking for due
-    runs every `poll` seconds; `say` prints a line of the service's log."""
+    runs every `poll` seconds and for runs of its deployments nothing runs that were cancelled every `sweep`
+    seconds; `say` prints a line of the service's log."""
 
     def __init__(self, settings: Settings, served: dict[str, str], default_workspace: Callable[[], str],
-                 say: Callable[[str], None], limit: int = 4, poll: float = 2.0):
+                 say: Callable[[str], None], limit: int = 4, poll: float = 2.0, sweep: float = 10.0):
         self.settings = settings
         self.default_workspace = default_workspace
         self.say = say
         self.limit = limit
         self.poll = poll
+        self.sweep = sweep
         self.served = dict(served)
         self.deployments: list = []
         self._flows: dict[Any, Any] = {}  # deployment id -> flow object
@@ -250,14 +251,14 @@ class Runner:
         """End as Cancelled the runs of our deployments asked to stop (Cancelling): one going here stops at its
         next memory operation or model request (looked for at every poll while runs go here); one nothing runs
         (left Running by a service that died; Prefect's own runner ends those too) simply ends (looked for every
-        `SWEEP_SECONDS`). A run of a deployment in a work pool is its worker's to end."""
+        `sweep` seconds). A run of a deployment in a work pool is its worker's to end."""
         from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterId, FlowRunFilter,
                                                     FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType)
         from prefect.states import Cancelled
 
         with self._lock:
             deployment_ids, ended, running = list(self._flows), set(self._ended), set(self._running)
-        sweep = time.monotonic() - self._swept >= SWEEP_SECONDS
+        sweep = time.monotonic() - self._swept >= self.sweep
         if not deployment_ids or not (running or sweep):
             return
         cancelling = FlowRunFilterState(type=FlowRunFilterStateType(any_=["CANCELLING"]))

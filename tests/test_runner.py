@@ -23,14 +23,14 @@ STORY = [{"role": "user", "content": "I moved to Porto yesterday.", "created_at"
 @pytest.fixture(scope="module")
 def runner(prefect_harness, tmp_path_factory):
     """One runner for the module, serving workspace `alpha` (registered in a Dreamflow home of its own), polling
-    every 0.2 s; the last test stops it."""
+    every 0.2 s and looking for cancelled runs nothing runs every 0.5 s; the last test stops it."""
     root = tmp_path_factory.mktemp("runner")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DREAMFLOW_HOME", str(root / "home"))
         registry = Registry.load()
         registry.add("alpha", root / "alpha")
         registry.save()
-        runner = Runner(Settings(), {"alpha": "alpha"}, lambda: "alpha", lambda line: None, poll=0.2)
+        runner = Runner(Settings(), {"alpha": "alpha"}, lambda: "alpha", lambda line: None, poll=0.2, sweep=0.5)
         runner.build()
         runner.register()
         runner.start()
