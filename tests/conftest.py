@@ -3,7 +3,7 @@
 import os
 import sys
 
-# Bytecode is cached: the suite starts some 150 Python processes (services, runners, flow runs, CLI calls) and
+# Bytecode is cached: the suite starts some 150 Python processes (services, Prefect servers and workers, CLI calls) and
 # with PYTHONDONTWRITEBYTECODE set each would compile the project's modules again (~0.25 s of CPU a process).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False

@@ -7,8 +7,9 @@ The rule, decided once per process and workspace (the first `open_memory` call; 
   (`local_memory(keep_open=True)` claims them), and any process when no service runs for the workspace;
 - every other process, while `dreamflow start` runs for the workspace (its `metadata/service.json` names a live
   pid that answers), talks to that service over HTTP (`RemoteMemory`), since DuckDB lets one process open the
-  index: the CLI, the hook, the stdio MCP server, and a flow run the service's runner starts (a process of its
-  own). A process never talks over HTTP to itself.
+  index: the CLI, the hook, the stdio MCP server, and a Prefect worker's flow run. The service's own runner runs
+  its flows in the service's process (deployments/runner.py): they get its memory. A process never talks over
+  HTTP to itself.
 
 Both objects have the same interface: every `engine.ops` operation, with the same JSON-ready values and the same
 `DreamflowError` classes, and `turn` (engine.access.turns.record_turn, run once: here, or by the service). The choice is

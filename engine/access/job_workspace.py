@@ -34,7 +34,7 @@ def workspace_root(workspace: str | None = None) -> str:
     from engine.access.client import service_info
     from engine.config.registry import NAME_RE, Registry, resolve, resolve_name
 
-    prefect_env.configure()  # in the process a deployment run starts, nothing configured Prefect at import
+    prefect_env.configure()  # in the process a Prefect worker starts, nothing configured Prefect at import
     registry = Registry.load()
     if workspace and NAME_RE.match(workspace):
         try:

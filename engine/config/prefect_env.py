@@ -84,7 +84,7 @@ def interactive_runs():
     """Settings for flows run in the calling process (CLI, tests, benchmarks): no flow heartbeat.
 
     Each sync flow otherwise waits ~1 s at its end for the heartbeat thread; heartbeats only matter for
-    detecting crashed runs of deployments, which the service runs in their own processes.
+    detecting crashed runs of deployments (the service's runner keeps them, deployments/runner.py).
     """
     configure()
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
