@@ -1,6 +1,7 @@
 """`dreamflow start` for real: its Prefect server in a process of its own, runner, watcher and HTTP API in the
-service, over a temp workspace, flows answered by the scripted LLM server. The shared service (conftest `dreamflow_service`) starts
-once; token and crash tests start a second, lighter service on the same Prefect server (`--no-runner`).
+service, over a temp workspace, flows answered by the scripted LLM server. The shared service (conftest
+`dreamflow_service`) starts once; token and crash tests start a second, lighter service on the same Prefect server
+(`--no-runner`).
 
 Keep `test_prefect_yaml_deploys_against_a_process_pool` last: it replaces the served deployments.
 """

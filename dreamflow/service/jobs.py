@@ -69,8 +69,7 @@ class Jobs:
         name = self.hosts.get(workspace or self.hosts.default_name).name
         self._wait_prefect()
         run = launch(flow, {**(parameters or {}), "workspace": self.job_workspace(name)}, tags=[f"workspace:{name}"])
-        if self.runner is not None:
-            self.runner.wake()  # it takes the run now, not at its next look
+        self._wake_runner()
         return run
 
     def job_workspace(self, name: str) -> str:
@@ -107,7 +106,9 @@ class Jobs:
         self._wait_prefect()
         name = self._check_visible(run_id, run_parameters(run_id), grant.sees)
         grant.check(name, writes=True)
-        return retry(run_id)
+        status = retry(run_id)
+        self._wake_runner()
+        return status
 
     def job_runs(self, workspace: str | None = None, limit: int = 10) -> dict:
         """A served workspace's runs in Prefect: `{last_dream, next_dream, recent}` (`recent`: its newest
@@ -128,6 +129,11 @@ class Jobs:
         if not visible(name):
             raise NotFound(f"no flow run {run_id}")
         return name
+
+    def _wake_runner(self) -> None:
+        """This service's runner takes a run just made due now, not at its next look."""
+        if self.runner is not None:
+            self.runner.wake()
 
     def _wait_prefect(self) -> None:
         if not self.prefect_ready.wait(PREFECT_START_TIMEOUT):
