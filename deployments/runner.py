@@ -34,20 +34,20 @@ CRASHED = "the service stopped while this run ran: retry it (its finished tasks 
 
 
 class Runner:
-    """Serves the deployments `deployments.serve.build` makes for `settings` and the `served` workspaces (name ->
-    run parameter) with Prefect at the process's `PREFECT_API_URL`, at most `limit` runs at once, looking for due
+    """Serves the deployments `deployments.serve.build` makes for `settings` and the served workspaces (`build`)
+    with Prefect at the process's `PREFECT_API_URL`, at most `limit` runs at once, looking for due
     runs every `poll` seconds and for runs of its deployments nothing runs that were cancelled every `sweep`
     seconds; `say` prints a line of the service's log."""
 
-    def __init__(self, settings: Settings, served: dict[str, str], default_workspace: Callable[[], str],
-                 say: Callable[[str], None], limit: int = 4, poll: float = 2.0, sweep: float = 10.0):
+    def __init__(self, settings: Settings, default_workspace: Callable[[], str], say: Callable[[str], None],
+                 limit: int = 4, poll: float = 2.0, sweep: float = 10.0):
         self.settings = settings
         self.default_workspace = default_workspace
         self.say = say
         self.limit = limit
         self.poll = poll
         self.sweep = sweep
-        self.served = dict(served)
+        self.served: dict[str, str] = {}  # name -> run parameter of the workspaces whose nightly deployments are built
         self.deployments: list = []
         self._flows: dict[Any, Any] = {}  # deployment id -> flow object
         self._ids: dict[str, Any] = {}  # deployment full name (`flow/name`) -> id
@@ -63,10 +63,12 @@ class Runner:
 
     # -- what the service calls
 
-    def build(self) -> None:
-        """Import the flows and build the deployments for `served` (no API call: done while Prefect starts)."""
+    def build(self, served: dict[str, str]) -> None:
+        """Import the flows and build the deployments for the `served` workspaces (name -> run parameter, the
+        default first; no API call: done while Prefect starts)."""
         from deployments.serve import build
 
+        self.served = dict(served)
         self.deployments = build(self.settings, self.served)
 
     def register(self, scheduled_only: bool = False) -> None:
@@ -93,8 +95,7 @@ class Runner:
 
         gone = (scheduled_deployments(self.settings, list(self.served))
                 - scheduled_deployments(self.settings, list(served)))
-        self.served = dict(served)
-        self.build()
+        self.build(served)
         self.register(scheduled_only=True)
         deleted = delete_deployments(gone)
         with self._lock:

@@ -219,7 +219,7 @@ def test_jobs_that_need_an_llm_are_not_started_without_one_and_that_is_said_once
     settings = Settings(llm_base_url=None, llm_model=None)
     hosts, said = serve(settings)
     (tmp_path / "w1/resource/notes.md").write_text("# Notes\n\nto be carded\n")
-    runner = Runner(settings, {}, lambda: "w1", said.append)  # this service runs the jobs (not started here)
+    runner = Runner(settings, lambda: "w1", said.append)  # this service runs the jobs (not started here)
     jobs = Jobs(hosts, settings, runner=runner, prefect_ready=threading.Event(), say=said.append)
     started = time.monotonic()
     for _ in range(2):  # Prefect is not even up: nothing waits for it, nothing is emitted

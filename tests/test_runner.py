@@ -30,8 +30,8 @@ def runner(prefect_harness, tmp_path_factory):
         registry = Registry.load()
         registry.add("alpha", root / "alpha")
         registry.save()
-        runner = Runner(Settings(), {"alpha": "alpha"}, lambda: "alpha", lambda line: None, poll=0.2, sweep=0.5)
-        runner.build()
+        runner = Runner(Settings(), lambda: "alpha", lambda line: None, poll=0.2, sweep=0.5)
+        runner.build({"alpha": "alpha"})
         runner.register()
         runner.start()
         yield runner

@@ -155,8 +155,7 @@ class Service:
             self._reconcile(hosted)
         if self.runner is not None:  # the flows' imports and the deployments' build overlap the Prefect server's start
             self._plan_runner()
-            self.runner.served = dict(self._runner_serves)
-            self.runner.build()
+            self.runner.build(dict(self._runner_serves))
         self._wait_for_prefect()
         if self.runner is not None:
             self._start_runner()
@@ -366,7 +365,7 @@ class Service:
         """The runner (deployments/runner.py); its deployments are built for the served workspaces at start."""
         from deployments.runner import Runner
 
-        return Runner(self.settings, {}, self._default_job_workspace, self.say,
+        return Runner(self.settings, self._default_job_workspace, self.say,
                       limit=int(os.environ.get("DREAMFLOW_RUNNER_LIMIT", "4")),
                       poll=float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "2")))
 
