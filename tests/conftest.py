@@ -58,12 +58,17 @@ def prefect_harness():
     database and a Prefect server subprocess, once per session and xdist worker) with in-process-run settings (no
     flow heartbeat). Request it in any test that runs flows in-process; it gives the folder of that database (a
     test can check what reached Prefect's server). Its server skips registering Prefect's block types (~0.9 s
-    of its ~8 s start): in-process runs keep results in an unsaved `LocalFileSystem` and use no block document."""
+    of its ~8 s start): in-process runs keep results in an unsaved `LocalFileSystem` and use no block document.
+    Nor does it evaluate automations or store events (no test here fires a trigger or reads an event): measured,
+    the fast tier spent ~20 of its ~200 CPU-s on them."""
     from prefect.settings import (PREFECT_API_BLOCKS_REGISTER_ON_START, PREFECT_SERVER_DATABASE_CONNECTION_URL,
-                                  temporary_settings)
+                                  PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
+                                  PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED, temporary_settings)
     from prefect.testing.utilities import prefect_test_harness
 
-    with (temporary_settings({PREFECT_API_BLOCKS_REGISTER_ON_START: False}),
+    quiet = {PREFECT_API_BLOCKS_REGISTER_ON_START: False, PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED: False,
+             PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED: False}
+    with (temporary_settings(quiet),
           prefect_test_harness(server_startup_timeout=None), prefect_env.interactive_runs()):
         yield Path(PREFECT_SERVER_DATABASE_CONNECTION_URL.value().split(":///", 1)[1]).parent
 
