@@ -229,7 +229,8 @@ class Runner:
                 if ended is not None or crash is not None:
                     with get_client(sync_client=True) as client:
                         if ended is not None:
-                            client.set_flow_run_state(run_id, ended, force=True)
+                            if client.read_flow_run(run_id).state.id != ended.id:  # the engine proposed after it
+                                client.set_flow_run_state(run_id, ended, force=True)
                         elif not client.read_flow_run(run_id).state.is_final():
                             client.set_flow_run_state(run_id, crash, force=True)
             except Exception:  # Prefect gone (the service stops): the state it has stays
@@ -241,39 +242,47 @@ class Runner:
                 self._settled.append(str(run_id))
             self._wake.set()  # a slot is free
 
-    def _end(self, client, run_id, state) -> None:
-        """Give a run going here its final `state` now, and stop it at its next memory operation or model request."""
+    def _end(self, client, run_id, state, given: bool = False) -> None:
+        """Give a run going here its final `state` now (`given`: it has it already), and stop it at its next memory
+        operation or model request; the state is given again if the engine proposes another after it."""
         stopped_runs.stop(run_id, state.message or state.name)
         with self._lock:
             self._ended[run_id] = state
-        client.set_flow_run_state(run_id, state, force=True)
+        if not given:
+            client.set_flow_run_state(run_id, state, force=True)
 
     def _cancel_stopped(self, client) -> None:
-        """End as Cancelled the runs of our deployments asked to stop (Cancelling): one going here stops at its
-        next memory operation or model request (looked for at every poll while runs go here); one nothing runs
-        (left Running by a service that died; Prefect's own runner ends those too) simply ends (looked for every
-        `sweep` seconds). A run of a deployment in a work pool is its worker's to end."""
+        """End as Cancelled the runs of our deployments asked to stop: one going here that was asked (Cancelling)
+        or already ended Cancelled elsewhere (another runner's sweep, the API) stops at its next memory operation
+        or model request (looked for at every poll while runs go here); one nothing runs that was asked (left
+        Running by a service that died; Prefect's own runner ends those too) simply ends (looked for every `sweep`
+        seconds). A run of a deployment in a work pool is its worker's to end."""
         from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterId, FlowRunFilter,
                                                     FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType)
         from prefect.states import Cancelled
 
+        def in_state(*types: str) -> FlowRunFilterState:
+            return FlowRunFilterState(type=FlowRunFilterStateType(any_=list(types)))
+
         with self._lock:
             deployment_ids, ended, running = list(self._flows), set(self._ended), set(self._running)
         sweep = time.monotonic() - self._swept >= self.sweep
-        if not deployment_ids or not (running or sweep):
-            return
-        cancelling = FlowRunFilterState(type=FlowRunFilterStateType(any_=["CANCELLING"]))
-        if sweep:
+        asked = {}
+        if running:
+            going = FlowRunFilter(state=in_state("CANCELLING", "CANCELLED"), id=FlowRunFilterId(any_=list(running)))
+            asked.update((run.id, run) for run in client.read_flow_runs(flow_run_filter=going))
+        if sweep and deployment_ids:
             self._swept = time.monotonic()
             ours = DeploymentFilter(id=DeploymentFilterId(any_=deployment_ids))
-            asked = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=cancelling), deployment_filter=ours,
-                                          limit=50)
-        else:
-            asked = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=cancelling,
-                                                                        id=FlowRunFilterId(any_=list(running))))
-        for run in asked:
-            state = Cancelled(message=run.state.message or "cancelled")
-            if run.id in running and run.id not in ended:
-                self._end(client, run.id, state)
-            elif run.id not in running and not run.work_pool_name:
-                client.set_flow_run_state(run.id, state, force=True)
+            asked.update((run.id, run) for run in client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(state=in_state("CANCELLING")), deployment_filter=ours, limit=50))
+        for run in asked.values():
+            if run.id in ended:
+                continue
+            cancelled = Cancelled(message=run.state.message or "cancelled")
+            if run.id in running and run.state.type.value == "CANCELLED":  # ended elsewhere, or its own Skipped
+                self._end(client, run.id, run.state, given=True)
+            elif run.id in running:
+                self._end(client, run.id, cancelled)
+            elif not run.work_pool_name:
+                client.set_flow_run_state(run.id, cancelled, force=True)

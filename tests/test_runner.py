@@ -88,6 +88,22 @@ def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(ru
     assert unsummarised(str(alpha), "s2")["records"], "the messages are still to be summarised"
 
 
+def test_a_run_ended_cancelled_elsewhere_while_it_runs_here_stops_too(runner, llm, alpha):
+    """Another runner on the same Prefect server (its sweep) or the API may end a run going here Cancelled outright,
+    skipping Cancelling: it stops here all the same, writing nothing more."""
+    from prefect import get_client
+    from prefect.states import Cancelled
+
+    run_id = asking_the_model(runner, llm, "s4")
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, Cancelled(message="ended by another runner"), force=True)
+    wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
+    status = run_status(run_id)
+    assert status["state_type"] == "CANCELLED" and status["message"] == "ended by another runner"
+    assert not list((alpha / "daily").rglob("*.md"))
+    assert unsummarised(str(alpha), "s4")["records"], "the messages are still to be summarised"
+
+
 def test_a_run_nothing_runs_any_more_ends_cancelled_when_asked(runner):
     """A run of our deployments left Running by a service that died, then cancelled in the UI (Cancelling): nothing
     runs it, so the runner ends it, as Prefect's own runner does."""
