@@ -79,9 +79,9 @@ class Jobs:
         return name if name in self.hosts.registry.entries else str(self.hosts.root(name))
 
     def run_status(self, run_id: str, visible: Callable[[str], bool] = lambda name: True) -> dict:
-        """A flow run's state and, once finished, its summary (deployments.launch.run_status), and `settled`: True
-        once this service's runner ran it to its end and sent its log lines, False while it runs here, None for
-        another's run (a worker's); a run of a workspace `visible` refuses is reported as not existing."""
+        """A flow run's state and, once finished, its summary (deployments.launch.run_status), and `settled`
+        (deployments.runner.Runner.settled; None without a runner); a run of a workspace `visible` refuses is
+        reported as not existing."""
         from deployments.launch import run_status
 
         self._wait_prefect()
