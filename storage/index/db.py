@@ -347,6 +347,10 @@ class IndexDB:
 
 
 ALIAS = "idx"  # the index's name in the in-memory DuckDB; queries name no database (`USE` makes it the default)
+# Blocks of a new index file: 16 kB, not DuckDB's 256 kB. Each write's session ends in a checkpoint that writes
+# every changed block whole; measured on a small workspace, a write then costs ~29 ms of CPU, not ~35, and the
+# file stays ~10x smaller (0.65 MB, not 6 MB, after 50 writes). A file keeps the size it was made with.
+NEW_BLOCK_SIZE = 16_384
 KEEP_IDLE = 2  # in-memory DuckDBs (~2.6 MB each) kept with nothing attached, for the next opens
 _idle: list[duckdb.DuckDBPyConnection] = []
 _idle_guard = threading.Lock()
@@ -368,8 +372,9 @@ def _attach(path: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         con = _idle.pop() if _idle else None
     con = con or _host()
     quoted = str(path).replace("'", "''")
+    option = " (READ_ONLY)" if read_only else "" if path.exists() else f" (BLOCK_SIZE {NEW_BLOCK_SIZE})"
     try:
-        con.execute(f"ATTACH '{quoted}' AS {ALIAS}{' (READ_ONLY)' if read_only else ''}")
+        con.execute(f"ATTACH '{quoted}' AS {ALIAS}{option}")
         con.execute(f"USE {ALIAS}")
     except BaseException:
         _discard(con)
