@@ -53,7 +53,7 @@ def test_obfuscations_are_undone_before_detection(line):
 
 
 def test_the_strings_a_pattern_needs_pass_over_no_text_it_matches():
-    """The detector skips a pattern when the text holds none of the strings read from it (`_needed`); reading
+    """The detector skips a pattern when the text holds none of the strings read from it (storage/text/literals.py);
     every pattern over the corpus, in upper case, with the letters IGNORECASE takes as equal (ı, ſ, İ) and
     obfuscated, finds exactly the same."""
     def every_pattern(text: str) -> tuple[str, ...]:

@@ -50,6 +50,34 @@ def test_near_misses_are_left_as_they_are():
             assert redact.redact(line) == (line, {}), kind
 
 
+def test_the_strings_a_plugin_needs_pass_over_no_line_it_would_flag():
+    """A plugin reads a line only when it holds one of the strings its own patterns need (storage/text/literals.py):
+    asking every plugin about every line of the corpus, its near misses and their variants (upper and lower case,
+    in a sentence, behind a key name) finds exactly the same."""
+    def every_plugin(line: str) -> list:
+        from detect_secrets.plugins.keyword import (CONFIG_DENYLIST_REGEX_TO_GROUP,
+                                                    QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
+        found = []
+        for plugin in redact._plugins():
+            if plugin.secret_type == "Secret Keyword":
+                rules = (CONFIG_DENYLIST_REGEX_TO_GROUP if redact.ASSIGNMENT.match(line)
+                         else QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
+                values = plugin.analyze_string(line, denylist_regex_to_group=rules)
+            else:
+                values = plugin.analyze_string(line)
+            found += [(redact._kind(plugin, line), v.strip(), plugin.secret_type == "Secret Keyword") for v in values
+                      if v.strip() and not redact._filtered(v.strip(), line, plugin)]
+        return found
+
+    lines = [line for pairs in SECRETS.values() for line, _ in pairs] + [
+        line for group in NEAR_MISSES.values() for line in group]
+    variants = [v for line in lines for v in (line, line.upper(), line.lower(), f"see [[daily/a.md]] {line} today",
+                                              f"PASSWORD = {line}", f'"secret": "{line}"')]
+    found = [redact._line_secrets(v) for v in variants]
+    assert found == [every_plugin(v) for v in variants]
+    assert sum(map(bool, found)) > len(lines)  # the variants still hold secrets the plugins find
+
+
 def test_private_spans_across_lines_and_unclosed_are_dropped():
     kept = dialog.Kept()
     record = dialog.clean_message({"role": "user", "content": "a <private>x\ny</private> b <PRIVATE>z\nrest"}, kept)
