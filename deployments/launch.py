@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
+from engine.config import prefect_env
 from storage.errors import Conflict, InvalidInput, NotFound, envelope
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
@@ -45,9 +46,7 @@ def run_status(run_id: str) -> dict:
     exits with that code, as it does for the same failure in-process), else None.
     Raises InvalidInput for a malformed id, NotFound for an unknown run.
     """
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         run = _read_run(client, run_id)
         deployment = _deployment_name(client, run.deployment_id) if run.deployment_id else None
         state = run.state
@@ -75,10 +74,9 @@ def retry(run_id: str, message: str = "Retry from the Dreamflow dashboard") -> d
     """Retry a failed run the way the Prefect UI's Retry does (AwaitingRetry forced on the same run, which its
     runner or worker picks up: finished tasks come from their persisted results, so a dream re-runs only its
     failed units); returns its `run_status`. Conflict for a run that did not fail or has no deployment."""
-    from prefect import get_client
     from prefect.states import AwaitingRetry
 
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         run = _read_run(client, run_id)
         state = run.state.type.value if run.state else None
         if state not in ("FAILED", "CRASHED"):
@@ -92,19 +90,16 @@ def retry(run_id: str, message: str = "Retry from the Dreamflow dashboard") -> d
 
 def run_parameters(run_id: str) -> dict:
     """The parameters a flow run was started with."""
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         return dict(_read_run(client, run_id).parameters or {})
 
 
 def run_logs(run_id: str, offset: int = 0, limit: int = 200) -> list[dict]:
     """The run's log lines from `offset` on, oldest first: `{time, level, message}` (what the UI shows)."""
-    from prefect import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.client.schemas.sorting import LogSort
 
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         run = _read_run(client, run_id)
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])),
                                 sort=LogSort.TIMESTAMP_ASC, offset=offset, limit=limit)
@@ -117,13 +112,11 @@ def cancel_runs(workspace: str, names: tuple[str, ...], reason: str) -> list[str
     a triggered run is tagged only once it starts) that run or wait to run now, each with `reason` in its log
     and state message (the runner stops a cancelled run's process); returns their ids."""
     from datetime import datetime, timezone
-
-    from prefect import get_client
     from prefect.client.schemas.actions import LogCreate
     from prefect.states import Cancelling
 
     cancelled = []
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         tagged = {r["id"] for r in active_runs(limit=200, tag=f"workspace:{workspace}")}
         for run in active_runs(limit=200):
             if run["id"] not in tagged and str((run["parameters"] or {}).get("workspace")) not in names:
@@ -138,11 +131,10 @@ def cancel_runs(workspace: str, names: tuple[str, ...], reason: str) -> list[str
 def delete_deployments(full_names: set[str]) -> list[str]:
     """Delete the deployments `flow/deployment` that exist (with their scheduled runs, which Prefect deletes
     along): the nightly ones of workspaces the runner no longer serves. Returns the names deleted."""
-    from prefect import get_client
     from prefect.exceptions import ObjectNotFound
 
     deleted = []
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         for name in sorted(full_names):
             try:
                 client.delete_deployment(client.read_deployment_by_name(name).id)
@@ -246,9 +238,7 @@ def flush_events(timeout: float = 5.0) -> None:
 def dreams(names: list[str]) -> dict[str, tuple[dict | None, dict | None]]:
     """Each named workspace's last started and next scheduled auto_dream run (None where there is none): one
     client, two `runs` a workspace."""
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
 
         def first(**query) -> dict | None:
             return next(iter(runs(client, "auto_dream", limit=1, **query)), None)
@@ -316,8 +306,6 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out); `tag`:
     only runs with that tag too (`workspace:NAME`)."""
     from datetime import datetime, timezone
-
-    from prefect import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterExpectedStartTime,
@@ -327,7 +315,7 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     )
     from prefect.client.schemas.sorting import FlowRunSort
 
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=["dreamflow", *([tag] if tag else [])]),
@@ -344,11 +332,10 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
 def recent_runs(tag: str, limit: int = 10) -> list[dict]:
     """The newest runs of Dreamflow's deployments tagged `tag` (`workspace:NAME`) that have started, newest
     first (as `runs` answers)."""
-    from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterStartTime, FlowRunFilterTags
     from prefect.client.schemas.sorting import FlowRunSort
 
-    with get_client(sync_client=True) as client:
+    with prefect_env.client() as client:
         found = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["dreamflow", tag]),
                                           start_time=FlowRunFilterStartTime(is_null_=False)),

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from engine.access import stopped_runs
+from engine.config import prefect_env
 from engine.config.settings import Settings
 
 SETTLED_KEPT = 256  # finished runs remembered as settled
@@ -147,10 +148,9 @@ class Runner:
             going = list(self._running.values())
         for thread in going:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        from prefect import get_client
         from prefect.states import Crashed
 
-        with get_client(sync_client=True) as client:
+        with prefect_env.client() as client:
             with self._lock:
                 left = list(self._running)
             for run_id in left:
@@ -161,9 +161,7 @@ class Runner:
     # -- the poll thread
 
     def _poll_loop(self) -> None:
-        from prefect import get_client
-
-        with get_client(sync_client=True) as client:
+        with prefect_env.client() as client:
             while not self._stopping.is_set():
                 try:
                     self._cancel_stopped(client)
@@ -207,14 +205,13 @@ class Runner:
         """Run one claimed flow run to its end with Prefect's engine (naming no workspace: the default one). A run
         given its end meanwhile (Cancelled, Crashed) keeps it, whatever the engine proposed after; one that ends
         without a final state (an exception the engine did not catch) is marked Crashed."""
-        from prefect import get_client
         from prefect.flow_engine import run_flow
         from prefect.logging.handlers import APILogWorker
         from prefect.states import Crashed
 
         crash = None
         try:
-            with get_client(sync_client=True) as client:
+            with prefect_env.client() as client:
                 flow_run = client.read_flow_run(run_id)
             if not (flow_run.parameters or {}).get("workspace"):
                 flow_run = flow_run.model_copy(
@@ -227,7 +224,7 @@ class Runner:
                 ended = self._ended.pop(run_id, None)
             try:
                 if ended is not None or crash is not None:
-                    with get_client(sync_client=True) as client:
+                    with prefect_env.client() as client:
                         if ended is not None:
                             if client.read_flow_run(run_id).state.id != ended.id:  # the engine proposed after it
                                 client.set_flow_run_state(run_id, ended, force=True)

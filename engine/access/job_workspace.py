@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine.access.client import open_memory
 from engine.access.job_memory import JobMemory
+from engine.config import prefect_env
 from storage.errors import InvalidInput, NotFound
 from storage.files.workspace import Workspace
 
@@ -30,7 +31,6 @@ def workspace_root(workspace: str | None = None) -> str:
     folder (what `prefect deploy` of prefect.yaml without DREAMFLOW_WORKSPACE would do). Any folder is accepted
     for flows called in-process (the CLI, tests).
     """
-    from engine.config import prefect_env
     from engine.access.client import service_info
     from engine.config.registry import NAME_RE, Registry, resolve, resolve_name
 
@@ -127,10 +127,9 @@ def _tag_run(name: str) -> None:
     tag = f"workspace:{name}"
     if run is None or tag in (run.tags or []) or not os.environ.get("PREFECT_API_URL"):
         return
-    from prefect import get_client
 
     try:
-        with get_client(sync_client=True) as client:
+        with prefect_env.client() as client:
             client.update_flow_run(run.id, tags=[*(run.tags or []), tag])
     except Exception:  # a label only: never fail the job over it
         pass
