@@ -19,8 +19,9 @@ _REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
 
 
 def fold(text: str) -> str:
-    """Lower case with the letters IGNORECASE also takes as equal made one."""
-    return text.lower().translate(_FOLDS)
+    """Lower case with the letters IGNORECASE also takes as equal made one (İ lower-cased as the regex engine
+    does, to i, not to i and a combining dot)."""
+    return text.replace("\u0130", "i").lower().translate(_FOLDS)
 
 
 @lru_cache(maxsize=512)
