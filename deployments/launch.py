@@ -112,6 +112,7 @@ def cancel_runs(workspace: str, names: tuple[str, ...], reason: str) -> list[str
     a triggered run is tagged only once it starts) that run or wait to run now, each with `reason` in its log
     and state message (the runner stops a cancelled run's process); returns their ids."""
     from datetime import datetime, timezone
+
     from prefect.client.schemas.actions import LogCreate
     from prefect.states import Cancelling
 
@@ -306,6 +307,7 @@ def active_runs(limit: int = 20, tag: str | None = None) -> list[dict]:
     """Runs of Dreamflow's deployments that run or wait to run now (future scheduled runs left out); `tag`:
     only runs with that tag too (`workspace:NAME`)."""
     from datetime import datetime, timezone
+
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterExpectedStartTime,
