@@ -106,14 +106,14 @@ def _filtered(secret: str, line: str, plugin) -> bool:
 
 @lru_cache(maxsize=1)
 def _asked() -> tuple:
-    """(plugin, the strings one of which a line must hold for it to find anything: storage/text/literals.py) for
-    each plugin, the keyword plugin's for its two rule sets: a few substring tests pass over most lines (measured
-    on card lines, whose wikilinks let them through CANDIDATE: 152 -> 40 µs a line)."""
+    """Each plugin with the strings one of which a line must hold for it to find anything (storage/text/literals.py;
+    the keyword plugin's from both its rule sets): a few substring tests pass over most lines (measured on card
+    lines, whose wikilinks let them through CANDIDATE: 152 -> 40 µs a line)."""
     from detect_secrets.plugins.keyword import CONFIG_DENYLIST_REGEX_TO_GROUP as CONFIG
     from detect_secrets.plugins.keyword import QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP as QUOTED
 
-    return tuple((plugin, {False: needed_by_any(QUOTED), True: needed_by_any(CONFIG)})
-                 if plugin.secret_type == "Secret Keyword" else (plugin, needed_by_any(getattr(plugin, "denylist", ())))
+    return tuple((plugin, needed_by_any([*CONFIG, *QUOTED] if plugin.secret_type == "Secret Keyword"
+                                        else getattr(plugin, "denylist", ())))
                  for plugin in _plugins())
 
 
@@ -123,16 +123,13 @@ def _line_secrets(line: str) -> list[tuple[str, str, bool]]:
 
     found, folded = [], fold(line)
     for plugin, need in _asked():
-        if plugin.secret_type == "Secret Keyword":
-            config = bool(ASSIGNMENT.match(line))
-            if not may_match(need[config], folded):
-                continue
-            rules = CONFIG_DENYLIST_REGEX_TO_GROUP if config else QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
-            values = plugin.analyze_string(line, denylist_regex_to_group=rules)
-        elif may_match(need, folded):
-            values = plugin.analyze_string(line)
-        else:
+        if not may_match(need, folded):
             continue
+        if plugin.secret_type == "Secret Keyword":
+            rules = CONFIG_DENYLIST_REGEX_TO_GROUP if ASSIGNMENT.match(line) else QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
+            values = plugin.analyze_string(line, denylist_regex_to_group=rules)
+        else:
+            values = plugin.analyze_string(line)
         for value in values:
             value = value.strip()
             if value and not _filtered(value, line, plugin):
