@@ -52,16 +52,16 @@ def test_obfuscations_are_undone_before_detection(line):
     assert "override" in instructions.kinds(line)
 
 
-def test_the_strings_a_pattern_needs_pass_over_no_text_it_matches():
+def test_the_strings_a_pattern_needs_pass_over_no_text_it_matches(monkeypatch):
     """The detector skips a pattern when the text holds none of the strings read from it (storage/text/literals.py);
     every pattern over the corpus, in upper case, with the letters IGNORECASE takes as equal (ı, ſ, İ) and
     obfuscated, finds exactly the same."""
+    every = {kind: [(p, None) for p, _ in patterns] for kind, patterns in instructions._COMPILED.items()}
+
     def every_pattern(text: str) -> tuple[str, ...]:
-        plain = instructions.normal(text)
-        found = [kind for kind, patterns in instructions._COMPILED.items() if any(p.search(plain) for p, _ in patterns)]
-        if "override" not in found and instructions._SQUEEZED.search(re.sub(r"[\W_]+", "", plain)):
-            found.insert(0, "override")
-        return tuple(found)
+        with monkeypatch.context() as m:
+            m.setattr(instructions, "_COMPILED", every)
+            return instructions._detect(text)
 
     lines = [line for group in ("planted", "benign") for _, line in CORPUS[group]]
     variants = [v for line in lines for v in (line, line.upper(), line.replace("i", "ı"), line.replace("s", "ſ"),

@@ -50,24 +50,16 @@ def test_near_misses_are_left_as_they_are():
             assert redact.redact(line) == (line, {}), kind
 
 
-def test_the_strings_a_plugin_needs_pass_over_no_line_it_would_flag():
+def test_the_strings_a_plugin_needs_pass_over_no_line_it_would_flag(monkeypatch):
     """A plugin reads a line only when it holds one of the strings its own patterns need (storage/text/literals.py):
     asking every plugin about every line of the corpus, its near misses and their variants (upper and lower case,
     in a sentence, behind a key name) finds exactly the same."""
+    every = tuple((plugin, None) for plugin in redact._plugins())
+
     def every_plugin(line: str) -> list:
-        from detect_secrets.plugins.keyword import (CONFIG_DENYLIST_REGEX_TO_GROUP,
-                                                    QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
-        found = []
-        for plugin in redact._plugins():
-            if plugin.secret_type == "Secret Keyword":
-                rules = (CONFIG_DENYLIST_REGEX_TO_GROUP if redact.ASSIGNMENT.match(line)
-                         else QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
-                values = plugin.analyze_string(line, denylist_regex_to_group=rules)
-            else:
-                values = plugin.analyze_string(line)
-            found += [(redact._kind(plugin, line), v.strip(), plugin.secret_type == "Secret Keyword") for v in values
-                      if v.strip() and not redact._filtered(v.strip(), line, plugin)]
-        return found
+        with monkeypatch.context() as m:
+            m.setattr(redact, "_asked", lambda: every)
+            return redact._line_secrets(line)
 
     lines = [line for pairs in SECRETS.values() for line, _ in pairs] + [
         line for group in NEAR_MISSES.values() for line in group]
