@@ -56,11 +56,11 @@ def test_the_strings_a_pattern_needs_pass_over_no_text_it_matches(monkeypatch):
     """The detector skips a pattern when the text holds none of the strings read from it (storage/text/literals.py);
     every pattern over the corpus, in upper case, with the letters IGNORECASE takes as equal (ı, ſ, İ) and
     obfuscated, finds exactly the same."""
-    every = {kind: [(p, None) for p, _ in patterns] for kind, patterns in instructions._COMPILED.items()}
+    every = {kind: [(p, None) for p, _ in patterns] for kind, patterns in instructions._compiled().items()}
 
     def every_pattern(text: str) -> tuple[str, ...]:
         with monkeypatch.context() as m:
-            m.setattr(instructions, "_COMPILED", every)
+            m.setattr(instructions, "_compiled", lambda: every)
             return instructions._detect(text)
 
     lines = [line for group in ("planted", "benign") for _, line in CORPUS[group]]
@@ -69,7 +69,7 @@ def test_the_strings_a_pattern_needs_pass_over_no_text_it_matches(monkeypatch):
     found = [instructions._detect(v) for v in variants]
     assert found == [every_pattern(v) for v in variants]
     assert sum(map(bool, found)) > len(CORPUS["planted"]) * 3  # the variants still read as instructions
-    assert all(need is None or need for patterns in instructions._COMPILED.values() for _, need in patterns)
+    assert all(need is None or need for patterns in instructions._compiled().values() for _, need in patterns)
 
 
 def test_neutralise_leaves_the_data_of_a_line_and_marks_the_instruction():

@@ -134,11 +134,16 @@ _PATTERNS: dict[str, list[str]] = {
 }
 
 
-# each pattern with the strings one of which a text must hold for it to match (storage/text/literals.py): most
-# texts are passed over by a few substring tests, not read by some 80 regular expressions
-_COMPILED = {kind: [(regex, needed(regex.pattern, regex.flags)) for regex in
-                    (re.compile(p, re.IGNORECASE | re.MULTILINE) for p in patterns)]
-             for kind, patterns in _PATTERNS.items()}
+@lru_cache(maxsize=1)
+def _compiled() -> dict[str, list[tuple[re.Pattern, frozenset[str] | None]]]:
+    """Each kind's patterns, compiled, with the strings one of which a text must hold for each to match
+    (storage/text/literals.py): most texts are passed over by a few substring tests, not read by some 80 regular
+    expressions. Made on first use (~23 ms): most commands that import this module never ask."""
+    return {kind: [(regex, needed(regex.pattern, regex.flags)) for regex in
+                   (re.compile(p, re.IGNORECASE | re.MULTILINE) for p in patterns)]
+            for kind, patterns in _PATTERNS.items()}
+
+
 # the same orders with every space and mark squeezed out: "i.g.n.o.r.e   a l l", "ignore-all-previous"
 _SQUEEZED = re.compile(r"(?:ignore|disregard|forget|override|bypass)(?:all|any|the|your|of|every)*(?:previous|prior|"
                        r"above|earlier|preceding|system|original)\w{0,12}?(?:instructions?|prompts?|rules|directions|"
@@ -169,7 +174,7 @@ def kinds(text: str) -> list[str]:
 def _detect(text: str) -> tuple[str, ...]:
     plain = normal(text)
     folded = fold(plain)
-    found = [kind for kind, patterns in _COMPILED.items()
+    found = [kind for kind, patterns in _compiled().items()
              if any(may_match(need, folded) and p.search(plain) for p, need in patterns)]
     if "override" not in found and _SQUEEZED.search(re.sub(r"[\W_]+", "", plain)):
         found.insert(0, "override")
