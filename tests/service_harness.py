@@ -35,6 +35,13 @@ FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RU
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
 
 
+# The tests' own HTTP calls to the services and Prefect servers they start (all http:// on 127.0.0.1). Not
+# `loopback.get(...)`: that makes a client per call, and every httpx client parses certifi's ~150 certificates
+# (~20 ms of CPU) even for plain http; polled every 0.2 s while a service starts, that was ~5% of the suite's
+# CPU. No keep-alive: a service restarted on the same port gets a fresh connection.
+loopback = httpx.Client(timeout=20, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -189,7 +196,7 @@ class RunningService:
         if self.proc.poll() is not None:
             raise AssertionError(f"dreamflow start exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
         try:
-            resp = httpx.get(f"{self.url}/health", headers=self.headers, timeout=2)
+            resp = loopback.get(f"{self.url}/health", headers=self.headers, timeout=2)
         except httpx.HTTPError:
             return False
         return resp.status_code == 200 and resp.json().get("ready")
@@ -226,7 +233,7 @@ class RunningService:
     def prefect(self, method: str, path: str, body: dict | None = None):
         """One Prefect API call; a 503 (its SQLite database was locked) is retried, as Prefect's own client does."""
         for attempt in range(6):
-            resp = httpx.request(method, f"{self.prefect_api}{path}", json=body, auth=self.prefect_auth, timeout=20)
+            resp = loopback.request(method, f"{self.prefect_api}{path}", json=body, auth=self.prefect_auth, timeout=20)
             if resp.status_code != 503:
                 break
             time.sleep(1 + attempt)
@@ -268,7 +275,7 @@ class PrefectServer:
             if self.proc.poll() is not None:
                 raise AssertionError(f"prefect server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                return httpx.get(f"{self.api}/health", timeout=2).status_code == 200
+                return loopback.get(f"{self.api}/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 

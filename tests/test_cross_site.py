@@ -192,16 +192,16 @@ def test_a_foreign_page_cannot_write_upload_start_flows_or_call_mcp_on_the_servi
 
 @pytest.mark.e2e
 def test_only_its_own_ui_may_script_the_prefect_server_the_service_starts(dreamflow_service):
-    import httpx
+    from service_harness import loopback
 
     svc = dreamflow_service
     ui = svc.prefect_api.removesuffix("/api")
     preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
     for origin in (FOREIGN, "http://localhost:1", "null"):  # Prefect's default (`*`) let any page script it
-        resp = httpx.options(f"{svc.prefect_api}/deployments/filter", headers={"Origin": origin, **preflight})
+        resp = loopback.options(f"{svc.prefect_api}/deployments/filter", headers={"Origin": origin, **preflight})
         assert "access-control-allow-origin" not in resp.headers, (origin, resp.headers)
     for origin in (ui, ui.replace("127.0.0.1", "localhost")):  # the UI, opened either way
-        resp = httpx.options(f"{svc.prefect_api}/deployments/filter", headers={"Origin": origin, **preflight})
+        resp = loopback.options(f"{svc.prefect_api}/deployments/filter", headers={"Origin": origin, **preflight})
         assert resp.headers.get("access-control-allow-origin") == origin, (origin, resp.headers)
-    resp = httpx.post(f"{svc.prefect_api}/deployments/filter", json={}, headers={"Origin": ui}, timeout=20)
+    resp = loopback.post(f"{svc.prefect_api}/deployments/filter", json={}, headers={"Origin": ui}, timeout=20)
     assert resp.status_code == 200 and resp.headers["access-control-allow-origin"] == ui

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from llm_server import Reply, json_reply, text_of
-from service_harness import RunningService, ThreadedServer, register, wait_for
+from service_harness import RunningService, ThreadedServer, loopback, register, wait_for
 from test_api import ApiServer
 
 from storage.files import dream_log
@@ -627,8 +627,8 @@ def test_a_failed_dream_is_seen_retried_and_its_node_forgotten(browser, dreamflo
     llm_server.reset()
     llm_server.on(lambda b: "messages" in b and "Nyhavn" in text_of(b), json_reply({"relation": "replaces", "fact": 1}))
     llm_server.on(lambda b: "messages" in b and "Fridays" in text_of(b), Reply(status=500, content="model overloaded"))
-    run = httpx.post(f"{svc.url}/flows/auto_dream", json={"date": day, "scan_days": 1}, timeout=60).json()
-    wait_for(lambda: httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["state_type"] == "FAILED",
+    run = loopback.post(f"{svc.url}/flows/auto_dream", json={"date": day, "scan_days": 1}, timeout=60).json()
+    wait_for(lambda: loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["state_type"] == "FAILED",
              180, "the dream to fail")
     with Visit(browser, svc.url, None) as visit:  # no token configured: no sign-in
         page = visit.page

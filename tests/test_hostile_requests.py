@@ -8,7 +8,6 @@ import socket
 import subprocess
 import threading
 
-import httpx
 import pytest
 from test_api import ApiServer
 
@@ -138,7 +137,7 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(server, path):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_server):
-    from service_harness import DREAMFLOW, RunningService, wait_for
+    from service_harness import DREAMFLOW, RunningService, loopback, wait_for
     from llm_server import answer_each_item
     from test_service import finished
 
@@ -148,11 +147,11 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
         for auth in (None, ("dreamflow", "wrong"), ("s3cret", "")):
             for method, path, body in (("GET", "/flows/", None), ("POST", "/deployments/filter", {}),
                                        ("POST", "/flow_runs/", {"flow_id": "00000000-0000-0000-0000-000000000000"})):
-                resp = httpx.request(method, f"{svc.prefect_api}{path}", json=body, auth=auth, timeout=20)
+                resp = loopback.request(method, f"{svc.prefect_api}{path}", json=body, auth=auth, timeout=20)
                 assert resp.status_code == 401, (method, path, auth, resp.text)
 
         # the service's own runs still work: launched over its API, or by a resource event, run by the runner
-        run = httpx.post(f"{svc.url}/flows/reindex", json={}, headers=svc.headers, timeout=60).json()
+        run = loopback.post(f"{svc.url}/flows/reindex", json={}, headers=svc.headers, timeout=60).json()
         runs = wait_for(lambda: finished(svc, "reindex/manual", 1), 120, "the reindex run to finish")
         assert [(r["id"], r["state_type"]) for r in runs] == [(run["id"], "COMPLETED")], svc.log()
         llm_server.reset()
@@ -161,7 +160,7 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
         runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1), 120, "the auto_resource run")
         assert [r["state_type"] for r in runs] == ["COMPLETED"], svc.log()
         # the service reads Prefect too: the nightly dream its scheduler makes (a loop of 2 s here) shows
-        status = wait_for(lambda: (s := httpx.get(f"{svc.url}/status", headers=svc.headers, timeout=60).json())
+        status = wait_for(lambda: (s := loopback.get(f"{svc.url}/status", headers=svc.headers, timeout=60).json())
                           .get("next_dream") and s, 30, "the nightly dream in the status")
         assert "prefect_error" not in status, status
 

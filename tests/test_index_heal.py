@@ -10,7 +10,6 @@ import tarfile
 from pathlib import Path
 
 import duckdb
-import httpx
 import pytest
 from crash_harness import cli
 
@@ -180,18 +179,18 @@ def test_a_clean_close_leaves_no_log_so_no_check_runs(tmp_path):
 
 @pytest.mark.e2e
 def test_the_running_service_heals_without_a_restart(recorded, dreamflow_service, tmp_path):
-    from service_harness import RunningService
+    from service_harness import RunningService, loopback
 
     shutil.copytree(_copy(recorded, tmp_path / "copy", checkpointed=True), tmp_path / "ws")
     svc = RunningService.start(tmp_path, prefect_api=dreamflow_service.prefect_api, runner=False)
     try:
-        moved = httpx.post(f"{svc.url}/ops/move", json={"src": HUB, "dst": "digest/wiki/hub15.md"}, timeout=60)
+        moved = loopback.post(f"{svc.url}/ops/move", json={"src": HUB, "dst": "digest/wiki/hub15.md"}, timeout=60)
         assert moved.status_code == 503 and moved.json()["error"]["type"] == "IndexRebuilt"
-        found = httpx.post(f"{svc.url}/ops/search", json={"query": "hub15", "limit": 50}, timeout=60)
+        found = loopback.post(f"{svc.url}/ops/search", json={"query": "hub15", "limit": 50}, timeout=60)
         assert found.status_code == 200 and found.json()
-        stat = httpx.post(f"{svc.url}/ops/stat", json={"path": "digest/wiki/hub15.md"}, timeout=60).json()
+        stat = loopback.post(f"{svc.url}/ops/stat", json={"path": "digest/wiki/hub15.md"}, timeout=60).json()
         assert len({link["source"] for link in stat["links_in"]}) == 300
-        assert httpx.post(f"{svc.url}/ops/move", json={"src": "digest/wiki/hub15.md", "dst": HUB},
+        assert loopback.post(f"{svc.url}/ops/move", json={"src": "digest/wiki/hub15.md", "dst": HUB},
                           timeout=60).status_code == 200
     finally:
         assert svc.stop() == 0

@@ -11,7 +11,7 @@ import re
 import anyio
 import httpx
 import pytest
-from service_harness import RunningService, register
+from service_harness import RunningService, loopback, register
 
 from engine import ops
 from engine.config.grants import UNKNOWN_WORKSPACE
@@ -126,7 +126,7 @@ class Checker:
 
 def test_every_http_route_allows_hides_or_refuses_exactly_as_granted(isolated):
     service, secrets, folders = isolated
-    runs = {name: httpx.post(f"{service.url}/workspaces/{name}/flows/reindex", json={}, headers=service.headers,
+    runs = {name: loopback.post(f"{service.url}/workspaces/{name}/flows/reindex", json={}, headers=service.headers,
                              timeout=60).json()["id"] for name in NAMES}
     for token in TOKENS:
         check = Checker(token, folders)
@@ -181,12 +181,12 @@ def test_unknown_and_missing_tokens_are_refused_and_prefect_stays_behind_the_adm
     service, secrets, _ = isolated
     for headers in ({}, {"Authorization": "Bearer dft_not-a-token"}, {"Authorization": "Basic abc"}):
         for path in ("/health", "/workspaces/wsalpha1/ops/list", "/mcp"):
-            resp = httpx.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={},
+            resp = loopback.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={},
                               timeout=60)
             assert resp.status_code == 401, (path, headers, resp.text)
             assert "wsalpha1" not in resp.text and "quokka" not in resp.text
     for token in ("a", "b", "ab"):  # a workspace token is no Prefect credential
-        resp = httpx.get(f"{service.prefect_api}/flows/", auth=("dreamflow", secrets[token]), timeout=20)
+        resp = loopback.get(f"{service.prefect_api}/flows/", auth=("dreamflow", secrets[token]), timeout=20)
         assert resp.status_code == 401, "Prefect's API must stay behind the admin credentials"
 
 
@@ -292,7 +292,7 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     service.prefect("POST", f"/flow_runs/{dreamt['id']}/set_state", {"state": {"type": "COMPLETED"}, "force": True})
 
     def status(token: str) -> dict:
-        return httpx.get(f"{service.url}/status", headers={"Authorization": f"Bearer {secrets[token]}"},
+        return loopback.get(f"{service.url}/status", headers={"Authorization": f"Bearer {secrets[token]}"},
                          timeout=60).json()
 
     seen: dict = {}
@@ -308,7 +308,7 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     rows = {r["name"]: r for r in seen["workspaces"]}
     assert list(rows) == list(NAMES) and [r["default"] for r in rows.values()] == [True, False, False]
     for name, row in rows.items():
-        counts = httpx.post(f"{service.url}/workspaces/{name}/ops/index_stats", json={}, headers=service.headers,
+        counts = loopback.post(f"{service.url}/workspaces/{name}/ops/index_stats", json={}, headers=service.headers,
                             timeout=60).json()
         assert row["path"] == str(folders[name]) and row["index"] == {k: counts[k] for k in ("files", "chunks", "links")}
         assert row["index"]["files"] >= 1, row
@@ -355,7 +355,7 @@ def test_a_broken_registry_leaves_the_service_serving_the_one_it_read_before(iso
         said = f"WARNING: workspace registry {path}:{cut.count(chr(10)) + 1}: the folder of workspace 'wsgamma3' " \
                "must be an absolute folder"
         wait_for(lambda: said in service.log(), 30, "the service to say why it keeps the registry it read before")
-        listed = httpx.get(f"{service.url}/workspaces", headers=service.headers, timeout=60).json()
+        listed = loopback.get(f"{service.url}/workspaces", headers=service.headers, timeout=60).json()
         assert [w["name"] for w in listed] == list(NAMES)
         assert service.log().count(said) == 1, "said once per change, not on every look"
     finally:
@@ -390,7 +390,7 @@ def test_a_hit_of_a_read_workspace_names_it_and_every_surface_follows_it(isolate
     gamma_page = "digest/wiki/quokkagamma-page.md"
 
     def post(route: str, body: dict, token: str = "admin") -> httpx.Response:
-        return httpx.post(f"{service.url}/workspaces/wsalpha1{route}", json=body, timeout=60,
+        return loopback.post(f"{service.url}/workspaces/wsalpha1{route}", json=body, timeout=60,
                           headers={"Authorization": f"Bearer {secrets[token]}"})
 
     hits = post("/ops/search", {"query": QUERY}).json()

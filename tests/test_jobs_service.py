@@ -9,11 +9,10 @@ import os
 import re
 import subprocess
 
-import httpx
 import pytest
 from llm_server import Reply, json_reply, text_of
 from results_scan import holding
-from service_harness import DREAMFLOW, wait_for
+from service_harness import DREAMFLOW, loopback, wait_for
 
 from deployments.serve import DEPLOYMENTS
 from engine.access.job_workspace import RESULTS
@@ -83,7 +82,7 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     assert run["state_type"] == "FAILED" and run["state"]["message"].startswith("1 of 2 units failed")
     assert run["parameters"]["workspace"] == str(svc.workspace) and run["parameters"]["scan_days"] == 1
     assert len(llm_calls(llm_server, before)) == 2  # a question per unit: the service's LLM, not the shell's
-    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
+    status = loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
     assert status["deployment"] == "auto-dream/manual" and status["state_type"] == "FAILED"
     assert status["summary"]["failed"][0]["name"] == "Bo" and status["ui_url"].endswith(run["id"])
 
@@ -94,7 +93,7 @@ def test_cli_dream_is_a_deployment_run_and_a_ui_retry_reruns_only_the_failed_uni
     calls = llm_calls(llm_server, before)
     assert len(calls) == 1 and "kayak" in calls[0]  # Ana's unit not re-run
     assert "Bo paddles a sea kayak now." in svc.memory.read("digest/personal/bo.md")["content"]
-    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
+    status = loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
     assert status["state"] == "Completed" and status["summary"]["failed"] == []
     # the run's results (the gathering the retry reused, the units, the summaries read above) are the
     # workspace's: none in the service's home, neither in Prefect's result storage nor in its database
@@ -114,12 +113,12 @@ def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, ll
     llm_server.on("About old-stove.", Reply(status=500, content="model overloaded"))
     before = len(llm_server.requests)
     # the same route as the UI's Run
-    started = httpx.post(f"{svc.url}/flows/merge", json={"pairs": pairs}, timeout=60).json()
+    started = loopback.post(f"{svc.url}/flows/merge", json={"pairs": pairs}, timeout=60).json()
     run = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
         svc.prefect("GET", f"/flow_runs/{started['id']}")), 90, "the merge")
     assert run["state_type"] == "FAILED" and run["state"]["message"] == "1 of 2 items failed", run["state"]
     assert run["parameters"]["pairs"] == pairs and len(llm_calls(llm_server, before)) == 2
-    assert httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["summary"]["usage"]["calls"] == 2
+    assert loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["summary"]["usage"]["calls"] == 2
 
     llm_server.on("About old-stove.", json_reply({"name": "Stove", "description": "Stove.", "content": "A stove."}))
     before = len(llm_server.requests)
@@ -130,7 +129,7 @@ def test_a_ui_retry_of_a_merge_reruns_only_the_failed_pair(dreamflow_service, ll
     left = {e["path"] for e in svc.memory.list("digest/wiki", limit=100)["entries"]}
     assert {"digest/wiki/tea.md", "digest/wiki/stove.md"} <= left
     assert not {"digest/wiki/green-tea.md", "digest/wiki/old-stove.md"} & left
-    summary = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["summary"]
+    summary = loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()["summary"]
     assert summary["failed"] == [] and len(summary["outcomes"]) == 2
 
 
@@ -143,13 +142,13 @@ def test_no_wait_prints_the_run_and_json_waits_for_the_summary(dreamflow_service
     assert f"/runs/flow-run/{run_id}" in started.stdout
     topics = cli(svc, "proactive", "--date", "2024-07-09")  # meanwhile; the same table as in-process
     assert topics.returncode == 0 and "no topics" in topics.stdout and "proactive/manual" in topics.stderr
-    wait_for(lambda: httpx.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()["state_type"] in FINAL, 90,
+    wait_for(lambda: loopback.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()["state_type"] in FINAL, 90,
              "the reindex")
-    assert httpx.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()["deployment"] == "reindex/manual"
+    assert loopback.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()["deployment"] == "reindex/manual"
     waited = cli(svc, "reindex", "--json")
     assert waited.returncode == 0 and json.loads(waited.stdout)["files"] >= 0, waited.stdout + waited.stderr
-    assert httpx.get(f"{svc.url}/flows/runs/not-a-uuid", timeout=60).status_code == 400
-    assert httpx.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000", timeout=60).status_code == 404
+    assert loopback.get(f"{svc.url}/flows/runs/not-a-uuid", timeout=60).status_code == 400
+    assert loopback.get(f"{svc.url}/flows/runs/00000000-0000-0000-0000-000000000000", timeout=60).status_code == 404
 
 
 @pytest.mark.e2e
@@ -180,7 +179,7 @@ def test_each_governance_flow_is_deployed_and_runs_from_its_deployment(dreamflow
         done = wait_for(lambda: (lambda r: r if r["state_type"] in FINAL else None)(
             svc.prefect("GET", f"/flow_runs/{run_id}")), 90, f"the {flow} run")
         assert done["state_type"] == "COMPLETED", (flow, done["state"]["message"])
-        status = httpx.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()
+        status = loopback.get(f"{svc.url}/flows/runs/{run_id}", timeout=60).json()
         assert status["deployment"] == DEPLOYMENTS[flow].full_name, status
         assert "counts" in status["summary"] if flow == "doctor" else status["summary"]["failed"] == [], status
     assert svc.prefect("GET", f"/flow_runs/{runs['doctor']}")["parameters"]["fix"] is True
@@ -195,7 +194,7 @@ def test_a_service_run_that_fails_exits_with_the_code_of_its_error(dreamflow_ser
     assert error["type"] == "PathError" and "escapes the workspace" in error["message"] and "/runs/flow-run/" in \
         error["message"]
     run = run_by(svc, "auto-resource/on-change", path="../outside.md")
-    status = httpx.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
+    status = loopback.get(f"{svc.url}/flows/runs/{run['id']}", timeout=60).json()
     assert status["state_type"] == "FAILED" and status["summary"] is None
     assert status["error"]["type"] == "PathError" and status["error"]["exit_code"] == 2, status
     assert "escapes the workspace" in status["error"]["message"]
@@ -213,11 +212,11 @@ def test_a_caller_cannot_point_a_flow_at_another_folder_of_the_host(dreamflow_se
     svc, elsewhere = dreamflow_service, tmp_path / "not-the-workspace"
     elsewhere.mkdir()
     for flow in ("reindex", "doctor", "archive"):
-        refused = httpx.post(f"{svc.url}/flows/{flow}", json={"workspace": str(elsewhere)}, timeout=60)
+        refused = loopback.post(f"{svc.url}/flows/{flow}", json={"workspace": str(elsewhere)}, timeout=60)
         assert refused.status_code == 422 and "workspace" in refused.json()["error"]["message"], refused.text
-    negative = httpx.post(f"{svc.url}/flows/auto_dream", json={"scan_days": -1}, timeout=60)  # counts as on the CLI
+    negative = loopback.post(f"{svc.url}/flows/auto_dream", json={"scan_days": -1}, timeout=60)  # counts as on the CLI
     assert negative.status_code == 422 and "scan_days" in negative.json()["error"]["message"], negative.text
-    schema = httpx.get(f"{svc.url}/openapi.json", timeout=60).json()["components"]["schemas"]
+    schema = loopback.get(f"{svc.url}/openapi.json", timeout=60).json()["components"]["schemas"]
     assert not [name for name, s in schema.items() if name.endswith("Parameters") and "workspace" in
                 s.get("properties", {})]
     assert list(elsewhere.iterdir()) == []

@@ -9,11 +9,10 @@ import threading
 import time
 
 import anyio
-import httpx
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from service_harness import DREAMFLOW, ThreadedServer
+from service_harness import DREAMFLOW, ThreadedServer, loopback
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,14 +42,14 @@ class MountServer(ThreadedServer):
 
 def open_and_abandon(url: str) -> str:
     """Initialize a session and walk away (no further request, no DELETE): its session id."""
-    resp = httpx.post(url, json=INITIALIZE, headers=MCP_HEADERS, timeout=20)
+    resp = loopback.post(url, json=INITIALIZE, headers=MCP_HEADERS, timeout=20)
     assert resp.status_code == 200, resp.text
     return resp.headers["mcp-session-id"]
 
 
 def ping(url: str, session_id: str) -> int:
     headers = {**MCP_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
-    return httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers, timeout=20).status_code
+    return loopback.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers, timeout=20).status_code
 
 
 @pytest.mark.e2e

@@ -16,11 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from cli_probe import run_cli
 from llm_server import answer_each_item, text_of
-from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, wait_for
+from service_harness import DREAMFLOW, RunningService, SERVICE_TURNS, loopback, wait_for
 
 from deployments.serve import local_timezone
 from dreamflow.service.children import Child, http_ok
@@ -58,7 +57,7 @@ def test_start_prints_where_everything_is_and_writes_service_json(dreamflow_serv
     assert info["url"] == svc.url and info["pid"] == svc.proc.pid and info["token_required"] is False
     assert (svc.home / "prefect" / "prefect.db").is_file(), "the Prefect database belongs under DREAMFLOW_HOME"
     assert connect(svc.workspace) is not None
-    spec = httpx.get(f"{svc.url}/openapi.json", timeout=60).json()
+    spec = loopback.get(f"{svc.url}/openapi.json", timeout=60).json()
     assert {"/turn", "/status", "/health", "/flows/auto_dream", "/flows/auto_memory", "/ops/search"} <= set(spec["paths"])
     dream = spec["paths"]["/flows/auto_dream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "scan_days" in spec["components"]["schemas"][dream["$ref"].rsplit("/", 1)[1]]["properties"]
@@ -190,7 +189,7 @@ def test_turn_cli_and_bad_input(dreamflow_service):
     assert json.loads(done.stdout)["turns"] == 1
     bad = cli("turn", "--session-id", "../escape", "--messages", "[]", workspace=svc.workspace)
     assert bad.returncode == 2 and "session id" in bad.stderr
-    resp = httpx.post(f"{svc.url}/turn", json={"session_id": "x", "messages": "not a list"}, timeout=60)
+    resp = loopback.post(f"{svc.url}/turn", json={"session_id": "x", "messages": "not a list"}, timeout=60)
     assert resp.status_code == 422 and resp.json()["error"]["type"] == "InvalidInput"
 
 
@@ -248,7 +247,7 @@ def test_a_crashed_prefect_server_is_restarted_and_the_runner_takes_runs_again(d
     assert run["deployment"] == "proactive/manual"
     wait_for(lambda: finished(svc, "proactive/manual", 1, date="2024-05-02"), 60, "the launched proactive run")
     assert runs_for(svc, "proactive/manual", date="2024-05-02")[0]["state_type"] == "COMPLETED"
-    resp = httpx.post(f"{svc.url}/flows/proactive", json={"date": "2024-05-02", "bogus": 1}, timeout=60)
+    resp = loopback.post(f"{svc.url}/flows/proactive", json={"date": "2024-05-02", "bogus": 1}, timeout=60)
     assert resp.status_code == 422
 
 
@@ -281,13 +280,13 @@ def test_token_is_enforced_everywhere_no_llm_is_reported_and_sigterm_stops_clean
     try:
         for method, route in (("GET", "/health"), ("GET", "/docs"), ("POST", "/ops/index_stats"), ("GET", "/status"),
                               ("POST", "/mcp"), ("GET", "/mcp")):
-            assert httpx.request(method, f"{svc.url}{route}", json={}, timeout=60).status_code == 401, route
-        ok = httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+            assert loopback.request(method, f"{svc.url}{route}", json={}, timeout=60).status_code == 401, route
+        ok = loopback.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": "Bearer s3cret"}, timeout=60)
         assert ok.status_code == 200
         for header in ("bearer s3cret", "BEARER s3cret"):  # the auth scheme is case-insensitive (RFC 7235)
-            assert httpx.post(f"{svc.url}/mcp", headers={"Authorization": header}, timeout=60).status_code != 401
+            assert loopback.post(f"{svc.url}/mcp", headers={"Authorization": header}, timeout=60).status_code != 401
         for header in ("Bearer", "Bearer s3cretx", "Basic s3cret", "s3cret", "Bearer s3cret x", "Bearers3cret"):
-            assert httpx.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": header},
+            assert loopback.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": header},
                               timeout=60).status_code == 401
         assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
         denied = cli("list", env=env, workspace=svc.workspace)

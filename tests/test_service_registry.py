@@ -11,9 +11,8 @@ import shutil
 import subprocess
 import time
 
-import httpx
 import pytest
-from service_harness import DREAMFLOW, RunningService, wait_for
+from service_harness import DREAMFLOW, RunningService, loopback, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -30,7 +29,7 @@ def admin_headers(svc) -> dict:
 
 
 def get(svc, path):
-    resp = httpx.get(f"{svc.url}{path}", headers=admin_headers(svc), timeout=30)
+    resp = loopback.get(f"{svc.url}{path}", headers=admin_headers(svc), timeout=30)
     assert resp.status_code == 200, (path, resp.status_code, resp.text)
     return resp.json()
 
@@ -140,7 +139,7 @@ def test_without_an_llm_a_nightly_dream_ends_skipped_not_failed_and_the_overview
     wait_for(lambda: any("Skipped: no LLM configured: set DREAMFLOW_LLM_BASE_URL" in log["message"] for log in
                          svc.prefect("POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}})),
              30, "the reason in the run's log")
-    page = httpx.get(f"{svc.url}/ui/", headers=admin_headers(svc), timeout=30)
+    page = loopback.get(f"{svc.url}/ui/", headers=admin_headers(svc), timeout=30)
     assert page.status_code == 200
     assert page.text.count("No LLM configured: no conversation or resource cards, dreams or graph edits are made") == 1
     assert "DREAMFLOW_LLM_BASE_URL and DREAMFLOW_LLM_MODEL" in page.text
@@ -154,9 +153,9 @@ def test_the_first_token_create_keeps_the_local_cli_working_without_a_restart(sv
     # this machine's CLI sends the admin token the command made; the running service takes it at once
     found = cli(svc, "-w", "gamma", "search", "note", "--json")
     assert [h["path"] for h in json.loads(found.stdout)] == ["digest/wiki/gamma.md"]
-    assert httpx.get(f"{svc.url}/workspaces", timeout=10).status_code == 401
+    assert loopback.get(f"{svc.url}/workspaces", timeout=10).status_code == 401
     laptop = {"Authorization": f"Bearer {answer['token']}"}
-    assert [r["name"] for r in httpx.get(f"{svc.url}/workspaces", headers=laptop, timeout=10).json()] == ["gamma"]
+    assert [r["name"] for r in loopback.get(f"{svc.url}/workspaces", headers=laptop, timeout=10).json()] == ["gamma"]
 
 
 def test_workspace_remove_cancels_the_workspace_runs_and_says_so_in_their_log(svc):
@@ -186,7 +185,7 @@ def test_a_served_folder_deleted_is_noticed_and_never_re_created(svc):
     assert any("workspace gamma: its folder was deleted" in w for w in get(svc, "/status")["warnings"])
     row = next(r for r in get(svc, "/status")["workspaces"] if r["name"] == "gamma")
     assert "deleted" in row["index"]["error"]
-    resp = httpx.post(f"{svc.url}/workspaces/gamma/ops/write", headers=admin_headers(svc), timeout=10,
+    resp = loopback.post(f"{svc.url}/workspaces/gamma/ops/write", headers=admin_headers(svc), timeout=10,
                       json={"path": "digest/wiki/new.md", "content": "x"})
     assert resp.status_code == 410 and resp.json()["error"]["type"] == "WorkspaceGone", resp.text
     written = cli(svc, "-w", "gamma", "write", "digest/wiki/new.md", "--content", "x", check=False)
