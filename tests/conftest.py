@@ -13,6 +13,9 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Two xdist workers share two cores: torch's default of a thread per core had the local model's matmuls spin
+# against the other worker (test_vectors and test_embeddings: ~20% more CPU, and slower, than with one thread).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 
@@ -60,14 +63,24 @@ def prefect_harness():
     test can check what reached Prefect's server). Its server skips registering Prefect's block types (~0.9 s
     of its ~8 s start): in-process runs keep results in an unsaved `LocalFileSystem` and use no block document.
     Nor does it evaluate automations or store events (no test here fires a trigger or reads an event): measured,
-    the fast tier spent ~20 of its ~200 CPU-s on them."""
+    the fast tier spent ~20 of its ~200 CPU-s on them. Nor does it run the periodic services of deployments and
+    workers (schedules, late runs, pauses, work pools, leases, cancellation timeouts): the in-process runs and
+    tests/test_runner.py's runner use none, and they kept an idle server at ~1.5x the CPU of one without them."""
     from prefect.settings import (PREFECT_API_BLOCKS_REGISTER_ON_START, PREFECT_SERVER_DATABASE_CONNECTION_URL,
+                                  PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_ENABLED,
                                   PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
-                                  PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED, temporary_settings)
+                                  PREFECT_SERVER_SERVICES_FOREMAN_ENABLED, PREFECT_SERVER_SERVICES_LATE_RUNS_ENABLED,
+                                  PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED,
+                                  PREFECT_SERVER_SERVICES_REPOSSESSOR_ENABLED,
+                                  PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED, PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED,
+                                  temporary_settings)
     from prefect.testing.utilities import prefect_test_harness
 
-    quiet = {PREFECT_API_BLOCKS_REGISTER_ON_START: False, PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED: False,
-             PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED: False}
+    off = (PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED, PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
+           PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED, PREFECT_SERVER_SERVICES_LATE_RUNS_ENABLED,
+           PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED, PREFECT_SERVER_SERVICES_FOREMAN_ENABLED,
+           PREFECT_SERVER_SERVICES_REPOSSESSOR_ENABLED, PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_ENABLED)
+    quiet = {PREFECT_API_BLOCKS_REGISTER_ON_START: False, **dict.fromkeys(off, False)}
     with (temporary_settings(quiet),
           prefect_test_harness(server_startup_timeout=None), prefect_env.interactive_runs()):
         yield Path(PREFECT_SERVER_DATABASE_CONNECTION_URL.value().split(":///", 1)[1]).parent
