@@ -6,6 +6,7 @@ Used by the service, which imports prefect lazily, after `engine.config.prefect_
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from deployments.serve import DEPLOYMENTS, RESOURCE_EVENT, resource_id
@@ -230,10 +231,11 @@ def emit_resource_changed(workspace: str, path: str, exists: bool) -> None:
 
 
 def flush_events(timeout: float = 5.0) -> None:
-    """Send queued events now (before shutdown)."""
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all(timeout=timeout)
+    """Send queued events now (before shutdown). A process that never loaded Prefect's events worker has none
+    queued, and is spared importing Prefect on its way out (~0.8 s of CPU)."""
+    worker = sys.modules.get("prefect.events.worker")
+    if worker is not None:
+        worker.EventsWorker.drain_all(timeout=timeout)
 
 
 def dreams(names: list[str]) -> dict[str, tuple[dict | None, dict | None]]:

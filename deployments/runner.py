@@ -75,18 +75,22 @@ class Runner:
     def register(self, scheduled_only: bool = False) -> None:
         """Create or update the deployments in Prefect (unpausing them; `scheduled_only`: the nightly ones) and
         remember which flow each one runs."""
+        from prefect.context import SyncClientContext
+
         from deployments.serve import DEPLOYMENTS, load_flow
 
         by_name = {d.flow_name: d.flow for d in DEPLOYMENTS.values()}
-        for deployment in self.deployments:
-            if scheduled_only and not deployment.schedules:
-                continue
-            deployment.work_pool_name = None  # set after construction so the update clears a pool (Prefect's `serve`)
-            deployment.work_queue_name = None
-            deployment_id = deployment.apply()
-            with self._lock:
-                self._ids[deployment.full_name] = deployment_id
-                self._flows[deployment_id] = load_flow(by_name[deployment.flow_name])
+        # One client for every `apply` (each otherwise makes two, and each client its own TLS context: ~20 ms of CPU)
+        with SyncClientContext.get_or_create():
+            for deployment in self.deployments:
+                if scheduled_only and not deployment.schedules:
+                    continue
+                deployment.work_pool_name = None  # set after construction: the update clears a pool (as `serve` does)
+                deployment.work_queue_name = None
+                deployment_id = deployment.apply()
+                with self._lock:
+                    self._ids[deployment.full_name] = deployment_id
+                    self._flows[deployment_id] = load_flow(by_name[deployment.flow_name])
 
     def follow(self, served: dict[str, str]) -> list[str]:
         """Serve the nightly deployments of `served` (name -> run parameter) instead of the ones built before:
