@@ -74,6 +74,7 @@ def prefect_harness():
                                   PREFECT_SERVER_SERVICES_REPOSSESSOR_ENABLED,
                                   PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED, PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED,
                                   temporary_settings)
+    from prefect.context import SyncClientContext
     from prefect.testing.utilities import prefect_test_harness
 
     off = (PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED, PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
@@ -81,8 +82,10 @@ def prefect_harness():
            PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED, PREFECT_SERVER_SERVICES_FOREMAN_ENABLED,
            PREFECT_SERVER_SERVICES_REPOSSESSOR_ENABLED, PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_ENABLED)
     quiet = {PREFECT_API_BLOCKS_REGISTER_ON_START: False, **dict.fromkeys(off, False)}
-    with (temporary_settings(quiet),
-          prefect_test_harness(server_startup_timeout=None), prefect_env.interactive_runs()):
+    # One Prefect client for the flows the tests run in this thread, as in a CLI process that runs one flow: each
+    # run otherwise makes its own, and each client parses certifi's ~150 certificates (~20 ms of CPU).
+    with (temporary_settings(quiet), prefect_test_harness(server_startup_timeout=None),
+          prefect_env.interactive_runs(), SyncClientContext.get_or_create()):
         yield Path(PREFECT_SERVER_DATABASE_CONNECTION_URL.value().split(":///", 1)[1]).parent
 
 
