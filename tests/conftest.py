@@ -13,8 +13,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Two xdist workers share two cores: torch's default of a thread per core had the local model's matmuls spin
-# against the other worker (test_vectors and test_embeddings: ~20% more CPU, and slower, than with one thread).
+# The xdist workers share the cores: torch's default of a thread per core had the local model's matmuls spin
+# against the other workers (test_vectors and test_embeddings: ~20% more CPU, and slower, than with one thread).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
