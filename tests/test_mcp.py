@@ -523,7 +523,7 @@ def test_a_dream_started_through_mcp_is_a_prefect_run_whose_status_is_reported(d
 
 
 def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeypatch):
-    from dreamflow.mcp.server import HttpMount
+    from dreamflow.mcp.server import HttpMount, build_server
     from dreamflow.mcp.targets import WorkspaceTarget
     from engine.config.settings import Settings
     from storage.errors import InvalidInput
@@ -532,7 +532,7 @@ def test_the_service_mount_takes_its_tool_set_from_the_setting(tmp_path, monkeyp
     mount = HttpMount(WorkspaceTarget(tmp_path / "ws"), Settings().mcp_tools)
 
     async def names():
-        async with Client(mount.server) as client:  # in-process: the same server the mount serves
+        async with Client(build_server(mount.dispatcher)) as client:  # in-process: the server the mount serves
             return {t.name for t in (await client.list_tools()).tools}
 
     assert {"delete", "move", "reindex", "auto_memory"} <= anyio.run(names)

@@ -5,8 +5,10 @@ gets a JSON-RPC error with its id from a real `dreamflow mcp` subprocess."""
 import json
 import queue
 import subprocess
+import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
@@ -34,7 +36,7 @@ class MountServer(ThreadedServer):
         from engine.config.grants import Tokens
 
         self.mount = HttpMount(WorkspaceTarget(workspace), max_sessions=max_sessions)
-        app = Starlette(routes=[Route("/mcp", self.mount.asgi, methods=["GET", "POST", "DELETE"])],
+        app = Starlette(routes=[Route("/mcp", self.mount, methods=["GET", "POST", "DELETE"])],
                         lifespan=self.mount.lifespan)
         super().__init__(Access(app, Tokens(None)))  # the grant every request carries, as in the service
         self.url += "/mcp"
@@ -73,13 +75,34 @@ def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
         server.stop()
 
 
+@pytest.mark.e2e
+def test_the_mount_loads_the_sdk_at_its_first_request_and_serves_first_requests_made_at_once(tmp_path):
+    """A service starts without the mcp SDK (a ~3 s start spent ~0.7 s of CPU loading it); the first requests to
+    /mcp, four at once, start one session manager and each get a session of their own."""
+    made = ("import sys\nfrom dreamflow.mcp.server import HttpMount\nfrom dreamflow.mcp.targets import WorkspaceTarget\n"
+            f"HttpMount(WorkspaceTarget({str(tmp_path / 'ws')!r}))\n"
+            "print([m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')])")
+    loaded = subprocess.run([sys.executable, "-c", made], capture_output=True, text=True, timeout=60)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    server = MountServer(tmp_path / "ws", max_sessions=8)
+    try:
+        assert server.mount.sessions is None
+        with ThreadPoolExecutor(4) as pool:
+            sessions = list(pool.map(lambda _: open_and_abandon(server.url), range(4)))
+        assert len(set(sessions)) == 4
+        assert len(server.mount.sessions._server_instances) == 4  # one manager holds them all
+    finally:
+        server.stop()
+
+
 def test_the_session_cap_comes_from_the_setting_and_must_be_positive(tmp_path, monkeypatch):
     from dreamflow.mcp.server import HttpMount
     from dreamflow.mcp.targets import WorkspaceTarget
     from storage.errors import InvalidInput
 
     monkeypatch.setenv("DREAMFLOW_MCP_MAX_SESSIONS", "7")
-    assert HttpMount(WorkspaceTarget(tmp_path / "ws")).sessions.max_sessions == 7
+    sessions, _ = HttpMount(WorkspaceTarget(tmp_path / "ws")).build()
+    assert sessions.max_sessions == 7
     with pytest.raises(InvalidInput, match="DREAMFLOW_MCP_MAX_SESSIONS"):
         HttpMount(WorkspaceTarget(tmp_path / "ws"), max_sessions=0)
 

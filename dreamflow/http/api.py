@@ -244,7 +244,7 @@ def create_app(memory=None, token: str | None = None, service=None, host: str = 
     if service is not None:
         _add_service_routes(app, service)
     if mcp is not None:
-        app.add_route("/mcp", mcp.asgi, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        app.add_route("/mcp", mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     tokens = Tokens(token)
     web.mount(app, catalog, service, tokens)  # the dashboard at /ui
     app.add_middleware(Access, tokens=tokens)

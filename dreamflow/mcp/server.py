@@ -34,6 +34,7 @@ Start-up stays light: the mcp SDK, pydantic and the storage layer, never prefect
 from __future__ import annotations
 
 import base64
+import contextlib
 import inspect
 import json
 import logging
@@ -485,36 +486,77 @@ def _sendable(value) -> bool:
 
 
 class HttpMount:
-    """Streamable HTTP at `/mcp` inside the API: `asgi` is the endpoint, `lifespan` runs its session manager
-    (the app's lifespan must enter it). DNS-rebinding protection is on when the API listens on loopback. At
-    `max_sessions` (default `DREAMFLOW_MCP_MAX_SESSIONS`) open sessions a new one ends the least recently used
-    idle one (dreamflow/mcp/sessions.py)."""
+    """Streamable HTTP at `/mcp` inside the API: the mount is the ASGI endpoint, `lifespan` the app's lifespan (the
+    app must run it). DNS-rebinding protection is on when the API listens on loopback. At `max_sessions` (default
+    `DREAMFLOW_MCP_MAX_SESSIONS`) open sessions a new one ends the least recently used idle one
+    (dreamflow/mcp/sessions.py).
+
+    The mcp SDK is loaded, and its session manager started, at the first request to `/mcp`: a service whose
+    agents use its API or the hook starts without it (~0.7 s of CPU of a ~3 s start). The manager runs in a task
+    of the lifespan's task group, so one task enters and leaves it; the tool set and the cap are checked here."""
 
     def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1",
                  max_sessions: int | None = None):
+        from engine.config.settings import Settings
+
+        self.max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
+        if self.max_sessions < 1:
+            raise InvalidInput(f"DREAMFLOW_MCP_MAX_SESSIONS must be at least 1, got {self.max_sessions}")
+        self.dispatcher = Dispatcher(target, tool_set, over_http=True)
+        self.loopback = host in ("127.0.0.1", "localhost", "::1")
+        self.sessions = None  # the SDK's session manager, once started
+        self._tasks = None  # the lifespan's task group, while the app runs
+        self._endpoint = None  # the SDK's ASGI app, once started
+        self._starting = None
+
+    def build(self):
+        """The session manager and its ASGI endpoint (run in a worker thread: the imports are the slow part)."""
         from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
         from mcp.server.transport_security import TransportSecuritySettings
 
         from dreamflow.mcp.sessions import EvictingSessionManager
-        from engine.config.settings import Settings
-
-        max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
-        if max_sessions < 1:
-            raise InvalidInput(f"DREAMFLOW_MCP_MAX_SESSIONS must be at least 1, got {max_sessions}")
 
         security = None
-        if host in ("127.0.0.1", "localhost", "::1"):
+        if self.loopback:
             security = TransportSecuritySettings(
                 enable_dns_rebinding_protection=True,
                 allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
-        self.server = build_server(Dispatcher(target, tool_set, over_http=True))
         # JSON answers rather than an SSE stream per request: the tools never stream or ask the client back,
         # and a plain JSON body is a shorter round trip (benchmarks/mcp.py)
-        self.sessions = EvictingSessionManager(app=self.server, security_settings=security, json_response=True,
-                                               max_sessions=max_sessions)
-        self.asgi = StreamableHTTPASGIApp(self.sessions)
+        sessions = EvictingSessionManager(app=build_server(self.dispatcher), security_settings=security,
+                                          json_response=True, max_sessions=self.max_sessions)
+        return sessions, StreamableHTTPASGIApp(sessions)
 
-    def lifespan(self, app):
-        return self.sessions.run()
+    async def _serve(self, *, task_status):
+        import anyio
+
+        self.sessions, endpoint = await anyio.to_thread.run_sync(self.build)
+        async with self.sessions.run():
+            task_status.started(endpoint)
+            await anyio.sleep_forever()
+
+    async def __call__(self, scope, receive, send):
+        import anyio
+
+        if self._endpoint is None:
+            if self._tasks is None:
+                raise RuntimeError("/mcp is served only inside the app's lifespan")
+            self._starting = self._starting or anyio.Lock()
+            async with self._starting:
+                if self._endpoint is None:
+                    self._endpoint = await self._tasks.start(self._serve)
+        await self._endpoint(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        import anyio
+
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = self._endpoint = self.sessions = None
+                tasks.cancel_scope.cancel()
