@@ -25,11 +25,12 @@ import httpx
 from engine.access.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
-# Polls of the Prefect server and runner a service starts, made short so tests wait seconds, not a minute: a
-# deployment made after the server's start gets its nightly run scheduled within 2 s (Prefect's default: 60 s),
-# a triggered or scheduled run starts within ~1 s (the service's default: 2 s; one the service launches starts at
-# once). A test's own `env` may say otherwise.
-FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+# The Prefect server a service starts schedules sooner, so tests wait seconds, not a minute: a deployment made
+# after the server's start gets its nightly run scheduled within 10 s (Prefect's default: 60 s; every 2 s cost an
+# idle service ~1.3 CPU-s a minute more, 20%). Runs the runner did not launch (triggered, scheduled, started in
+# Prefect) start within its poll, the service's default 2 s; one the service launches starts at once. A test's
+# own `env` may say otherwise.
+FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "10",
               # no test reads Prefect's block types: their registration is ~1 s of each server's start
               "PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
@@ -238,7 +239,7 @@ class RunningService:
                 break
             time.sleep(1 + attempt)
         resp.raise_for_status()
-        return resp.json()
+        return resp.json() if resp.content else None
 
     def deployment(self, full_name: str) -> dict:
         return self.prefect("GET", f"/deployments/name/{full_name}")

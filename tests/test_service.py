@@ -416,11 +416,31 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
     assert second.returncode == 8 and "already runs" in second.stdout + second.stderr
 
 
-# ---- keep last: replaces the served deployments with worker-pool ones ----------------------------------------
+# ---- prefect.yaml: the same deployments for Prefect workers -------------------------------------------------
 
 @pytest.mark.slow
 def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
+    from deployments.serve import DEPLOYMENTS
+
     svc = dreamflow_service
+    names = [name for d in DEPLOYMENTS.values() for name in d.full_names]
+    automations = {a["id"] for a in svc.prefect("POST", "/automations/filter", {})}
+    try:
+        deployed_to_a_pool(svc)
+    finally:  # the shared service's deployments as it registered them: out of the pool (its runner leaves a pool's
+        # runs to workers), without the deploy's automations (each would launch a second run per resource event)
+        for name in names:
+            svc.prefect("PATCH", f"/deployments/{svc.deployment(name)['id']}", {"work_pool_name": None})
+        for automation in svc.prefect("POST", "/automations/filter", {}):
+            if automation["id"] not in automations:
+                svc.prefect("DELETE", f"/automations/{automation['id']}")
+
+
+def deployed_to_a_pool(svc) -> None:
+    """prefect.yaml's deployments, deployed over the service's: each in the process pool, its workspace in the job
+    environment; a Prefect worker on the pool runs one."""
+    from deployments.serve import DEPLOYMENTS
+
     env = {**svc.env, "PREFECT_API_URL": svc.prefect_api, "DREAMFLOW_WORKSPACE": str(svc.workspace),
            "DREAMFLOW_TIMEZONE": "Europe/Berlin", "PWD": str(Path.cwd())}
     root = Path(__file__).resolve().parents[1]
@@ -432,7 +452,6 @@ def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
     deploy = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=root, env=env, capture_output=True,
                             text=True, timeout=180)
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
-    from deployments.serve import DEPLOYMENTS
 
     for name, d in ((name, d) for d in DEPLOYMENTS.values() for name in d.full_names):
         deployed = svc.deployment(name)
