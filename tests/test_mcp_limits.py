@@ -77,7 +77,7 @@ def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
 
 @pytest.mark.e2e
 def test_the_mount_loads_the_sdk_at_its_first_request_and_serves_first_requests_made_at_once(tmp_path):
-    """A service starts without the mcp SDK (a ~3 s start spent ~0.7 s of CPU loading it); the first requests to
+    """A service starts without the mcp SDK (its start spent 0.9 of 2.2 CPU-s on it); the first requests to
     /mcp, four at once, start one session manager and each get a session of their own."""
     made = ("import sys\nfrom dreamflow.mcp.server import HttpMount\nfrom dreamflow.mcp.targets import WorkspaceTarget\n"
             f"HttpMount(WorkspaceTarget({str(tmp_path / 'ws')!r}))\n"
