@@ -1,7 +1,9 @@
 """The built-in runner: Dreamflow's deployments served and their runs run inside the service's own process.
 
 `Runner.register()` gives Prefect the deployments `deployments.serve.build` declares (schedules, the resource
-trigger); a deployment a `prefect deploy` had moved to a work pool is taken back, as Prefect's own `serve` does.
+trigger) and has it plan a scheduled one's next runs at once (so `status` names the next dream from the start,
+not after Prefect's scheduler loop); a deployment a `prefect deploy` had moved to a work pool is taken back, as
+Prefect's own `serve` does.
 A thread then asks Prefect every `poll` seconds (at once after `wake()`) for their runs that are due (from a
 schedule, a trigger, a launch, the UI's Run or Retry), claims each (Pending: a run another runner claimed first is
 left to it) and runs its flow on a thread of its own with Prefect's engine (`prefect.flow_engine.run_flow`), at
@@ -73,21 +75,24 @@ class Runner:
         self.deployments = build(self.settings, self.served)
 
     def register(self, scheduled_only: bool = False) -> None:
-        """Create or update the deployments in Prefect (unpausing them; `scheduled_only`: the nightly ones) and
-        remember which flow each one runs."""
+        """Create or update the deployments in Prefect (unpausing them, a scheduled one's next runs planned;
+        `scheduled_only`: the nightly ones) and remember which flow each one runs."""
         from prefect.context import SyncClientContext
 
         from deployments.serve import DEPLOYMENTS, load_flow
 
         by_name = {d.flow_name: d.flow for d in DEPLOYMENTS.values()}
         # One client for every `apply` (each otherwise makes two, and each client its own TLS context: ~20 ms of CPU)
-        with SyncClientContext.get_or_create():
+        with SyncClientContext.get_or_create() as context:
             for deployment in self.deployments:
                 if scheduled_only and not deployment.schedules:
                     continue
                 deployment.work_pool_name = None  # set after construction: the update clears a pool (as `serve` does)
                 deployment.work_queue_name = None
                 deployment_id = deployment.apply()
+                if deployment.schedules:  # its next runs now, not at the scheduler's next loop (up to a minute)
+                    context.client.request("POST", "/deployments/{id}/schedule", path_params={"id": deployment_id},
+                                           json={})
                 with self._lock:
                     self._ids[deployment.full_name] = deployment_id
                     self._flows[deployment_id] = load_flow(by_name[deployment.flow_name])

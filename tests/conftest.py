@@ -143,7 +143,7 @@ def dreamflow_service(tmp_path_factory, llm_server):
     from service_harness import SERVICE_TURNS, RunningService
 
     service = RunningService.start(
-        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS)  # service_harness.FAST_POLLS
+        tmp_path_factory.mktemp("service"), llm=llm_server, turns=SERVICE_TURNS)  # service_harness.PREFECT_SETTINGS
     yield service
     code = service.stop()
     assert code == 0, f"dreamflow start exited with {code} on SIGTERM:\n{service.log()}"

@@ -25,14 +25,10 @@ import httpx
 from engine.access.client import RemoteMemory
 
 DREAMFLOW = str(Path(sys.executable).with_name("dreamflow"))
-# The Prefect server a service starts schedules sooner, so tests wait seconds, not a minute: a deployment made
-# after the server's start gets its nightly run scheduled within 10 s (Prefect's default: 60 s; every 2 s cost an
-# idle service ~1.3 CPU-s a minute more, 20%). Runs the runner did not launch (triggered, scheduled, started in
-# Prefect) start within its poll, the service's default 2 s; one the service launches starts at once. A test's
-# own `env` may say otherwise.
-FAST_POLLS = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "10",
-              # no test reads Prefect's block types: their registration is ~1 s of each server's start
-              "PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
+# Prefect's settings for a service's own server: no test reads Prefect's block types, whose registration is ~1 s
+# of each server's start. Its scheduler keeps Prefect's 60 s loop: the service plans a nightly run when it
+# registers the deployment (deployments/runner.py); a 2 s loop here cost an idle service 20% more CPU.
+PREFECT_SETTINGS = {"PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
 SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conftest `dreamflow_service`)
 
 
@@ -154,7 +150,7 @@ class RunningService:
               serve: tuple[str, ...] = ()) -> RunningService:
         extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_HOME"))}
         env.update(DREAMFLOW_HOME=str(root / "home"), DREAMFLOW_EMBEDDER="none",
-                   DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1", **FAST_POLLS)
+                   DREAMFLOW_TURNS_PER_SUMMARY=str(turns), PYTHONUNBUFFERED="1", **PREFECT_SETTINGS)
         env.pop("DREAMFLOW_API_TOKEN", None)
         if token:
             env["DREAMFLOW_API_TOKEN"] = token

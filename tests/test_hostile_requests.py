@@ -159,7 +159,7 @@ def test_a_token_protects_the_prefect_server_the_service_starts(tmp_path, llm_se
         svc.memory.write("resource/2024-05-03/koala.md", "# koalafacts\n\nKoalas sleep 20 hours a day.\n")
         runs = wait_for(lambda: finished(svc, "auto-resource/on-change", 1), 120, "the auto_resource run")
         assert [r["state_type"] for r in runs] == ["COMPLETED"], svc.log()
-        # the service reads Prefect too: the nightly dream its scheduler makes (a loop of 10 s here) shows
+        # the service reads Prefect too: the nightly dream planned when the service registered it shows
         status = wait_for(lambda: (s := loopback.get(f"{svc.url}/status", headers=svc.headers, timeout=60).json())
                           .get("next_dream") and s, 30, "the nightly dream in the status")
         assert "prefect_error" not in status, status

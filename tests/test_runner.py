@@ -3,6 +3,7 @@ launched run here, in this process's memory; a run cancelled while it runs ends 
 a run still going when the runner stops is marked Crashed. Real Prefect runs, the scripted LLM server."""
 
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,23 @@ def asking_the_model(runner, llm, session_id: str) -> str:
 def final(run_id: str) -> dict:
     return wait_for(lambda: (s := run_status(run_id))["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
                     and s, 60, f"run {run_id} to end")
+
+
+def test_the_nightly_runs_are_planned_when_the_deployments_are_registered(runner):
+    """Prefect's scheduler does not run on this server (conftest `prefect_harness`): the next nightly dreams come
+    from the registration itself, so the service's status names the next dream as soon as it is up."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    with get_client(sync_client=True) as client:
+        planned = {}
+        for name in ("auto-dream/nightly", "optimize/nightly", "auto-dream/manual"):
+            deployment = client.read_deployment_by_name(name)
+            runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
+            planned[name] = [r.expected_start_time for r in runs if r.state_type.value == "SCHEDULED"]
+    now = datetime.now(timezone.utc)
+    assert planned["auto-dream/nightly"] and all(at > now for at in planned["auto-dream/nightly"])
+    assert planned["optimize/nightly"] and planned["auto-dream/manual"] == []  # a run started by hand: no schedule
 
 
 def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runner, llm, alpha):

@@ -222,7 +222,7 @@ def test_nightly_deployments_exist_with_their_schedules(dreamflow_service):
         assert schedule["cron"] == cron and schedule["timezone"] == local_timezone(), name
         assert deployment["paused"] is False
     scheduled = wait_for(lambda: [r for r in svc.flow_runs("auto-dream/nightly") if r["state_type"] == "SCHEDULED"],
-                         30, "the scheduler to plan the nightly dream")
+                         30, "the nightly dream to be planned")
     assert "T03:00:00" in scheduled[0]["expected_start_time"] or local_timezone() != "UTC"
     for name in ("auto-memory/turns", "auto-resource/on-change", "proactive/manual", "reindex/manual"):
         assert svc.deployment(name)["name"] == name.split("/")[1]
