@@ -79,8 +79,8 @@ def test_abandoned_sessions_past_the_cap_do_not_lock_out_a_new_client(tmp_path):
 def test_the_mount_loads_the_sdk_at_its_first_request_and_serves_first_requests_made_at_once(tmp_path):
     """A service starts without the mcp SDK (its start spent 0.9 of 2.2 CPU-s on it); the first requests to
     /mcp, four at once, start one session manager and each get a session of their own."""
-    made = ("import sys\nfrom dreamflow.mcp.server import HttpMount\nfrom dreamflow.mcp.targets import WorkspaceTarget\n"
-            f"HttpMount(WorkspaceTarget({str(tmp_path / 'ws')!r}))\n"
+    made = ("import sys\nfrom dreamflow.mcp.server import HttpMount\n"
+            f"from dreamflow.mcp.targets import WorkspaceTarget\nHttpMount(WorkspaceTarget({str(tmp_path / 'ws')!r}))\n"
             "print([m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')])")
     loaded = subprocess.run([sys.executable, "-c", made], capture_output=True, text=True, timeout=60)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

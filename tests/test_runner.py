@@ -76,7 +76,8 @@ def test_the_nightly_runs_are_planned_when_the_deployments_are_registered(runner
         planned = {}
         for name in ("auto-dream/nightly", "optimize/nightly", "auto-dream/manual"):
             deployment = client.read_deployment_by_name(name)
-            runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
+            ours = DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
+            runs = client.read_flow_runs(deployment_filter=ours)
             planned[name] = [r.expected_start_time for r in runs if r.state_type.value == "SCHEDULED"]
     now = datetime.now(timezone.utc)
     assert planned["auto-dream/nightly"] and all(at > now for at in planned["auto-dream/nightly"])
