@@ -36,6 +36,17 @@ SETTLED_KEPT = 256  # finished runs remembered as settled
 CRASHED = "the service stopped while this run ran: retry it (its finished tasks are not run again)"
 
 
+def _plan_runs(client, deployment_id) -> None:
+    """Have Prefect schedule a deployment's next runs now, not at its scheduler's next loop (up to a minute); a
+    server that refuses (another Prefect version, a hosted API) leaves them to that loop."""
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    try:
+        client.request("POST", "/deployments/{id}/schedule", path_params={"id": deployment_id}, json={})
+    except PrefectHTTPStatusError:
+        pass
+
+
 class Runner:
     """Serves the deployments `deployments.serve.build` makes for `settings` and the served workspaces (`build`)
     with Prefect at the process's `PREFECT_API_URL`, at most `limit` runs at once, looking for due
@@ -90,9 +101,8 @@ class Runner:
                 deployment.work_pool_name = None  # set after construction: the update clears a pool (as `serve` does)
                 deployment.work_queue_name = None
                 deployment_id = deployment.apply()
-                if deployment.schedules:  # its next runs now, not at the scheduler's next loop (up to a minute)
-                    context.client.request("POST", "/deployments/{id}/schedule", path_params={"id": deployment_id},
-                                           json={})
+                if deployment.schedules:
+                    _plan_runs(context.client, deployment_id)
                 with self._lock:
                     self._ids[deployment.full_name] = deployment_id
                     self._flows[deployment_id] = load_flow(by_name[deployment.flow_name])
