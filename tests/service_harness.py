@@ -33,7 +33,7 @@ SERVICE_TURNS = 3  # turns per auto_memory run in the shared test service (conft
 
 
 # The tests' own HTTP calls to the services and Prefect servers they start (all http:// on 127.0.0.1). Not
-# `loopback.get(...)`: that makes a client per call, and every httpx client parses certifi's ~150 certificates
+# `httpx.get(...)`: that makes a client per call, and every httpx client parses certifi's ~150 certificates
 # (~20 ms of CPU) even for plain http; polled every 0.2 s while a service starts, that was ~5% of the suite's
 # CPU. No keep-alive: a service restarted on the same port gets a fresh connection.
 loopback = httpx.Client(timeout=20, limits=httpx.Limits(max_keepalive_connections=0))

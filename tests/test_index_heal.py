@@ -191,7 +191,7 @@ def test_the_running_service_heals_without_a_restart(recorded, dreamflow_service
         stat = loopback.post(f"{svc.url}/ops/stat", json={"path": "digest/wiki/hub15.md"}, timeout=60).json()
         assert len({link["source"] for link in stat["links_in"]}) == 300
         assert loopback.post(f"{svc.url}/ops/move", json={"src": "digest/wiki/hub15.md", "dst": HUB},
-                          timeout=60).status_code == 200
+                             timeout=60).status_code == 200
     finally:
         assert svc.stop() == 0
     assert "the index was damaged" not in svc.log() or "Traceback" not in svc.log()

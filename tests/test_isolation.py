@@ -127,7 +127,7 @@ class Checker:
 def test_every_http_route_allows_hides_or_refuses_exactly_as_granted(isolated):
     service, secrets, folders = isolated
     runs = {name: loopback.post(f"{service.url}/workspaces/{name}/flows/reindex", json={}, headers=service.headers,
-                             timeout=60).json()["id"] for name in NAMES}
+                                timeout=60).json()["id"] for name in NAMES}
     for token in TOKENS:
         check = Checker(token, folders)
         client = httpx.Client(base_url=service.url, timeout=60, headers={"Authorization": f"Bearer {secrets[token]}"})
@@ -182,7 +182,7 @@ def test_unknown_and_missing_tokens_are_refused_and_prefect_stays_behind_the_adm
     for headers in ({}, {"Authorization": "Bearer dft_not-a-token"}, {"Authorization": "Basic abc"}):
         for path in ("/health", "/workspaces/wsalpha1/ops/list", "/mcp"):
             resp = loopback.post(service.url + path, headers={**headers, "Content-Type": "application/json"}, json={},
-                              timeout=60)
+                                 timeout=60)
             assert resp.status_code == 401, (path, headers, resp.text)
             assert "wsalpha1" not in resp.text and "quokka" not in resp.text
     for token in ("a", "b", "ab"):  # a workspace token is no Prefect credential
@@ -293,7 +293,7 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
 
     def status(token: str) -> dict:
         return loopback.get(f"{service.url}/status", headers={"Authorization": f"Bearer {secrets[token]}"},
-                         timeout=60).json()
+                            timeout=60).json()
 
     seen: dict = {}
 
@@ -309,7 +309,7 @@ def test_status_shows_each_served_workspace_the_token_may_see(isolated):
     assert list(rows) == list(NAMES) and [r["default"] for r in rows.values()] == [True, False, False]
     for name, row in rows.items():
         counts = loopback.post(f"{service.url}/workspaces/{name}/ops/index_stats", json={}, headers=service.headers,
-                            timeout=60).json()
+                               timeout=60).json()
         assert row["path"] == str(folders[name]) and row["index"] == {k: counts[k] for k in ("files", "chunks", "links")}
         assert row["index"]["files"] >= 1, row
     assert rows["wsbeta2"]["schedule"] == {"cron": "15 2 * * *", "timezone": "Asia/Kolkata"}
@@ -391,7 +391,7 @@ def test_a_hit_of_a_read_workspace_names_it_and_every_surface_follows_it(isolate
 
     def post(route: str, body: dict, token: str = "admin") -> httpx.Response:
         return loopback.post(f"{service.url}/workspaces/wsalpha1{route}", json=body, timeout=60,
-                          headers={"Authorization": f"Bearer {secrets[token]}"})
+                             headers={"Authorization": f"Bearer {secrets[token]}"})
 
     hits = post("/ops/search", {"query": QUERY}).json()
     assert {(h["workspace"], h["address"]) for h in hits} == {

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cli_probe import run_cli
 from llm_server import answer_each_item, text_of
-from service_harness import DREAMFLOW, RunningService, SERVICE_TURNS, loopback, wait_for
+from service_harness import DREAMFLOW, SERVICE_TURNS, RunningService, loopback, wait_for
 
 from deployments.serve import local_timezone
 from dreamflow.service.children import Child, http_ok
@@ -287,7 +287,7 @@ def test_token_is_enforced_everywhere_no_llm_is_reported_and_sigterm_stops_clean
             assert loopback.post(f"{svc.url}/mcp", headers={"Authorization": header}, timeout=60).status_code != 401
         for header in ("Bearer", "Bearer s3cretx", "Basic s3cret", "s3cret", "Bearer s3cret x", "Bearers3cret"):
             assert loopback.post(f"{svc.url}/ops/index_stats", json={}, headers={"Authorization": header},
-                              timeout=60).status_code == 401
+                                 timeout=60).status_code == 401
         assert mcp_tools(svc.url, "wrong") is None and "search" in mcp_tools(svc.url, "s3cret")
         denied = cli("list", env=env, workspace=svc.workspace)
         assert denied.returncode == 8 and "bearer token" in denied.stderr

@@ -186,7 +186,7 @@ def test_a_served_folder_deleted_is_noticed_and_never_re_created(svc):
     row = next(r for r in get(svc, "/status")["workspaces"] if r["name"] == "gamma")
     assert "deleted" in row["index"]["error"]
     resp = loopback.post(f"{svc.url}/workspaces/gamma/ops/write", headers=admin_headers(svc), timeout=10,
-                      json={"path": "digest/wiki/new.md", "content": "x"})
+                         json={"path": "digest/wiki/new.md", "content": "x"})
     assert resp.status_code == 410 and resp.json()["error"]["type"] == "WorkspaceGone", resp.text
     written = cli(svc, "-w", "gamma", "write", "digest/wiki/new.md", "--content", "x", check=False)
     assert written.returncode == 3 and "does not exist" in written.stderr, written.stderr

@@ -498,6 +498,8 @@ class HttpMount:
 
     def __init__(self, target: Target, tool_set: str = "default", host: str = "127.0.0.1",
                  max_sessions: int | None = None):
+        import anyio
+
         from engine.config.settings import Settings
 
         self.max_sessions = Settings().mcp_max_sessions if max_sessions is None else max_sessions
@@ -508,7 +510,7 @@ class HttpMount:
         self.sessions = None  # the SDK's session manager, once started
         self._tasks = None  # the lifespan's task group, while the app runs
         self._endpoint = None  # the SDK's ASGI app, once started
-        self._starting = None
+        self._starting = anyio.Lock()  # first requests made at once start it once
 
     def build(self):
         """The session manager and its ASGI endpoint (run in a worker thread: the imports are the slow part)."""
@@ -539,12 +541,9 @@ class HttpMount:
             await anyio.sleep_forever()
 
     async def __call__(self, scope, receive, send):
-        import anyio
-
         if self._endpoint is None:
             if self._tasks is None:
                 raise RuntimeError("/mcp is served only inside the app's lifespan")
-            self._starting = self._starting or anyio.Lock()
             async with self._starting:
                 if self._endpoint is None:
                     self._endpoint = await self._tasks.start(self._serve)
