@@ -420,17 +420,14 @@ def test_a_second_service_for_the_same_workspace_is_refused(dreamflow_service):
 
 @pytest.mark.slow
 def test_prefect_yaml_deploys_against_a_process_pool(dreamflow_service):
-    from deployments.serve import DEPLOYMENTS
-
     svc = dreamflow_service
-    names = [name for d in DEPLOYMENTS.values() for name in d.full_names]
     automations = {a["id"] for a in svc.prefect("POST", "/automations/filter", {})}
     try:
         deployed_to_a_pool(svc)
     finally:  # the shared service's deployments as it registered them: out of the pool (its runner leaves a pool's
         # runs to workers), without the deploy's automations (each would launch a second run per resource event)
-        for name in names:
-            svc.prefect("PATCH", f"/deployments/{svc.deployment(name)['id']}", {"work_pool_name": None})
+        for deployment in svc.prefect("POST", "/deployments/filter", {}):
+            svc.prefect("PATCH", f"/deployments/{deployment['id']}", {"work_pool_name": None})
         for automation in svc.prefect("POST", "/automations/filter", {}):
             if automation["id"] not in automations:
                 svc.prefect("DELETE", f"/automations/{automation['id']}")
