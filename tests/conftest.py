@@ -234,6 +234,19 @@ def pytest_xdist_make_scheduler(config, log):
     return GroupScheduling(config, log)
 
 
+def _group(item) -> str | None:
+    """The group of the tests one worker runs one after another, if `item` is in one."""
+    if "dreamflow_service" in item.fixturenames:
+        return SERVICE_GROUP
+    if "prefect_harness" in item.fixturenames:
+        return HARNESS_GROUP
+    if item.module.__name__ in LOCAL_MODEL_MODULES:
+        return LOCAL_MODEL_GROUP
+    if any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
+        return item.module.__name__
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Checks that every test needing the service or the browser is marked `e2e`. Groups: the shared service's
@@ -248,22 +261,27 @@ def pytest_collection_modifyitems(config, items):
     groups = getattr(config, "workerinput", {}).get("dreamflow_groups")
     if groups is None:
         return
-    shared, others, group_of = [], [], {}
-    for item in items:
-        if "dreamflow_service" in item.fixturenames:
-            group_of[item.nodeid] = SERVICE_GROUP
-            shared.append(item)
-            continue
-        if "prefect_harness" in item.fixturenames:
-            group_of[item.nodeid] = HARNESS_GROUP
-        elif item.module.__name__ in LOCAL_MODEL_MODULES:
-            group_of[item.nodeid] = LOCAL_MODEL_GROUP
-        elif any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
-            group_of[item.nodeid] = item.module.__name__
-        others.append(item)
+    group_of = {item.nodeid: group for item in items if (group := _group(item))}
+    shared = [item for item in items if group_of.get(item.nodeid) == SERVICE_GROUP]
+    others = [item for item in items if group_of.get(item.nodeid) != SERVICE_GROUP]
     slow = {item.module.__name__ for item in others if item.get_closest_marker("slow")}
     others.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order within each part
     items[:] = shared + others
     tmp = f"{groups}.{os.getpid()}"
     Path(tmp).write_text(json.dumps(group_of))
     os.replace(tmp, groups)  # each worker writes the same map, whole
+
+
+# The session fixture of a group, ended with the group on an xdist worker: the shared service (with its Prefect
+# server) and the harness's Prefect server otherwise idled from their group's last test to the worker's (~60 s).
+GROUP_FIXTURE = {SERVICE_GROUP: "dreamflow_service", HARNESS_GROUP: "prefect_harness"}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a group's last test on this worker, its session fixture is finished (a later request starts it anew)."""
+    if nextitem is None or "dreamflow_groups" not in getattr(item.config, "workerinput", {}):
+        return
+    group = _group(item)
+    if group in GROUP_FIXTURE and _group(nextitem) != group:
+        item._fixtureinfo.name2fixturedefs[GROUP_FIXTURE[group]][-1].finish(item._request)
