@@ -31,12 +31,14 @@ from typing import Any, Callable
 
 @dataclass
 class Reply:
-    """One scripted answer: text `content`, after `delay` seconds; `status` != 200 is an HTTP error; `raw`
-    replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts; `finish_reason`
+    """One scripted answer: text `content`, after `delay` seconds, or once `held` is set (at most 30 s: a test
+    answers when what it waits for has happened, however slow the machine); `status` != 200 is an HTTP error;
+    `raw` replaces the JSON body entirely (e.g. a broken body); `usage` overrides token counts; `finish_reason`
     overrides "stop" (e.g. "length": cut at max_tokens)."""
 
     content: str | None = None
     delay: float = 0.0
+    held: threading.Event | None = None
     status: int = 200
     raw: bytes | None = None
     usage: dict | None = None
@@ -166,6 +168,8 @@ class LLMServer:
                 reply = server._next(body)
                 if reply is None:
                     return self._send(500, {"error": {"message": "no scripted reply for this request"}})
+                if reply.held is not None:
+                    reply.held.wait(30)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.raw is not None:

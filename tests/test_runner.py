@@ -3,6 +3,7 @@ launched run here, in this process's memory; a run cancelled while it runs ends 
 a run still going when the runner stops is marked Crashed. Real Prefect runs, the scripted LLM server."""
 
 import shutil
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from service_harness import wait_for
 
 from deployments.launch import cancel_runs, launch, run_status
 from deployments.runner import CRASHED, Runner
+from engine.access import stopped_runs
 from engine.config.registry import Registry
 from engine.config.settings import Settings
 from tasks.sessions import unsummarised
@@ -40,8 +42,10 @@ def runner(prefect_harness, tmp_path_factory):
 
 
 @pytest.fixture
-def alpha(runner, llm) -> Path:
-    """alpha's folder, its conversations' cards cleared; the scripted model answering the runs."""
+def alpha(runner, llm, monkeypatch) -> Path:
+    """alpha's folder, its conversations' cards cleared; the scripted model answering the runs, waited for up to
+    60 s (an answer a test holds comes when the test says)."""
+    monkeypatch.setenv("DREAMFLOW_LLM_TIMEOUT", "60")
     folder = Path(Registry.load().get("alpha").path)
     shutil.rmtree(folder / "daily", ignore_errors=True)
     return folder
@@ -51,10 +55,11 @@ def launched(flow: str, **parameters) -> str:
     return launch(flow, parameters)["id"]
 
 
-def asking_the_model(runner, llm, session_id: str) -> str:
-    """A run of auto_memory for alpha, taken by the runner, waiting 1 s for the model's answer: its id."""
+def asking_the_model(runner, llm, session_id: str, answer: threading.Event) -> str:
+    """A run of auto_memory for alpha, taken by the runner, waiting for the model's answer until `answer` is set:
+    its id."""
     llm.on("list the facts worth remembering", Reply(
-        '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', delay=1))
+        '{"title": "Moving", "facts": [{"text": "The user moved to Porto.", "source": [1]}]}', held=answer))
     run_id = launched("auto_memory", session_id=session_id, messages=STORY, workspace="alpha")
     runner.wake()
     wait_for(lambda: llm.requests, 30, "the run to ask the model")
@@ -97,9 +102,11 @@ def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runne
 
 
 def test_a_run_cancelled_while_it_runs_ends_cancelled_and_writes_nothing_more(runner, llm, alpha):
-    run_id = asking_the_model(runner, llm, "s2")
+    answer = threading.Event()
+    run_id = asking_the_model(runner, llm, "s2", answer)
     assert cancel_runs("alpha", ("alpha",), "a test cancelled it") == [run_id]
     assert final(run_id)["state_type"] == "CANCELLED"
+    answer.set()
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     assert run_status(run_id)["state_type"] == "CANCELLED"
     # the model's answer came after the cancel: no card, no day page, the messages still to be summarised
@@ -113,9 +120,12 @@ def test_a_run_ended_cancelled_elsewhere_while_it_runs_here_stops_too(runner, ll
     from prefect import get_client
     from prefect.states import Cancelled
 
-    run_id = asking_the_model(runner, llm, "s4")
+    answer = threading.Event()
+    run_id = asking_the_model(runner, llm, "s4", answer)
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(run_id, Cancelled(message="ended by another runner"), force=True)
+    wait_for(lambda: run_id in stopped_runs._stopped, 30, "the runner to see it")
+    answer.set()
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     status = run_status(run_id)
     assert status["state_type"] == "CANCELLED" and status["message"] == "ended by another runner"
@@ -141,11 +151,13 @@ def test_a_run_nothing_runs_any_more_ends_cancelled_when_asked(runner):
 # ---- keep last: stops the module's runner
 
 def test_a_run_still_going_when_the_runner_stops_is_marked_crashed(runner, llm, alpha):
-    run_id = asking_the_model(runner, llm, "s3")
+    answer = threading.Event()
+    run_id = asking_the_model(runner, llm, "s3", answer)
     runner.stop(grace=0.1)
     status = run_status(run_id)
     assert status["state_type"] == "CRASHED" and status["message"] == CRASHED
     assert not runner.alive
+    answer.set()
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     assert run_status(run_id)["state_type"] == "CRASHED"
     assert not list((alpha / "daily").rglob("*.md"))
