@@ -16,8 +16,6 @@ from storage.text.markdown import split_frontmatter
 DAY = "2026-11-02"
 CARD = f"daily/{DAY}/new-flat.md"
 NODE = "digest/personal/user.md"
-TODAY = dt.date.today().isoformat()
-YESTERDAY = (dt.date.today() - dt.timedelta(days=1)).isoformat()
 
 
 def build(root) -> Memory:
@@ -51,19 +49,26 @@ def mem(tmp_path) -> Memory:
     return build(tmp_path / "ws")
 
 
+@pytest.fixture
+def today() -> str:
+    """The day a retraction made now is dated (the machine's date, read when the test starts, not at collection:
+    a suite running over midnight)."""
+    return dt.date.today().isoformat()
+
+
 def text(mem: Memory, path: str) -> str:
     return mem.ws.read_text(path)
 
 
-def test_retract_moves_the_node_fact_to_history_and_marks_its_card_fact(mem):
+def test_retract_moves_the_node_fact_to_history_and_marks_its_card_fact(mem, today):
     result = mem.retract(NODE, "f1", reason="I never lived there")
     node = facts.by_id(text(mem, NODE))
     wrong = node["f1"]
-    assert not wrong.current and wrong.until == TODAY and wrong.retracted == TODAY
+    assert not wrong.current and wrong.until == today and wrong.retracted == today
     assert wrong.reason == "I never lived there" and wrong.replaced_by is None
     assert "## History" in text(mem, NODE) and node["f2"].current
     card = facts.by_id(text(mem, CARD))
-    assert card["f1"].retracted == TODAY and not card["f1"].current and card["f2"].current
+    assert card["f1"].retracted == today and not card["f1"].current and card["f2"].current
     assert result["cards"] == [f"{CARD}#^f1"] and result["lines"] == ["session/dialog/s1.jsonl#L3"]
     assert result["review"] == [{"path": "digest/wiki/porto.md", "fact": "f1", "line": result["review"][0]["line"],
                                  "text": "The user lives in Porto near the river.", "current": True}]
@@ -73,22 +78,23 @@ def test_retract_moves_the_node_fact_to_history_and_marks_its_card_fact(mem):
     assert journal.entries(mem.ws) == []
 
 
-def test_after_retract_search_and_recall_leave_it_out_and_as_of_the_day_before_still_shows_it(mem):
+def test_after_retract_search_and_recall_leave_it_out_and_as_of_the_day_before_still_shows_it(mem, today):
     assert any("Porto" in h["text"] for h in mem.search("Porto lives")
                if h["path"] in (NODE, CARD))
     mem.retract(NODE, "f1")
     hits = mem.search("user lives Porto")
     assert not [h for h in hits if h["path"] in (NODE, CARD, "session/dialog/s1.jsonl") and "lives in Porto" in h["text"]]
     assert "lives in Porto." not in mem.recall("where does the user live Porto")["text"]
-    before = mem.search("user lives Porto", as_of=YESTERDAY)
+    yesterday = (dt.date.fromisoformat(today) - dt.timedelta(days=1)).isoformat()
+    before = mem.search("user lives Porto", as_of=yesterday)
     assert any(h["path"] == NODE and "lives in Porto" in h["text"] for h in before)
 
 
-def test_retract_with_a_correction_writes_the_persons_fact_from_today(mem):
+def test_retract_with_a_correction_writes_the_persons_fact_from_today(mem, today):
     result = mem.retract(NODE, "^f1", reason="wrong city", correct="The user lives in Braga.")
     node = facts.by_id(text(mem, NODE))
     fixed = node[result["correction"]["fact"]]
-    assert fixed.current and fixed.since == TODAY and fixed.extra == {"source": f"person {TODAY}"}
+    assert fixed.current and fixed.since == today and fixed.extra == {"source": f"person {today}"}
     assert fixed.text == "The user lives in Braga." and fixed.sources == ()
     assert node["f1"].replaced_by == f"digest/personal/user#^{fixed.id}"
     hits = mem.search("where does the user live Braga")
@@ -109,24 +115,24 @@ def test_retract_errors(mem):
     assert exc.value.exit_code == 4 and "already" in str(exc.value) and text(mem, NODE) == before
 
 
-def test_a_crash_between_the_node_and_the_card_is_finished_by_the_next_process(mem):
+def test_a_crash_between_the_node_and_the_card_is_finished_by_the_next_process(mem, today):
     texts = {NODE: text(mem, NODE), CARD: text(mem, CARD)}
-    new_node, wrong, _ = retraction.node_text(texts[NODE], NODE, "f1", TODAY, "wrong", None)
-    plan = retraction.plan(NODE, texts, {NODE: new_node, CARD: retraction.card_text(texts[CARD], "f1", TODAY)})
+    new_node, wrong, _ = retraction.node_text(texts[NODE], NODE, "f1", today, "wrong", None)
+    plan = retraction.plan(NODE, texts, {NODE: new_node, CARD: retraction.card_text(texts[CARD], "f1", today)})
     journal.begin(mem.ws, "retract", plan)  # the entry written, then the node: the process dies there
     mem.ws.write_text(NODE, new_node)
     assert facts.by_id(text(mem, CARD))["f1"].retracted is None
     done = recover(Memory(mem.ws.root))
     assert done["operations"][0]["kind"] == "retract" and "replayed (1 files" in done["operations"][0]["outcome"]
-    assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
-    assert facts.by_id(text(mem, NODE))["f1"].retracted == TODAY and journal.entries(mem.ws) == []
+    assert facts.by_id(text(mem, CARD))["f1"].retracted == today
+    assert facts.by_id(text(mem, NODE))["f1"].retracted == today and journal.entries(mem.ws) == []
     assert not [h for h in mem.search("user lives Porto") if "lives in Porto." in h["text"]]
 
 
 # ---- the surfaces: CLI, HTTP, MCP (the same operation, the same answer and errors) -----------------------------
 
 @pytest.mark.e2e
-def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes(mem):
+def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes(mem, today):
     from service_harness import DREAMFLOW
 
     def cli(*args):
@@ -136,14 +142,14 @@ def test_cli_retracts_with_reason_and_correction_and_says_errors_with_exit_codes
     done = cli(NODE, "f1", "--reason", "wrong city", "--correct", "The user lives in Braga.")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    assert answer["retracted"] == TODAY and answer["correction"]["text"] == "The user lives in Braga."
-    assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
+    assert answer["retracted"] == today and answer["correction"]["text"] == "The user lives in Braga."
+    assert facts.by_id(text(mem, CARD))["f1"].retracted == today
     again = cli(NODE, "f1")
     assert again.returncode == 4 and json.loads(again.stdout)["error"]["type"] == "Conflict"
     assert cli(NODE, "f77").returncode == 3 and cli(CARD, "f1").returncode == 2
 
 
-def test_http_retract_is_the_same_operation(mem):
+def test_http_retract_is_the_same_operation(mem, today):
     from test_api import ApiServer
 
     from engine.access.client import RemoteMemory
@@ -158,11 +164,11 @@ def test_http_retract_is_the_same_operation(mem):
         assert status == 404 and error["error"]["exit_code"] == 3
     finally:
         server.stop()
-    assert facts.by_id(text(mem, NODE))["f1"].retracted == TODAY
+    assert facts.by_id(text(mem, NODE))["f1"].retracted == today
 
 
 @pytest.mark.e2e
-def test_mcp_retract_tool(mem):
+def test_mcp_retract_tool(mem, today):
     import anyio
 
     from test_mcp import call, stdio
@@ -176,6 +182,6 @@ def test_mcp_retract_tool(mem):
             return done, again
 
     done, again = anyio.run(run)
-    assert not done.is_error and done.structured_content["retracted"] == TODAY
+    assert not done.is_error and done.structured_content["retracted"] == today
     assert again.is_error and "already" in again.content[0].text
-    assert facts.by_id(text(mem, CARD))["f1"].retracted == TODAY
+    assert facts.by_id(text(mem, CARD))["f1"].retracted == today
