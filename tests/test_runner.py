@@ -124,7 +124,7 @@ def test_a_run_ended_cancelled_elsewhere_while_it_runs_here_stops_too(runner, ll
     run_id = asking_the_model(runner, llm, "s4", answer)
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(run_id, Cancelled(message="ended by another runner"), force=True)
-    wait_for(lambda: run_id in stopped_runs._stopped, 30, "the runner to see it")
+    wait_for(lambda: run_id in stopped_runs._stopped, 30, "the runner to ask the run to stop")  # at its next poll
     answer.set()
     wait_for(lambda: runner.running() == 0, 30, "the run's thread to end")
     status = run_status(run_id)
