@@ -256,10 +256,10 @@ def _group(item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Checks that every test needing the service or the browser is marked `e2e`. Groups: the shared service's
-    tests, in file order (test_service.py's last test replaces the served deployments), the in-process flows' (the
-    Prefect test harness), the local model's, and each module's tests that share a module-scoped fixture (built once). On an
-    xdist worker the other modules with slow tests come first, so none is left running alone at the end."""
+    """Checks that every test needing the service or the browser is marked `e2e`. Groups (`_group`): the shared
+    service's tests, in file order, the in-process flows' (the Prefect test harness), the local model's, and each
+    module's tests that share a module-scoped fixture (built once). On an xdist worker the other modules with slow
+    tests come first, so none is left running alone at the end."""
     unmarked = [item.nodeid for item in items if E2E_FIXTURES & set(item.fixturenames)
                 and not item.get_closest_marker("e2e")]
     if unmarked:

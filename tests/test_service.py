@@ -3,7 +3,8 @@ service, over a temp workspace, flows answered by the scripted LLM server. The s
 `dreamflow_service`) starts once; token and crash tests start a second, lighter service on the same Prefect server
 (`--no-runner`).
 
-Keep `test_prefect_yaml_deploys_against_a_process_pool` last: it replaces the served deployments.
+`test_prefect_yaml_deploys_against_a_process_pool` deploys prefect.yaml over the served deployments, then puts
+them back as the service registered them.
 """
 
 import json
