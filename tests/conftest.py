@@ -165,6 +165,9 @@ GROUPS_FILE = pytest.StashKey[Path]()
 SERVICE_GROUP = "service"
 # Flows run in this process (Prefect's test harness, one Prefect server per worker that has any): one worker too.
 HARNESS_GROUP = "prefect-harness"
+# The session fixture each of those groups shares, in the order a test is put in a group (`_group`): on a worker it
+# ends after the group's last test (`pytest_runtest_teardown`), not idling to the worker's last test (~60 s).
+GROUP_FIXTURE = {SERVICE_GROUP: "dreamflow_service", HARNESS_GROUP: "prefect_harness"}
 # Fixtures only a test marked `e2e` may request: the fast tier (`-m "not e2e"`) never starts a service or a browser.
 E2E_FIXTURES = {"dreamflow_service", "browser"}
 # Modules that load the packaged MiniLM (torch and the model, once per process): one worker loads it.
@@ -243,10 +246,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 def _group(item) -> str | None:
     """The group of the tests one worker runs one after another, if `item` is in one."""
-    if "dreamflow_service" in item.fixturenames:
-        return SERVICE_GROUP
-    if "prefect_harness" in item.fixturenames:
-        return HARNESS_GROUP
+    for group, fixture in GROUP_FIXTURE.items():
+        if fixture in item.fixturenames:
+            return group
     if item.module.__name__ in LOCAL_MODEL_MODULES:
         return LOCAL_MODEL_GROUP
     if any(d[-1].scope == "module" for d in item._fixtureinfo.name2fixturedefs.values()):
@@ -277,11 +279,6 @@ def pytest_collection_modifyitems(config, items):
     tmp = f"{groups}.{os.getpid()}"
     Path(tmp).write_text(json.dumps(group_of))
     os.replace(tmp, groups)  # each worker writes the same map, whole
-
-
-# The session fixture of a group, ended with the group on an xdist worker: the shared service (with its Prefect
-# server) and the harness's Prefect server otherwise idled from their group's last test to the worker's (~60 s).
-GROUP_FIXTURE = {SERVICE_GROUP: "dreamflow_service", HARNESS_GROUP: "prefect_harness"}
 
 
 @pytest.hookimpl(trylast=True)
