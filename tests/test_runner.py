@@ -2,6 +2,7 @@
 launched run here, in this process's memory; a run cancelled while it runs ends cancelled and writes nothing more, and
 a run still going when the runner stops is marked Crashed. Real Prefect runs, the scripted LLM server."""
 
+import os
 import shutil
 import threading
 from datetime import datetime, timezone
@@ -24,7 +25,20 @@ STORY = [{"role": "user", "content": "I moved to Porto yesterday.", "created_at"
 
 
 @pytest.fixture(scope="module")
-def runner(prefect_harness, tmp_path_factory):
+def git_log(tmp_path_factory) -> Path:
+    """A `git` first on PATH for the module that notes each time it is run in the file this returns, then runs git."""
+    root = tmp_path_factory.mktemp("git")
+    shim = root / "bin" / "git"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$@" >> {root / "git.log"}\nexec {shutil.which("git")} "$@"\n')
+    shim.chmod(0o755)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+        yield root / "git.log"
+
+
+@pytest.fixture(scope="module")
+def runner(prefect_harness, git_log, tmp_path_factory):
     """One runner for the module, serving workspace `alpha` (registered in a Dreamflow home of its own), polling
     every 0.2 s and looking for cancelled runs nothing runs every 0.5 s; the last test stops it."""
     root = tmp_path_factory.mktemp("runner")
@@ -87,6 +101,21 @@ def test_the_nightly_runs_are_planned_when_the_deployments_are_registered(runner
     now = datetime.now(timezone.utc)
     assert planned["auto-dream/nightly"] and all(at > now for at in planned["auto-dream/nightly"])
     assert planned["optimize/nightly"] and planned["auto-dream/manual"] == []  # a run started by hand: no schedule
+
+
+def test_the_deployments_are_versioned_by_their_flows_without_asking_git(runner, git_log):
+    """A deployment's version is its flow's (Prefect's hash of the flow's source). Prefect would otherwise read
+    it from the git repository of whatever folder the service was started in (which says nothing about
+    Dreamflow's flows), running ~3 `git` commands a deployment at every start."""
+    from prefect import get_client
+
+    from deployments.serve import DEPLOYMENTS, load_flow
+
+    assert not git_log.exists(), git_log.read_text()
+    flows = {d.flow_name: load_flow(flow) for flow, d in DEPLOYMENTS.items()}
+    with get_client(sync_client=True) as client:
+        for built in runner.deployments:
+            assert client.read_deployment_by_name(built.full_name).version == flows[built.flow_name].version
 
 
 def test_a_launched_run_runs_here_and_names_no_workspace_means_the_default(runner, llm, alpha):
