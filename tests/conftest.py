@@ -38,6 +38,7 @@ def ws(tmp_path) -> Workspace:
 # ---- Prefect and the scripted LLM server (memory jobs; reusable by any test) -----------------------------
 
 import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
@@ -62,8 +63,20 @@ if "DREAMFLOW_TEST_PREFECT_TEMPLATE" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["DREAMFLOW_TEST_PREFECT_TEMPLATE"], True)
 
 
+def _seeded_harness_folder(*args, **kwargs) -> str:
+    """`mkdtemp` for Prefect's test harness, which makes the folder of its database (`prefect-test.db`) with it:
+    the folder, holding a copy of the session's migrated empty database (service_harness.seed_prefect_database),
+    so the harness's server skips the migrations (~4.5 CPU-s). Should the harness name its file otherwise, the copy
+    lies unused and its server migrates its own, as before."""
+    from service_harness import seed_prefect_database
+
+    folder = tempfile.mkdtemp(*args, **kwargs)
+    seed_prefect_database(Path(folder) / "prefect-test.db")
+    return folder
+
+
 @pytest.fixture(scope="session")
-def prefect_harness():
+def prefect_harness(request):
     """A Prefect API for flows run in this process, no service: Prefect's own test harness (a temporary SQLite
     database and a Prefect server subprocess, once per session and xdist worker) with in-process-run settings (no
     flow heartbeat). Request it in any test that runs flows in-process; it gives the folder of that database (a
@@ -72,7 +85,10 @@ def prefect_harness():
     Nor does it evaluate automations or store events (no test here fires a trigger or reads an event): measured,
     the fast tier spent ~20 of its ~200 CPU-s on them. Nor does it run the periodic services of deployments and
     workers (schedules, late runs, pauses, work pools, leases, cancellation timeouts): the in-process runs and
-    tests/test_runner.py's runner use none, and they kept an idle server at ~1.5x the CPU of one without them."""
+    tests/test_runner.py's runner use none, and they kept an idle server at ~1.5x the CPU of one without them.
+    When the session runs `e2e` tests, whose Prefect servers need the migrated template database anyway, its
+    database starts as a copy of that template (`_seeded_harness_folder`); the fast tier builds no template and
+    its harness migrates its own (~4.5 CPU-s, less than building the template: ~7)."""
     from prefect.settings import (PREFECT_API_BLOCKS_REGISTER_ON_START, PREFECT_SERVER_DATABASE_CONNECTION_URL,
                                   PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_ENABLED,
                                   PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
@@ -82,17 +98,22 @@ def prefect_harness():
                                   PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED, PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED,
                                   temporary_settings)
     from prefect.context import SyncClientContext
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect.testing import utilities as harness
 
     off = (PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED, PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
            PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED, PREFECT_SERVER_SERVICES_LATE_RUNS_ENABLED,
            PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED, PREFECT_SERVER_SERVICES_FOREMAN_ENABLED,
            PREFECT_SERVER_SERVICES_REPOSSESSOR_ENABLED, PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_ENABLED)
     quiet = {PREFECT_API_BLOCKS_REGISTER_ON_START: False, **dict.fromkeys(off, False)}
-    # One Prefect client for the flows the tests run in this thread, as in a CLI process that runs one flow: each
-    # run otherwise makes its own, and each client parses certifi's ~150 certificates (~20 ms of CPU).
-    with (temporary_settings(quiet), prefect_test_harness(server_startup_timeout=None),
-          prefect_env.interactive_runs(), SyncClientContext.get_or_create()):
+    with contextlib.ExitStack() as stack:
+        if any(item.get_closest_marker("e2e") for item in request.session.items) and hasattr(harness, "mkdtemp"):
+            stack.enter_context(pytest.MonkeyPatch.context()).setattr(harness, "mkdtemp", _seeded_harness_folder)
+        stack.enter_context(temporary_settings(quiet))
+        stack.enter_context(harness.prefect_test_harness(server_startup_timeout=None))
+        stack.enter_context(prefect_env.interactive_runs())
+        # One Prefect client for the flows the tests run in this thread, as in a CLI process that runs one flow:
+        # each run otherwise makes its own, and each client parses certifi's ~150 certificates (~20 ms of CPU).
+        stack.enter_context(SyncClientContext.get_or_create())
         yield Path(PREFECT_SERVER_DATABASE_CONNECTION_URL.value().split(":///", 1)[1]).parent
 
 
