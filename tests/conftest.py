@@ -56,8 +56,8 @@ if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], True)
 prefect_env.configure()
-# An empty migrated Prefect database the services tests start copy (service_harness.seed_prefect_home): made
-# at most once per session, shared by the xdist workers (they inherit this variable from the controller).
+# An empty migrated Prefect database the Prefect servers the tests start copy (service_harness.seed_prefect_database):
+# made at most once per session, shared by the xdist workers (they inherit this variable from the controller).
 if "DREAMFLOW_TEST_PREFECT_TEMPLATE" not in os.environ:
     os.environ["DREAMFLOW_TEST_PREFECT_TEMPLATE"] = tempfile.mkdtemp(prefix="dreamflow-test-prefect-template-")
     atexit.register(shutil.rmtree, os.environ["DREAMFLOW_TEST_PREFECT_TEMPLATE"], True)
