@@ -27,6 +27,7 @@ status and health.
 import base64
 import os
 import typing
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -295,6 +296,14 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=500)
 
 
+@cache
+def _op_request(op: ops.Op) -> type[BaseModel]:
+    """The strict request model of `op`'s route, made once per process: every app shares it (pydantic builds
+    a model's schema once; with a new class per app, each `create_app` paid for all of them again)."""
+    return _strict(ops.request_model(op))
+
+
+@cache
 def _response_type(op: ops.Op) -> Any:
     """The route's response model from the method's return annotation (`dict` -> `dict[str, Any]`)."""
     from storage.memory import Memory
@@ -308,7 +317,7 @@ def _response_type(op: ops.Op) -> Any:
 
 
 def _add_op_route(app: FastAPI, catalog, op: ops.Op, on_write=None) -> None:
-    model = _strict(ops.request_model(op))
+    model = _op_request(op)
     body = Body(...) if _required(op) else Body(default_factory=model)
 
     def endpoint(http_request: Request, request: model = body):  # type: ignore[valid-type]
