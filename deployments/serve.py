@@ -201,7 +201,7 @@ def build(settings: Settings, served: dict[str, str]) -> list:
     deployments = []
     for flow, d in DEPLOYMENTS.items():
         # Versioned by the flow's own source (Prefect's default for a flow), not by whatever git repository the
-        # service was started in: Prefect's inference runs ~3 `git` commands per deployment in the current folder.
+        # service was started in: Prefect's inference runs 4 `git` commands per deployment in the current folder.
         kwargs: dict = {"name": d.name, "description": d.description, "tags": ["dreamflow"],
                         "entrypoint_type": EntrypointType.MODULE_PATH, "version_type": "prefect:simple"}
         if flow == "auto_resource":
